@@ -1,0 +1,185 @@
+"""The ``ltr`` command line: one subcommand per pipeline step.
+
+Every subcommand takes the common options ``--conf`` (YAML, default
+``conf/default.yaml``), ``--set section.key=value`` (repeatable), ``--master``
+and ``--log-level``. Flags of a subcommand are shorthands for ``--set``
+(``ltr ingest --strict`` is ``--set ingest.strict=true``). The same code runs
+under ``spark-submit`` through the thin scripts in ``jobs/``.
+
+Exit codes: 0 success, 2 bad input or configuration (the message says what to
+fix), 1 an unexpected error (with its traceback in the log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pipelines.config import Config, ConfigError, load_config, load_dataset_spec
+from pipelines.dataset import DatasetError
+
+log = logging.getLogger("ltr")
+
+
+class UsageError(ValueError):
+    """A command-line mistake (exit code 2)."""
+
+
+#: Errors that are the user's to fix: printed as one line, exit code 2.
+USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, DatasetError, UsageError)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from pipelines.ingest import IngestError
+
+    return USER_ERRORS + (IngestError,)
+
+
+# ------------------------------------------------------------- parsing
+def _common(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("common options")
+    g.add_argument("--conf", metavar="PATH", help="YAML config (default: conf/default.yaml)")
+    g.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
+                   help="override a config value, e.g. --set ingest.chunk_bytes=8388608 (repeatable)")
+    g.add_argument("--master", metavar="URL", help="Spark master (default: spark-submit's, else local[*])")
+    g.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ltr", description="Curriculum and continuation learning-to-rank on Spark.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("generate", help="write a synthetic MSLR-shaped dataset (LETOR text, 5 folds)")
+    p.add_argument("--out", help="output folder (default: <work_dir>/letor)")
+    p.add_argument("--queries", type=int, help="number of queries (MSLR-WEB30K: 31531)")
+    p.add_argument("--seed", type=int, help="random seed (same seed, same files)")
+    p.add_argument("--workers", type=int, help="processes (default: one per core)")
+    _common(p)
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("ingest", help="LETOR text -> partitioned Parquet with a manifest")
+    p.add_argument("--src", required=True,
+                   help="MSLR-style folder (Fold*/), one-fold folder (train.txt ...) or one file")
+    p.add_argument("--out", required=True, help="dataset directory to write (replaced atomically)")
+    p.add_argument("--dataset", help="conf/datasets/<NAME>.yaml: feature count, label range, feature roles")
+    p.add_argument("--n-features", type=int, help="number of features (default: the dataset's)")
+    p.add_argument("--min-label", type=int, help="smallest valid label (default: the dataset's)")
+    p.add_argument("--max-label", type=int, help="largest valid label (default: the dataset's)")
+    p.add_argument("--strict", action="store_true", help="fail at the first bad line instead of quarantining it")
+    p.add_argument("--chunk-bytes", type=int, help="nominal text bytes per Spark task")
+    _common(p)
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("run", help="the main job on the built-in small dataset: generate and ingest")
+    p.add_argument("--src", help="ingest this LETOR folder instead of generating one")
+    p.add_argument("--queries", type=int, help="queries to generate")
+    _common(p)
+    p.set_defaults(func=cmd_run)
+    return parser
+
+
+def _flag_overrides(args: argparse.Namespace, mapping: dict[str, str]) -> list[str]:
+    out = []
+    for attr, key in mapping.items():
+        v = getattr(args, attr, None)
+        if v is None or v is False:
+            continue
+        out.append(f"{key}={json.dumps(v)}")
+    return out
+
+
+def resolve_config(args: argparse.Namespace, mapping: dict[str, str]) -> Config:
+    overrides = list(args.overrides) + _flag_overrides(args, mapping)
+    if args.master:
+        overrides.append(f"spark.master={json.dumps(args.master)}")
+    return load_config(args.conf, overrides)
+
+
+def _session(cfg: Config):
+    from pipelines.session import build_session
+
+    return build_session(cfg.spark)
+
+
+# ------------------------------------------------------------ commands
+def cmd_generate(args: argparse.Namespace) -> int:
+    from pipelines.generate import generate
+
+    cfg = resolve_config(args, {"queries": "generate.queries", "seed": "generate.seed",
+                                "workers": "generate.workers"})
+    out = args.out or str(Path(cfg.work_dir) / "letor")
+    s = generate(out, cfg.generate.queries, cfg.generate.seed, cfg.generate.workers)
+    log.info("wrote %s: %d queries, %d rows", s.out, s.queries, s.rows)
+    return 0
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from pipelines.ingest import ingest
+
+    cfg = resolve_config(args, {"dataset": "dataset", "n_features": "ingest.n_features",
+                                "min_label": "ingest.min_label", "max_label": "ingest.max_label",
+                                "strict": "ingest.strict", "chunk_bytes": "ingest.chunk_bytes"})
+    spec = load_dataset_spec(cfg.dataset)
+    spark = _session(cfg)
+    m = ingest(spark, args.src, args.out, spec, cfg.ingest)
+    log.info("dataset %s: %d rows, %d queries, %d quarantined lines, layout %s, %s",
+             args.out, m["rows"], m["queries"], m["quarantine"]["lines"], m["layout"], m["fingerprint"])
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from pipelines.generate import generate
+    from pipelines.ingest import ingest
+
+    cfg = resolve_config(args, {"queries": "generate.queries"})
+    work = Path(cfg.work_dir)
+    t0 = time.perf_counter()
+    src = args.src
+    if not src:
+        src = str(work / "letor")
+        log.info("[1/2] generate %d MSLR-shaped queries -> %s", cfg.generate.queries, src)
+        generate(src, cfg.generate.queries, cfg.generate.seed, cfg.generate.workers)
+    spec = load_dataset_spec(cfg.dataset)
+    spark = _session(cfg)
+    data = str(work / "dataset")
+    log.info("[2/2] ingest %s -> %s", src, data)
+    m = ingest(spark, src, data, spec, cfg.ingest)
+    log.info("done in %.1f s: dataset %s (%d rows, %d queries, fingerprint %s)",
+             time.perf_counter() - t0, data, m["rows"], m["queries"], m["fingerprint"][:19])
+    return 0
+
+
+# ---------------------------------------------------------------- main
+def setup_logging(level: str) -> None:
+    logging.basicConfig(level=getattr(logging, level), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S", force=True)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``ltr`` and of every ``jobs/*.py`` script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging(args.log_level)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except _user_errors() as e:
+        log.error("%s", e)
+        print(f"ltr {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        log.error("interrupted")
+        return 130
+    except Exception:
+        log.exception("ltr %s failed with an unexpected error", args.command)
+        return 1
+
+
+if __name__ == "__main__":  # python -m pipelines.cli
+    sys.exit(main())

@@ -1,0 +1,297 @@
+"""Typed configuration: YAML in ``conf/`` loaded into frozen dataclasses.
+
+* Defaults live in the dataclasses; ``conf/default.yaml`` writes the same
+  defaults out (a test keeps the two equal), other files override part of them.
+* Unknown keys are an error that names the key, the file and the keys allowed.
+* Values are checked against the field types (``"200"`` is not an int).
+* Command-line overrides: ``--set section.key=value``; the value is read as YAML
+  (``--set train.trees=200``, ``--set spark.conf={"spark.a": "b"}``).
+
+Dataset descriptions (feature count, label range, feature roles) live in
+``conf/datasets/<name>.yaml`` and load into :class:`DatasetSpec`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """Invalid configuration: the message names the key, the source and the fix."""
+
+
+# --------------------------------------------------------------- sections
+@dataclass(frozen=True)
+class SparkConfig:
+    """How to build the SparkSession (:func:`pipelines.session.build_session`).
+
+    ``master``: empty means spark-submit's ``--master`` if there is one, else
+    ``local[*]``. ``conf``: any further Spark properties, passed through.
+    """
+
+    master: str = ""
+    app_name: str = "ltr"
+    shuffle_partitions: int = 8
+    driver_memory: str = "4g"
+    arrow_max_records_per_batch: int = 10000
+    ui: bool = False
+    log_level: str = "WARN"
+    conf: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GenerateConfig:
+    """Synthetic MSLR-shaped data (:mod:`pipelines.generate`)."""
+
+    queries: int = 600
+    seed: int = 2018
+    workers: int = 0  # processes; 0 = one per CPU core
+
+
+@dataclass(frozen=True)
+class IngestConfig:
+    """LETOR text to Parquet (:mod:`pipelines.ingest`).
+
+    ``n_features`` / ``min_label`` / ``max_label``: 0 / null take the dataset's
+    values (``conf/datasets``). ``chunk_bytes``: nominal bytes of text per task.
+    """
+
+    strict: bool = False
+    chunk_bytes: int = 32 * 1024 * 1024
+    compression: str = "snappy"
+    n_features: int = 0
+    min_label: int | None = None
+    max_label: int | None = None
+    max_examples: int = 20  # quarantined lines quoted in the manifest
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole resolved configuration of a run."""
+
+    work_dir: str = "work"
+    dataset: str = "mslr"
+    spark: SparkConfig = field(default_factory=SparkConfig)
+    generate: GenerateConfig = field(default_factory=GenerateConfig)
+    ingest: IngestConfig = field(default_factory=IngestConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict (the resolved config recorded with outputs)."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """What a dataset looks like (``conf/datasets/<name>.yaml``)."""
+
+    name: str
+    n_features: int
+    min_label: int = 0
+    max_label: int = 4
+    bm25_feature: int = 0
+    pagerank_feature: int = 0
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.n_features < 1:
+            raise ConfigError(f"dataset {self.name}: n_features must be >= 1, got {self.n_features}")
+        if self.min_label > self.max_label:
+            raise ConfigError(f"dataset {self.name}: min_label {self.min_label} > max_label {self.max_label}")
+        for role in ("bm25_feature", "pagerank_feature"):
+            v = getattr(self, role)
+            if not 0 <= v <= self.n_features:
+                raise ConfigError(f"dataset {self.name}: {role} = {v} is not a feature id in 1..{self.n_features}")
+
+
+# ---------------------------------------------------------------- loading
+def conf_dir() -> Path:
+    """The ``conf/`` directory: ``$LTR_CONF_DIR``, the source checkout's, or the installed copy."""
+    env = os.environ.get("LTR_CONF_DIR")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parent.parent / "conf"
+    if here.is_dir():
+        return here
+    installed = Path(sys.prefix) / "share" / "ltr" / "conf"
+    if installed.is_dir():
+        return installed
+    raise ConfigError("cannot find the conf/ directory; set LTR_CONF_DIR to the project's conf/")
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check ``value`` against type ``tp`` (recursively) and return it in that type."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, where)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(f"{where}: {value!r} is not a {_type_name(tp)}")
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a mapping (section), got {value!r}")
+        return from_dict(tp, value, where)
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        kt, vt = args or (str, Any)
+        return {_coerce(k, kt, f"{where}.{k}"): _coerce(v, vt, f"{where}.{k}") for k, v in value.items()}
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        et = args[0] if args else Any
+        items = [_coerce(v, et, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{where}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)  # YAML reads 4g as str, but 8 as int: both are fine strings
+        raise ConfigError(f"{where}: expected a string, got {value!r}")
+    raise ConfigError(f"{where}: unsupported config type {_type_name(tp)}")
+
+
+def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
+    """Build dataclass ``cls`` from ``data``; unknown keys and wrong types raise ConfigError."""
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = [k for k in data if k not in names]
+    if unknown:
+        key = f"{where}.{unknown[0]}" if where else unknown[0]
+        raise ConfigError(f"unknown config key '{key}'; known keys here: {', '.join(names)}")
+    kwargs = {}
+    for k, v in data.items():
+        kwargs[k] = _coerce(v, hints[k], f"{where}.{k}" if where else k)
+    try:
+        return cls(**kwargs)
+    except TypeError as e:
+        raise ConfigError(f"{where or cls.__name__}: {e}") from None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: invalid YAML: {e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"a.b=value"`` -> (["a", "b"], value read as YAML)."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. --set train.trees=200")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key or any(not p for p in key.split(".")):
+        raise ConfigError(f"--set {text!r}: empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--set {text!r}: value is not valid YAML: {e}") from None
+    return key.split("."), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str], cls: type | None = None) -> dict[str, Any]:
+    """Return a copy of ``data`` with ``--set`` overrides applied (keys checked against ``cls``).
+
+    Below a free-form mapping field (``spark.conf``) the rest of the key is one
+    entry: ``--set spark.conf.spark.executor.memory=2g``.
+    """
+    out = json.loads(json.dumps(data))  # deep copy of plain data
+    for text in overrides:
+        path, value = parse_override(text)
+        node: dict[str, Any] = out
+        tp: Any = cls or Config
+        i = 0
+        while True:
+            part = path[i]
+            names = [f.name for f in dataclasses.fields(tp)]
+            if part not in names:
+                where = ".".join(path[: i + 1])
+                raise ConfigError(f"--set {text!r}: unknown config key '{where}'; known keys here: {', '.join(names)}")
+            ftp = typing.get_type_hints(tp)[part]
+            if i == len(path) - 1:
+                node[part] = value
+                break
+            if typing.get_origin(ftp) is dict:
+                node.setdefault(part, {})[".".join(path[i + 1:])] = value
+                break
+            if not dataclasses.is_dataclass(ftp):
+                raise ConfigError(f"--set {text!r}: '{'.'.join(path[: i + 1])}' is a value, not a section")
+            nxt = node.setdefault(part, {})
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"--set {text!r}: '{'.'.join(path[: i + 1])}' is not a section")
+            node, tp, i = nxt, ftp, i + 1
+    return out
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> Config:
+    """Load ``path`` (default ``conf/default.yaml``), apply ``overrides``, return the frozen Config."""
+    p = Path(path) if path else conf_dir() / "default.yaml"
+    data = _read_yaml(p)
+    data = apply_overrides(data, list(overrides or []))
+    try:
+        return from_dict(Config, data)
+    except ConfigError as e:
+        raise ConfigError(f"{p}: {e}") from None
+
+
+def load_dataset_spec(name: str) -> DatasetSpec:
+    """Load ``conf/datasets/<name>.yaml``."""
+    d = conf_dir() / "datasets"
+    p = d / f"{name}.yaml"
+    if not p.is_file():
+        known = sorted(x.stem for x in d.glob("*.yaml"))
+        raise ConfigError(f"unknown dataset '{name}': no {p}; known datasets: {', '.join(known)}")
+    data = _read_yaml(p)
+    data.setdefault("name", name)
+    try:
+        return from_dict(DatasetSpec, data)
+    except ConfigError as e:
+        raise ConfigError(f"{p}: {e}") from None

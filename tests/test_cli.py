@@ -1,0 +1,69 @@
+"""The `ltr` command line and the spark-submit job scripts: exit codes and messages."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelines.cli import main
+from tests.conftest import GOLDEN
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_ingest_missing_source_exits_2(spark, tmp_path, capsys):
+    code = main(["ingest", "--src", str(tmp_path / "nope"), "--out", str(tmp_path / "ds")])
+    assert code == 2
+    assert f"ltr ingest: error: --src {tmp_path / 'nope'}: no such file or directory" in capsys.readouterr().err
+
+
+def test_unknown_dataset_and_bad_override_exit_2(spark, tmp_path, capsys):
+    assert main(["ingest", "--src", str(GOLDEN), "--out", str(tmp_path / "d"), "--dataset", "nope"]) == 2
+    assert "unknown dataset 'nope'" in capsys.readouterr().err
+    assert main(["generate", "--out", str(tmp_path / "g"), "--set", "generate.sead=1"]) == 2
+    assert "unknown config key 'generate.sead'" in capsys.readouterr().err
+
+
+def test_strict_flag(spark, tmp_path, capsys):
+    code = main(["ingest", "--src", str(GOLDEN / "malformed.txt"), "--out", str(tmp_path / "d"),
+                 "--n-features", "6", "--strict"])
+    assert code == 2
+    assert "malformed.txt:2: label is not an integer: token 'x'" in capsys.readouterr().err
+
+
+def test_run_generates_and_ingests(spark, tmp_path):
+    work = tmp_path / "work"
+    assert main(["run", "--queries", "15", "--set", f"work_dir={work}"]) == 0
+    manifest = json.loads((work / "dataset" / "_manifest.json").read_text())
+    assert manifest["queries"] == 15 and manifest["layout"] == "mslr_rotation"
+    gen = json.loads((work / "letor" / "generate.json").read_text())
+    assert manifest["rows"] == gen["rows"]
+
+
+@pytest.mark.timeout(300)
+def test_spark_submit_job(tmp_path):
+    """jobs/ingest.py under a real spark-submit (its own JVM), exit code and output."""
+    spark_submit = Path(sys.executable).parent / "spark-submit"
+    if not spark_submit.exists():
+        pytest.skip("spark-submit is not next to the interpreter")
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    out = tmp_path / "ds"
+    proc = subprocess.run(
+        [str(spark_submit), "--master", "local[1]", str(ROOT / "jobs" / "ingest.py"),
+         "--src", str(GOLDEN / "sparse_comments.txt"), "--out", str(out), "--n-features", "6"],
+        env=env, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((out / "_manifest.json").read_text())["rows"] == 5
+    # spark-submit merges the Python driver's stderr into its stdout
+    assert "spark 4.3.0 session on local[1]" in proc.stdout + proc.stderr  # spark-submit's --master was used
+    bad = subprocess.run(
+        [str(spark_submit), "--master", "local[1]", str(ROOT / "jobs" / "ingest.py"),
+         "--src", str(GOLDEN / "malformed.txt"), "--out", str(tmp_path / "x"), "--n-features", "6", "--strict"],
+        env=env, capture_output=True, text=True, timeout=280)
+    assert bad.returncode == 2
+    assert "malformed.txt:2: label is not an integer: token 'x'" in bad.stdout + bad.stderr
