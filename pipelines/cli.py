@@ -75,6 +75,29 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(func=cmd_ingest)
 
+    p = sub.add_parser("difficulty", help="per-query difficulty scores (n_rel, NDCG of BM25 / PageRank, ...)")
+    p.add_argument("--data", required=True, help="dataset written by `ltr ingest`")
+    p.add_argument("--out", required=True, help="directory for the scores (replaced atomically)")
+    p.add_argument("--dataset", help="take the feature roles from conf/datasets/<NAME>.yaml instead of the manifest")
+    p.add_argument("--bm25-feature", type=int, help="feature id of BM25 (default: the dataset's)")
+    p.add_argument("--pagerank-feature", type=int, help="feature id of PageRank (default: the dataset's)")
+    _common(p)
+    p.set_defaults(func=cmd_difficulty)
+
+    p = sub.add_parser("curriculum", help="select the training queries of each curriculum stage")
+    p.add_argument("--data", required=True, help="dataset written by `ltr ingest`")
+    p.add_argument("--difficulty", required=True, help="scores written by `ltr difficulty`")
+    p.add_argument("--fold", type=int, required=True)
+    p.add_argument("--strategy", help="q_nrel, q_bm25, q_pagerank, l_hrel, random or none")
+    p.add_argument("--fraction", type=float, help="two-stage curriculum: share of the first stage (0.25)")
+    p.add_argument("--pacing", help="multi-stage: linear, root_n, geometric or step")
+    p.add_argument("--stages", type=int, help="stages of a paced curriculum")
+    p.add_argument("--delta", type=float, help="share of the first paced stage")
+    p.add_argument("--seed", type=int, help="seed of the random strategy")
+    p.add_argument("--out", required=True, help="directory for the curriculum (replaced atomically)")
+    _common(p)
+    p.set_defaults(func=cmd_curriculum)
+
     p = sub.add_parser("run", help="the main job on the built-in small dataset: generate and ingest")
     p.add_argument("--src", help="ingest this LETOR folder instead of generating one")
     p.add_argument("--queries", type=int, help="queries to generate")
@@ -129,6 +152,34 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     m = ingest(spark, args.src, args.out, spec, cfg.ingest)
     log.info("dataset %s: %d rows, %d queries, %d quarantined lines, layout %s, %s",
              args.out, m["rows"], m["queries"], m["quarantine"]["lines"], m["layout"], m["fingerprint"])
+    return 0
+
+
+def cmd_difficulty(args: argparse.Namespace) -> int:
+    from pipelines.difficulty import run_difficulty
+
+    overrides = []
+    if args.dataset:  # roles of a named dataset config
+        spec = load_dataset_spec(args.dataset)
+        overrides += [f"difficulty.bm25_feature={spec.bm25_feature}",
+                      f"difficulty.pagerank_feature={spec.pagerank_feature}"]
+    args.overrides = overrides + list(args.overrides)
+    cfg = resolve_config(args, {"bm25_feature": "difficulty.bm25_feature",
+                                "pagerank_feature": "difficulty.pagerank_feature"})
+    run_difficulty(_session(cfg), args.data, args.out, cfg.difficulty, cfg.metric)
+    return 0
+
+
+def cmd_curriculum(args: argparse.Namespace) -> int:
+    from pipelines.curriculum import build_curriculum
+
+    cfg = resolve_config(args, {"strategy": "curriculum.strategy", "fraction": "curriculum.fraction",
+                                "pacing": "curriculum.pacing", "stages": "curriculum.stages",
+                                "delta": "curriculum.delta", "seed": "curriculum.seed"})
+    s = build_curriculum(_session(cfg), args.data, args.difficulty, args.fold, cfg.curriculum, args.out)
+    for st in s["stages"]:
+        log.info("stage %d: %d queries, %d documents%s", st["stage"], st["queries"], st["documents"],
+                 f", labels {st['label_filter']}" if st["label_filter"] else "")
     return 0
 
 

@@ -26,6 +26,8 @@ from typing import Any, TypeVar
 
 import yaml
 
+from udfs.metrics import NdcgSpec
+
 T = TypeVar("T")
 
 
@@ -79,6 +81,34 @@ class IngestConfig:
 
 
 @dataclass(frozen=True)
+class DifficultyConfig:
+    """Per-query difficulty (:mod:`pipelines.difficulty`): feature ids of the rankers
+    whose NDCG is scored; 0 takes the dataset's role (MSLR: BM25 110, PageRank 130)."""
+
+    bm25_feature: int = 0
+    pagerank_feature: int = 0
+
+
+@dataclass(frozen=True)
+class CurriculumConfig:
+    """Curriculum selection (:mod:`pipelines.curriculum`).
+
+    Two stages by default: the easiest ``fraction`` of the training queries,
+    then all of them. With ``pacing`` (linear, root_n, geometric, step),
+    ``stages`` stages whose shares grow from ``delta`` to 1.
+    """
+
+    strategy: str = "q_nrel"
+    fraction: float = 0.25
+    pacing: str = ""
+    stages: int = 4
+    delta: float = 0.25
+    root_n: float = 2.0
+    seed: int = 2018
+    hrel_labels: list[int] = field(default_factory=lambda: [0, 3, 4])
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole resolved configuration of a run."""
 
@@ -87,6 +117,9 @@ class Config:
     spark: SparkConfig = field(default_factory=SparkConfig)
     generate: GenerateConfig = field(default_factory=GenerateConfig)
     ingest: IngestConfig = field(default_factory=IngestConfig)
+    metric: NdcgSpec = field(default_factory=NdcgSpec)
+    difficulty: DifficultyConfig = field(default_factory=DifficultyConfig)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict (the resolved config recorded with outputs)."""
@@ -202,7 +235,7 @@ def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
         kwargs[k] = _coerce(v, hints[k], f"{where}.{k}" if where else k)
     try:
         return cls(**kwargs)
-    except TypeError as e:
+    except (TypeError, ValueError) as e:  # missing fields, or the class's own validation
         raise ConfigError(f"{where or cls.__name__}: {e}") from None
 
 

@@ -26,7 +26,6 @@ import json
 import logging
 import re
 import time
-import uuid
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +41,7 @@ from pyspark.sql.window import Window
 
 from pipelines.config import DatasetSpec, IngestConfig
 from pipelines.dataset import MANIFEST, MSLR_ROTATION, QUARANTINE
+from pipelines.storage import OutputError, atomic_output, delete_quietly
 from udfs import schema
 from udfs.ingest_spark import run_chunk_tasks
 from udfs.letor_chunks import ChunkTask, plan_ranges, to_uri
@@ -214,23 +214,14 @@ def ingest(spark: SparkSession, src: str, out: str, dataset: DatasetSpec, cfg: I
     )
     t_start = time.perf_counter()
     layout = discover(src)
-    out_uri = to_uri(out.rstrip("/"))
-    fs, out_path = pafs.FileSystem.from_uri(out_uri)
-    _check_replaceable(fs, out_path, out)
-    parent, name = out_path.rsplit("/", 1)
-    tmp_path = f"{parent}/.{name}.tmp-{uuid.uuid4().hex[:12]}"
-    tmp = out_uri[: len(out_uri) - len(out_path)] + tmp_path  # same scheme (s3://, hdfs://) as --out
-    fs.create_dir(tmp_path, recursive=True)
     log.info("ingest %s (%s layout, %d files, %.1f MB) -> %s", src, layout.kind, len(layout.files),
              sum(f.size for f in layout.files) / 1e6, out)
     try:
-        manifest = _ingest_into(spark, layout, src, tmp, fs, tmp_path, spec, dataset, cfg)
-        with fs.open_output_stream(f"{tmp_path}/{MANIFEST}") as f:
-            f.write(json.dumps(manifest, indent=2, sort_keys=True).encode())
-        _commit(fs, tmp_path, out_path)
-    except BaseException:
-        _delete_quietly(fs, tmp_path)
-        raise
+        with atomic_output(out, MANIFEST) as tmp:
+            manifest = _ingest_into(spark, layout, src, tmp.uri, tmp.fs, tmp.path, spec, dataset, cfg)
+            tmp.write_json(MANIFEST, manifest)
+    except OutputError as e:
+        raise IngestError(str(e)) from None
     log.info("ingest done in %.1f s: %d rows, %d queries, %d quarantined lines, fingerprint %s",
              time.perf_counter() - t_start, manifest["rows"], manifest["queries"],
              manifest["quarantine"]["lines"], manifest["fingerprint"][:19])
@@ -258,7 +249,7 @@ def _ingest_into(spark: SparkSession, layout: Layout, src: str, tmp: str, fs: pa
             log.info("MSLR rotation verified: each row stored once, as subsets S1..S5")
         else:
             log.warning("MSLR rotation does not hold (%s): storing every file as given", detail)
-            _delete_quietly(fs, tmp_path)
+            delete_quietly(fs, tmp_path)
             fs.create_dir(tmp_path, recursive=True)
     if layout.kind != "mslr" or not rotation["verified"]:
         results = _run(spark, files, {f.uri: "parse" for f in files}, tmp, spec, cfg)
@@ -411,7 +402,7 @@ def _finish_quarantine(fs: pafs.FileSystem, tmp_path: str, results: list[_FileRe
                 rec["raw"] = _short(rec["raw"], 200)
                 rec["token"] = _short(rec["token"])
                 examples.append(rec)
-    _delete_quietly(fs, raw_dir)
+    delete_quietly(fs, raw_dir)
     if total:
         log.warning("quarantined %d bad lines (%s); see %s/", total,
                     ", ".join(f"{k}: {v}" for k, v in sorted(by_reason.items())), QUARANTINE)
@@ -502,42 +493,8 @@ def _merge_subset(spark: SparkSession, fs: pafs.FileSystem, tmp: str, tmp_path: 
             yield pa.RecordBatch.from_pydict({"h": [str(h)]})
 
     total = sum(int(r["h"]) for r in spark.read.parquet(out).mapInArrow(hashes, "h string").collect()) % 2**64
-    _delete_quietly(fs, f"{tmp_path}/{schema.SUBSET}={subset}")
+    delete_quietly(fs, f"{tmp_path}/{schema.SUBSET}={subset}")
     fs.move(f"{tmp_path}/_merged/{schema.SUBSET}={subset}", f"{tmp_path}/{schema.SUBSET}={subset}")
-    _delete_quietly(fs, f"{tmp_path}/_merged")
+    delete_quietly(fs, f"{tmp_path}/_merged")
     log.info("merged non-contiguous queries of subset %s in %.1f s", subset, time.perf_counter() - t0)
     return total
-
-
-# -------------------------------------------------------------- commit
-def _check_replaceable(fs: pafs.FileSystem, path: str, shown: str) -> None:
-    info = fs.get_file_info(path)
-    if info.type == pafs.FileType.NotFound:
-        return
-    if info.type != pafs.FileType.Directory:
-        raise IngestError(f"--out {shown} exists and is not a directory")
-    has_manifest = fs.get_file_info(f"{path}/{MANIFEST}").type == pafs.FileType.File
-    empty = not fs.get_file_info(pafs.FileSelector(path))
-    if not (has_manifest or empty):
-        raise IngestError(f"refusing to replace --out {shown}: it exists and is not an ltr dataset "
-                          f"(no {MANIFEST}); choose another path or remove it")
-
-
-def _commit(fs: pafs.FileSystem, tmp_path: str, out_path: str) -> None:
-    """Move the finished dataset into place; a previous version is replaced only at the end."""
-    if fs.get_file_info(out_path).type == pafs.FileType.NotFound:
-        fs.move(tmp_path, out_path)
-        return
-    old = f"{tmp_path}.old"
-    fs.move(out_path, old)
-    fs.move(tmp_path, out_path)
-    _delete_quietly(fs, old)
-
-
-def _delete_quietly(fs: pafs.FileSystem, path: str) -> None:
-    try:
-        if fs.get_file_info(path).type != pafs.FileType.NotFound:
-            fs.delete_dir(path)
-    except OSError as e:  # best effort: leave a hidden temporary directory behind
-        log.warning("could not remove %s: %s", path, e)
-

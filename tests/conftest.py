@@ -36,3 +36,26 @@ def small_letor(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("letor") / "mslr"
     generate(str(out), queries=60, seed=11, workers=1)
     return out
+
+
+@pytest.fixture(scope="session")
+def small_dataset(spark, small_letor, tmp_path_factory) -> str:
+    """``small_letor`` ingested (MSLR rotation, subsets S1..S5)."""
+    from pipelines.config import IngestConfig, load_dataset_spec
+    from pipelines.ingest import ingest
+
+    out = tmp_path_factory.mktemp("ds") / "dataset"
+    ingest(spark, str(small_letor), str(out), load_dataset_spec("mslr"), IngestConfig(chunk_bytes=300_000))
+    return str(out)
+
+
+@pytest.fixture(scope="session")
+def small_difficulty(spark, small_dataset, tmp_path_factory) -> str:
+    """Difficulty scores of ``small_dataset`` with the default conventions."""
+    from pipelines.config import DifficultyConfig
+    from pipelines.difficulty import run_difficulty
+    from udfs.metrics import NdcgSpec
+
+    out = tmp_path_factory.mktemp("diff") / "scores"
+    run_difficulty(spark, small_dataset, str(out), DifficultyConfig(), NdcgSpec())
+    return str(out)

@@ -113,7 +113,7 @@ def test_refuses_to_replace_foreign_directory(spark, tmp_path):
     out = tmp_path / "precious"
     out.mkdir()
     (out / "notes.txt").write_text("keep me")
-    with pytest.raises(IngestError, match="refusing to replace --out .*precious: it exists and is not an ltr dataset"):
+    with pytest.raises(IngestError, match="refusing to replace --out .*precious: it exists and is not an ltr output"):
         ingest(spark, str(GOLDEN / "well_formed.txt"), str(out), MSLR, SIX)
     assert (out / "notes.txt").read_text() == "keep me"
 

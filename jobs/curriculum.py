@@ -1,0 +1,11 @@
+"""spark-submit entry point of `ltr curriculum` (options: `ltr curriculum --help`).
+
+    spark-submit jobs/curriculum.py [options]
+"""
+
+import sys
+
+from pipelines.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["curriculum", *sys.argv[1:]]))

@@ -1,0 +1,95 @@
+"""Atomic directory outputs: write to a hidden temporary directory, then rename into place.
+
+Every step that writes a directory (a dataset, difficulty scores, a curriculum,
+a model) goes through :func:`atomic_output`, so a reader never sees a
+half-written result, a failed run leaves no debris, and an existing output is
+replaced only once the new one is complete. Paths may be local or any URI
+``pyarrow.fs`` understands (the rename is atomic on local and HDFS file
+systems; on object stores the marker file, written last, is the commit point).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from udfs.letor_chunks import to_uri
+
+log = logging.getLogger(__name__)
+
+
+class OutputError(ValueError):
+    """An output path that must not be replaced."""
+
+
+@dataclass(frozen=True)
+class Output:
+    """A temporary output directory: ``uri`` for Spark and tasks, ``path`` for ``fs``."""
+
+    fs: pafs.FileSystem
+    path: str
+    uri: str
+
+    def write_json(self, name: str, doc: Any) -> None:
+        with self.fs.open_output_stream(f"{self.path}/{name}") as f:
+            f.write(json.dumps(doc, indent=2, sort_keys=True).encode())
+
+
+def _check_replaceable(fs: pafs.FileSystem, path: str, shown: str, marker: str) -> None:
+    info = fs.get_file_info(path)
+    if info.type == pafs.FileType.NotFound:
+        return
+    if info.type != pafs.FileType.Directory:
+        raise OutputError(f"--out {shown} exists and is not a directory")
+    has_marker = fs.get_file_info(f"{path}/{marker}").type == pafs.FileType.File
+    empty = not fs.get_file_info(pafs.FileSelector(path))
+    if not (has_marker or empty):
+        raise OutputError(f"refusing to replace --out {shown}: it exists and is not an ltr output "
+                          f"(no {marker}); choose another path or remove it")
+
+
+def delete_quietly(fs: pafs.FileSystem, path: str) -> None:
+    """Remove a directory if it exists; log (do not raise) if that fails."""
+    try:
+        if fs.get_file_info(path).type != pafs.FileType.NotFound:
+            fs.delete_dir(path)
+    except OSError as e:  # best effort: leave a hidden temporary directory behind
+        log.warning("could not remove %s: %s", path, e)
+
+
+@contextmanager
+def atomic_output(out: str, marker: str) -> Iterator[Output]:
+    """Yield a temporary directory next to ``out``; on success move it to ``out``.
+
+    ``marker`` is the file that identifies this kind of output (e.g.
+    ``_manifest.json``): an existing ``out`` is replaced only if it has one (or
+    is empty), so a typo cannot wipe an unrelated directory.
+    """
+    out_uri = to_uri(out.rstrip("/"))
+    fs, out_path = pafs.FileSystem.from_uri(out_uri)
+    _check_replaceable(fs, out_path, out, marker)
+    parent, name = out_path.rsplit("/", 1)
+    tmp_path = f"{parent}/.{name}.tmp-{uuid.uuid4().hex[:12]}"
+    tmp = Output(fs, tmp_path, out_uri[: len(out_uri) - len(out_path)] + tmp_path)
+    fs.create_dir(tmp_path, recursive=True)
+    try:
+        yield tmp
+        if fs.get_file_info(f"{tmp_path}/{marker}").type != pafs.FileType.File:
+            raise RuntimeError(f"internal error: {marker} was not written to {tmp_path}")
+        if fs.get_file_info(out_path).type == pafs.FileType.NotFound:
+            fs.move(tmp_path, out_path)
+        else:
+            old = f"{tmp_path}.old"
+            fs.move(out_path, old)
+            fs.move(tmp_path, out_path)
+            delete_quietly(fs, old)
+    except BaseException:
+        delete_quietly(fs, tmp_path)
+        raise

@@ -1,0 +1,77 @@
+"""Curriculum math as plain numpy: pacing functions and nested stage assignment.
+
+A curriculum is a sequence of stages; stage ``i`` holds the easiest
+``share[i]`` of the training queries, ``share`` never decreases and its last
+value is 1 (all training data). Every query therefore gets the first stage it
+enters (``first_stage``), and stage ``i`` is the set of queries with
+``first_stage <= i``: stages are nested, so the weights of Bengio et al.'s
+definition (2009) never decrease.
+
+Pacing functions (Penha & Hauff, ECIR 2020, after Platanios et al. 2019), for
+progress ``x = i / (K - 1)`` over ``K`` stages and first share ``delta``:
+
+* ``linear``:    delta + (1 - delta) * x
+* ``root_n``:    (delta**n + (1 - delta**n) * x) ** (1 / n)
+* ``geometric``: delta * (1 / delta) ** x    (a geometric progression)
+* ``step``:      delta, then (1 + delta) / 2, then 1, in equal thirds of x
+
+each of which starts at ``delta`` and ends at 1.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+PACINGS = ("linear", "root_n", "geometric", "step")
+
+
+def pacing_shares(pacing: str, stages: int, delta: float, root_n: float = 2.0) -> np.ndarray:
+    """Share of the training queries in each of ``stages`` stages (first ``delta``, last 1)."""
+    if pacing not in PACINGS:
+        raise ValueError(f"unknown pacing function {pacing!r}; expected one of {', '.join(PACINGS)}")
+    if stages < 2:
+        raise ValueError(f"a paced curriculum needs at least 2 stages, got {stages}")
+    if not 0.0 < delta <= 1.0:
+        raise ValueError(f"delta (share of the first stage) must be in (0, 1], got {delta}")
+    x = np.arange(stages) / (stages - 1)
+    if pacing == "linear":
+        s = delta + (1.0 - delta) * x
+    elif pacing == "root_n":
+        if root_n <= 0:
+            raise ValueError(f"root_n must be > 0, got {root_n}")
+        s = (delta**root_n + (1.0 - delta**root_n) * x) ** (1.0 / root_n)
+    elif pacing == "geometric":
+        s = delta * (1.0 / delta) ** x
+    else:  # step
+        s = np.where(x < 1 / 3, delta, np.where(x < 2 / 3, (1.0 + delta) / 2, 1.0))
+    s[-1] = 1.0
+    return np.minimum(s, 1.0)
+
+
+def two_stage_shares(fraction: float) -> np.ndarray:
+    """The paper's curriculum: the easiest ``fraction``, then everything."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    return np.array([fraction, 1.0])
+
+
+def stage_sizes(n: int, shares: np.ndarray) -> np.ndarray:
+    """Queries per stage: ceil(share * n), at least 1 (if any), exactly n in the last stage."""
+    sizes = np.array([min(n, max(1 if n else 0, math.ceil(s * n - 1e-9))) for s in shares], dtype=np.int64)
+    sizes[-1] = n
+    return np.maximum.accumulate(sizes)
+
+
+def easiest_first(score: np.ndarray, qid: np.ndarray) -> np.ndarray:
+    """Order of queries from easiest to hardest: higher score first, then lower qid."""
+    return np.lexsort((np.asarray(qid), -np.asarray(score, dtype=np.float64)))
+
+
+def assign_first_stage(order: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """``first_stage[j]`` of query ``j``, given the easiest-first ``order`` and stage ``sizes``."""
+    n = order.size
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n)
+    return np.searchsorted(sizes, rank, side="right").astype(np.int32)

@@ -1,0 +1,84 @@
+"""Per-query difficulty scores as a plain pandas/numpy function over many whole queries.
+
+For every query: its size, how many documents are relevant (label >= 1) and
+highly relevant (label >= 3), its best label, its ideal DCG@k, and the NDCG@k
+of ranking its documents by one feature: BM25 and PageRank in the paper (the
+``q_bm25`` / ``q_pagerank`` curricula treat queries whose feature ranking is
+good as easy). Conventions (cutoff, gain, empty queries, ties) come from the
+:class:`~udfs.metrics.NdcgSpec`; ties in a feature (PageRank has many) follow
+``spec.ties`` over the rows' input order, which is ``doc`` order here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from udfs import schema
+from udfs.metrics import NdcgSpec, idcg, ndcg
+from udfs.per_query import run_starts
+
+#: Output schema (Spark DDL) of :func:`difficulty_frame`.
+DIFFICULTY_DDL = ("subset string, qid int, n_docs int, n_rel int, n_hrel int, max_label tinyint, "
+                  "idcg double, ndcg_bm25 double, ndcg_pagerank double")
+
+#: Labels counted as relevant / highly relevant.
+REL_LABEL = 1
+HREL_LABEL = 3
+
+
+def difficulty_frame(pdf: pd.DataFrame, bm25_col: str, pagerank_col: str, spec: NdcgSpec,
+                     keys: Sequence[str] = (schema.SUBSET, schema.QID)) -> pd.DataFrame:
+    """One row per query of ``pdf`` (rows of each query contiguous, in ``doc`` order).
+
+    ``pdf`` needs the ``keys`` columns, ``label`` and the two feature columns.
+    """
+    starts = run_starts(pdf, keys)
+    off = np.concatenate((starts, [len(pdf)])).astype(np.int64)
+    label = pdf[schema.LABEL].to_numpy().astype(np.int64)
+    if starts.size == 0:
+        return pd.DataFrame({c.split()[0]: [] for c in DIFFICULTY_DDL.split(", ")})
+    head = pdf.iloc[starts]
+    return pd.DataFrame({
+        schema.SUBSET: head[schema.SUBSET].to_numpy() if schema.SUBSET in pdf else "",
+        schema.QID: head[schema.QID].to_numpy().astype(np.int32),
+        "n_docs": np.diff(off).astype(np.int32),
+        "n_rel": np.add.reduceat((label >= REL_LABEL).astype(np.int32), starts),
+        "n_hrel": np.add.reduceat((label >= HREL_LABEL).astype(np.int32), starts),
+        "max_label": np.maximum.reduceat(label, starts).astype(np.int8),
+        "idcg": idcg(off, label, spec),
+        "ndcg_bm25": ndcg(off, label, pdf[bm25_col].to_numpy(), spec),
+        "ndcg_pagerank": ndcg(off, label, pdf[pagerank_col].to_numpy(), spec),
+    })
+
+
+def difficulty_one_query(pdf: pd.DataFrame, bm25_col: str, pagerank_col: str, spec: NdcgSpec) -> pd.DataFrame:
+    """The straightforward version for ONE query: sort it in pandas, take the top k.
+
+    The baseline of ``benchmarks/bench_difficulty.py`` (with
+    ``groupBy("qid").applyInPandas``) and an independent check in tests. Supports
+    ``ties="input"`` only (a stable sort keeps the input order of equal scores).
+    """
+    if spec.ties != "input":
+        raise ValueError("the per-query reference supports ties='input' only")
+    pdf = pdf.sort_values(schema.DOC, kind="stable")
+    lab = pdf[schema.LABEL].to_numpy().astype(np.float64)
+    gain = (np.exp2(lab) - 1.0) if spec.gain == "exp2" else lab
+    disc = 1.0 / np.log2(np.arange(2, spec.k + 2))
+    top = np.sort(gain)[::-1][: spec.k]
+    ideal = float(top @ disc[: top.size])
+
+    def by(col: str) -> float:
+        order = np.argsort(-pdf[col].to_numpy(), kind="stable")
+        g = gain[order][: spec.k]
+        return float(g @ disc[: g.size]) / ideal if ideal > 0 else spec.empty
+
+    return pd.DataFrame({
+        schema.SUBSET: [pdf[schema.SUBSET].iat[0] if schema.SUBSET in pdf else ""],
+        schema.QID: [np.int32(pdf[schema.QID].iat[0])], "n_docs": [np.int32(len(pdf))],
+        "n_rel": [np.int32((lab >= REL_LABEL).sum())], "n_hrel": [np.int32((lab >= HREL_LABEL).sum())],
+        "max_label": [np.int8(lab.max())], "idcg": [ideal],
+        "ndcg_bm25": [by(bm25_col)], "ndcg_pagerank": [by(pagerank_col)],
+    })
