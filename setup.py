@@ -13,6 +13,9 @@ INSTALL_REQUIRES = [
     "pyarrow==25.0.1",
     "numba==0.68.1",
     "pyyaml==6.0.3",
+    "mlflow==3.17.2",
+    "scipy==1.17.1",
+    "matplotlib==3.11.2",
 ]
 
 TEST_REQUIRES = [

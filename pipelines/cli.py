@@ -36,8 +36,12 @@ USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, DatasetError, Usage
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     from pipelines.ingest import IngestError
+    from pipelines.paths import PathError
+    from pipelines.report import ReportError
+    from pipelines.storage import OutputError
+    from pipelines.train import SplitQueryError, TrainError
 
-    return USER_ERRORS + (IngestError,)
+    return USER_ERRORS + (IngestError, PathError, TrainError, SplitQueryError, ReportError, OutputError)
 
 
 # ------------------------------------------------------------- parsing
@@ -98,7 +102,36 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(func=cmd_curriculum)
 
-    p = sub.add_parser("run", help="the main job on the built-in small dataset: generate and ingest")
+    p = sub.add_parser("train", help="distributed XGBoost on Spark along a training path")
+    p.add_argument("--data", required=True, help="dataset written by `ltr ingest`")
+    p.add_argument("--fold", type=int, required=True)
+    p.add_argument("--path", help="training path, e.g. mse:200,lambdamart:300 or lambdamart@q_bm25:200,lambdamart:300")
+    p.add_argument("--curriculum", action="append", default=[], metavar="DIR",
+                   help="curriculum written by `ltr curriculum` (repeatable; referenced by its strategy name)")
+    p.add_argument("--workers", type=int, help="barrier tasks (default: the session's task slots)")
+    p.add_argument("--nthread", type=int, help="threads per worker (default: its share of the cores)")
+    p.add_argument("--device", help="cpu (default) or cuda")
+    p.add_argument("--eta", type=float, help="learning rate (0.05)")
+    p.add_argument("--leaves", type=int, help="leaves per tree (64)")
+    p.add_argument("--k", type=int, help="NDCG@k of the LambdaMART deltas (10)")
+    p.add_argument("--out", required=True, help="model directory (replaced atomically)")
+    _common(p)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("grid", help="the experiment grid over folds, tracked in MLflow (resumable)")
+    p.add_argument("--folds", help="comma-separated folds (default: grid.folds)")
+    p.add_argument("--data", help="dataset (default: grid.data or <work_dir>/dataset)")
+    _common(p)
+    p.set_defaults(func=cmd_grid)
+
+    p = sub.add_parser("report", help="tables and figures of a grid, from MLflow")
+    p.add_argument("--experiment", help="MLflow experiment (default: grid.experiment)")
+    p.add_argument("--run-id", help="the grid's parent run (default: the experiment's latest grid)")
+    p.add_argument("--out", help="output folder (default: report.out or <work_dir>/report)")
+    _common(p)
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("run", help="the main job: generate, ingest, difficulty, curricula, grid, report")
     p.add_argument("--src", help="ingest this LETOR folder instead of generating one")
     p.add_argument("--queries", type=int, help="queries to generate")
     _common(p)
@@ -183,25 +216,92 @@ def cmd_curriculum(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    from pipelines.train import run_train
+
+    cfg = resolve_config(args, {"path": "train.path", "workers": "train.workers", "nthread": "train.nthread",
+                                "device": "train.device", "eta": "train.eta", "leaves": "train.leaves",
+                                "k": "train.k"})
+    run_train(_session(cfg), args.data, args.fold, cfg.train.path, args.curriculum, cfg.train, cfg.metric, args.out)
+    return 0
+
+
+def cmd_grid(args: argparse.Namespace) -> int:
+    from pipelines.grid import run_grid
+
+    overrides = []
+    if args.folds:
+        try:
+            folds = [int(x) for x in args.folds.split(",") if x.strip()]
+        except ValueError:
+            raise UsageError(f"--folds {args.folds!r}: expected comma-separated fold numbers, e.g. 1,2,3") from None
+        overrides.append(f"grid.folds={json.dumps(folds)}")
+    args.overrides = overrides + list(args.overrides)
+    cfg = resolve_config(args, {"data": "grid.data"})
+    run_grid(_session(cfg), cfg)
+    return 0
+
+
+def _tracker(cfg: Config, experiment: str | None = None):
+    import os
+
+    from pipelines.tracking import Tracker, default_uri
+
+    return Tracker(cfg.tracking.uri or default_uri(cfg.work_dir), experiment or cfg.grid.experiment,
+                   cfg.tracking.artifacts or os.path.join(cfg.work_dir, "mlartifacts"))
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    import os
+
+    from pipelines.report import build_report
+
+    cfg = resolve_config(args, {"out": "report.out"})
+    out = cfg.report.out or os.path.join(cfg.work_dir, "report")
+    r = build_report(_tracker(cfg, args.experiment), out, args.run_id, cfg.metric.name, cfg.report.permutations,
+                     cfg.report.seed)
+    log.info("report: %s", os.path.join(r["out"], "report.html"))
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    """generate -> ingest -> difficulty -> curricula + grid (MLflow) -> report."""
+    import os
+
+    from pipelines.difficulty import run_difficulty
     from pipelines.generate import generate
+    from pipelines.grid import run_grid
     from pipelines.ingest import ingest
+    from pipelines.report import build_report
 
     cfg = resolve_config(args, {"queries": "generate.queries"})
     work = Path(cfg.work_dir)
     t0 = time.perf_counter()
+    steps = 6 if not args.src else 5
+    step = iter(range(1, steps + 1))
     src = args.src
     if not src:
         src = str(work / "letor")
-        log.info("[1/2] generate %d MSLR-shaped queries -> %s", cfg.generate.queries, src)
+        log.info("[%d/%d] generate %d MSLR-shaped queries -> %s", next(step), steps, cfg.generate.queries, src)
         generate(src, cfg.generate.queries, cfg.generate.seed, cfg.generate.workers)
     spec = load_dataset_spec(cfg.dataset)
     spark = _session(cfg)
     data = str(work / "dataset")
-    log.info("[2/2] ingest %s -> %s", src, data)
-    m = ingest(spark, src, data, spec, cfg.ingest)
-    log.info("done in %.1f s: dataset %s (%d rows, %d queries, fingerprint %s)",
-             time.perf_counter() - t0, data, m["rows"], m["queries"], m["fingerprint"][:19])
+    log.info("[%d/%d] ingest %s -> %s", next(step), steps, src, data)
+    ingest(spark, src, data, spec, cfg.ingest)
+    difficulty = str(work / "difficulty")
+    log.info("[%d/%d] difficulty scores -> %s", next(step), steps, difficulty)
+    run_difficulty(spark, data, difficulty, cfg.difficulty, cfg.metric)
+    log.info("[%d/%d] curricula and the grid (%s) -> MLflow", next(step), steps, cfg.grid.experiment)
+    g = run_grid(spark, cfg, data=data)
+    out = cfg.report.out or str(work / "report")
+    log.info("[%d/%d] report -> %s", next(step), steps, out)
+    r = build_report(_tracker(cfg), out, g["parent_run_id"], cfg.metric.name, cfg.report.permutations,
+                     cfg.report.seed)
+    uri = g["tracking_uri"]
+    print(f"\nDone in {time.perf_counter() - t0:.0f} s.\n"
+          f"  report:    {os.path.abspath(os.path.join(r['out'], 'report.html'))}\n"
+          f"  MLflow UI: mlflow ui --backend-store-uri {uri}\n", file=sys.stderr)
     return 0
 
 

@@ -109,6 +109,88 @@ class CurriculumConfig:
 
 
 @dataclass(frozen=True)
+class TrainConfig:
+    """Distributed XGBoost training (:mod:`pipelines.train`).
+
+    ``path``: the training path shorthand (``OBJ[@DATA]:TREES,...``, see
+    :mod:`pipelines.paths`). Tree parameters follow the paper: 64 leaves grown
+    best-first, learning rate 0.05. ``k``: the NDCG cutoff of the LambdaMART
+    deltas and of its top-k pairs. ``workers``/``nthread``: 0 = automatic.
+    ``base_margin``: ``auto`` starts paths that begin with a regression
+    objective from the mean training label and ranking paths from 0.
+    """
+
+    path: str = "mse:40,lambdamart:60"
+    eta: float = 0.05
+    leaves: int = 64
+    max_bin: int = 256
+    min_child_weight: float = 1.0
+    reg_lambda: float = 1.0
+    subsample: float = 1.0
+    colsample_bytree: float = 1.0
+    k: int = 10
+    workers: int = 0
+    nthread: int = 0
+    device: str = "cpu"
+    eval_every: int = 1
+    score_dist_trees: list[int] = field(default_factory=lambda: [20])
+    score_dist_bins: int = 100
+    base_margin: str = "auto"
+    seed: int = 0
+    sigmoid_gamma: float = 1.0
+    stochastic_noise: float = 1.0
+    blend_schedule: str = "linear"
+    blend_at: int = 40
+    blend_width: int = 40
+
+
+@dataclass(frozen=True)
+class GridConfig:
+    """An experiment grid (:mod:`pipelines.grid`): per fold, the LambdaMART baseline,
+    MSE-t for every switch point, every curriculum strategy at every switch point,
+    and ``extra_paths`` (name -> path shorthand; curricula they name are the
+    strategies, or ``extra_curricula``: name -> curriculum settings)."""
+
+    experiment: str = "ltr-default"
+    folds: list[int] = field(default_factory=lambda: [1])
+    trees: int = 100
+    switch_points: list[int] = field(default_factory=lambda: [20, 40, 60, 80])
+    strategies: list[str] = field(default_factory=lambda: ["q_nrel", "q_bm25", "q_pagerank", "l_hrel", "random"])
+    baseline: bool = True
+    mse: bool = True
+    objectives: str = "python"
+    extra_paths: dict[str, str] = field(default_factory=lambda: {
+        "paced_root_n": "lambdamart@paced.*:40,lambdamart:60",
+        "blend_linear": "blend:100",
+        "mse_on_q_nrel": "mse@q_nrel:40,lambdamart:60",
+    })
+    extra_curricula: dict[str, dict[str, Any]] = field(default_factory=lambda: {
+        "paced": {"strategy": "q_nrel", "pacing": "root_n", "stages": 4, "delta": 0.25},
+    })
+    data: str = ""
+    difficulty: str = ""
+    log_models: bool = True
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    """MLflow: ``uri`` empty = ``sqlite:///<work_dir>/mlflow.db``; ``artifacts`` empty =
+    ``<work_dir>/mlartifacts``."""
+
+    uri: str = ""
+    artifacts: str = ""
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    """``ltr report``: output folder (empty = ``<work_dir>/report``), randomisation test."""
+
+    out: str = ""
+    permutations: int = 10000
+    seed: int = 0
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole resolved configuration of a run."""
 
@@ -120,6 +202,10 @@ class Config:
     metric: NdcgSpec = field(default_factory=NdcgSpec)
     difficulty: DifficultyConfig = field(default_factory=DifficultyConfig)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    grid: GridConfig = field(default_factory=GridConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict (the resolved config recorded with outputs)."""

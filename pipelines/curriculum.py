@@ -79,8 +79,11 @@ def shares_for(cfg: CurriculumConfig) -> np.ndarray:
 
 
 def build_curriculum(spark: SparkSession, data: str, difficulty: str, fold: int, cfg: CurriculumConfig,
-                     out: str) -> dict[str, Any]:
-    """Select the stages of fold ``fold``'s training queries; write ``out``; return the summary."""
+                     out: str, name: str = "", key: str = "") -> dict[str, Any]:
+    """Select the stages of fold ``fold``'s training queries; write ``out``; return the summary.
+
+    ``name``: what training paths call it (default: the strategy); ``key``: an
+    opaque version stamp recorded in the summary (the grid uses it to reuse it)."""
     t0 = time.perf_counter()
     shares = shares_for(cfg)
     ds = open_dataset(data)
@@ -115,6 +118,7 @@ def build_curriculum(spark: SparkSession, data: str, difficulty: str, fold: int,
     label_filter = list(cfg.hrel_labels) if cfg.strategy == "l_hrel" else None
     stages = _stage_summaries(spark, ds, fold, pdf, first, score, shares, label_filter, cfg)
     summary = {
+        "name": name or cfg.strategy, "key": key,
         "strategy": cfg.strategy, "fold": fold, "train_subsets": train_parts,
         "pacing": cfg.pacing or ("two_stage" if len(shares) == 2 else "none"),
         "fraction": cfg.fraction if not cfg.pacing else None,

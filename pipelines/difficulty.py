@@ -72,7 +72,7 @@ def run_difficulty(spark: SparkSession, data: str, out: str, cfg: DifficultyConf
     with atomic_output(out, SUMMARY) as tmp:
         scores = difficulty_scores(spark, ds, roles, spec)
         scores.write.mode("overwrite").parquet(tmp.uri)  # tmp is ours and still empty
-        written = spark.read.parquet(tmp.uri)
+        written = spark.read.parquet(f"{tmp.uri}/part-*")  # a glob: Spark warns on reading a hidden directory
         agg = written.agg(F.count("*").alias("queries"), F.sum("n_docs").alias("rows"),
                           F.avg("ndcg_bm25").alias("bm25"), F.avg("ndcg_pagerank").alias("pagerank"),
                           F.sum((F.col("n_rel") == 0).cast("int")).alias("no_rel")).first()

@@ -43,6 +43,7 @@ def session_properties(cfg: SparkConfig, master: str) -> dict[str, str]:
         "spark.sql.session.timeZone": "UTC",
         "spark.python.worker.reuse": "true",
         "spark.driver.memory": cfg.driver_memory,
+        "spark.sql.debug.maxToStringFields": "1000",  # plans with 136 feature columns, without warnings
     }
     if LOG4J_CONF.is_file():
         opt = f"-Dlog4j2.configurationFile={LOG4J_CONF.as_uri()}"

@@ -36,13 +36,22 @@ def test_strict_flag(spark, tmp_path, capsys):
     assert "malformed.txt:2: label is not an integer: token 'x'" in capsys.readouterr().err
 
 
-def test_run_generates_and_ingests(spark, tmp_path):
+def test_run_is_the_whole_pipeline(spark, tmp_path, capsys):
     work = tmp_path / "work"
-    assert main(["run", "--queries", "15", "--set", f"work_dir={work}"]) == 0
+    code = main(["run", "--queries", "20", "--set", f"work_dir={work}", "--set", "grid.trees=4",
+                 "--set", "grid.switch_points=[2]", "--set", "grid.strategies=[q_nrel]",
+                 "--set", "grid.extra_paths={}", "--set", "grid.extra_curricula={}", "--set", "grid.log_models=false",
+                 "--set", "train.leaves=4", "--set", "train.score_dist_trees=[2]", "--set", "report.permutations=100"])
+    assert code == 0
     manifest = json.loads((work / "dataset" / "_manifest.json").read_text())
-    assert manifest["queries"] == 15 and manifest["layout"] == "mslr_rotation"
+    assert manifest["queries"] == 20 and manifest["layout"] == "mslr_rotation"
     gen = json.loads((work / "letor" / "generate.json").read_text())
     assert manifest["rows"] == gen["rows"]
+    assert json.loads((work / "difficulty" / "_difficulty.json").read_text())["queries"] == 20
+    table1 = json.loads((work / "report" / "table1.json").read_text())
+    assert {r["label"] for r in table1} == {"LambdaMART", "MSE-2", "q_nrel-2"}
+    err = capsys.readouterr().err
+    assert "report.html" in err and f"mlflow ui --backend-store-uri sqlite:///{work}/mlflow.db" in err
 
 
 @pytest.mark.timeout(300)

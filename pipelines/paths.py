@@ -1,0 +1,193 @@
+"""Training paths: typed stages, their shorthand, and the prefix-sharing plan.
+
+A training path is a list of segments ``(objective, data, trees)``; segment
+``i+1`` continues from the model after segment ``i``, and the tree count is
+global (segment 2 starts at tree ``t``). Shorthand::
+
+    OBJ[@DATA]:TREES[,OBJ[@DATA]:TREES...]
+
+    mse:200,lambdamart:300                 the continuation method, MSE-200
+    lambdamart@q_bm25:200,lambdamart:300   curriculum: q_bm25's first stage, then all
+    lambdamart@q_bm25.*:300,lambdamart:200 every stage of a paced curriculum (300 trees split evenly)
+    xgb_mse:200,xgb_lambdamart:300         the same with XGBoost's built-in objectives
+
+``DATA`` is ``all`` (default) or ``NAME[.STAGE]`` where NAME is the strategy of
+a curriculum passed to ``ltr train --curriculum`` and STAGE its stage index
+(default 0) or ``*``.
+
+Paths that start alike share their common prefix (:func:`build_plan`): MSE-100,
+-200, -300 and -400 with T = 500 train one MSE run of 400 trees and continue
+each slice, 1,400 trees instead of 2,000.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+#: Objective name -> XGBoost objective for the built-in fast path, or None (Python).
+OBJECTIVES: dict[str, str | None] = {
+    "mse": None,
+    "lambdamart": None,
+    "ranknet": None,
+    "sigmoid_pairwise": None,
+    "stochastic_ndcg": None,
+    "blend": None,
+    "xgb_mse": "reg:squarederror",
+    "xgb_lambdamart": "rank:ndcg",
+    "xgb_ranknet": "rank:pairwise",
+}
+#: Objectives whose natural starting score is the mean label.
+REGRESSION = {"mse", "xgb_mse", "blend"}
+
+_SEGMENT = re.compile(r"(?P<obj>[a-z_]+)(?:@(?P<data>[A-Za-z0-9_]+(?:\.(?:\d+|\*))?))?:(?P<trees>\d+)")
+
+
+class PathError(ValueError):
+    """A training path that cannot be parsed or resolved."""
+
+
+@dataclass(frozen=True)
+class Segment:
+    """``trees`` trees with ``objective`` on ``data`` (``all`` or ``NAME.STAGE``)."""
+
+    objective: str
+    trees: int
+    data: str = "all"
+
+    @property
+    def builtin(self) -> str | None:
+        return OBJECTIVES[self.objective]
+
+    @property
+    def curriculum(self) -> str | None:
+        return None if self.data == "all" else self.data.split(".")[0]
+
+    @property
+    def stage(self) -> int | None:
+        return None if self.data == "all" else int(self.data.split(".")[1])
+
+    def shorthand(self) -> str:
+        return f"{self.objective}{'' if self.data == 'all' else '@' + self.data}:{self.trees}"
+
+
+@dataclass(frozen=True)
+class TrainingPath:
+    """A named list of segments."""
+
+    segments: tuple[Segment, ...]
+    name: str = ""
+
+    @property
+    def trees(self) -> int:
+        return sum(s.trees for s in self.segments)
+
+    def shorthand(self) -> str:
+        return ",".join(s.shorthand() for s in self.segments)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.shorthand()
+
+    def boundaries(self) -> list[int]:
+        """Global tree index at which each segment starts."""
+        out, t = [], 0
+        for s in self.segments:
+            out.append(t)
+            t += s.trees
+        return out
+
+
+def parse_path(text: str, name: str = "") -> TrainingPath:
+    """Parse the shorthand; errors name the segment and the expected form."""
+    segs = []
+    for raw in text.replace(" ", "").split(","):
+        m = _SEGMENT.fullmatch(raw)
+        if not m:
+            raise PathError(f"--path {text!r}: segment {raw!r} is not OBJECTIVE[@DATA]:TREES "
+                            "(e.g. mse:200, lambdamart@q_bm25:100)")
+        obj = m.group("obj")
+        if obj not in OBJECTIVES:
+            raise PathError(f"--path {text!r}: unknown objective {obj!r}; expected one of {', '.join(OBJECTIVES)}")
+        trees = int(m.group("trees"))
+        if trees < 1:
+            raise PathError(f"--path {text!r}: segment {raw!r} has no trees")
+        data = m.group("data") or "all"
+        if data != "all" and "." not in data:
+            data += ".0"
+        segs.append(Segment(obj, trees, data))
+    if not segs:
+        raise PathError("--path is empty")
+    return TrainingPath(tuple(segs), name)
+
+
+def resolve(path: TrainingPath, stages: dict[str, int]) -> TrainingPath:
+    """Check curriculum references against ``stages`` (name -> number of stages) and
+    expand ``NAME.*`` into one segment per stage (trees split evenly, the rest to the last)."""
+    out = []
+    for s in path.segments:
+        if s.data == "all":
+            out.append(s)
+            continue
+        name, st = s.data.split(".")
+        if name not in stages:
+            known = ", ".join(sorted(stages)) or "none; pass --curriculum DIR"
+            raise PathError(f"path {path.shorthand()!r}: no curriculum {name!r} (curricula: {known})")
+        n = stages[name]
+        if st == "*":
+            if s.trees < n:
+                raise PathError(f"path {path.shorthand()!r}: {s.shorthand()} has fewer trees than {name}'s {n} stages")
+            base, extra = divmod(s.trees, n)
+            out += [Segment(s.objective, base + (extra if i == n - 1 else 0), f"{name}.{i}") for i in range(n)]
+        else:
+            if int(st) >= n:
+                raise PathError(f"path {path.shorthand()!r}: {name} has stages 0..{n - 1}, not {st}")
+            out.append(s)
+    return TrainingPath(tuple(out), path.name)
+
+
+# ------------------------------------------------------------------- plan
+@dataclass
+class PlanNode:
+    """One training run of ``length`` trees shared by several paths.
+
+    After ``l`` trees (for each ``l`` in ``stops``) the paths listed in
+    ``ends[l]`` are complete and ``children[l]`` continue from that state.
+    """
+
+    objective: str
+    data: str
+    length: int
+    stops: list[int] = field(default_factory=list)
+    ends: dict[int, list[str]] = field(default_factory=dict)
+    children: dict[int, list[PlanNode]] = field(default_factory=dict)
+
+
+def build_plan(paths: list[TrainingPath]) -> list[PlanNode]:
+    """A forest of runs in which paths with a common prefix share it (see module docstring)."""
+    labels = [p.label for p in paths]
+    dup = {x for x in labels if labels.count(x) > 1}
+    if dup:
+        raise PathError(f"training paths must have distinct names; repeated: {sorted(dup)}")
+    return _build([(p.label, p.segments) for p in paths])
+
+
+def _build(items: list[tuple[str, tuple[Segment, ...]]]) -> list[PlanNode]:
+    groups: dict[tuple[str, str], list[tuple[str, tuple[Segment, ...]]]] = {}
+    for name, segs in items:
+        groups.setdefault((segs[0].objective, segs[0].data), []).append((name, segs))
+    nodes = []
+    for (obj, data), members in groups.items():
+        stops = sorted({segs[0].trees for _, segs in members})
+        node = PlanNode(obj, data, stops[-1], stops)
+        for stop in stops:
+            here = [(n, segs[1:]) for n, segs in members if segs[0].trees == stop]
+            node.ends[stop] = [n for n, rest in here if not rest]
+            node.children[stop] = _build([(n, rest) for n, rest in here if rest])
+        nodes.append(node)
+    return nodes
+
+
+def plan_trees(nodes: list[PlanNode]) -> int:
+    """Trees the plan builds (shared prefixes counted once)."""
+    return sum(n.length + sum(plan_trees(c) for c in n.children.values()) for n in nodes)

@@ -1,0 +1,165 @@
+"""MLflow tracking: one parent run per grid, one child run per (fold, strategy, switch point).
+
+* The tracking URI comes from config; by default a SQLite store in the work
+  directory (``sqlite:///<work_dir>/mlflow.db``) with artifacts next to it, so
+  ``mlflow ui --backend-store-uri sqlite:///<work_dir>/mlflow.db`` shows
+  everything with no server.
+* Children log params (resolved path, hyperparameters, fold, data fingerprint,
+  metric conventions), the NDCG@k curves as metric history (step = number of
+  trees; names like ``ndcg_at_10_test``: MLflow rejects ``@``), final metrics,
+  the model (``mlflow.xgboost``), the input dataset, per-query test NDCG, score
+  distributions and a plot. Tags make strategy, switch point and fold filterable.
+* Resumable: the parent is found again by a hash of the grid's resolved config
+  and data fingerprint; a child whose key (hash of its resolved config) has a
+  FINISHED run is skipped, one left RUNNING by a crash is marked FAILED and
+  trained again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+TAG_KIND = "ltr.kind"
+TAG_GRID_KEY = "ltr.grid_key"
+TAG_CHILD_KEY = "ltr.child_key"
+TAG_PARENT = "mlflow.parentRunId"
+TAG_STRATEGY = "ltr.strategy"
+TAG_SWITCH = "ltr.switch_point"
+TAG_FOLD = "ltr.fold"
+TAG_PATH = "ltr.path"
+
+
+def config_hash(doc: Any) -> str:
+    """Stable short hash of a JSON-able document (sorted keys)."""
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def default_uri(work_dir: str) -> str:
+    return f"sqlite:///{os.path.abspath(os.path.join(work_dir, 'mlflow.db'))}"
+
+
+@dataclass
+class Tracker:
+    """A thin wrapper around ``MlflowClient`` for one experiment."""
+
+    uri: str
+    experiment: str
+    artifact_root: str
+
+    def __post_init__(self) -> None:
+        import mlflow
+        from mlflow.tracking import MlflowClient
+
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+        mlflow.set_tracking_uri(self.uri)
+        self.client = MlflowClient(self.uri)
+        exp = self.client.get_experiment_by_name(self.experiment)
+        if exp is None:
+            os.makedirs(self.artifact_root, exist_ok=True) if "://" not in self.artifact_root else None
+            loc = self.artifact_root if "://" in self.artifact_root else f"file://{os.path.abspath(self.artifact_root)}"
+            self.experiment_id = self.client.create_experiment(self.experiment, artifact_location=loc)
+        else:
+            self.experiment_id = exp.experiment_id
+
+    # -- runs -----------------------------------------------------------
+    def find_or_create_parent(self, grid_key: str, name: str, params: dict[str, Any]) -> tuple[str, bool]:
+        """The parent run of this grid (resumed if one with the same key exists)."""
+        runs = self.client.search_runs([self.experiment_id], filter_string=f"tags.`{TAG_GRID_KEY}` = '{grid_key}'",
+                                       order_by=["attributes.start_time DESC"], max_results=1)
+        if runs:
+            run_id = runs[0].info.run_id
+            self.client.update_run(run_id, status="RUNNING")
+            return run_id, True
+        run = self.client.create_run(self.experiment_id, run_name=name,
+                                     tags={TAG_KIND: "grid", TAG_GRID_KEY: grid_key})
+        self.log_params(run.info.run_id, params)
+        return run.info.run_id, False
+
+    def children(self, parent_id: str) -> list[Any]:
+        return self.client.search_runs([self.experiment_id], filter_string=f"tags.`{TAG_PARENT}` = '{parent_id}'",
+                                       max_results=50000)
+
+    def resume_state(self, parent_id: str) -> dict[str, str]:
+        """child key -> run id of FINISHED children; RUNNING ones (a crash) are marked FAILED."""
+        done: dict[str, str] = {}
+        for r in self.children(parent_id):
+            key = r.data.tags.get(TAG_CHILD_KEY)
+            if r.info.status == "FINISHED" and key:
+                done[key] = r.info.run_id
+            elif r.info.status == "RUNNING":
+                log.warning("child run %s (%s) was left RUNNING: marking it FAILED and training it again",
+                            r.info.run_id, r.data.tags.get("mlflow.runName"))
+                self.client.set_terminated(r.info.run_id, status="FAILED")
+        return done
+
+    def log_params(self, run_id: str, params: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, str(v)[:6000]) for k, v in sorted(params.items())]
+        for i in range(0, len(items), 100):
+            self.client.log_batch(run_id, params=items[i:i + 100])
+
+    def log_history(self, run_id: str, key: str, steps: list[int], values: list[float]) -> None:
+        """A metric history (one value per step) in batches of 1000."""
+        from mlflow.entities import Metric
+
+        ts = int(time.time() * 1000)
+        ms = [Metric(key, float(v), ts, int(s)) for s, v in zip(steps, values, strict=True)]
+        for i in range(0, len(ms), 1000):
+            self.client.log_batch(run_id, metrics=ms[i:i + 1000])
+
+    def log_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        ts = int(time.time() * 1000)
+        self.client.log_batch(run_id, metrics=[Metric(k, float(v), ts, 0) for k, v in metrics.items()])
+
+    def log_text(self, run_id: str, text: str | bytes, name: str, folder: str | None = None) -> None:
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, name)
+            with open(path, "wb") as f:
+                f.write(text.encode() if isinstance(text, str) else text)
+            self.client.log_artifact(run_id, path, folder)
+
+    def log_dataset(self, run_id: str, path: str, name: str, fingerprint: str, context: str) -> None:
+        from mlflow.data.dataset_source_registry import resolve_dataset_source
+        from mlflow.data.meta_dataset import MetaDataset
+        from mlflow.entities import DatasetInput, InputTag
+
+        with warnings.catch_warnings():  # "can be interpreted in multiple ways": both are the local source
+            warnings.simplefilter("ignore", UserWarning)
+            source = resolve_dataset_source(path)
+        ds = MetaDataset(source, name=name, digest=fingerprint.split(":")[-1][:16])
+        self.client.log_inputs(run_id, [DatasetInput(ds._to_mlflow_entity(), [InputTag("mlflow.data.context",
+                                                                                          context)])])
+
+    def log_model(self, run_id: str, model_json: bytes) -> None:
+        import mlflow
+        import xgboost as xgb
+
+        booster = xgb.Booster(model_file=bytearray(model_json))
+        with mlflow.start_run(run_id=run_id, nested=True):
+            mlflow.xgboost.log_model(booster, name="model", model_format="json",
+                                     pip_requirements=[f"xgboost=={xgb.__version__}"])
+        self.client.update_run(run_id, status="RUNNING")  # end_run above marked it FINISHED
+
+    def finish(self, run_id: str, status: str = "FINISHED") -> None:
+        self.client.set_terminated(run_id, status=status)
+
+
+def png_bytes(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return buf.getvalue()

@@ -1,0 +1,180 @@
+"""Grids tracked in MLflow (runs, links, histories, resume) and the report (numbers checked)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from pipelines.config import load_config
+from pipelines.grid import grid_children, run_grid
+from pipelines.report import (
+    Record,
+    build_report,
+    kl_divergence,
+    paired_differences,
+    randomization_test,
+    table1,
+    table2,
+)
+from pipelines.tracking import TAG_FOLD, TAG_PARENT, TAG_STRATEGY, TAG_SWITCH, Tracker
+
+T = 6
+
+
+def _cfg(tmp_path, **extra):
+    over = [f"work_dir={tmp_path / 'work'}", "grid.experiment=test-grid", "grid.folds=[1,2]", f"grid.trees={T}",
+            "grid.switch_points=[2,4]", "grid.strategies=[q_nrel,random]", "grid.extra_paths={blend: 'blend:6'}",
+            "grid.extra_curricula={}", "grid.log_models=false", "train.leaves=4", "train.max_bin=32",
+            "train.score_dist_trees=[2]", "train.blend_at=3", "train.blend_width=2", "report.permutations=2000"]
+    over += [f"{k}={v}" for k, v in extra.items()]
+    return load_config(None, over)
+
+
+def test_children_of_a_fold(tmp_path):
+    kids = grid_children(_cfg(tmp_path), 1)
+    assert [(c.strategy, c.switch, c.path.shorthand()) for c in kids] == [
+        ("lambdamart", None, "lambdamart:6"),
+        ("mse", 2, "mse:2,lambdamart:4"), ("mse", 4, "mse:4,lambdamart:2"),
+        ("q_nrel", 2, "lambdamart@q_nrel.0:2,lambdamart:4"), ("q_nrel", 4, "lambdamart@q_nrel.0:4,lambdamart:2"),
+        ("random", 2, "lambdamart@random.0:2,lambdamart:4"), ("random", 4, "lambdamart@random.0:4,lambdamart:2"),
+        ("blend", None, "blend:6")]
+    bad = _cfg(tmp_path, **{"grid.switch_points": "[0, 6]"})
+    with pytest.raises(ValueError, match=r"grid.switch_points must lie strictly between 0 and grid.trees=6"):
+        grid_children(bad, 1)
+
+
+@pytest.fixture(scope="module")
+def grid_run(spark, small_dataset, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("grid")
+    cfg = _cfg(tmp)
+    summary = run_grid(spark, cfg, data=small_dataset)
+    tracker = Tracker(summary["tracking_uri"], cfg.grid.experiment, os.path.join(cfg.work_dir, "mlartifacts"))
+    return cfg, summary, tracker
+
+
+def test_runs_links_and_histories(grid_run):
+    cfg, summary, tracker = grid_run
+    assert summary["trained"] == 16 and summary["skipped"] == 0
+    kids = tracker.children(summary["parent_run_id"])
+    assert len(kids) == 16 and all(k.info.status == "FINISHED" for k in kids)
+    assert all(k.data.tags[TAG_PARENT] == summary["parent_run_id"] for k in kids)
+    assert sorted({k.data.tags[TAG_FOLD] for k in kids}) == ["1", "2"]
+    assert sorted(k.data.tags[TAG_SWITCH] for k in kids if k.data.tags[TAG_STRATEGY] == "mse") == ["2", "2", "4", "4"]
+    run = kids[0]
+    for split in ("vali", "test"):
+        hist = tracker.client.get_metric_history(run.info.run_id, f"ndcg_at_10_{split}")
+        assert sorted(m.step for m in hist) == list(range(1, T + 1))
+    assert run.data.params["data_fingerprint"].startswith("sha256:")
+    assert "NDCG@10: gain 2^label-1" in run.data.params["metric"]
+    assert run.inputs.dataset_inputs and run.inputs.dataset_inputs[0].dataset.digest
+    arts = {a.path for a in tracker.client.list_artifacts(run.info.run_id)}
+    assert {"per_query_test.json", "training.json", "curve.png"} <= arts
+    final = run.data.metrics["final_ndcg_at_10_test"]
+    hist = sorted(tracker.client.get_metric_history(run.info.run_id, "ndcg_at_10_test"), key=lambda m: m.step)
+    assert hist[-1].value == final
+    # the per-query NDCG logged is the final metric, query by query
+    perq = json.loads(open(tracker.client.download_artifacts(run.info.run_id, "per_query_test.json",
+                                                             str(tracker.artifact_root))).read())
+    assert np.mean(perq["ndcg_at_10"]) == pytest.approx(final, abs=1e-12)
+
+
+def test_resume_skips_finished_and_redoes_crashed(spark, small_dataset, grid_run):
+    cfg, summary, tracker = grid_run
+    kids = tracker.children(summary["parent_run_id"])
+    victim = next(k for k in kids if k.data.tags[TAG_STRATEGY] == "q_nrel")
+    tracker.client.update_run(victim.info.run_id, status="RUNNING")  # as if killed while logging it
+    again = run_grid(spark, cfg, data=small_dataset)
+    assert again["parent_run_id"] == summary["parent_run_id"] and again["resumed"]
+    assert (again["trained"], again["skipped"]) == (1, 15)
+    kids = tracker.children(summary["parent_run_id"])
+    assert tracker.client.get_run(victim.info.run_id).info.status == "FAILED"
+    assert sum(k.info.status == "FINISHED" for k in kids) == 16
+    third = run_grid(spark, cfg, data=small_dataset)
+    assert (third["trained"], third["skipped"]) == (0, 16)
+
+
+def test_report_from_the_grid(grid_run, small_dataset, tmp_path):
+    from pipelines.dataset import open_dataset
+
+    cfg, summary, tracker = grid_run
+    splits = open_dataset(small_dataset).manifest["splits"]
+    r = build_report(tracker, str(tmp_path / "report"), summary["parent_run_id"], n_perm=500)
+    names = {row["label"] for row in r["table1"]}
+    assert {"LambdaMART", "MSE-2", "MSE-4", "q_nrel-2", "random-4", "blend"} <= names
+    base = next(row for row in r["table1"] if row["label"] == "LambdaMART")
+    assert base["folds"] == 2 and base["t_p"] is None
+    mse2 = next(row for row in r["table1"] if row["label"] == "MSE-2")
+    # paired over every test query of folds 1 and 2
+    assert mse2["queries"] == splits["1"]["test"]["queries"] + splits["2"]["test"]["queries"]
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "Table 1" in md and "Table 2" in md and "fingerprint `sha256:" in md and "ties: input" in md
+    for name in ("report.html", "figure1.png", "figure2.png", "table1.json"):
+        assert (tmp_path / "report" / name).stat().st_size > 0
+    logged = {a.path for a in tracker.client.list_artifacts(summary["parent_run_id"], "report")}
+    assert "report/report.md" in logged and "report/figure1.png" in logged
+
+
+# ------------------------------------------------------------ report numbers
+def _rec(fold, strategy, switch, test, perq, dists=()):
+    steps = list(range(1, len(test) + 1))
+    return Record(fold=fold, strategy=strategy, switch=switch, steps=steps, test=list(test),
+                  per_query=dict(perq), score_dists=list(dists))
+
+
+def test_table1_numbers():
+    base = [_rec(1, "lambdamart", None, [0.4, 0.5], {1: 0.5, 2: 0.4, 3: 0.6}),
+            _rec(2, "lambdamart", None, [0.5, 0.6], {4: 0.6, 5: 0.5})]
+    mse = [_rec(1, "mse", 1, [0.45, 0.55], {1: 0.6, 2: 0.5, 3: 0.6}),
+           _rec(2, "mse", 1, [0.55, 0.7], {4: 0.8, 5: 0.6})]
+    rows = {r["label"]: r for r in table1(base + mse, n_perm=4000, seed=1)}
+    b, m = rows["LambdaMART"], rows["MSE-1"]
+    assert b["mean"] == pytest.approx(0.55) and b["std"] == pytest.approx(math.sqrt(0.005))
+    assert m["mean"] == pytest.approx(0.625) and m["std"] == pytest.approx(np.std([0.55, 0.7], ddof=1))
+    d = np.array([0.1, 0.1, 0.0, 0.2, 0.1])  # per query, folds pooled
+    np.testing.assert_allclose(np.sort(paired_differences(mse, base)), np.sort(d))
+    assert m["delta"] == pytest.approx(d.mean()) and m["queries"] == 5
+    assert m["t_p"] == pytest.approx(stats.ttest_rel(d + 0.5, np.full(5, 0.5)).pvalue)
+    # exact sign-flip p-value: 2 of the 2^4 sign patterns of the non-zero differences reach |mean| >= 0.1
+    assert m["perm_p"] == pytest.approx(2 / 16, abs=0.02)
+
+
+def test_randomization_test_extremes():
+    assert randomization_test(np.zeros(5)) == 1.0
+    p = randomization_test(np.ones(12), n_perm=5000, seed=3)
+    assert p == pytest.approx((2 / 4096 * 5000 + 1) / 5001, abs=0.002)
+
+
+def test_table2_and_kl():
+    base = [_rec(1, "lambdamart", None, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], {})]
+    mse = [_rec(1, "mse", 2, [0.25, 0.35, 0.45, 0.5, 0.55, 0.58], {}),
+           _rec(1, "mse", 4, [0.2, 0.3, 0.4, 0.45, 0.5, 0.52], {})]
+    t2 = table2(base + mse, [1, 2, 3])
+    assert t2["mse"] == "MSE-2"  # best final NDCG
+    # MSE-2 reaches 0.25 / 0.35 / 0.45 at 1 / 2 / 3 trees; LambdaMART needs 3 / 4 / 5 trees
+    assert [(r["size"], r["baseline_trees"], r["ratio"]) for r in t2["rows"]] == [(1, 3, 3.0), (2, 4, 2.0),
+                                                                                 (3, 5, 5 / 3)]
+    p, q = [3, 1, 0], [1, 1, 2]
+    pp, qq = np.array([3.5, 1.5, 0.5]) / 5.5, np.array([1.5, 1.5, 2.5]) / 5.5
+    assert kl_divergence(p, q) == pytest.approx(float(np.sum(pp * np.log(pp / qq))))
+    assert kl_divergence(p, p) == 0.0
+
+
+def test_logged_model_loads_back(grid_run, tmp_path):
+    import mlflow
+    import xgboost as xgb
+
+    cfg, summary, tracker = grid_run
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(50, 3)).astype(np.float32), rng.normal(size=50)
+    booster = xgb.train({"max_depth": 2}, xgb.DMatrix(X, y), 3)
+    run = tracker.client.create_run(tracker.experiment_id, run_name="model-check")
+    tracker.log_model(run.info.run_id, bytes(booster.save_raw("json")))
+    tracker.finish(run.info.run_id)
+    assert tracker.client.get_run(run.info.run_id).info.status == "FINISHED"
+    loaded = mlflow.xgboost.load_model(f"runs:/{run.info.run_id}/model")
+    np.testing.assert_array_equal(loaded.predict(xgb.DMatrix(X)), booster.predict(xgb.DMatrix(X)))

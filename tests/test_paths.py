@@ -1,0 +1,51 @@
+"""Training paths: shorthand, resolution against curricula, and the prefix-sharing plan."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipelines.paths import PathError, Segment, build_plan, parse_path, plan_trees, resolve
+
+
+def test_parse_and_shorthand():
+    p = parse_path("mse:200, lambdamart:300")
+    assert p.segments == (Segment("mse", 200), Segment("lambdamart", 300))
+    assert p.trees == 500 and p.boundaries() == [0, 200] and p.shorthand() == "mse:200,lambdamart:300"
+    c = parse_path("lambdamart@q_bm25:200,lambdamart:300")
+    assert c.segments[0].data == "q_bm25.0" and c.segments[0].curriculum == "q_bm25" and c.segments[0].stage == 0
+    assert parse_path("xgb_mse:5").segments[0].builtin == "reg:squarederror"
+
+
+@pytest.mark.parametrize("text, msg", [
+    ("mse200", "segment 'mse200' is not OBJECTIVE"),
+    ("adaboost:10", "unknown objective 'adaboost'"),
+    ("mse:0", "segment 'mse:0' has no trees"),
+    ("", "segment '' is not OBJECTIVE"),
+])
+def test_parse_errors(text, msg):
+    with pytest.raises(PathError, match=msg):
+        parse_path(text)
+
+
+def test_resolve_curricula():
+    p = resolve(parse_path("lambdamart@q_bm25.*:10,lambdamart:5"), {"q_bm25": 3})
+    assert [s.shorthand() for s in p.segments] == ["lambdamart@q_bm25.0:3", "lambdamart@q_bm25.1:3",
+                                                   "lambdamart@q_bm25.2:4", "lambdamart:5"]
+    with pytest.raises(PathError, match=r"no curriculum 'q_nrel' \(curricula: q_bm25\)"):
+        resolve(parse_path("mse@q_nrel:5"), {"q_bm25": 2})
+    with pytest.raises(PathError, match="q_bm25 has stages 0..1, not 2"):
+        resolve(parse_path("mse@q_bm25.2:5"), {"q_bm25": 2})
+
+
+def test_switch_point_grid_shares_prefixes():
+    T = 500
+    paths = [parse_path(f"mse:{t},lambdamart:{T - t}", f"MSE-{t}") for t in (100, 200, 300, 400)]
+    nodes = build_plan(paths)
+    assert len(nodes) == 1 and nodes[0].length == 400 and nodes[0].stops == [100, 200, 300, 400]
+    assert plan_trees(nodes) == 400 + 400 + 300 + 200 + 100 == 1400  # instead of 4 x 500 = 2000
+    # with the baseline and a curriculum path, nothing else is shared
+    more = paths + [parse_path("lambdamart:500", "LambdaMART"),
+                    parse_path("lambdamart@q_bm25:100,lambdamart:400", "cl")]
+    assert plan_trees(build_plan(more)) == 1400 + 500 + 500
+    with pytest.raises(PathError, match="distinct names"):
+        build_plan([parse_path("mse:1", "a"), parse_path("mse:2", "a")])

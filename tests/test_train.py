@@ -1,0 +1,230 @@
+"""Training: the local loop (prefix property, prefix reuse, blend == MSE-t) and the distributed
+trainer on Spark (== single-node xgb.train, 2 workers == 1 worker, split-query guard, refusals)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xgboost as xgb
+from pyspark.sql import functions as F
+
+from pipelines.cli import main
+from pipelines.config import CurriculumConfig, IngestConfig, TrainConfig, load_dataset_spec
+from pipelines.curriculum import build_curriculum
+from pipelines.dataset import open_dataset
+from pipelines.ingest import ingest
+from pipelines.paths import build_plan, parse_path
+from pipelines.train import (
+    SPLIT_COL,
+    TrainError,
+    load_curricula,
+    make_settings,
+    resolve_workers,
+    train_distributed,
+    training_frame,
+)
+from pipelines.trainer import Settings, SplitData, WorkerData, train_plan
+from udfs import schema
+from udfs.metrics import NdcgSpec, ndcg
+from udfs.objectives import BlendSchedule
+
+PARAMS = {"tree_method": "hist", "grow_policy": "lossguide", "max_depth": 0, "max_leaves": 8, "eta": 0.1,
+          "max_bin": 64, "nthread": 1, "seed": 0}
+
+
+def _split(rng, n_queries: int, coarse: bool = True) -> SplitData:
+    sizes = rng.integers(1, 40, n_queries)
+    qid = np.repeat(np.arange(n_queries) + rng.integers(0, 10**6), sizes).astype(np.int32)
+    X = rng.integers(0, 10, size=(qid.size, 6)).astype(np.float32) / 2 if coarse else \
+        rng.normal(size=(qid.size, 6)).astype(np.float32)
+    y = np.clip(np.round(X[:, 0] / 2 + X[:, 1] / 3 + rng.normal(size=qid.size) - 1), 0, 4).astype(np.float32)
+    return SplitData(X, y, qid)
+
+
+@pytest.fixture(scope="module")
+def local_data() -> WorkerData:
+    rng = np.random.default_rng(0)
+    return WorkerData(_split(rng, 120), _split(rng, 40), _split(rng, 40))
+
+
+def _predict(model: bytes, X: np.ndarray, trees: int | None = None) -> np.ndarray:
+    b = xgb.Booster(model_file=bytearray(model))
+    return b.predict(xgb.DMatrix(X), output_margin=True, iteration_range=(0, trees or b.num_boosted_rounds()))
+
+
+def test_prefix_property_and_global_tree_count(local_data):
+    paths = [parse_path("mse:6,lambdamart:8", "cm"), parse_path("mse:6", "prefix")]
+    res, _ = train_plan(local_data, build_plan(paths), Settings(params=PARAMS))
+    cm, prefix = res["cm"], res["prefix"]
+    X = local_data.test.X
+    # the final model's first t trees give exactly the stage-1 model's predictions
+    assert np.array_equal(_predict(cm.model, X, 6), _predict(prefix.model, X))
+    assert cm.trees == list(range(1, 15)) and [r["first_tree"] for r in cm.runs] == [0, 6]
+    assert [r["objective"] for r in cm.runs] == ["mse", "lambdamart"]
+    # the curve is the project's NDCG of the model's predictions
+    t = local_data.test
+    assert cm.test[-1] == pytest.approx(ndcg(t.offsets, t.y, _predict(cm.model, X)).mean(), abs=1e-12)
+    assert cm.vali[5] == prefix.vali[-1]  # per-stage metrics kept apart, same at the switch point
+
+
+def test_prefix_reuse_gives_the_same_models_as_separate_training(local_data):
+    s = Settings(params=PARAMS)
+    grid = [parse_path(f"mse:{t},lambdamart:{12 - t}", f"MSE-{t}") for t in (3, 6, 9)]
+    together, _ = train_plan(local_data, build_plan(grid), s)
+    for p in grid:
+        alone, _ = train_plan(local_data, build_plan([p]), s)
+        assert np.array_equal(_predict(together[p.label].model, local_data.test.X),
+                              _predict(alone[p.label].model, local_data.test.X)), p.label
+        assert together[p.label].test == alone[p.label].test
+
+
+def test_blend_with_a_step_equals_mse_t(local_data):
+    s = Settings(params=PARAMS, blend=BlendSchedule("step", 5))
+    paths = [parse_path("blend:12", "blend"), parse_path("mse:5,lambdamart:7", "m")]
+    res, _ = train_plan(local_data, build_plan(paths), s)
+    np.testing.assert_allclose(_predict(res["blend"].model, local_data.test.X),
+                               _predict(res["m"].model, local_data.test.X), atol=1e-5)
+    np.testing.assert_allclose(res["blend"].test, res["m"].test, atol=1e-6)
+
+
+def test_python_objectives_equal_builtin(local_data):
+    res, timing = train_plan(local_data, build_plan([parse_path("mse:4,lambdamart:6", "py"),
+                                                     parse_path("xgb_mse:4,xgb_lambdamart:6", "xgb")]),
+                             Settings(params=PARAMS, score_dist_trees=(4,)))
+    np.testing.assert_allclose(res["py"].test, res["xgb"].test, atol=1e-6)
+    assert timing["trees"] == 20
+    d = res["py"].score_dists[0]
+    assert d["tree"] == 4 and d["labels"] == [0, 1, 2, 3, 4]
+    assert sum(map(sum, d["counts"])) == local_data.test.y.size
+
+
+@pytest.mark.parametrize("obj", ["ranknet", "sigmoid_pairwise", "stochastic_ndcg", "blend"])
+def test_every_objective_learns(local_data, obj):
+    res, _ = train_plan(local_data, build_plan([parse_path(f"{obj}:15", "p")]), Settings(params=PARAMS))
+    r = res["p"]
+    assert len(r.test) == 15 and np.all(np.isfinite(r.test))
+    assert max(r.vali) > r.vali[0] - 1e-9
+
+
+def test_eval_every(local_data):
+    res, _ = train_plan(local_data, build_plan([parse_path("mse:5,lambdamart:6", "p")]),
+                        Settings(params=PARAMS, eval_every=4))
+    assert res["p"].trees == [4, 5, 8, 11]  # every 4th tree, plus the switch point and the end
+
+
+# ------------------------------------------------------------ on Spark
+def _write_letor(path: Path, split: SplitData) -> None:
+    lines = []
+    for i in range(split.y.size):
+        feats = " ".join(f"{j + 1}:{v:g}" for j, v in enumerate(split.X[i]))
+        lines.append(f"{int(split.y[i])} qid:{split.qid[i]} {feats}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def coarse_dataset(spark, tmp_path_factory):
+    """One fold of coarse features (fewer distinct values than max_bin: exact quantile cuts)."""
+    rng = np.random.default_rng(5)
+    root = tmp_path_factory.mktemp("coarse")
+    splits = {"train": _split(rng, 160), "vali": _split(rng, 40), "test": _split(rng, 40)}
+    src = root / "src"
+    src.mkdir()
+    for name, sp in splits.items():
+        _write_letor(src / f"{name}.txt", sp)
+    ingest(spark, str(src), str(root / "ds"), load_dataset_spec("mslr"), IngestConfig(n_features=6))
+    return str(root / "ds"), splits
+
+
+def _local_twin(splits) -> WorkerData:
+    def sort(sp: SplitData) -> SplitData:
+        o = np.argsort(sp.qid, kind="stable")
+        return SplitData(sp.X[o], sp.y[o], sp.qid[o])
+    return WorkerData(sort(splits["train"]), sort(splits["vali"]), sort(splits["test"]))
+
+
+def _cfg(**kw) -> TrainConfig:
+    return TrainConfig(leaves=8, max_bin=64, eta=0.1, score_dist_trees=[3], **kw)
+
+
+def _train(spark, data, paths, workers, curricula=(), arrange=None, cfg=None):
+    ds = open_dataset(data)
+    cfg = cfg or _cfg(workers=workers, nthread=1)
+    curs = load_curricula(list(curricula), ds, 1)
+    settings = make_settings(cfg, NdcgSpec(), ds, 1)
+    df = training_frame(spark, ds, 1, curs)
+    kw = {} if arrange is None else {"arrange": arrange}
+    return train_distributed(spark, df, ds.n_features, [parse_path(p, p) for p in paths], settings, workers, curs,
+                             **kw)
+
+
+def test_two_workers_equal_single_node_xgb_train(spark, coarse_dataset):
+    data, splits = coarse_dataset
+    res, info = _train(spark, data, ["xgb_lambdamart:8"], workers=2)
+    assert info["workers"] == 2 and {t["rank"] for t in info["worker_timings"]} == {0, 1}
+    assert sum(t["rows"] for t in info["worker_timings"]) == splits["train"].y.size
+    twin = _local_twin(splits)
+    tr = twin.train
+    params = {**PARAMS, "objective": "rank:ndcg", "lambdarank_pair_method": "topk",
+              "lambdarank_num_pair_per_sample": 10, "base_score": 0.0}
+    single = xgb.train(params, xgb.QuantileDMatrix(tr.X, tr.y, qid=tr.qid, max_bin=64), 8)
+    te = twin.test
+    ours = _predict(res["xgb_lambdamart:8"].model, te.X)
+    np.testing.assert_allclose(ours, single.predict(xgb.DMatrix(te.X), output_margin=True), atol=1e-5)
+    assert abs(ndcg(te.offsets, te.y, ours).mean() - res["xgb_lambdamart:8"].test[-1]) < 1e-9
+
+
+def test_two_workers_equal_one_worker_with_python_objectives(spark, coarse_dataset):
+    data, splits = coarse_dataset
+    paths = ["mse:3,lambdamart:5"]
+    two, _ = _train(spark, data, paths, workers=2)
+    one, _ = _train(spark, data, paths, workers=1)
+    local, _ = train_plan(_local_twin(splits), build_plan([parse_path(p, p) for p in paths]),
+                          Settings(params=PARAMS, score_dist_trees=(3,)))
+    X = _local_twin(splits).test.X
+    for r in (one, local):
+        np.testing.assert_allclose(_predict(two[paths[0]].model, X), _predict(r[paths[0]].model, X), atol=1e-5)
+        np.testing.assert_allclose(two[paths[0]].test, r[paths[0]].test, atol=1e-6)
+
+
+def test_split_query_guard_fires(spark, coarse_dataset):
+    data, _ = coarse_dataset
+
+    def by_doc(df, n):  # a partitioning that cuts queries in pieces
+        return df.repartition(n, F.col(schema.DOC)).sortWithinPartitions(SPLIT_COL, schema.QID, schema.DOC)
+
+    with pytest.raises(Exception, match=r"SplitQueryError: query \d+ of the train split is on workers 0 and 1"):
+        _train(spark, data, ["xgb_mse:2"], workers=2, arrange=by_doc)
+
+
+def test_too_many_workers_refused(spark):
+    with pytest.raises(TrainError, match=r"--workers 3 needs 3 tasks running at once \(barrier mode\), "
+                                         r"but the session has 2 task slots"):
+        resolve_workers(spark, TrainConfig(workers=3))
+    assert resolve_workers(spark, TrainConfig()) == (1, 2)  # local: one worker with all the cores
+    assert resolve_workers(spark, TrainConfig(workers=2)) == (2, 1)
+
+
+def test_curriculum_paths(spark, small_dataset, small_difficulty, tmp_path):
+    cur = tmp_path / "c"
+    s = build_curriculum(spark, small_dataset, small_difficulty, 1, CurriculumConfig(strategy="l_hrel"), str(cur))
+    res, _ = _train(spark, small_dataset, ["lambdamart@l_hrel:3,lambdamart:3"], workers=2, curricula=[str(cur)])
+    runs = res["lambdamart@l_hrel:3,lambdamart:3"].runs
+    assert runs[0]["data"] == "l_hrel.0" and runs[1]["data"] == "all"
+    assert runs[0]["rows"] == s["stages"][0]["documents"]  # the label filter, as the curriculum counted it
+
+
+def test_ltr_train_cli(spark, coarse_dataset, tmp_path, capsys):
+    data, _ = coarse_dataset
+    out = tmp_path / "model"
+    assert main(["train", "--data", data, "--fold", "1", "--path", "mse:2,lambdamart:3", "--leaves", "8",
+                 "--out", str(out), "--set", "train.max_bin=64"]) == 0
+    summary = json.loads((out / "_train.json").read_text())
+    assert summary["path"] == "mse:2,lambdamart:3" and summary["trees"] == 5
+    curve = (out / "curve.csv").read_text().splitlines()
+    assert curve[0] == "tree,vali_ndcg_at_10,test_ndcg_at_10" and len(curve) == 6
+    assert xgb.Booster(model_file=str(out / "model.json")).num_boosted_rounds() == 5
+    assert main(["train", "--data", data, "--fold", "1", "--path", "mse200", "--out", str(tmp_path / "x")]) == 2
+    assert "segment 'mse200' is not OBJECTIVE[@DATA]:TREES" in capsys.readouterr().err
