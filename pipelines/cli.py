@@ -108,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--path", help="training path, e.g. mse:200,lambdamart:300 or lambdamart@q_bm25:200,lambdamart:300")
     p.add_argument("--curriculum", action="append", default=[], metavar="DIR",
                    help="curriculum written by `ltr curriculum` (repeatable; referenced by its strategy name)")
-    p.add_argument("--workers", type=int, help="barrier tasks (default: the session's task slots)")
+    p.add_argument("--workers", type=int, help="barrier tasks (default 0 = auto: one with all the cores "
+                   "on a local master, one per task slot on a cluster)")
     p.add_argument("--nthread", type=int, help="threads per worker (default: its share of the cores)")
     p.add_argument("--device", help="cpu (default) or cuda")
     p.add_argument("--eta", type=float, help="learning rate (0.05)")
