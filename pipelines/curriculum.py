@@ -22,14 +22,12 @@ Training joins it with the dataset; features are never copied.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -37,7 +35,7 @@ from pyspark.sql import functions as F
 from pipelines.config import ConfigError, CurriculumConfig
 from pipelines.dataset import DatasetError, load_split, open_dataset
 from pipelines.difficulty import SUMMARY as DIFFICULTY_SUMMARY
-from pipelines.storage import atomic_output
+from pipelines.storage import atomic_output, read_json
 from udfs import schema
 from udfs.curriculum import assign_first_stage, easiest_first, pacing_shares, stage_sizes, two_stage_shares
 from udfs.letor_chunks import to_uri
@@ -51,10 +49,8 @@ SCORE_OF = {"q_nrel": "n_rel", "q_bm25": "ndcg_bm25", "q_pagerank": "ndcg_pagera
 
 
 def _read_json(path: str, name: str) -> dict[str, Any]:
-    fs, p = pafs.FileSystem.from_uri(to_uri(path))
     try:
-        with fs.open_input_stream(f"{p}/{name}") as f:
-            return json.loads(f.read().decode())
+        return read_json(path, name)
     except FileNotFoundError:
         raise DatasetError(f"{path}: no {name}; is it the output of the right ltr step?") from None
 

@@ -10,15 +10,14 @@ rotation is stored as given, one subset per file.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow.fs as pafs
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from pipelines.storage import read_json
 from udfs import schema
 from udfs.letor_chunks import to_uri
 
@@ -80,14 +79,11 @@ class Dataset:
 
 def open_dataset(path: str) -> Dataset:
     """Read ``path/_manifest.json``; a directory without one is not (yet) a dataset."""
-    uri = to_uri(path)
-    fs, p = pafs.FileSystem.from_uri(uri)
     try:
-        with fs.open_input_stream(f"{p}/{MANIFEST}") as f:
-            manifest = json.loads(f.read().decode())
+        manifest = read_json(path, MANIFEST)
     except FileNotFoundError:
         raise DatasetError(f"{path} is not an ltr dataset (no {MANIFEST}); create it with `ltr ingest`") from None
-    return Dataset(path=uri, manifest=manifest)
+    return Dataset(path=to_uri(path), manifest=manifest)
 
 
 def load_split(spark: SparkSession, ds: Dataset, fold: int, split: str,

@@ -29,6 +29,7 @@ from pipelines.dataset import DatasetError, open_dataset
 from pipelines.difficulty import SUMMARY as DIFFICULTY_SUMMARY
 from pipelines.difficulty import run_difficulty
 from pipelines.paths import TrainingPath, parse_path, resolve
+from pipelines.storage import read_json
 from pipelines.tracking import (
     TAG_CHILD_KEY,
     TAG_FOLD,
@@ -242,9 +243,8 @@ def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | Non
 
 def _difficulty_matches(path: str, fingerprint: str) -> bool:
     try:
-        with open(os.path.join(path, DIFFICULTY_SUMMARY)) as f:
-            return json.load(f).get("dataset_fingerprint") == fingerprint
-    except (OSError, ValueError):
+        return read_json(path, DIFFICULTY_SUMMARY).get("dataset_fingerprint") == fingerprint
+    except (OSError, ValueError):  # missing or unreadable: compute it again
         return False
 
 

@@ -55,6 +55,13 @@ def _check_replaceable(fs: pafs.FileSystem, path: str, shown: str, marker: str) 
                           f"(no {marker}); choose another path or remove it")
 
 
+def read_json(path: str, name: str) -> Any:
+    """``path/name`` parsed as JSON (``path`` local or a URI); FileNotFoundError if it is missing."""
+    fs, p = pafs.FileSystem.from_uri(to_uri(path.rstrip("/")))
+    with fs.open_input_stream(f"{p}/{name}") as f:
+        return json.loads(f.read().decode())
+
+
 def delete_quietly(fs: pafs.FileSystem, path: str) -> None:
     """Remove a directory if it exists; log (do not raise) if that fails."""
     try:
