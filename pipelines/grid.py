@@ -44,9 +44,9 @@ from pipelines.tracking import (
 )
 from pipelines.train import (
     Curriculum,
-    _unwrap,
     make_settings,
     resolve_workers,
+    task_errors,
     train_distributed,
     training_frame,
 )
@@ -99,7 +99,7 @@ def grid_children(cfg: Config, fold: int) -> list[Child]:
 
 
 def _curricula_needed(children: list[Child]) -> set[str]:
-    return {s.curriculum for c in children for s in c.path.segments if s.curriculum}
+    return {n for c in children for n in c.path.curricula}
 
 
 def ensure_curricula(spark, cfg: Config, data: str, difficulty: str, fold: int, names: set[str]) -> list[Curriculum]:
@@ -159,12 +159,11 @@ class Progress:
 
 
 def _child_key(c: Child, cfg: Config, fingerprint: str, curricula: dict[str, Curriculum]) -> str:
-    used = sorted({s.curriculum for s in c.path.segments if s.curriculum})
     return config_hash({
         "path": c.path.shorthand(), "fold": c.fold, "strategy": c.strategy, "switch": c.switch,
         "train": {k: v for k, v in asdict(cfg.train).items() if k not in ("workers", "nthread", "path")},
         "metric": cfg.metric.to_dict(), "data": fingerprint,
-        "curricula": {n: curricula[n].summary.get("key") for n in used},
+        "curricula": {n: curricula[n].summary.get("key") for n in c.path.curricula},
     })
 
 
@@ -215,19 +214,12 @@ def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | Non
                 continue
             stages = {n: c.n_stages for n, c in curricula.items()}
             paths = [resolve(c.path, stages) for c, _ in todo]
-            used = sorted({s.curriculum for p in paths for s in p.segments if s.curriculum})
-            curs = [curricula[n] for n in used]
+            curs = [curricula[n] for n in sorted({n for p in paths for n in p.curricula})]
             df = training_frame(spark, ds, f, curs)
             progress = os.path.join(cfg.work_dir, f".progress-fold{f}.json")
             fold_settings = replace(settings, progress=progress)
-            with Progress(progress, f"fold {f}"):
-                try:
-                    results, info = train_distributed(spark, df, ds.n_features, paths, fold_settings, workers, curs)
-                except Exception as e:
-                    err = _unwrap(e)
-                    if err is e:
-                        raise
-                    raise err from None
+            with Progress(progress, f"fold {f}"), task_errors():
+                results, info = train_distributed(spark, df, ds.n_features, paths, fold_settings, workers, curs)
             for (c, key), p in zip(todo, paths, strict=True):
                 _log_child(tracker, parent, c, key, p, results[p.label], info, cfg, data, ds, curricula)
                 counts["trained"] += 1
@@ -255,13 +247,12 @@ def _log_child(tracker: Tracker, parent: str, c: Child, key: str, path: Training
         TAG_KIND: "child", TAG_PARENT: parent, TAG_CHILD_KEY: key, TAG_STRATEGY: c.strategy,
         TAG_SWITCH: "" if c.switch is None else str(c.switch), TAG_FOLD: str(c.fold), TAG_PATH: path.shorthand()})
     rid = run.info.run_id
-    used = sorted({s.curriculum for s in path.segments if s.curriculum})
     params = {"path": path.shorthand(), "fold": c.fold, "strategy": c.strategy, "switch_point": c.switch,
               "trees": path.trees, "data": data, "data_fingerprint": ds.fingerprint,
               "metric": cfg.metric.describe(), **{f"metric.{k}": v for k, v in cfg.metric.to_dict().items()},
               **{f"train.{k}": v for k, v in asdict(cfg.train).items() if k not in ("path",)},
               "workers": info["workers"], "nthread": info["nthread"]}
-    for n in used:
+    for n in path.curricula:
         s = curricula[n].summary
         params[f"curriculum.{n}"] = json.dumps({k: s.get(k) for k in ("strategy", "pacing", "fraction", "delta",
                                                                         "n_stages", "seed")}, sort_keys=True)

@@ -86,6 +86,11 @@ class TrainingPath:
         return ",".join(s.shorthand() for s in self.segments)
 
     @property
+    def curricula(self) -> list[str]:
+        """Names of the curricula the segments train on, sorted."""
+        return sorted({s.curriculum for s in self.segments if s.curriculum})
+
+    @property
     def label(self) -> str:
         return self.name or self.shorthand()
 

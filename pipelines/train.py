@@ -27,6 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -295,15 +296,19 @@ def train_distributed(spark: SparkSession, df: DataFrame, n_features: int, paths
     return results, info
 
 
-def _unwrap(e: Exception) -> Exception:
-    """Our own errors raised inside barrier tasks come back wrapped; recover their message."""
-    text = str(e)
-    for cls in (SplitQueryError, TrainError, DatasetError):
-        marker = f"{cls.__name__}: "
-        if marker in text:
-            msg = text.split(marker, 1)[1].splitlines()[0]
-            return cls(msg)
-    return e
+@contextmanager
+def task_errors() -> Iterator[None]:
+    """Re-raise our own errors that come back from barrier tasks wrapped (as PythonException)
+    as themselves, with their one-line message; anything else passes unchanged."""
+    try:
+        yield
+    except Exception as e:
+        text = str(e)
+        for cls in (SplitQueryError, TrainError, DatasetError):
+            marker = f"{cls.__name__}: "
+            if marker in text:
+                raise cls(text.split(marker, 1)[1].splitlines()[0]) from None
+        raise
 
 
 # ------------------------------------------------------------ the job
@@ -314,18 +319,12 @@ def run_train(spark: SparkSession, data: str, fold: int, path: str, curricula: l
     ds.subsets(fold, "train")
     curs = load_curricula(curricula, ds, fold)
     tp = resolve(parse_path(path), {c.name: c.n_stages for c in curs})
-    used = {s.curriculum for s in tp.segments if s.curriculum}
-    curs = [c for c in curs if c.name in used]
+    curs = [c for c in curs if c.name in tp.curricula]
     workers, nthread = resolve_workers(spark, cfg)
     settings = make_settings(cfg, metric, ds, nthread)
     df = training_frame(spark, ds, fold, curs)
-    try:
+    with task_errors():
         results, info = train_distributed(spark, df, ds.n_features, [tp], settings, workers, curs)
-    except Exception as e:  # errors raised in tasks come back as PythonException
-        err = _unwrap(e)
-        if err is e:
-            raise
-        raise err from None
     r = results[tp.label]
     summary = {
         "path": tp.shorthand(), "fold": fold, "trees": tp.trees, "dataset": data,
