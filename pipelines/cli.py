@@ -243,24 +243,16 @@ def cmd_grid(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tracker(cfg: Config, experiment: str | None = None):
-    import os
-
-    from pipelines.tracking import Tracker, default_uri
-
-    return Tracker(cfg.tracking.uri or default_uri(cfg.work_dir), experiment or cfg.grid.experiment,
-                   cfg.tracking.artifacts or os.path.join(cfg.work_dir, "mlartifacts"))
-
-
 def cmd_report(args: argparse.Namespace) -> int:
     import os
 
     from pipelines.report import build_report
+    from pipelines.tracking import Tracker
 
     cfg = resolve_config(args, {"out": "report.out"})
     out = cfg.report.out or os.path.join(cfg.work_dir, "report")
-    r = build_report(_tracker(cfg, args.experiment), out, args.run_id, cfg.metric.name, cfg.report.permutations,
-                     cfg.report.seed)
+    r = build_report(Tracker.for_config(cfg, args.experiment), out, args.run_id, cfg.metric.name,
+                     cfg.report.permutations, cfg.report.seed)
     log.info("report: %s", os.path.join(r["out"], "report.html"))
     return 0
 
@@ -274,6 +266,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from pipelines.grid import run_grid
     from pipelines.ingest import ingest
     from pipelines.report import build_report
+    from pipelines.tracking import Tracker
 
     cfg = resolve_config(args, {"queries": "generate.queries"})
     work = Path(cfg.work_dir)
@@ -297,7 +290,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     g = run_grid(spark, cfg, data=data)
     out = cfg.report.out or str(work / "report")
     log.info("[%d/%d] report -> %s", next(step), steps, out)
-    r = build_report(_tracker(cfg), out, g["parent_run_id"], cfg.metric.name, cfg.report.permutations,
+    r = build_report(Tracker.for_config(cfg), out, g["parent_run_id"], cfg.metric.name, cfg.report.permutations,
                      cfg.report.seed)
     uri = g["tracking_uri"]
     print(f"\nDone in {time.perf_counter() - t0:.0f} s.\n"

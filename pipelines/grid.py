@@ -31,6 +31,8 @@ from pipelines.difficulty import run_difficulty
 from pipelines.paths import TrainingPath, parse_path, resolve
 from pipelines.storage import read_json
 from pipelines.tracking import (
+    BASELINE,
+    MSE,
     TAG_CHILD_KEY,
     TAG_FOLD,
     TAG_KIND,
@@ -40,7 +42,8 @@ from pipelines.tracking import (
     TAG_SWITCH,
     Tracker,
     config_hash,
-    default_uri,
+    png_bytes,
+    pyplot,
 )
 from pipelines.train import (
     Curriculum,
@@ -54,9 +57,6 @@ from pipelines.trainer import PathResult
 from udfs.letor_chunks import to_uri
 
 log = logging.getLogger(__name__)
-
-BASELINE = "lambdamart"
-MSE = "mse"
 
 
 @dataclass(frozen=True)
@@ -181,8 +181,7 @@ def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | Non
         if not _difficulty_matches(difficulty, ds.fingerprint):
             log.info("computing difficulty scores -> %s", difficulty)
             run_difficulty(spark, data, difficulty, cfg.difficulty, cfg.metric)
-    tracker = Tracker(cfg.tracking.uri or default_uri(cfg.work_dir), cfg.grid.experiment,
-                      cfg.tracking.artifacts or os.path.join(cfg.work_dir, "mlartifacts"))
+    tracker = Tracker.for_config(cfg)
     grid_doc = {"grid": asdict(cfg.grid), "train": asdict(cfg.train), "metric": cfg.metric.to_dict(),
                 "curriculum": asdict(cfg.curriculum), "data": ds.fingerprint, "folds": folds}
     grid_doc["train"].pop("workers"), grid_doc["train"].pop("nthread")
@@ -273,13 +272,7 @@ def _log_child(tracker: Tracker, parent: str, c: Child, key: str, path: Training
 
 
 def _curve_png(title: str, r: PathResult, metric: str) -> bytes:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from pipelines.tracking import png_bytes
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(r.trees, r.vali, label="vali")
     ax.plot(r.trees, r.test, label="test")

@@ -29,18 +29,24 @@ import html
 import json
 import logging
 import os
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from pipelines.tracking import TAG_FOLD, TAG_KIND, TAG_STRATEGY, TAG_SWITCH, Tracker, png_bytes
+from pipelines.tracking import (
+    BASELINE,
+    MSE,
+    TAG_FOLD,
+    TAG_KIND,
+    TAG_STRATEGY,
+    TAG_SWITCH,
+    Tracker,
+    png_bytes,
+    pyplot,
+)
 
 log = logging.getLogger(__name__)
-
-BASELINE = "lambdamart"
-MSE = "mse"
 
 
 class ReportError(ValueError):
@@ -180,17 +186,8 @@ def table2(records: list[Record], sizes: list[int]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------ figures
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def figure1(records: list[Record], metric: str) -> bytes:
-    plt = _plt()
+    plt = pyplot()
     g = groups(records)
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for key in sorted(g, key=lambda k: (k[0] != BASELINE, k[1] or 0)):
@@ -210,7 +207,7 @@ def figure1(records: list[Record], metric: str) -> bytes:
 
 
 def figure2(records: list[Record], tree: int) -> tuple[bytes, dict[str, Any]]:
-    plt = _plt()
+    plt = pyplot()
     g = groups(records)
     mse_keys = sorted([k for k in g if k[0] == MSE and (k[1] or 0) >= tree], key=lambda k: k[1])
     if (BASELINE, None) not in g or not mse_keys:
@@ -256,9 +253,8 @@ def load_records(tracker: Tracker, parent: str, metric: str) -> list[Record]:
         hist = tracker.client.get_metric_history(r.info.run_id, f"{metric}_test")
         vh = tracker.client.get_metric_history(r.info.run_id, f"{metric}_vali")
         hist = sorted(hist, key=lambda m: m.step)
-        with tempfile.TemporaryDirectory() as d:
-            perq = json.load(open(tracker.client.download_artifacts(r.info.run_id, "per_query_test.json", d)))
-            training = json.load(open(tracker.client.download_artifacts(r.info.run_id, "training.json", d)))
+        perq = tracker.load_json(r.info.run_id, "per_query_test.json")
+        training = tracker.load_json(r.info.run_id, "training.json")
         sw = r.data.tags.get(TAG_SWITCH, "")
         out.append(Record(fold=int(r.data.tags[TAG_FOLD]), strategy=r.data.tags[TAG_STRATEGY],
                           switch=int(sw) if sw else None, steps=[m.step for m in hist],

@@ -39,6 +39,10 @@ TAG_SWITCH = "ltr.switch_point"
 TAG_FOLD = "ltr.fold"
 TAG_PATH = "ltr.path"
 
+#: ``ltr.strategy`` of the baseline (LambdaMART, T trees) and of MSE-t children.
+BASELINE = "lambdamart"
+MSE = "mse"
+
 
 def config_hash(doc: Any) -> str:
     """Stable short hash of a JSON-able document (sorted keys)."""
@@ -72,6 +76,13 @@ class Tracker:
             self.experiment_id = self.client.create_experiment(self.experiment, artifact_location=loc)
         else:
             self.experiment_id = exp.experiment_id
+
+    @classmethod
+    def for_config(cls, cfg: Any, experiment: str | None = None) -> Tracker:
+        """The tracker of a resolved :class:`~pipelines.config.Config` (defaults under its work_dir);
+        ``experiment`` defaults to ``grid.experiment``."""
+        return cls(cfg.tracking.uri or default_uri(cfg.work_dir), experiment or cfg.grid.experiment,
+                   cfg.tracking.artifacts or os.path.join(cfg.work_dir, "mlartifacts"))
 
     # -- runs -----------------------------------------------------------
     def find_or_create_parent(self, grid_key: str, name: str, params: dict[str, Any]) -> tuple[str, bool]:
@@ -157,6 +168,21 @@ class Tracker:
 
     def finish(self, run_id: str, status: str = "FINISHED") -> None:
         self.client.set_terminated(run_id, status=status)
+
+    def load_json(self, run_id: str, name: str) -> Any:
+        """A JSON artifact of a run (as written by :meth:`log_text`)."""
+        with tempfile.TemporaryDirectory() as d, open(self.client.download_artifacts(run_id, name, d)) as f:
+            return json.load(f)
+
+
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def png_bytes(fig: Any) -> bytes:
