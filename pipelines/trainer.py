@@ -35,7 +35,7 @@ import numba
 import numpy as np
 import xgboost as xgb
 
-from pipelines.paths import OBJECTIVES, REGRESSION, PlanNode
+from pipelines.paths import OBJECTIVES, REGRESSION, PlanNode, plan_trees
 from udfs.metrics import NdcgSpec, inverse_idcg, ndcg_fast, offsets_from_qids
 from udfs.objectives import (
     BlendSchedule,
@@ -96,7 +96,6 @@ def openmp_threads(n: int) -> list[str]:
     and the environment for any loaded later.
     """
     import ctypes
-    import os
 
     os.environ["OMP_NUM_THREADS"] = str(n)
     done = []
@@ -269,10 +268,9 @@ class _Trainer:
             numba.set_num_threads(max(1, min(int(nthread), numba.config.NUMBA_NUM_THREADS)))
         # Eval margins are accumulated here, one new tree at a time (udfs.trees): no eval DMatrix.
         self.evals = {name: sp for name, sp in (("vali", data.vali), ("test", data.test)) if sp is not None}
-        self.inv_idcg = {name: inverse_idcg(sp.offsets, sp.y, settings.metric)
-                         for name, sp in (("vali", data.vali), ("test", data.test)) if sp is not None}
+        self.inv_idcg = {name: inverse_idcg(sp.offsets, sp.y, settings.metric) for name, sp in self.evals.items()}
         self.n_queries = {name: float(comm.allreduce(np.array([sp.n_queries], np.float64), "sum")[0])
-                          for name, sp in (("vali", data.vali), ("test", data.test)) if sp is not None}
+                          for name, sp in self.evals.items()}
         self.timing = {"dmatrix": time.perf_counter() - t0, "objective": 0.0, "boost": 0.0, "eval": 0.0,
                        "trees": 0}
         self.results: dict[str, PathResult] = {}
@@ -294,7 +292,7 @@ class _Trainer:
             raise ValueError(f"train.base_margin must be auto, zero, mean or a number, got {mode!r}") from None
 
     def mean_ndcg(self, name: str, margins: np.ndarray) -> float:
-        sp = self.data.vali if name == "vali" else self.data.test
+        sp = self.evals[name]
         local = float(ndcg_fast(sp.offsets, sp.y, margins, self.s.metric, self.inv_idcg[name]).sum())
         total = self.comm.allreduce(np.array([local]), "sum")[0]
         return float(total / self.n_queries[name]) if self.n_queries[name] else float("nan")
@@ -336,8 +334,6 @@ class _Trainer:
                 pass
 
     def run(self, nodes: list[PlanNode]) -> dict[str, PathResult]:
-        from pipelines.paths import plan_trees
-
         self.total_trees = plan_trees(nodes)
         tr = self.data.train
         for node in nodes:
@@ -354,9 +350,10 @@ class _Trainer:
         s, tr = self.s, self.data.train
         rows = self.data.rows(node.data)
         if rows is None:
-            dtrain, y, qid = self.dfull, tr.y, tr.qid
+            dtrain, y, offsets = self.dfull, tr.y, tr.offsets
         else:
             y, qid = tr.y[rows], tr.qid[rows]
+            offsets = offsets_from_qids(qid)
             dtrain = xgb.QuantileDMatrix(tr.X[rows], label=y, qid=qid, ref=self.dfull,
                                          max_bin=s.params.get("max_bin", 256), nthread=s.params.get("nthread", 0))
         dtrain.set_base_margin(st.train if rows is None else st.train[rows])
@@ -364,8 +361,8 @@ class _Trainer:
         params = booster_params(s, node.objective)
         booster = xgb.Booster(params, [dtrain])
         builtin = OBJECTIVES[node.objective] is not None
-        obj = None if builtin else python_objective(node.objective, s, y, offsets_from_qids(qid), st.tree,
-                                                    node.length, self.comm.rank)
+        obj = None if builtin else python_objective(node.objective, s, y, offsets, st.tree, node.length,
+                                                    self.comm.rank)
         curve, dists = list(st.curve), list(st.dists)
         total_rows = self.comm.allreduce(np.array([float(dtrain.num_row())]), "sum")[0]
         run_info = {"objective": node.objective, "data": node.data, "first_tree": st.tree,

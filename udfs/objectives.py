@@ -154,7 +154,12 @@ def _run_pairwise(margins, labels, offsets, rank_scores, *, k, exp_gain, delta_m
     off = _check_offsets(offsets, s.size)
     if k < 1:
         raise ValueError(f"k (top-k pairs) must be >= 1, got {k}")
-    inv = pair_inverse_idcg(y, off, k, exp_gain) if inv_idcg is None else inv_idcg
+    if inv_idcg is not None:
+        inv = inv_idcg
+    elif delta_mode == 0:
+        inv = pair_inverse_idcg(y, off, k, exp_gain)
+    else:  # constant pair weights: the kernel never reads IDCG (it cost a full sort per call)
+        inv = np.zeros(off.size - 1)
     grad = np.zeros(s.size, dtype=np.float32)
     hess = np.zeros(s.size, dtype=np.float32)
     _pairwise_kernel(off, y, s, np.ascontiguousarray(rank_scores, dtype=np.float32),
