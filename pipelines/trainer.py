@@ -260,12 +260,12 @@ class _Trainer:
         self.data, self.s, self.comm = data, settings, comm
         nthread = settings.params.get("nthread", 0)
         tr = data.train
+        if nthread:  # before any XGBoost work: the quantile sketch below is multithreaded too
+            openmp_threads(int(nthread))
+            numba.set_num_threads(max(1, min(int(nthread), numba.config.NUMBA_NUM_THREADS)))
         t0 = time.perf_counter()
         self.dfull = xgb.QuantileDMatrix(tr.X, label=tr.y, qid=tr.qid, max_bin=settings.params.get("max_bin", 256),
                                          nthread=nthread)
-        if nthread:
-            openmp_threads(int(nthread))
-            numba.set_num_threads(max(1, min(int(nthread), numba.config.NUMBA_NUM_THREADS)))
         # Eval margins are accumulated here, one new tree at a time (udfs.trees): no eval DMatrix.
         self.evals = {name: sp for name, sp in (("vali", data.vali), ("test", data.test)) if sp is not None}
         self.inv_idcg = {name: inverse_idcg(sp.offsets, sp.y, settings.metric) for name, sp in self.evals.items()}
