@@ -8,17 +8,19 @@ once and reused. Parameters: 64 leaves (lossguide), eta 0.05, 256 bins, NDCG@10.
 
 Per-tree cost (median of the per-tree times over ``--trees`` trees):
 
-* ``xgb_train_rank_ndcg``: in-process ``xgb.train`` with ``rank:ndcg`` (top-10
-  pairs), all cores as threads, on a prebuilt QuantileDMatrix: the reference;
-* ``ltr_builtin``: the distributed trainer (one Spark barrier task per core)
-  with ``xgb_lambdamart`` (the same built-in objective);
-* ``ltr_python_lambdamart``: the distributed trainer with the Python
-  ``lambdamart`` objective;
+* ``xgb_train_rank_ndcg`` / ``xgb_train_squarederror``: in-process
+  ``xgb.train`` with ``rank:ndcg`` (top-10 pairs) / ``reg:squarederror``, all
+  cores as threads, on a prebuilt QuantileDMatrix: the references;
+* per configuration ``<workers>w_x_<threads>t`` (all cores as single-thread
+  workers, and one worker with all cores): ``builtin_lambdamart`` and
+  ``builtin_mse`` (the distributed trainer with the same built-in objectives)
+  and ``python_lambdamart`` (the Python objective), with their ratios to the
+  references;
 
 for the distributed runs, per-tree = (boost + objective time) / trees as the
 workers measure it (rank 0; data loading and DMatrix building reported apart),
 plus the whole job's wall time. With ``eval_every = trees`` the curves cost
-nothing; ``ltr_python_lambdamart_curves`` repeats the Python run with NDCG on
+nothing; ``python_lambdamart_curves`` repeats the Python run with NDCG on
 vali and test after every tree to show what the curves cost.
 
 ``--grid``: the switch-point grid MSE-t, t = 100, 200, 300, 400, T = 500:
