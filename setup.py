@@ -16,6 +16,7 @@ INSTALL_REQUIRES = [
     "mlflow==3.17.2",
     "scipy==1.17.1",
     "matplotlib==3.11.2",
+    "tqdm==4.70.1",  # the progress bar on a terminal
 ]
 
 TEST_REQUIRES = [

@@ -48,7 +48,7 @@ from pipelines.generate import generate
 from pipelines.ingest import ingest
 from pipelines.paths import parse_path
 from pipelines.session import build_session
-from pipelines.train import make_settings, train_distributed, training_frame
+from pipelines.barrier_job import make_settings, training_frame
 from udfs import schema
 from udfs.metrics import NdcgSpec
 

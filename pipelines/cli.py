@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -39,7 +40,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from pipelines.paths import PathError
     from pipelines.report import ReportError
     from pipelines.storage import OutputError
-    from pipelines.train import SplitQueryError, TrainError
+    from pipelines.barrier_job import SplitQueryError, TrainError
 
     return USER_ERRORS + (IngestError, PathError, TrainError, SplitQueryError, ReportError, OutputError)
 
@@ -122,6 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("grid", help="the experiment grid over folds, tracked in MLflow (resumable)")
     p.add_argument("--folds", help="comma-separated folds (default: grid.folds)")
     p.add_argument("--data", help="dataset (default: grid.data or <work_dir>/dataset)")
+    p.add_argument("--plan", action="store_true",
+                   help="print every fold's plan of nodes (trees, state) and exit without training")
+    p.add_argument("--parallel", type=int, default=1, metavar="N",
+                   help="run up to N ready plan nodes as concurrent Spark jobs (default 1: one job per fold)")
+    p.add_argument("--node", action="append", default=[], metavar="KEY",
+                   help="train only this plan node (repeatable; its parent must be done): a retry or scheduler task")
     _common(p)
     p.set_defaults(func=cmd_grid)
 
@@ -223,7 +230,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = resolve_config(args, {"path": "train.path", "workers": "train.workers", "nthread": "train.nthread",
                                 "device": "train.device", "eta": "train.eta", "leaves": "train.leaves",
                                 "k": "train.k"})
-    run_train(_session(cfg), args.data, args.fold, cfg.train.path, args.curriculum, cfg.train, cfg.metric, args.out)
+    run_train(_session(cfg), args.data, args.fold, cfg.train.path, args.curriculum, cfg.train, cfg.metric, args.out,
+              os.path.join(cfg.work_dir, "checkpoints"))
     return 0
 
 
@@ -239,12 +247,20 @@ def cmd_grid(args: argparse.Namespace) -> int:
         overrides.append(f"grid.folds={json.dumps(folds)}")
     args.overrides = overrides + list(args.overrides)
     cfg = resolve_config(args, {"data": "grid.data"})
-    run_grid(_session(cfg), cfg)
+    if args.parallel < 1:
+        raise UsageError(f"--parallel must be >= 1, got {args.parallel}")
+    if args.plan:
+        from pipelines.grid import show_plan
+
+        print(show_plan(cfg))
+        return 0
+    run_grid(_session(cfg), cfg, parallel=args.parallel, only=args.node or None,
+             resume_hint="ltr " + " ".join(sys.argv[1:]) if sys.argv[1:] else "ltr grid")
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    import os
+
 
     from pipelines.report import build_report
     from pipelines.tracking import Tracker
@@ -259,7 +275,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """generate -> ingest -> difficulty -> curricula + grid (MLflow) -> report."""
-    import os
+
 
     from pipelines.difficulty import run_difficulty
     from pipelines.generate import generate
@@ -308,6 +324,8 @@ def setup_logging(level: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``ltr`` and of every ``jobs/*.py`` script; returns the exit code."""
+    from pipelines.executor import NodeFailed
+
     parser = build_parser()
     args = parser.parse_args(argv)
     setup_logging(args.log_level)
@@ -321,6 +339,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         log.error("interrupted")
         return 130
+    except NodeFailed as e:  # one line: fold, node, cause and the command that resumes (trace in the log)
+        log.debug("training failed", exc_info=True)
+        print(f"ltr {args.command}: error: {e}", file=sys.stderr)
+        return 1
     except Exception:
         log.exception("ltr %s failed with an unexpected error", args.command)
         return 1

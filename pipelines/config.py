@@ -139,6 +139,10 @@ class TrainConfig:
     seed: int = 0
     sigmoid_gamma: float = 1.0
     stochastic_noise: float = 1.0
+    stochastic_anneal: int = 100
+    checkpoint_every: int = 25
+    tracker_timeout: int = 3600
+    job_retries: int = 1
     blend_schedule: str = "linear"
     blend_at: int = 40
     blend_width: int = 40

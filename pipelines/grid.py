@@ -4,13 +4,17 @@ For each fold: the LambdaMART baseline (``T`` trees), MSE-t for every switch
 point (``mse:t,lambdamart:T-t``), every curriculum strategy at every switch
 point (``lambdamart@S:t,lambdamart:T-t``, the first stage being the easiest
 ``curriculum.fraction`` of the queries), and any extra paths of the config
-(pacing curricula, blend continuation, CM and CL combined...). All the paths
-of a fold train in one distributed job, so the data is loaded once and common
-prefixes are trained once.
+(pacing curricula, blend continuation, CM and CL combined...). The paths of a
+fold form a plan of checkpointed nodes (:mod:`pipelines.plan`): common prefixes
+train once, every node checkpoints every ``train.checkpoint_every`` trees, and
+a re-run continues every node from its latest checkpoint and never retrains a
+finished one (:mod:`pipelines.executor`).
 
-Resumable (see :mod:`pipelines.tracking`): a re-run of the same grid finds its
-parent run, skips the children already FINISHED (same child key: a hash of the
-child's resolved config and the data fingerprint) and trains the rest.
+MLflow, live: a child run is created RUNNING when the first of its nodes
+starts, its NDCG curves are logged as metric history at every checkpoint, and
+it ends FINISHED with its model and artifacts, or FAILED with the error. A
+re-run finds the grid's parent run and continues the same child runs (their
+key: the child's name and its last node's key); finished children are skipped.
 """
 
 from __future__ import annotations
@@ -18,17 +22,20 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
-import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from pipelines.barrier_job import Curriculum, make_settings, resolve_workers, task_errors
+from pipelines.checkpoints import CheckpointStore
 from pipelines.config import Config, ConfigError
-from pipelines.curriculum import STRATEGIES, build_curriculum, read_curriculum
-from pipelines.dataset import DatasetError, open_dataset
+from pipelines.curriculum import STRATEGIES, build_curriculum, read_curriculum, shares_for
+from pipelines.dataset import Dataset, DatasetError, open_dataset
 from pipelines.difficulty import SUMMARY as DIFFICULTY_SUMMARY
 from pipelines.difficulty import run_difficulty
+from pipelines.executor import Execution, execute_plan, plan_context, states_of
 from pipelines.paths import TrainingPath, parse_path, resolve
+from pipelines.plan import DONE, Plan, build_plan, content_key, format_plan
+from pipelines.provenance import code_version
 from pipelines.storage import read_json
 from pipelines.tracking import (
     BASELINE,
@@ -45,15 +52,7 @@ from pipelines.tracking import (
     png_bytes,
     pyplot,
 )
-from pipelines.train import (
-    Curriculum,
-    make_settings,
-    resolve_workers,
-    task_errors,
-    train_distributed,
-    training_frame,
-)
-from pipelines.trainer import PathResult
+from pipelines.worker_loop import PathResult, path_result
 from udfs.letor_chunks import to_uri
 
 log = logging.getLogger(__name__)
@@ -102,20 +101,34 @@ def _curricula_needed(children: list[Child]) -> set[str]:
     return {n for c in children for n in c.path.curricula}
 
 
+def _curriculum_config(cfg: Config, name: str):
+    if name in cfg.grid.extra_curricula:
+        return replace(cfg.curriculum, **cfg.grid.extra_curricula[name])
+    if name in STRATEGIES:
+        return replace(cfg.curriculum, strategy=name, pacing="")
+    raise ConfigError(f"grid path refers to curriculum {name!r}, which is neither a strategy nor in "
+                      f"grid.extra_curricula ({sorted(cfg.grid.extra_curricula)})")
+
+
+def difficulty_key(cfg: Config, ds: Dataset) -> str:
+    """Everything that determines the difficulty scores: dataset, feature roles, metric conventions."""
+    return config_hash({"fp": ds.fingerprint, "difficulty": asdict(cfg.difficulty), "metric": cfg.metric.to_dict()})
+
+
+def curriculum_key(cfg: Config, ds: Dataset, fold: int, name: str) -> str:
+    """Everything that determines a curriculum: its settings, the dataset, the fold, the difficulty scores."""
+    return config_hash({"cur": asdict(_curriculum_config(cfg, name)), "fp": ds.fingerprint, "fold": fold,
+                        "name": name, "difficulty": difficulty_key(cfg, ds)})
+
+
 def ensure_curricula(spark, cfg: Config, data: str, difficulty: str, fold: int, names: set[str]) -> list[Curriculum]:
-    """Build (or reuse) the fold's curricula: strategies with the grid's fraction, and the extra
-    curricula of the config (``grid.extra_curricula``: name -> curriculum settings)."""
+    """Build (or reuse, when its key matches) each curriculum of the fold: strategies with the grid's
+    fraction, and the extra curricula of the config (``grid.extra_curricula``: name -> settings)."""
     ds = open_dataset(data)
     out = []
     for name in sorted(names):
-        if name in cfg.grid.extra_curricula:
-            ccfg = replace(cfg.curriculum, **cfg.grid.extra_curricula[name])
-        elif name in STRATEGIES:
-            ccfg = replace(cfg.curriculum, strategy=name, pacing="")
-        else:
-            raise ConfigError(f"grid path refers to curriculum {name!r}, which is neither a strategy nor in "
-                              f"grid.extra_curricula ({sorted(cfg.grid.extra_curricula)})")
-        key = config_hash({"cur": asdict(ccfg), "fp": ds.fingerprint, "fold": fold, "name": name})
+        ccfg = _curriculum_config(cfg, name)
+        key = curriculum_key(cfg, ds, fold, name)
         d = os.path.join(cfg.work_dir, "curricula", f"fold{fold}", name)
         try:
             summary = read_curriculum(d)
@@ -128,106 +141,266 @@ def ensure_curricula(spark, cfg: Config, data: str, difficulty: str, fold: int, 
     return out
 
 
-class Progress:
-    """Logs training progress of a running plan from the file rank 0 updates."""
+# ------------------------------------------------------------ planning (no Spark, no MLflow)
+@dataclass(frozen=True)
+class FoldPlan:
+    """A fold's children, their resolved paths and the plan of nodes they share."""
 
-    def __init__(self, path: str, label: str, interval: float = 5.0) -> None:
-        self.path, self.label, self.interval = path, label, interval
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-        self._t0 = time.perf_counter()
+    fold: int
+    children: list[Child]
+    paths: list[TrainingPath]
+    plan: Plan
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                with open(self.path) as f:
-                    p = json.load(f)
-            except (OSError, ValueError):
-                continue
-            done, total = p["done"], p["total"]
-            rate = done / max(time.perf_counter() - self._t0, 1e-9)
-            left = (total - done) / rate if rate > 0 else float("nan")
-            log.info("%s: %d/%d trees (%.1f trees/s, about %.0f s left)", self.label, done, total, rate, left)
-
-    def __enter__(self) -> Progress:
-        self._t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._t.join()
+    def child_key(self, i: int) -> str:
+        c, p = self.children[i], self.paths[i]
+        return content_key({"child": c.name, "path": p.shorthand(), "last_node": self.plan.chains[p.label][-1]})
 
 
-def _child_key(c: Child, cfg: Config, fingerprint: str, curricula: dict[str, Curriculum]) -> str:
-    return config_hash({
-        "path": c.path.shorthand(), "fold": c.fold, "strategy": c.strategy, "switch": c.switch,
-        "train": {k: v for k, v in asdict(cfg.train).items() if k not in ("workers", "nthread", "path")},
-        "metric": cfg.metric.to_dict(), "data": fingerprint,
-        "curricula": {n: curricula[n].summary.get("key") for n in c.path.curricula},
-    })
+def plan_fold(cfg: Config, ds: Dataset, fold: int) -> FoldPlan:
+    """The plan of one fold from the config and the dataset's manifest alone."""
+    children = grid_children(cfg, fold)
+    names = _curricula_needed(children)
+    stages = {n: len(shares_for(_curriculum_config(cfg, n))) for n in names}
+    paths = [resolve(c.path, stages) for c in children]
+    plan = build_plan(paths, fold=fold, context=plan_context(cfg.train, cfg.metric, ds.fingerprint),
+                      curriculum_keys={n: curriculum_key(cfg, ds, fold, n) for n in names})
+    return FoldPlan(fold, children, paths, plan)
 
 
-def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | None = None) -> dict[str, Any]:
-    """Run (or resume) the grid; return a summary with the parent run id and counts."""
+def checkpoint_root(cfg: Config) -> str:
+    return os.path.join(cfg.work_dir, "checkpoints")
+
+
+def _grid_data(cfg: Config, data: str | None) -> tuple[str, Dataset, list[int]]:
     data = data or cfg.grid.data or os.path.join(cfg.work_dir, "dataset")
     ds = open_dataset(data)
-    folds = folds or list(cfg.grid.folds)
+    folds = list(dict.fromkeys(cfg.grid.folds))  # --folds 1,1 is fold 1 once
     missing = [f for f in folds if f not in ds.folds]
     if missing:
         raise DatasetError(f"{data} has no fold {missing[0]}; folds: {sorted(ds.folds)}")
+    return data, ds, folds
+
+
+def show_plan(cfg: Config, data: str | None = None) -> str:
+    """``ltr grid --plan``: every fold's nodes, trees and states, from the checkpoints; trains nothing."""
+    _, ds, folds = _grid_data(cfg, data)
+    store = CheckpointStore(checkpoint_root(cfg))
+    out = []
+    for f in folds:
+        fp = plan_fold(cfg, ds, f)
+        out.append(format_plan(fp.plan, states_of(fp.plan, store)))
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------ MLflow, live
+@dataclass
+class _Live:
+    child: Child
+    path: TrainingPath
+    key: str
+    run_id: str = ""
+    logged: int = 0  # last curve step logged
+    finished: bool = False
+
+
+@dataclass
+class LiveChildren:
+    """The child runs of one fold: created when their first node starts, curves streamed at checkpoints."""
+
+    tracker: Tracker
+    parent: str
+    fold_plan: FoldPlan
+    store: CheckpointStore
+    cfg: Config
+    data: str
+    ds: Dataset
+    curricula: dict[str, Curriculum]
+    existing: dict[str, tuple[str, str]]  # child key -> (run id, status) of runs from earlier attempts
+    entries: list[_Live] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        fp = self.fold_plan
+        self.entries = [_Live(c, p, fp.child_key(i)) for i, (c, p) in enumerate(zip(fp.children, fp.paths))]
+        self.by_node: dict[str, list[_Live]] = {}
+        for e in self.entries:
+            for key in fp.plan.chains[e.path.label]:
+                self.by_node.setdefault(key, []).append(e)
+
+    @property
+    def metric(self) -> str:
+        return self.cfg.metric.name
+
+    def todo(self) -> list[_Live]:
+        return [e for e in self.entries if self.existing.get(e.key, ("", ""))[1] != "FINISHED"]
+
+    def start(self, e: _Live) -> None:
+        """Create the child run RUNNING (or continue the one an earlier attempt left) and log what is done."""
+        t = self.tracker
+        prior = self.existing.get(e.key)
+        if prior:
+            e.run_id = prior[0]
+            t.client.update_run(e.run_id, status="RUNNING")
+            hist = t.client.get_metric_history(e.run_id, f"{self.metric}_test")
+            e.logged = max((m.step for m in hist), default=0)
+        else:
+            c = e.child
+            run = t.client.create_run(t.experiment_id, run_name=c.name, tags={
+                TAG_KIND: "child", TAG_PARENT: self.parent, TAG_CHILD_KEY: e.key, TAG_STRATEGY: c.strategy,
+                TAG_SWITCH: "" if c.switch is None else str(c.switch), TAG_FOLD: str(c.fold),
+                TAG_PATH: e.path.shorthand(), "mlflow.source.git.commit": code_version()["git"].split("-")[0]})
+            e.run_id = run.info.run_id
+            t.log_params(e.run_id, self._params(e))
+            t.log_dataset(e.run_id, self.data, os.path.basename(self.data.rstrip("/")), self.ds.fingerprint,
+                          f"fold{c.fold}")
+            self.existing[e.key] = (e.run_id, "RUNNING")
+        states = states_of(self.fold_plan.plan, self.store)
+        for key in self.fold_plan.plan.chains[e.path.label]:
+            if states[key].state != DONE:
+                break
+            self._log_points(e, self.store.meta(key, states[key].tree)["curve"])
+
+    def _params(self, e: _Live) -> dict[str, Any]:
+        c, cfg = e.child, self.cfg
+        params = {"path": e.path.shorthand(), "fold": c.fold, "strategy": c.strategy, "switch_point": c.switch,
+                  "trees": e.path.trees, "data": self.data, "data_fingerprint": self.ds.fingerprint,
+                  "metric": cfg.metric.describe(), **{f"metric.{k}": v for k, v in cfg.metric.to_dict().items()},
+                  **{f"train.{k}": v for k, v in asdict(cfg.train).items() if k != "path"},
+                  **{f"code.{k}": v for k, v in code_version().items()},
+                  "plan_nodes": ",".join(self.fold_plan.plan.chains[e.path.label])}
+        for n in e.path.curricula:
+            s = self.curricula[n].summary
+            params[f"curriculum.{n}"] = json.dumps({k: s.get(k) for k in ("strategy", "pacing", "fraction", "delta",
+                                                                            "n_stages", "seed")}, sort_keys=True)
+        return params
+
+    def _log_points(self, e: _Live, curve: list[list[float]]) -> None:
+        new = [p for p in curve if int(p[0]) > e.logged]
+        if not new:
+            return
+        steps = [int(p[0]) for p in new]
+        self.tracker.log_history(e.run_id, f"{self.metric}_vali", steps, [p[1] for p in new])
+        self.tracker.log_history(e.run_id, f"{self.metric}_test", steps, [p[2] for p in new])
+        e.logged = steps[-1]
+
+    def on_event(self, ev: dict[str, Any]) -> None:
+        """Executor events (one at a time): start the children of a starting node, stream its curve."""
+        kind = ev.get("ev")
+        if kind not in ("node_start", "checkpoint"):
+            return
+        for e in self.by_node.get(ev["node"], []):
+            if e.finished or self.existing.get(e.key, ("", ""))[1] == "FINISHED":
+                continue
+            if not e.run_id:
+                self.start(e)
+            if kind == "checkpoint":
+                self._log_points(e, ev["curve"])
+
+    def finish_done(self) -> int:
+        """Log and finish every child whose nodes are all done; returns how many."""
+        states = states_of(self.fold_plan.plan, self.store)
+        n = 0
+        for e in self.todo():
+            if e.finished or any(states[k].state != DONE for k in self.fold_plan.plan.chains[e.path.label]):
+                continue
+            if not e.run_id:
+                self.start(e)
+            r = path_result(self.store, e.path.label, self.fold_plan.plan.chains[e.path.label],
+                            with_model=self.cfg.grid.log_models)
+            self._finish(e, r)
+            n += 1
+        return n
+
+    def _finish(self, e: _Live, r: PathResult) -> None:
+        t, m = self.tracker, self.metric
+        self._log_points(e, [[a, b, c] for a, b, c in zip(r.trees, r.vali, r.test, strict=True)])
+        final = {"trees": e.path.trees}
+        if r.vali:
+            final[f"final_{m}_vali"] = r.vali[-1]
+        if r.test:
+            final[f"final_{m}_test"] = r.test[-1]
+        t.log_metrics(e.run_id, final)
+        t.log_text(e.run_id, json.dumps({"qid": r.test_qid, m: r.test_ndcg}), "per_query_test.json")
+        t.log_text(e.run_id, json.dumps({"runs": r.runs, "score_dists": r.score_dists, "base_margin": r.base_margin},
+                                        indent=1), "training.json")
+        t.log_text(e.run_id, _curve_png(e.child.name, r, m), "curve.png")
+        if self.cfg.grid.log_models:
+            t.log_model(e.run_id, r.model)
+        t.finish(e.run_id)
+        e.finished = True
+        self.existing[e.key] = (e.run_id, "FINISHED")
+
+    def fail_started(self, error: str) -> None:
+        for e in self.entries:
+            if e.run_id and not e.finished:
+                self.tracker.client.set_tag(e.run_id, "ltr.error", error[:5000])
+                self.tracker.finish(e.run_id, "FAILED")
+
+
+# ------------------------------------------------------------ the grid
+def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | None = None, parallel: int = 1,
+             only: list[str] | None = None, resume_hint: str = "ltr grid") -> dict[str, Any]:
+    """Run (or resume) the grid; return a summary with the parent run id and counts.
+
+    ``parallel``: ready nodes run as up to that many concurrent Spark jobs;
+    ``only``: train just these node keys (their parents must be done).
+    """
+    if folds:
+        cfg = replace(cfg, grid=replace(cfg.grid, folds=list(folds)))
+    data, ds, folds = _grid_data(cfg, data)
     difficulty = cfg.grid.difficulty or os.path.join(cfg.work_dir, "difficulty")
-    children = {f: grid_children(cfg, f) for f in folds}
-    if any(_curricula_needed(c) for c in children.values()):
+    plans = {f: plan_fold(cfg, ds, f) for f in folds}
+    if any(_curricula_needed(p.children) for p in plans.values()):
         if not _difficulty_matches(difficulty, ds.fingerprint):
             log.info("computing difficulty scores -> %s", difficulty)
             run_difficulty(spark, data, difficulty, cfg.difficulty, cfg.metric)
     tracker = Tracker.for_config(cfg)
     grid_doc = {"grid": asdict(cfg.grid), "train": asdict(cfg.train), "metric": cfg.metric.to_dict(),
-                "curriculum": asdict(cfg.curriculum), "data": ds.fingerprint, "folds": folds}
-    grid_doc["train"].pop("workers"), grid_doc["train"].pop("nthread")
+                "curriculum": asdict(cfg.curriculum), "data": ds.fingerprint, "folds": folds,
+                "code": code_version()}
+    for k in ("workers", "nthread", "checkpoint_every", "tracker_timeout", "job_retries"):
+        grid_doc["train"].pop(k)
     parent, resumed = tracker.find_or_create_parent(config_hash(grid_doc), cfg.grid.experiment, {
         "folds": folds, "trees": cfg.grid.trees, "switch_points": cfg.grid.switch_points,
         "strategies": cfg.grid.strategies, "objectives": cfg.grid.objectives, "data": data,
         "data_fingerprint": ds.fingerprint, "metric": cfg.metric.describe(), "eta": cfg.train.eta,
         "leaves": cfg.train.leaves, "k": cfg.train.k, "fraction": cfg.curriculum.fraction,
         "extra_paths": json.dumps(cfg.grid.extra_paths, sort_keys=True)})
-    done = tracker.resume_state(parent)
+    existing = tracker.child_runs(parent)
     log.info("grid %s: parent run %s (%s), %d children already finished", cfg.grid.experiment, parent,
-             "resumed" if resumed else "new", len(done))
-    workers, nthread = resolve_workers(spark, cfg.train)
+             "resumed" if resumed else "new", sum(s == "FINISHED" for _, s in existing.values()))
+    workers, nthread = resolve_workers(spark, cfg.train, parallel)
     settings = make_settings(cfg.train, cfg.metric, ds, nthread)
-    counts = {"trained": 0, "skipped": 0}
+    store = CheckpointStore(checkpoint_root(cfg))
+    how = Execution(workers, nthread, parallel, cfg.train.job_retries, cfg.train.tracker_timeout, resume_hint)
+    counts = {"trained": 0, "skipped": 0, "trees_built": 0}
+    live = None
     try:
         for f in folds:
+            fp = plans[f]
             curricula = {c.name: c for c in ensure_curricula(spark, cfg, data, difficulty, f,
-                                                             _curricula_needed(children[f]))}
-            todo = []
-            for c in children[f]:
-                key = _child_key(c, cfg, ds.fingerprint, curricula)
-                if key in done:
-                    counts["skipped"] += 1
-                else:
-                    todo.append((c, key))
+                                                             _curricula_needed(fp.children))}
+            live = LiveChildren(tracker, parent, fp, store, cfg, data, ds, curricula, existing)
+            todo = live.todo()
+            counts["skipped"] += len(fp.children) - len(todo)
             if not todo:
-                log.info("fold %d: all %d children finished already", f, len(children[f]))
+                log.info("fold %d: all %d children finished already", f, len(fp.children))
                 continue
-            stages = {n: c.n_stages for n, c in curricula.items()}
-            paths = [resolve(c.path, stages) for c, _ in todo]
-            curs = [curricula[n] for n in sorted({n for p in paths for n in p.curricula})]
-            df = training_frame(spark, ds, f, curs)
-            progress = os.path.join(cfg.work_dir, f".progress-fold{f}.json")
-            fold_settings = replace(settings, progress=progress)
-            with Progress(progress, f"fold {f}"), task_errors():
-                results, info = train_distributed(spark, df, ds.n_features, paths, fold_settings, workers, curs)
-            for (c, key), p in zip(todo, paths, strict=True):
-                _log_child(tracker, parent, c, key, p, results[p.label], info, cfg, data, ds, curricula)
-                counts["trained"] += 1
-        tracker.finish(parent, "FINISHED")
-    except BaseException:
+            needed = {k for e in todo for k in fp.plan.chains[e.path.label]}
+            keys = sorted(needed if only is None else set(only) & needed)
+            with task_errors():
+                info = execute_plan(spark, fp.plan, ds, curricula, settings, store, how, on_event=live.on_event,
+                                    only=keys)
+            counts["trees_built"] += info["trees"]
+            counts["trained"] += live.finish_done()
+        tracker.finish(parent, "FINISHED" if only is None else "RUNNING")
+    except BaseException as e:
+        if live is not None:
+            live.fail_started(str(e).splitlines()[0] if str(e) else type(e).__name__)
         tracker.finish(parent, "FAILED")
         raise
-    log.info("grid %s done: %d children trained, %d skipped (finished before); mlflow ui --backend-store-uri %s",
-             cfg.grid.experiment, counts["trained"], counts["skipped"], tracker.uri)
+    log.info("grid %s done: %d children trained (%d trees built), %d skipped (finished before); "
+             "mlflow ui --backend-store-uri %s", cfg.grid.experiment, counts["trained"], counts["trees_built"],
+             counts["skipped"], tracker.uri)
     return {"parent_run_id": parent, "experiment": cfg.grid.experiment, "tracking_uri": tracker.uri,
             "resumed": resumed, **counts}
 
@@ -237,38 +410,6 @@ def _difficulty_matches(path: str, fingerprint: str) -> bool:
         return read_json(path, DIFFICULTY_SUMMARY).get("dataset_fingerprint") == fingerprint
     except (OSError, ValueError):  # missing or unreadable: compute it again
         return False
-
-
-def _log_child(tracker: Tracker, parent: str, c: Child, key: str, path: TrainingPath, r: PathResult,
-               info: dict[str, Any], cfg: Config, data: str, ds, curricula: dict[str, Curriculum]) -> None:
-    m = cfg.metric.name
-    run = tracker.client.create_run(tracker.experiment_id, run_name=c.name, tags={
-        TAG_KIND: "child", TAG_PARENT: parent, TAG_CHILD_KEY: key, TAG_STRATEGY: c.strategy,
-        TAG_SWITCH: "" if c.switch is None else str(c.switch), TAG_FOLD: str(c.fold), TAG_PATH: path.shorthand()})
-    rid = run.info.run_id
-    params = {"path": path.shorthand(), "fold": c.fold, "strategy": c.strategy, "switch_point": c.switch,
-              "trees": path.trees, "data": data, "data_fingerprint": ds.fingerprint,
-              "metric": cfg.metric.describe(), **{f"metric.{k}": v for k, v in cfg.metric.to_dict().items()},
-              **{f"train.{k}": v for k, v in asdict(cfg.train).items() if k not in ("path",)},
-              "workers": info["workers"], "nthread": info["nthread"]}
-    for n in path.curricula:
-        s = curricula[n].summary
-        params[f"curriculum.{n}"] = json.dumps({k: s.get(k) for k in ("strategy", "pacing", "fraction", "delta",
-                                                                        "n_stages", "seed")}, sort_keys=True)
-    tracker.log_params(rid, params)
-    tracker.log_history(rid, f"{m}_vali", r.trees, r.vali)
-    tracker.log_history(rid, f"{m}_test", r.trees, r.test)
-    tracker.log_metrics(rid, {f"final_{m}_vali": r.vali[-1], f"final_{m}_test": r.test[-1],
-                              "trees": path.trees, "train_seconds_fold_job": info["seconds"]})
-    tracker.log_dataset(rid, data, os.path.basename(data.rstrip("/")), ds.fingerprint, f"fold{c.fold}")
-    perq = {"qid": r.test_qid, m: r.test_ndcg}
-    tracker.log_text(rid, json.dumps(perq), "per_query_test.json")
-    tracker.log_text(rid, json.dumps({"runs": r.runs, "score_dists": r.score_dists, "base_margin": r.base_margin},
-                                     indent=1), "training.json")
-    tracker.log_text(rid, _curve_png(c.name, r, m), "curve.png")
-    if cfg.grid.log_models:
-        tracker.log_model(rid, r.model)
-    tracker.finish(rid)
 
 
 def _curve_png(title: str, r: PathResult, metric: str) -> bytes:
@@ -285,4 +426,3 @@ def _curve_png(title: str, r: PathResult, metric: str) -> bytes:
     data = png_bytes(fig)
     plt.close(fig)
     return data
-

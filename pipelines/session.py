@@ -44,6 +44,7 @@ def session_properties(cfg: SparkConfig, master: str) -> dict[str, str]:
         "spark.python.worker.reuse": "true",
         "spark.driver.memory": cfg.driver_memory,
         "spark.sql.debug.maxToStringFields": "1000",  # plans with 136 feature columns, without warnings
+        "spark.scheduler.mode": "FAIR",  # `ltr grid --parallel N`: concurrent node jobs share the slots
     }
     if LOG4J_CONF.is_file():
         opt = f"-Dlog4j2.configurationFile={LOG4J_CONF.as_uri()}"

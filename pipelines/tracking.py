@@ -102,18 +102,15 @@ class Tracker:
         return self.client.search_runs([self.experiment_id], filter_string=f"tags.`{TAG_PARENT}` = '{parent_id}'",
                                        max_results=50000)
 
-    def resume_state(self, parent_id: str) -> dict[str, str]:
-        """child key -> run id of FINISHED children; RUNNING ones (a crash) are marked FAILED."""
-        done: dict[str, str] = {}
-        for r in self.children(parent_id):
+    def child_runs(self, parent_id: str) -> dict[str, tuple[str, str]]:
+        """child key -> (run id, status) of the grid's children; a FINISHED run wins over others of the
+        same key. A resumed grid continues the unfinished ones (same run ids)."""
+        out: dict[str, tuple[str, str]] = {}
+        for r in sorted(self.children(parent_id), key=lambda r: r.info.start_time or 0):
             key = r.data.tags.get(TAG_CHILD_KEY)
-            if r.info.status == "FINISHED" and key:
-                done[key] = r.info.run_id
-            elif r.info.status == "RUNNING":
-                log.warning("child run %s (%s) was left RUNNING: marking it FAILED and training it again",
-                            r.info.run_id, r.data.tags.get("mlflow.runName"))
-                self.client.set_terminated(r.info.run_id, status="FAILED")
-        return done
+            if key and out.get(key, ("", ""))[1] != "FINISHED":
+                out[key] = (r.info.run_id, r.info.status)
+        return out
 
     def log_params(self, run_id: str, params: dict[str, Any]) -> None:
         from mlflow.entities import Param

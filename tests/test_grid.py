@@ -83,17 +83,21 @@ def test_runs_links_and_histories(grid_run):
     assert np.mean(perq["ndcg_at_10"]) == pytest.approx(final, abs=1e-12)
 
 
-def test_resume_skips_finished_and_redoes_crashed(spark, small_dataset, grid_run):
+def test_resume_continues_the_same_child_run_and_retrains_nothing(spark, small_dataset, grid_run):
     cfg, summary, tracker = grid_run
     kids = tracker.children(summary["parent_run_id"])
     victim = next(k for k in kids if k.data.tags[TAG_STRATEGY] == "q_nrel")
+    before = sorted((m.step, m.value) for m in tracker.client.get_metric_history(victim.info.run_id,
+                                                                                   "ndcg_at_10_test"))
     tracker.client.update_run(victim.info.run_id, status="RUNNING")  # as if killed while logging it
     again = run_grid(spark, cfg, data=small_dataset)
     assert again["parent_run_id"] == summary["parent_run_id"] and again["resumed"]
-    assert (again["trained"], again["skipped"]) == (1, 15)
+    assert (again["trained"], again["skipped"], again["trees_built"]) == (1, 15, 0)  # its nodes are checkpointed
     kids = tracker.children(summary["parent_run_id"])
-    assert tracker.client.get_run(victim.info.run_id).info.status == "FAILED"
-    assert sum(k.info.status == "FINISHED" for k in kids) == 16
+    assert len(kids) == 16 and all(k.info.status == "FINISHED" for k in kids)  # same run ids, no new run
+    after = sorted((m.step, m.value) for m in tracker.client.get_metric_history(victim.info.run_id,
+                                                                                  "ndcg_at_10_test"))
+    assert after == before  # nothing logged twice
     third = run_grid(spark, cfg, data=small_dataset)
     assert (third["trained"], third["skipped"]) == (0, 16)
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.paths import PathError, Segment, build_plan, parse_path, plan_trees, resolve
+from pipelines.paths import PathError, Segment, parse_path, resolve
+from pipelines.plan import build_plan
 
 
 def test_parse_and_shorthand():
@@ -40,12 +41,13 @@ def test_resolve_curricula():
 def test_switch_point_grid_shares_prefixes():
     T = 500
     paths = [parse_path(f"mse:{t},lambdamart:{T - t}", f"MSE-{t}") for t in (100, 200, 300, 400)]
-    nodes = build_plan(paths)
-    assert len(nodes) == 1 and nodes[0].length == 400 and nodes[0].stops == [100, 200, 300, 400]
-    assert plan_trees(nodes) == 400 + 400 + 300 + 200 + 100 == 1400  # instead of 4 x 500 = 2000
+    plan = build_plan(paths)
+    roots = plan.children(None)
+    assert [(n.objective, n.t0, n.t1) for n in roots] == [("mse", 0, 100)]
+    assert plan.trees == 400 + 400 + 300 + 200 + 100 == 1400  # instead of 4 x 500 = 2000
     # with the baseline and a curriculum path, nothing else is shared
     more = paths + [parse_path("lambdamart:500", "LambdaMART"),
                     parse_path("lambdamart@q_bm25:100,lambdamart:400", "cl")]
-    assert plan_trees(build_plan(more)) == 1400 + 500 + 500
+    assert build_plan(more).trees == 1400 + 500 + 500
     with pytest.raises(PathError, match="distinct names"):
         build_plan([parse_path("mse:1", "a"), parse_path("mse:2", "a")])

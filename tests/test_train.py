@@ -4,6 +4,7 @@ trainer on Spark (== single-node xgb.train, 2 workers == 1 worker, split-query g
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -16,17 +17,12 @@ from pipelines.config import CurriculumConfig, IngestConfig, TrainConfig, load_d
 from pipelines.curriculum import build_curriculum
 from pipelines.dataset import open_dataset
 from pipelines.ingest import ingest
-from pipelines.paths import build_plan, parse_path
-from pipelines.train import (
-    SPLIT_COL,
-    TrainError,
-    load_curricula,
-    make_settings,
-    resolve_workers,
-    train_distributed,
-    training_frame,
-)
-from pipelines.trainer import Settings, SplitData, WorkerData, train_plan
+from pipelines.barrier_job import SPLIT_COL, TrainError, load_curricula, make_settings, resolve_workers
+from pipelines.checkpoints import CheckpointStore
+from pipelines.executor import Execution, execute_plan
+from pipelines.paths import parse_path
+from pipelines.plan import Plan, build_plan
+from pipelines.worker_loop import PathResult, Settings, SplitData, WorkerData, path_result, run_nodes
 from udfs import schema
 from udfs.metrics import NdcgSpec, ndcg
 from udfs.objectives import BlendSchedule
@@ -48,6 +44,14 @@ def _split(rng, n_queries: int, coarse: bool = True) -> SplitData:
 def local_data() -> WorkerData:
     rng = np.random.default_rng(0)
     return WorkerData(_split(rng, 120), _split(rng, 40), _split(rng, 40))
+
+
+def train_plan(data: WorkerData, plan: Plan, settings: Settings, root: str | None = None
+               ) -> tuple[dict[str, PathResult], dict[str, float]]:
+    """The local twin: every node of ``plan`` on one worker, checkpoints in a temporary directory."""
+    store = CheckpointStore(root or tempfile.mkdtemp(prefix="ckpt-"))
+    timing = run_nodes(data, plan.nodes, settings, store)
+    return {p: path_result(store, p, c) for p, c in plan.chains.items()}, timing
 
 
 def _predict(model: bytes, X: np.ndarray, trees: int | None = None) -> np.ndarray:
@@ -150,14 +154,25 @@ def _cfg(**kw) -> TrainConfig:
 
 
 def _train(spark, data, paths, workers, curricula=(), arrange=None, cfg=None):
+    from pipelines import barrier_job, executor
+    from pipelines.paths import resolve
+
     ds = open_dataset(data)
     cfg = cfg or _cfg(workers=workers, nthread=1)
     curs = load_curricula(list(curricula), ds, 1)
     settings = make_settings(cfg, NdcgSpec(), ds, 1)
-    df = training_frame(spark, ds, 1, curs)
-    kw = {} if arrange is None else {"arrange": arrange}
-    return train_distributed(spark, df, ds.n_features, [parse_path(p, p) for p in paths], settings, workers, curs,
-                             **kw)
+    tps = [resolve(parse_path(p, p), {c.name: c.n_stages for c in curs}) for p in paths]
+    plan = build_plan(tps, fold=1)
+    store = CheckpointStore(tempfile.mkdtemp(prefix="ckpt-"))
+    how = Execution(workers, 1, retries=0)
+    if arrange is not None:  # a partitioning under test
+        real = barrier_job.run_nodes_distributed
+        executor.run_nodes_distributed = lambda *a, **k: real(*a, **k, arrange=arrange)
+    try:
+        info = execute_plan(spark, plan, ds, {c.name: c for c in curs}, settings, store, how)
+    finally:
+        executor.run_nodes_distributed = barrier_job.run_nodes_distributed
+    return {p: path_result(store, p, c) for p, c in plan.chains.items()}, info["jobs"][0]
 
 
 def test_two_workers_equal_single_node_xgb_train(spark, coarse_dataset):
@@ -200,9 +215,10 @@ def test_split_query_guard_fires(spark, coarse_dataset):
 
 
 def test_too_many_workers_refused(spark):
-    with pytest.raises(TrainError, match=r"--workers 3 needs 3 tasks running at once \(barrier mode\), "
-                                         r"but the session has 2 task slots"):
+    with pytest.raises(TrainError, match=r"--workers 3 x --parallel 1 needs 3 tasks running at once "
+                                         r"\(barrier mode\), but the session has 2 task slots"):
         resolve_workers(spark, TrainConfig(workers=3))
+    assert resolve_workers(spark, TrainConfig(), parallel=2) == (1, 1)  # two jobs share the two cores
     assert resolve_workers(spark, TrainConfig()) == (1, 2)  # local: one worker with all the cores
     assert resolve_workers(spark, TrainConfig(workers=2)) == (2, 1)
 

@@ -43,7 +43,26 @@ def _add_tree(X, left, right, feature, cond, default_left, out):
         out[r] += cond[n]
 
 
-def add_tree(X: np.ndarray, tree: tuple[np.ndarray, ...], out: np.ndarray) -> None:
-    """``out += tree(X)`` in place (``X`` float32 rows x features, ``out`` float32)."""
-    if X.shape[0]:
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _add_tree_rows(X, rows, left, right, feature, cond, default_left, out):
+    for j in numba.prange(rows.size):
+        r = rows[j]
+        n = 0
+        while left[n] != -1:
+            v = X[r, feature[n]]
+            if np.isnan(v):
+                n = left[n] if default_left[n] else right[n]
+            elif v < cond[n]:
+                n = left[n]
+            else:
+                n = right[n]
+        out[r] += cond[n]
+
+
+def add_tree(X: np.ndarray, tree: tuple[np.ndarray, ...], out: np.ndarray, rows: np.ndarray | None = None) -> None:
+    """``out += tree(X)`` in place (``X`` float32 rows x features, ``out`` float32); only ``rows`` if given."""
+    if rows is not None:
+        if rows.size:
+            _add_tree_rows(X, rows, *tree, out)
+    elif X.shape[0]:
         _add_tree(X, *tree, out)

@@ -1,0 +1,208 @@
+"""Running a fold's plan: sequential (one Spark job) or ``--parallel N`` (concurrent Spark jobs).
+
+* Sequential (``parallel = 1``, the default): every node not yet done runs in
+  one barrier job, in plan order, so the data is loaded once and each node's
+  output stays in memory for its children (as fast as training without a plan).
+* Parallel (``parallel = N``): every *ready* node (its parent is done) is an
+  independent unit, run as its own Spark job in its own FAIR scheduler pool,
+  up to N at a time, each with its own barrier workers: on a cluster with many
+  executors, many suffixes train at once instead of all-reducing the
+  histograms of one small tree across machines.
+* Either way a failed job is started again (``train.job_retries`` times) and
+  continues from the last checkpoints; after that the error names the fold,
+  the node and the command that resumes the study.
+
+Progress and curves reach the driver over TCP (:mod:`pipelines.progress`).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from pipelines.barrier_job import (
+    Curriculum,
+    SplitQueryError,
+    TrainError,
+    driver_host,
+    run_nodes_distributed,
+    training_frame,
+)
+from pipelines.checkpoints import CheckpointStore
+from pipelines.dataset import Dataset, DatasetError
+from pipelines.plan import DONE, Node, Plan, node_states, pending
+from pipelines.progress import EventServer, ProgressDisplay
+from pipelines.worker_loop import Settings
+
+log = logging.getLogger(__name__)
+
+
+class NodeFailed(RuntimeError):
+    """Training a node failed (after retries): the message names the fold, node and the resume command."""
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How to run a plan: workers and threads per job, concurrent jobs, retries."""
+
+    workers: int
+    nthread: int
+    parallel: int = 1
+    retries: int = 1
+    tracker_timeout: int = 0
+    resume_hint: str = "run the same command again"
+
+
+def states_of(plan: Plan, store: CheckpointStore) -> dict[str, Any]:
+    return node_states(plan, store.latest_all([n.key for n in plan.nodes]))
+
+
+def execute_plan(spark: SparkSession, plan: Plan, ds: Dataset, curricula: dict[str, Curriculum],
+                 settings: Settings, store: CheckpointStore, how: Execution,
+                 on_event: Callable[[dict[str, Any]], None] | None = None,
+                 only: list[str] | None = None) -> dict[str, Any]:
+    """Train every node of ``plan`` that is not done (or only the nodes ``only``); return timings.
+
+    ``on_event`` receives the executors' events (after the progress display), one at a time.
+    """
+    states = states_of(plan, store)
+    todo = pending(plan, states)
+    if only is not None:
+        want = set(only)
+        todo = [n for n in todo if n.key in want]
+        for n in todo:
+            if n.parent and states[n.parent].state != DONE and n.parent not in want:
+                raise NodeFailed(f"fold {plan.fold}: node {n.key} ({n.describe()}) cannot run yet: its parent "
+                                 f"{n.parent} is not done")
+    info: dict[str, Any] = {"jobs": [], "nodes": len(todo), "trees": sum(states[n.key].trees_left(n) for n in todo)}
+    if not todo:
+        return info
+    total = sum(n.trees for n in todo)
+    display = ProgressDisplay(f"fold {plan.fold}", total, total - info["trees"])
+
+    def callback(ev: dict[str, Any]) -> None:
+        if ev.get("ev") == "tree":
+            display.advance(1)
+        if on_event is not None:
+            on_event(ev)
+
+    try:
+        with EventServer(driver_host(spark), callback) as server:
+            if how.parallel <= 1:
+                info["jobs"].append(_run_unit(spark, plan, todo, ds, curricula, settings, store, how,
+                                              server.address))
+            else:
+                info["jobs"] += _run_parallel(spark, plan, todo, ds, curricula, settings, store, how, server.address)
+    finally:
+        display.close()
+    return info
+
+
+def _run_parallel(spark: SparkSession, plan: Plan, todo: list[Node], ds: Dataset, curricula: dict[str, Curriculum],
+                  settings: Settings, store: CheckpointStore, how: Execution, address: tuple[str, int]
+                  ) -> list[dict[str, Any]]:
+    """Ready nodes as concurrent Spark jobs (one FAIR pool each), up to ``how.parallel`` at a time."""
+    left = {n.key: n for n in todo}
+    finished: set[str] = {n.key for n in plan.nodes if n.key not in left}
+    running: dict[Future, Node] = {}
+    jobs = []
+    pools = threading.local()
+
+    def unit(node: Node) -> dict[str, Any]:
+        if getattr(pools, "name", None) is None:
+            pools.name = f"ltr-{threading.get_ident()}"
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", pools.name)
+        spark.sparkContext.setJobGroup(f"ltr-node-{node.key}", f"fold {plan.fold}: {node.describe()}")
+        return _run_unit(spark, plan, [node], ds, curricula, settings, store, how, address)
+
+    with ThreadPoolExecutor(max_workers=how.parallel, thread_name_prefix="ltr-node") as pool:
+        while left or running:
+            for key in list(left):
+                if len(running) >= how.parallel:
+                    break
+                node = left[key]
+                if node.parent is None or node.parent in finished:
+                    del left[key]
+                    running[pool.submit(unit, node)] = node
+            if not running:
+                raise NodeFailed(f"fold {plan.fold}: nodes {sorted(left)} wait for parents that never finish")
+            done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            for fut in done:
+                node = running.pop(fut)
+                jobs.append(fut.result())  # raises the unit's error; the pool waits for the others
+                finished.add(node.key)
+    return jobs
+
+
+def _run_unit(spark: SparkSession, plan: Plan, nodes: list[Node], ds: Dataset, curricula: dict[str, Curriculum],
+              settings: Settings, store: CheckpointStore, how: Execution, address: tuple[str, int]
+              ) -> dict[str, Any]:
+    """One Spark barrier job for ``nodes``; a failure is retried from the checkpoints."""
+    names = sorted({n.curriculum for n in nodes if n.curriculum})
+    missing = [c for c in names if c not in curricula]
+    if missing:
+        raise DatasetError(f"fold {plan.fold}: no curriculum {missing} for nodes of the plan")
+    curs = [curricula[c] for c in names]
+    df = training_frame(spark, ds, plan.fold, curs)
+    s = replace(settings, params={**settings.params, "nthread": how.nthread})
+    for attempt in range(how.retries + 1):
+        todo = [n for n in nodes if states_of(plan.subplan([n.key]), store)[n.key].state != DONE] \
+            if attempt else nodes
+        try:
+            return run_nodes_distributed(spark, df, ds.n_features, todo, s, how.workers, curs, store,
+                                         events=address, tracker_timeout=how.tracker_timeout)
+        except Exception as e:
+            cause = _one_line(e)
+            states = states_of(plan, store)
+            failed = next((n for n in nodes if states[n.key].state != DONE), nodes[-1])
+            if isinstance(e, (SplitQueryError, DatasetError)) or _is_user_error(str(e)):
+                raise
+            if attempt < how.retries:
+                log.warning("fold %d: training failed at node %s (%s): %s; starting again from the last checkpoints "
+                            "(retry %d of %d)", plan.fold, failed.key, failed.describe(), cause, attempt + 1,
+                            how.retries)
+                continue
+            st = states[failed.key]
+            where = f"checkpoint at tree {st.tree}" if st.state != "todo" else "no checkpoint yet"
+            raise NodeFailed(f"fold {plan.fold}: node {failed.key} ({failed.describe()}; {where}) failed: {cause}. "
+                             f"Resume with: {how.resume_hint}") from e
+    raise AssertionError("unreachable")
+
+
+def _is_user_error(text: str) -> bool:
+    return any(f"{c.__name__}:" in text for c in (SplitQueryError, TrainError, DatasetError))
+
+
+_PY_ERROR = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)): (.*)$")
+
+
+def _one_line(e: BaseException) -> str:
+    """The cause of an error from a Spark task in one line: the Python exception's own line, if any."""
+    text = str(e).strip()
+    found = [m for m in (_PY_ERROR.match(ln.strip()) for ln in text.splitlines()) if m]
+    found = [m for m in found if m.group(1) not in ("PythonException", "Py4JJavaError", "SparkException")]
+    if found:
+        return f"{found[-1].group(1)}: {found[-1].group(2)}"[:500]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return f"{type(e).__name__}: {lines[0] if lines else ''}"[:500]
+
+
+#: TrainConfig fields that do not change the trees: left out of node keys.
+NOT_IN_KEY = ("path", "workers", "nthread", "checkpoint_every", "tracker_timeout", "job_retries")
+
+
+def plan_context(train: Any, metric: Any, fingerprint: str) -> dict[str, Any]:
+    """What besides a path determines its trees (see :func:`pipelines.plan.build_plan`)."""
+    from dataclasses import asdict
+
+    from pipelines.provenance import code_version
+
+    return {"train": {k: v for k, v in asdict(train).items() if k not in NOT_IN_KEY},
+            "metric": metric.to_dict(), "data": fingerprint, "code": code_version()}

@@ -1,0 +1,227 @@
+"""The study as a plan of checkpointed nodes: pure planning (no Spark, no MLflow, no I/O).
+
+The training paths of one fold (:mod:`pipelines.paths`) form a prefix trie. This
+module cuts it into **nodes**: a node is a run of trees ``t0..t1`` (global tree
+indices) with one objective on one data subset, continuing from its parent
+node's output; it is split wherever a path ends or two paths part, so a node's
+output (its trees and the margins after ``t1``) is exactly what its children,
+and the paths that end there, need.
+
+::
+
+    MSE-20 and MSE-40 with T = 100         key          objective@data   trees
+                                           a1b2...      mse              0..20
+                                           c3d4...      |- lambdamart    20..100   ends mse-20
+                                           e5f6...      |- mse           20..40
+                                           0718...         |- lambdamart 40..100   ends mse-40
+
+Every node has a content key: a hash of its parent's key, its objective, data
+subset and trees, and the plan's context (hyperparameters, data fingerprint,
+metric conventions, code version) plus the key of the curriculum its data
+comes from. Equal keys mean equal trees, so a key names a checkpoint that any
+later run (a retry, a resumed grid, another grid sharing the prefix) may use;
+a changed input changes the key, never reuses a stale result.
+
+A node's state comes from the checkpoints (:mod:`pipelines.checkpoints`):
+``done`` (its output exists), ``partial`` (a checkpoint at tree ``k``) or
+``todo``. A node is *ready* when its parent is done (or it has none): it can
+run as an independent unit (a retry, a scheduler task, one of several
+concurrent Spark jobs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pipelines.paths import OBJECTIVES, PathError, Segment, TrainingPath
+
+DONE, PARTIAL, TODO = "done", "partial", "todo"
+
+
+def content_key(doc: Any) -> str:
+    """Stable 20-hex-digit hash of a JSON-able document (sorted keys)."""
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+@dataclass(frozen=True)
+class Node:
+    """Trees ``t0..t1`` of ``objective`` on ``data`` (``all`` or ``NAME.STAGE``), after ``parent``."""
+
+    key: str
+    parent: str | None
+    objective: str
+    data: str
+    t0: int
+    t1: int
+    ends: tuple[str, ...] = ()  # labels of the paths complete after t1
+
+    @property
+    def trees(self) -> int:
+        return self.t1 - self.t0
+
+    @property
+    def curriculum(self) -> str | None:
+        return None if self.data == "all" else self.data.split(".")[0]
+
+    def describe(self) -> str:
+        return f"{self.objective}{'' if self.data == 'all' else '@' + self.data} {self.t0}..{self.t1}"
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """``done``, ``partial`` (checkpoint at global tree ``tree``) or ``todo``."""
+
+    state: str
+    tree: int
+
+    def trees_left(self, node: Node) -> int:
+        return 0 if self.state == DONE else node.t1 - max(self.tree, node.t0)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The nodes of one fold in topological order (parents first) and each path's chain of nodes."""
+
+    fold: int
+    nodes: tuple[Node, ...]
+    chains: dict[str, tuple[str, ...]] = field(default_factory=dict)  # path label -> node keys, root first
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_key", {n.key: n for n in self.nodes})
+
+    def node(self, key: str) -> Node:
+        try:
+            return self._by_key[key]  # type: ignore[attr-defined]
+        except KeyError:
+            raise PathError(f"fold {self.fold} has no plan node {key!r}") from None
+
+    def children(self, key: str | None) -> list[Node]:
+        return [n for n in self.nodes if n.parent == key]
+
+    @property
+    def trees(self) -> int:
+        """Trees the plan builds (shared prefixes counted once)."""
+        return sum(n.trees for n in self.nodes)
+
+    def depth(self, node: Node) -> int:
+        d = 0
+        while node.parent is not None:
+            node, d = self.node(node.parent), d + 1
+        return d
+
+    def subplan(self, keys: Iterable[str]) -> Plan:
+        """The nodes in ``keys`` (plan order) and the chains of the paths they end."""
+        keep = set(keys)
+        nodes = tuple(n for n in self.nodes if n.key in keep)
+        ended = {p for n in nodes for p in n.ends}
+        return Plan(self.fold, nodes, {p: c for p, c in self.chains.items() if p in ended})
+
+    # -- serialisation ---------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {"fold": self.fold, "nodes": [{**asdict(n), "ends": list(n.ends)} for n in self.nodes],
+                "chains": {p: list(c) for p, c in self.chains.items()}}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> Plan:
+        nodes = tuple(Node(**{**n, "ends": tuple(n["ends"])}) for n in doc["nodes"])
+        return cls(int(doc["fold"]), nodes, {p: tuple(c) for p, c in doc["chains"].items()})
+
+
+def build_plan(paths: list[TrainingPath], *, fold: int = 0, context: Mapping[str, Any] | None = None,
+               curriculum_keys: Mapping[str, str] | None = None) -> Plan:
+    """The node plan of ``paths`` (already resolved: curriculum stages explicit).
+
+    ``context``: everything besides the path that determines the trees
+    (hyperparameters, data fingerprint, metric conventions, code version);
+    ``curriculum_keys``: curriculum name -> key of its content, for the nodes
+    that train on a curriculum stage.
+    """
+    labels = [p.label for p in paths]
+    dup = sorted({x for x in labels if labels.count(x) > 1})
+    if dup:
+        raise PathError(f"training paths must have distinct names; repeated: {dup}")
+    for p in paths:
+        for s in p.segments:
+            if s.objective not in OBJECTIVES:
+                raise PathError(f"path {p.label!r}: unknown objective {s.objective!r}")
+            if s.data != "all" and s.data.split(".")[1] == "*":
+                raise PathError(f"path {p.label!r}: resolve {s.data!r} into stages before planning")
+    ctx = dict(context or {})
+    ckeys = dict(curriculum_keys or {})
+    nodes: list[Node] = []
+    chains: dict[str, list[str]] = {p.label: [] for p in paths}
+    _split([(p.label, p.segments) for p in paths], 0, None, ctx, ckeys, nodes, chains)
+    return Plan(fold, tuple(nodes), {p: tuple(c) for p, c in chains.items()})
+
+
+def _split(items: list[tuple[str, tuple[Segment, ...]]], t: int, parent: str | None, ctx: dict[str, Any],
+           ckeys: dict[str, str], nodes: list[Node], chains: dict[str, list[str]]) -> None:
+    groups: dict[tuple[str, str], list[tuple[str, tuple[Segment, ...]]]] = {}
+    for name, segs in items:
+        groups.setdefault((segs[0].objective, segs[0].data), []).append((name, segs))
+    for (obj, data), members in groups.items():
+        step = min(segs[0].trees for _, segs in members)  # the first point where a member ends or parts
+        cur = None if data == "all" else data.split(".")[0]
+        if cur is not None and cur not in ckeys and ckeys:
+            raise PathError(f"no key for curriculum {cur!r} (curricula: {sorted(ckeys)})")
+        key = content_key({"parent": parent, "objective": obj, "data": data, "t0": t, "t1": t + step,
+                           "context": ctx, "curriculum": ckeys.get(cur) if cur else None})
+        ends, rest = [], []
+        for name, segs in members:
+            chains[name].append(key)
+            head = segs[0]
+            remaining = segs[1:] if head.trees == step else (Segment(obj, head.trees - step, data), *segs[1:])
+            if remaining:
+                rest.append((name, remaining))
+            else:
+                ends.append(name)
+        nodes.append(Node(key, parent, obj, data, t, t + step, tuple(ends)))
+        if rest:
+            _split(rest, t + step, key, ctx, ckeys, nodes, chains)
+
+
+# ------------------------------------------------------------------ states
+def node_states(plan: Plan, latest: Mapping[str, int | None]) -> dict[str, NodeState]:
+    """State of every node from ``latest`` (node key -> global tree of its newest checkpoint, or None)."""
+    out = {}
+    for n in plan.nodes:
+        k = latest.get(n.key)
+        if k is None or k <= n.t0:
+            out[n.key] = NodeState(TODO, n.t0)
+        elif k >= n.t1:
+            out[n.key] = NodeState(DONE, n.t1)
+        else:
+            out[n.key] = NodeState(PARTIAL, k)
+    return out
+
+
+def ready(plan: Plan, states: Mapping[str, NodeState]) -> list[Node]:
+    """Nodes not done whose parent is done (or that have none), in plan order."""
+    return [n for n in plan.nodes if states[n.key].state != DONE
+            and (n.parent is None or states[n.parent].state == DONE)]
+
+
+def pending(plan: Plan, states: Mapping[str, NodeState]) -> list[Node]:
+    """Nodes not done, in plan order (parents first)."""
+    return [n for n in plan.nodes if states[n.key].state != DONE]
+
+
+def trees_left(plan: Plan, states: Mapping[str, NodeState]) -> int:
+    return sum(states[n.key].trees_left(n) for n in plan.nodes)
+
+
+def format_plan(plan: Plan, states: Mapping[str, NodeState]) -> str:
+    """One line per node, indented by depth: key, objective@data, trees, state, paths ending there."""
+    done = plan.trees - trees_left(plan, states)
+    lines = [f"fold {plan.fold}: {len(plan.nodes)} nodes, {plan.trees} trees ({done} done), "
+             f"{len(plan.chains)} paths"]
+    for n in plan.nodes:
+        st = states[n.key]
+        state = {DONE: "done", TODO: "to do"}.get(st.state, f"partial at tree {st.tree}")
+        ends = f"  ends: {', '.join(n.ends)}" if n.ends else ""
+        lines.append(f"  {n.key}  {'  ' * plan.depth(n)}{n.describe():<28} {state}{ends}")
+    return "\n".join(lines)

@@ -1,0 +1,144 @@
+"""Progress and live results from executors to the driver, over TCP (never through files).
+
+Cluster executors share no disk with the driver, so rank 0 of every training
+job connects to a small listener on the driver (the way XGBoost's workers reach
+its tracker) and sends one JSON object per line:
+
+* ``{"ev": "node_start", "node": KEY, "tree": T}`` when a node starts (T: where it continues from);
+* ``{"ev": "tree", "node": KEY, "tree": T}`` after every tree;
+* ``{"ev": "checkpoint", "node": KEY, "tree": T, "curve": [[tree, vali, test], ...]}``
+  after every committed checkpoint (the node's curve so far).
+
+:class:`EventServer` runs on the driver and hands each event, in order, to a
+callback (progress display, MLflow streaming). Sending is best effort: if the
+driver cannot be reached, training goes on and logs one warning.
+:class:`ProgressDisplay` shows ``N/M trees`` with rate and time left: a tqdm
+bar on a terminal, plain log lines otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import socketserver
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+Callback = Callable[[dict[str, Any]], None]
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    def handle(self) -> None:
+        server: EventServer = self.server  # type: ignore[assignment]
+        for line in self.rfile:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                log.warning("ignoring a malformed progress message from %s", self.client_address)
+                continue
+            server.dispatch(ev)
+
+
+class EventServer(socketserver.ThreadingTCPServer):
+    """The driver's listener: ``with EventServer(host, callback) as srv: ... srv.address``."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, host: str, callback: Callback) -> None:
+        super().__init__((host, 0), _Handler)
+        self.callback = callback
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
+        self.errors = 0
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self.server_address[:2]
+        return str(host), int(port)
+
+    def dispatch(self, ev: dict[str, Any]) -> None:
+        with self._lock:  # events of concurrent jobs reach the callback one at a time
+            try:
+                self.callback(ev)
+            except Exception:  # a display or tracking hiccup must not break the connection
+                self.errors += 1
+                log.exception("progress callback failed on %s", ev.get("ev"))
+
+    def __enter__(self) -> EventServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+        self.server_close()
+        self._thread.join(timeout=5)
+
+
+class EventClient:
+    """Rank 0's side: connects lazily, sends JSON lines, gives up quietly after one warning."""
+
+    def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
+        self.host, self.port, self.timeout = host, port, timeout
+        self._sock: socket.socket | None = None
+        self._broken = False
+
+    def send(self, ev: dict[str, Any]) -> None:
+        if self._broken:
+            return
+        try:
+            if self._sock is None:
+                self._sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+            self._sock.sendall((json.dumps(ev) + "\n").encode())
+        except OSError as e:
+            self._broken = True
+            log.warning("progress listener %s:%d unreachable (%s): training goes on without progress reports",
+                        self.host, self.port, e)
+
+    def close(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            finally:
+                self._sock = None
+
+
+class ProgressDisplay:
+    """``label: done/total trees (rate, time left)``: a tqdm bar on a terminal, log lines every ``interval`` s."""
+
+    def __init__(self, label: str, total: int, done: int = 0, interval: float = 5.0,
+                 tty: bool | None = None) -> None:
+        self.label, self.total, self.done, self.interval = label, total, done, interval
+        self._start_done, self._t0, self._last = done, time.perf_counter(), 0.0
+        self._bar = None
+        if tty if tty is not None else sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, initial=done, desc=label, unit="tree", dynamic_ncols=True)
+
+    def advance(self, n: int = 1) -> None:
+        self.done = min(self.total, self.done + n)
+        if self._bar is not None:
+            self._bar.update(n)
+            return
+        now = time.perf_counter()
+        if now - self._last >= self.interval:
+            self._last = now
+            log.info("%s", self.line())
+
+    def line(self) -> str:
+        rate = (self.done - self._start_done) / max(time.perf_counter() - self._t0, 1e-9)
+        left = (self.total - self.done) / rate if rate > 0 else float("nan")
+        return f"{self.label}: {self.done}/{self.total} trees ({rate:.1f} trees/s, about {left:.0f} s left)"
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        else:
+            log.info("%s", self.line())

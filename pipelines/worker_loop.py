@@ -1,0 +1,586 @@
+"""The boosting loop one worker runs over plan nodes: plain Python over numpy arrays, no Spark.
+
+:mod:`pipelines.barrier_job` calls :func:`run_nodes` inside each Spark barrier
+task, with an :class:`XgbComm` on XGBoost's collective (XGBoost all-reduces the
+histograms itself; this module all-reduces only small evaluation sums). Tests
+call it with a :class:`LocalComm` (one worker) as the local twin.
+
+How a node runs (see :mod:`pipelines.plan`): its trees are built in
+*segments* that end at every multiple of ``checkpoint_every`` and at the node's
+last tree. Every segment is a fresh XGBoost booster whose DMatrix carries the
+margins reached so far as ``base_margin``, so nothing is ever re-predicted,
+and a segment that starts from a checkpoint (a resumed run) does exactly what
+the uninterrupted run did: the same trees, bit for bit. After each segment the
+worker writes its margins (train, vali, test) to the checkpoint store and rank
+0 commits the segment's trees and the node's curve
+(:mod:`pipelines.checkpoints`). A path's model is the concatenation of its
+nodes' segments (:func:`concat_models`), so its first ``t`` trees are exactly
+the model after ``t`` trees. The quantised training matrix is built once and
+reused by every node (curriculum subsets take its quantiles via ``ref=``).
+
+NDCG@k on vali and test after every ``eval_every`` trees comes from this
+project's evaluator (:func:`udfs.metrics.ndcg_fast`) on margins accumulated one
+new tree at a time (:mod:`udfs.trees`), summed over the workers' queries.
+Randomness never depends on node boundaries or the worker count: XGBoost's row
+and column sampling is seeded per global tree index (``seed_per_iteration``) and
+the noise of ``stochastic_ndcg`` per (tree, query, document).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numba
+import numpy as np
+import xgboost as xgb
+
+from pipelines.checkpoints import CheckpointStore, take_rows
+from pipelines.paths import OBJECTIVES, REGRESSION
+from pipelines.plan import Node
+from udfs.metrics import NdcgSpec, inverse_idcg, ndcg_fast, offsets_from_qids
+from udfs.objectives import (
+    BlendSchedule,
+    blend,
+    lambdarank_grad,
+    mse_grad,
+    pair_inverse_idcg,
+    document_normal,
+    sigmoid_pairwise_grad,
+    stochastic_ndcg_grad,
+)
+from udfs.trees import add_tree, tree_arrays
+
+log = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------------ collective
+class Comm(Protocol):
+    rank: int
+    world: int
+
+    def allreduce(self, data: np.ndarray, op: str) -> np.ndarray: ...
+
+
+class LocalComm:
+    """A world of one worker."""
+
+    rank = 0
+    world = 1
+
+    def allreduce(self, data: np.ndarray, op: str) -> np.ndarray:
+        return np.asarray(data)
+
+
+class XgbComm:
+    """XGBoost's collective (must be initialised: inside ``CommunicatorContext``)."""
+
+    def __init__(self) -> None:
+        from xgboost import collective
+
+        self._c = collective
+        self.rank = collective.get_rank()
+        self.world = collective.get_world_size()
+
+    def allreduce(self, data: np.ndarray, op: str) -> np.ndarray:
+        ops = {"sum": self._c.Op.SUM, "max": self._c.Op.MAX}
+        arr = np.ascontiguousarray(data, dtype=np.float64)
+        return np.asarray(self._c.allreduce(arr, ops[op])).reshape(arr.shape)  # it returns a flat array
+
+
+# ------------------------------------------------------------ threads
+def openmp_threads(n: int) -> list[str]:
+    """Let OpenMP (XGBoost's threads) use ``n`` threads in this process; returns the runtimes set.
+
+    PySpark starts Python workers with ``OMP_NUM_THREADS=1`` (one per task
+    slot), and XGBoost caps ``nthread`` at ``omp_get_max_threads()``, so inside
+    a Spark task ``nthread=2`` silently ran on one thread (measured: 0.126 vs
+    0.074 s per tree). Raise the limit of every OpenMP runtime already loaded,
+    and the environment for any loaded later.
+    """
+    import ctypes
+
+    os.environ["OMP_NUM_THREADS"] = str(n)
+    done = []
+    try:
+        with open("/proc/self/maps") as f:
+            libs = {line.split()[-1] for line in f if any(x in line for x in ("libgomp", "libomp", "libiomp5"))}
+    except OSError:  # not Linux: ask the loader for the usual names
+        import ctypes.util
+
+        libs = {p for name in ("gomp", "omp", "iomp5") if (p := ctypes.util.find_library(name))}
+    for lib in sorted(libs):
+        try:
+            ctypes.CDLL(lib).omp_set_num_threads(int(n))
+            done.append(lib)
+        except (OSError, AttributeError):
+            continue
+    return done
+
+
+# ------------------------------------------------------------ data
+@dataclass
+class SplitData:
+    """Rows of one split held by this worker, queries contiguous."""
+
+    X: np.ndarray  # float32 [rows, features]
+    y: np.ndarray  # float32 labels
+    qid: np.ndarray  # int32
+    doc: np.ndarray | None = None  # int32 position of the row in its query as stored (default: row order)
+
+    def __post_init__(self) -> None:
+        self.offsets = offsets_from_qids(self.qid)
+        if self.doc is None:
+            self.doc = (np.arange(self.qid.size) - np.repeat(self.offsets[:-1], np.diff(self.offsets))
+                        ).astype(np.int32)
+
+    @property
+    def n_queries(self) -> int:
+        return int(self.offsets.size - 1)
+
+
+@dataclass
+class WorkerData:
+    """What one worker trains on: train rows plus optional vali/test, and for every
+    curriculum the first stage of each train row (``stages[name]``)."""
+
+    train: SplitData
+    vali: SplitData | None = None
+    test: SplitData | None = None
+    stages: dict[str, np.ndarray] = field(default_factory=dict)
+    label_filters: dict[str, dict[int, list[int]]] = field(default_factory=dict)
+
+    def rows(self, data: str) -> np.ndarray | None:
+        """Train rows of a segment's data (None = all)."""
+        if data == "all":
+            return None
+        name, stage = data.split(".")
+        st = int(stage)
+        mask = self.stages[name] <= st
+        labels = self.label_filters.get(name, {}).get(st)
+        if labels is not None:
+            mask &= np.isin(self.train.y, labels)
+        # Never None here, even if the mask covers every local row: the decision must be
+        # the same on all workers (their collective calls must match).
+        return np.flatnonzero(mask)
+
+
+# ------------------------------------------------------------ settings
+@dataclass(frozen=True)
+class Settings:
+    """Everything a worker needs besides the data (built from TrainConfig on the driver)."""
+
+    params: dict[str, Any]  # XGBoost booster params shared by every node
+    k: int = 10
+    metric: NdcgSpec = NdcgSpec()
+    eval_every: int = 1
+    score_dist_trees: tuple[int, ...] = (100,)
+    score_dist_bins: int = 100
+    base_margin: str = "auto"
+    seed: int = 0
+    min_label: int = 0
+    max_label: int = 4
+    checkpoint_every: int = 50  # trees per checkpoint inside a node (and one at every node's end)
+    sigmoid_gamma: float = 1.0
+    stochastic_noise: float = 1.0
+    stochastic_anneal: int = 100  # global tree at which the noise of stochastic_ndcg has annealed to 0
+    blend: BlendSchedule = BlendSchedule("linear", 200, 100)
+
+
+def booster_params(settings: Settings, objective: str) -> dict[str, Any]:
+    """Params of one booster: built-in objectives get their XGBoost name and top-k settings."""
+    p = dict(settings.params)
+    builtin = OBJECTIVES[objective]
+    if builtin:
+        p["objective"] = builtin
+        if builtin.startswith("rank:"):
+            p.update(lambdarank_pair_method="topk", lambdarank_num_pair_per_sample=settings.k,
+                     ndcg_exp_gain=settings.metric.gain == "exp2")
+    p["disable_default_eval_metric"] = 1
+    p["seed_per_iteration"] = True  # sampling seeded by the global tree index, not the booster's age
+    return p
+
+
+def python_objective(objective: str, settings: Settings, split: SplitData, y: np.ndarray, offsets: np.ndarray,
+                     rows: np.ndarray | None = None
+                     ) -> Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]:
+    """``f(margins, global_tree) -> (grad, hess)`` for a Python objective on one node's rows
+    (``y``/``offsets`` of those rows; ``rows``: their indices in ``split``, None = all)."""
+    k, exp_gain = settings.k, settings.metric.gain == "exp2"
+    if objective == "mse":
+        return lambda s, t: mse_grad(s, y)
+    inv = pair_inverse_idcg(y, offsets, k, exp_gain)  # labels are fixed: once per node
+    if objective == "lambdamart":
+        return lambda s, t: lambdarank_grad(s, y, offsets, k=k, exp_gain=exp_gain, inv_idcg=inv)
+    if objective == "ranknet":
+        return lambda s, t: lambdarank_grad(s, y, offsets, k=k, exp_gain=exp_gain, delta="one", inv_idcg=inv)
+    if objective == "sigmoid_pairwise":
+        return lambda s, t: sigmoid_pairwise_grad(s, y, offsets, k=k, gamma=settings.sigmoid_gamma)
+    if objective == "stochastic_ndcg":
+        qid = split.qid if rows is None else split.qid[rows]
+        doc = split.doc if rows is None else split.doc[rows]
+
+        def stochastic(s: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
+            # Noise anneals to 0 at global tree `stochastic_anneal`, and depends only on (seed, tree, qid, doc).
+            noise = settings.stochastic_noise * max(0.0, 1.0 - t / max(settings.stochastic_anneal, 1))
+            eps = document_normal(settings.seed, t, qid, doc) if noise > 0 else None
+            return stochastic_ndcg_grad(s, y, offsets, k=k, noise=noise, eps=eps, exp_gain=exp_gain, inv_idcg=inv)
+        return stochastic
+    if objective == "blend":
+        def blended(s: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
+            g = settings.blend.gamma(t)
+            m = mse_grad(s, y) if g < 1.0 else None
+            r = lambdarank_grad(s, y, offsets, k=k, exp_gain=exp_gain, inv_idcg=inv) if g > 0.0 else None
+            return blend(g, m, r)  # type: ignore[arg-type]
+        return blended
+    raise ValueError(f"{objective!r} is not a Python objective")
+
+
+# ------------------------------------------------------------ states
+@dataclass
+class _State:
+    """A node's margins (this worker's rows) and history after global tree ``tree``."""
+
+    tree: int
+    train: np.ndarray
+    vali: np.ndarray | None
+    test: np.ndarray | None
+    base: float  # the path's starting score
+    segments: list[list[int]] = field(default_factory=list)  # [t_start, t_end] of the node's committed segments
+    curve: list[list[float]] = field(default_factory=list)  # the node's (tree, vali, test) points
+    dists: list[dict[str, Any]] = field(default_factory=list)  # the node's score distributions
+    rows: int = 0  # training rows of the node (all workers)
+
+
+Events = Callable[[dict[str, Any]], None]
+
+
+def _no_events(_: dict[str, Any]) -> None:
+    return None
+
+
+# ------------------------------------------------------------ the loop
+class _Worker:
+    def __init__(self, data: WorkerData, settings: Settings, comm: Comm, store: CheckpointStore,
+                 events: Events) -> None:
+        self.data, self.s, self.comm, self.store, self.events = data, settings, comm, store, events
+        if settings.checkpoint_every < 1:
+            raise ValueError(f"train.checkpoint_every must be >= 1, got {settings.checkpoint_every}")
+        nthread = settings.params.get("nthread", 0)
+        tr = data.train
+        if nthread:  # before any XGBoost work: the quantile sketch below is multithreaded too
+            openmp_threads(int(nthread))
+            numba.set_num_threads(max(1, min(int(nthread), numba.config.NUMBA_NUM_THREADS)))
+        t0 = time.perf_counter()
+        self.dfull = xgb.QuantileDMatrix(tr.X, label=tr.y, qid=tr.qid, max_bin=settings.params.get("max_bin", 256),
+                                         nthread=nthread)
+        self._subset: tuple[str, Any, np.ndarray, np.ndarray, np.ndarray] | None = None
+        # Eval margins are accumulated here, one new tree at a time (udfs.trees): no eval DMatrix.
+        self.evals = {name: sp for name, sp in (("vali", data.vali), ("test", data.test)) if sp is not None}
+        self.inv_idcg = {name: inverse_idcg(sp.offsets, sp.y, settings.metric) for name, sp in self.evals.items()}
+        self.n_queries = {name: float(comm.allreduce(np.array([sp.n_queries], np.float64), "sum")[0])
+                          for name, sp in self.evals.items()}
+        self.timing = {"dmatrix": time.perf_counter() - t0, "objective": 0.0, "boost": 0.0, "eval": 0.0,
+                       "checkpoint": 0.0, "resume": 0.0, "trees": 0}
+
+    # -- helpers -------------------------------------------------------
+    def base_for(self, node: Node) -> float:
+        mode = self.s.base_margin
+        if mode == "zero" or (mode == "auto" and node.objective not in REGRESSION):
+            return 0.0
+        if mode in ("mean", "auto"):
+            y = self.data.train.y
+            tot = self.comm.allreduce(np.array([float(y.sum()), float(y.size)]), "sum")
+            return float(tot[0] / max(tot[1], 1.0))
+        try:
+            return float(mode)
+        except ValueError:
+            raise ValueError(f"train.base_margin must be auto, zero, mean or a number, got {mode!r}") from None
+
+    def mean_ndcg(self, name: str, margins: np.ndarray) -> float:
+        sp = self.evals[name]
+        local = float(ndcg_fast(sp.offsets, sp.y, margins, self.s.metric, self.inv_idcg[name]).sum())
+        total = self.comm.allreduce(np.array([local]), "sum")[0]
+        return float(total / self.n_queries[name]) if self.n_queries[name] else float("nan")
+
+    def score_dist(self, tree: int, margins: np.ndarray) -> dict[str, Any]:
+        """Histograms of test margins per label (global range, all workers)."""
+        y = self.data.test.y
+        lo_hi = self.comm.allreduce(np.array([-margins.min(initial=np.inf), margins.max(initial=-np.inf)]), "max")
+        lo, hi = -lo_hi[0], lo_hi[1]
+        if not np.isfinite(lo) or hi <= lo:
+            lo, hi = (lo if np.isfinite(lo) else 0.0), (lo if np.isfinite(lo) else 0.0) + 1.0
+        edges = np.linspace(lo, hi, self.s.score_dist_bins + 1)
+        labels = list(range(self.s.min_label, self.s.max_label + 1))
+        hist = np.stack([np.histogram(margins[y == lab], bins=edges)[0] for lab in labels]).astype(np.float64)
+        hist = self.comm.allreduce(hist, "sum")
+        return {"tree": tree, "edges": edges.tolist(), "labels": labels, "counts": hist.astype(np.int64).tolist()}
+
+    def training_matrix(self, data: str) -> tuple[Any, np.ndarray | None, np.ndarray, np.ndarray, np.ndarray | None]:
+        """(DMatrix, rows or None, labels, offsets, complement rows) of a node's data; the last subset is cached."""
+        tr = self.data.train
+        rows = self.data.rows(data)
+        if rows is None:
+            return self.dfull, None, tr.y, tr.offsets, None
+        if self._subset is None or self._subset[0] != data:
+            self._subset = None  # free the previous subset first
+            y, qid = tr.y[rows], tr.qid[rows]
+            dm = xgb.QuantileDMatrix(tr.X[rows], label=y, qid=qid, ref=self.dfull,
+                                     max_bin=self.s.params.get("max_bin", 256), nthread=self.s.params.get("nthread", 0))
+            comp = np.setdiff1d(np.arange(tr.y.size), rows, assume_unique=True).astype(np.int64)
+            self._subset = (data, dm, rows, offsets_from_qids(qid), comp)
+        _, dm, rows, offsets, comp = self._subset
+        return dm, rows, tr.y[rows], offsets, comp
+
+    # -- checkpoints -----------------------------------------------------
+    def agreed_latest(self, key: str) -> int:
+        """The newest committed checkpoint of a node (-1: none), the same on every worker."""
+        k = self.store.latest(key)
+        k = -1 if k is None else k
+        both = self.comm.allreduce(np.array([k, -k], np.float64), "max")
+        if both[0] != -both[1]:
+            raise RuntimeError(f"workers see different checkpoints of node {key} ({int(-both[1])}..{int(both[0])}): "
+                               "is the checkpoint directory on storage every executor reaches?")
+        return int(both[0])
+
+    def load(self, node: Node, tree: int) -> _State:
+        t0 = time.perf_counter()
+        meta = self.store.meta(node.key, tree)
+        shards = self.store.shards(node.key, tree)
+        d = self.data
+        st = _State(tree, take_rows(shards, "train", d.train.qid),
+                    None if d.vali is None else take_rows(shards, "vali", d.vali.qid),
+                    None if d.test is None else take_rows(shards, "test", d.test.qid),
+                    float(meta["base"]), meta["segments"], meta["curve"], meta["dists"], int(meta["rows"]))
+        self.timing["resume"] += time.perf_counter() - t0
+        return st
+
+    def save(self, node: Node, st: _State, model: bytes, seg: list[int]) -> None:
+        """Shards of every worker, then rank 0 commits the segment's trees and the meta."""
+        t0 = time.perf_counter()
+        arrays: dict[str, np.ndarray] = {"train_qid": self.data.train.qid, "train_margin": st.train}
+        for name, sp in self.evals.items():
+            arrays[f"{name}_qid"] = sp.qid
+            arrays[f"{name}_margin"] = getattr(st, name)
+        if st.tree == node.t1 and node.ends and "test" in self.evals:
+            sp = self.evals["test"]
+            arrays["test_query"] = sp.qid[sp.offsets[:-1]].astype(np.int32)
+            arrays["test_ndcg"] = ndcg_fast(sp.offsets, sp.y, st.test, self.s.metric, self.inv_idcg["test"])
+        self.store.write_shard(node.key, st.tree, self.comm.rank, arrays)
+        self.comm.allreduce(np.zeros(1), "sum")  # every shard is written before the commit
+        if self.comm.rank == 0:
+            self.store.write_segment(node.key, seg[0], seg[1], model)
+            self.store.commit(node.key, st.tree, {
+                "node": {"key": node.key, "parent": node.parent, "objective": node.objective, "data": node.data,
+                         "t0": node.t0, "t1": node.t1, "ends": list(node.ends)},
+                "shards": self.comm.world, "base": st.base, "segments": st.segments, "curve": st.curve,
+                "dists": st.dists, "rows": st.rows, "done": st.tree == node.t1})
+        self.timing["checkpoint"] += time.perf_counter() - t0
+
+    # -- running nodes ---------------------------------------------------
+    def start_state(self, node: Node, parent: _State | None) -> _State:
+        """The state a node starts from: its newest checkpoint, else its parent's output, else the base score."""
+        k = self.agreed_latest(node.key)
+        if k >= node.t0 + 1:
+            log.info("node %s (%s): continuing from its checkpoint at tree %d", node.key, node.describe(), k)
+            return self.load(node, k)
+        if parent is None and node.parent is not None:
+            pk = self.agreed_latest(node.parent)
+            if pk < 0:
+                raise RuntimeError(f"node {node.key} ({node.describe()}): its parent {node.parent} has no output")
+            parent = self.load_parent(node.parent, pk)
+        if parent is not None:
+            return _State(node.t0, parent.train.copy(), None if parent.vali is None else parent.vali.copy(),
+                          None if parent.test is None else parent.test.copy(), parent.base)
+        tr, base = self.data.train, self.base_for(node)
+        return _State(0, np.full(tr.y.size, base, np.float32),
+                      None if self.data.vali is None else np.full(self.data.vali.y.size, base, np.float32),
+                      None if self.data.test is None else np.full(self.data.test.y.size, base, np.float32), base)
+
+    def load_parent(self, key: str, tree: int) -> _State:
+        meta = self.store.meta(key, tree)
+        node = Node(**{**meta["node"], "ends": tuple(meta["node"]["ends"])})
+        if tree != node.t1:
+            raise RuntimeError(f"node {key} is not finished (checkpoint at tree {tree} of {node.t1})")
+        return self.load(node, tree)
+
+    def run_node(self, node: Node, parent: _State | None) -> _State:
+        st = self.start_state(node, parent)
+        if st.tree < node.t1:
+            self.events({"ev": "node_start", "node": node.key, "tree": st.tree})
+        every = self.s.checkpoint_every
+        while st.tree < node.t1:
+            end = min(node.t1, (st.tree // every + 1) * every)
+            st = self.segment(node, st, end)
+            self.events({"ev": "checkpoint", "node": node.key, "tree": st.tree, "curve": st.curve})
+        return st
+
+    def segment(self, node: Node, st: _State, end: int) -> _State:
+        """Trees ``st.tree..end`` of ``node`` with a fresh booster on the margins so far; then a checkpoint."""
+        s = self.s
+        dtrain, rows, y, offsets, comp = self.training_matrix(node.data)
+        dtrain.set_base_margin(st.train if rows is None else st.train[rows])
+        ev = {name: np.array(getattr(st, name), dtype=np.float32) for name in self.evals}  # own copies
+        booster = xgb.Booster(booster_params(s, node.objective), [dtrain])
+        builtin = OBJECTIVES[node.objective] is not None
+        obj = None if builtin else python_objective(node.objective, s, self.data.train, y, offsets, rows)
+        rows_total = st.rows or int(self.comm.allreduce(np.array([float(dtrain.num_row())]), "sum")[0])
+        curve, dists, trees = list(st.curve), list(st.dists), []
+        for t in range(st.tree, end):  # t: global index of the tree being built
+            i = t - st.tree
+            if builtin:
+                t0 = time.perf_counter()
+                booster.update(dtrain, t)
+                self.timing["boost"] += time.perf_counter() - t0
+            else:
+                t0 = time.perf_counter()
+                margins = booster.predict(dtrain, output_margin=True, training=True)
+                grad, hess = obj(margins, t)  # type: ignore[misc]
+                t1 = time.perf_counter()
+                booster.boost(dtrain, t, grad=grad, hess=hess)
+                self.timing["objective"] += t1 - t0
+                self.timing["boost"] += time.perf_counter() - t1
+            self.timing["trees"] += 1
+            done = t + 1
+            t0 = time.perf_counter()
+            tree = tree_arrays(booster, i)
+            trees.append(tree)
+            for name, sp in self.evals.items():
+                add_tree(sp.X, tree, ev[name])
+            if self.evals and (done % s.eval_every == 0 or done == node.t1 or done in s.score_dist_trees):
+                curve.append([done, self.mean_ndcg("vali", ev["vali"]) if "vali" in ev else float("nan"),
+                              self.mean_ndcg("test", ev["test"]) if "test" in ev else float("nan")])
+                if done in s.score_dist_trees and "test" in ev:
+                    dists.append(self.score_dist(done, ev["test"]))
+            self.timing["eval"] += time.perf_counter() - t0
+            self.events({"ev": "tree", "node": node.key, "tree": done})
+        t0 = time.perf_counter()
+        model = bytes(booster.save_raw("json"))
+        if rows is None:
+            train = np.asarray(booster.predict(dtrain, output_margin=True), np.float32)  # XGBoost's cache
+        else:  # the subset's rows from the cache; the others see the segment's trees for the first time
+            train = st.train.copy()
+            train[rows] = booster.predict(dtrain, output_margin=True)
+            for tree in trees:
+                add_tree(self.data.train.X, tree, train, comp)
+        del booster  # before the next segment resets the DMatrix's base margin
+        self.timing["checkpoint"] += time.perf_counter() - t0
+        nxt = _State(end, train, ev.get("vali"), ev.get("test"), st.base, [*st.segments, [st.tree, end]],
+                     curve, dists, rows_total)
+        self.save(node, nxt, model, [st.tree, end])
+        return nxt
+
+
+def run_nodes(data: WorkerData, nodes: Iterable[Node], settings: Settings, store: CheckpointStore,
+              comm: Comm | None = None, events: Events | None = None) -> dict[str, float]:
+    """Run ``nodes`` (plan order: a node's parent is done or comes earlier) on this worker's data.
+
+    Each node continues from its newest checkpoint, else from its parent's
+    output (kept in memory when the parent ran in this call, else read from the
+    store). Outputs go to ``store``; returns the worker's timings.
+    """
+    nodes = list(nodes)
+    w = _Worker(data, settings, comm or LocalComm(), store, events or _no_events)
+    outputs: dict[str, _State] = {}
+    waiting = {n.key: sum(1 for c in nodes if c.parent == n.key) for n in nodes}
+    for node in nodes:
+        parent = outputs.get(node.parent) if node.parent else None
+        st = w.run_node(node, parent)
+        if node.parent in outputs:
+            waiting[node.parent] -= 1
+            if waiting[node.parent] == 0:
+                del outputs[node.parent]
+        if waiting[node.key]:
+            outputs[node.key] = st
+    return w.timing
+
+
+# ------------------------------------------------------------ results
+@dataclass
+class PathResult:
+    """A finished path, assembled on the driver from its nodes' checkpoints (:func:`path_result`)."""
+
+    name: str
+    model: bytes = b""
+    trees: list[int] = field(default_factory=list)
+    vali: list[float] = field(default_factory=list)
+    test: list[float] = field(default_factory=list)
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    score_dists: list[dict[str, Any]] = field(default_factory=list)
+    base_margin: float = 0.0
+    test_qid: list[int] = field(default_factory=list)
+    test_ndcg: list[float] = field(default_factory=list)
+
+
+def path_result(store: CheckpointStore, name: str, chain: Iterable[str], with_model: bool = True) -> PathResult:
+    """Curves, stages, model and per-query test NDCG of a path whose nodes (``chain``) are all done."""
+    metas = []
+    for key in chain:
+        k = store.latest(key)
+        meta = store.meta(key, k) if k is not None else None
+        if meta is None or not meta.get("done"):
+            raise RuntimeError(f"path {name}: node {key} is not finished")
+        metas.append(meta)
+    r = PathResult(name=name, base_margin=float(metas[0]["base"]))
+    parts = []
+    for meta in metas:
+        node = meta["node"]
+        for point in meta["curve"]:
+            r.trees.append(int(point[0]))
+            r.vali.append(float(point[1]))
+            r.test.append(float(point[2]))
+        r.score_dists += meta["dists"]
+        last = r.runs[-1] if r.runs else None
+        if last and (last["objective"], last["data"]) == (node["objective"], node["data"]):
+            last["trees"] += node["t1"] - node["t0"]  # one stage cut into nodes
+        else:
+            r.runs.append({"objective": node["objective"], "data": node["data"], "first_tree": node["t0"],
+                           "rows": meta["rows"], "builtin": OBJECTIVES[node["objective"]] is not None,
+                           "trees": node["t1"] - node["t0"]})
+        if with_model:
+            parts += [(store.segment(node["key"], a, b), b - a) for a, b in meta["segments"]]
+    if with_model:
+        r.model = concat_models(parts, r.base_margin)
+    last = metas[-1]
+    shards = store.shards(last["node"]["key"], int(last["tree"]))
+    if shards and "test_query" in shards[0]:
+        q = np.concatenate([s["test_query"] for s in shards])
+        v = np.concatenate([s["test_ndcg"] for s in shards])
+        order = np.argsort(q, kind="stable")
+        r.test_qid, r.test_ndcg = q[order].astype(int).tolist(), v[order].astype(float).tolist()
+    return r
+
+
+# ------------------------------------------------------------ models
+def concat_models(parts: list[tuple[bytes, int]], base_margin: float) -> bytes:
+    """One XGBoost JSON model from the first ``n`` trees of each part, in order.
+
+    Every part was trained on margins that already include the earlier parts,
+    so the sum of all trees plus ``base_margin`` (stored as the model's
+    base_score) is the path's prediction.
+    """
+    docs = [json.loads(m) for m, _ in parts]
+    out = docs[-1]
+    trees = []
+    for doc, (_, n) in zip(docs, parts, strict=True):
+        trees += doc["learner"]["gradient_booster"]["model"]["trees"][:n]
+    for i, t in enumerate(trees):
+        t["id"] = i
+    gb = out["learner"]["gradient_booster"]["model"]
+    gb["trees"] = trees
+    gb["tree_info"] = [0] * len(trees)
+    gb["iteration_indptr"] = list(range(len(trees) + 1))
+    gb["gbtree_model_param"]["num_trees"] = str(len(trees))
+    lmp = out["learner"]["learner_model_param"]
+    lmp["base_score"] = f"[{float(np.float32(base_margin)):.9E}]"
+    lmp["boost_from_average"] = "0"
+    out["learner"]["objective"] = {"name": "rank:ndcg", "lambdarank_param": {
+        "lambdarank_bias_norm": "1", "lambdarank_normalization": "1", "lambdarank_num_pair_per_sample": "10",
+        "lambdarank_pair_method": "topk", "lambdarank_score_normalization": "1", "lambdarank_unbiased": "0",
+        "ndcg_exp_gain": "1"}}
+    return json.dumps(out).encode()
