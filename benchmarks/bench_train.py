@@ -48,7 +48,11 @@ from pipelines.generate import generate
 from pipelines.ingest import ingest
 from pipelines.paths import parse_path
 from pipelines.session import build_session
-from pipelines.barrier_job import make_settings, training_frame
+import tempfile
+
+from pipelines.barrier_job import make_settings
+from pipelines.checkpoints import CheckpointStore
+from pipelines.executor import Execution, train_paths
 from udfs import schema
 from udfs.metrics import NdcgSpec
 
@@ -92,16 +96,23 @@ def ours(spark, data: str, path: str, trees_eval: int, workers: int, nthread: in
     ds = open_dataset(data)
     cfg = TrainConfig(workers=workers, nthread=nthread, eval_every=trees_eval, score_dist_trees=[])
     settings = make_settings(cfg, NdcgSpec(), ds, nthread)
-    df = training_frame(spark, ds, 1, [])
     t0 = time.perf_counter()
-    res, info = train_distributed(spark, df, ds.n_features, [parse_path(path, "p")], settings, workers, [])
+    res, info = _train(spark, ds, [parse_path(path, "p")], settings, workers, nthread)
     wall = time.perf_counter() - t0
     w0 = info["worker_timings"][0]
     n = w0["trees"]
     return {"path": path, "workers": workers, "threads_per_worker": nthread, "wall_seconds": round(wall, 2),
             "trees": n, "per_tree": (w0["boost"] + w0["objective"]) / n, "objective_per_tree": w0["objective"] / n,
             "eval_per_tree": w0["eval"] / n, "load_seconds": round(w0["load"], 2),
-            "dmatrix_seconds": round(w0["dmatrix"], 2), "final_test_ndcg": res["p"].test[-1]}
+            "dmatrix_seconds": round(w0["dmatrix"], 2), "checkpoint_per_tree": w0["checkpoint"] / n,
+            "checkpoint_share_of_training": round(w0["checkpoint"] / (w0["boost"] + w0["objective"]), 4),
+            "checkpoint_every": settings.checkpoint_every, "final_test_ndcg": res["p"].test[-1]}
+
+
+def _train(spark, ds, paths, settings, workers: int, nthread: int):
+    """Train ``paths`` from scratch (fresh checkpoint directory: nothing reused)."""
+    with tempfile.TemporaryDirectory(prefix="bench-ckpt-") as d:
+        return train_paths(spark, ds, 1, paths, settings, Execution(workers, nthread, retries=0), CheckpointStore(d))
 
 
 def grid(spark, data: str, threads: int) -> dict:
@@ -110,15 +121,14 @@ def grid(spark, data: str, threads: int) -> dict:
     ds = open_dataset(data)
     cfg = TrainConfig(workers=workers, nthread=threads, eval_every=10, score_dist_trees=[])
     settings = make_settings(cfg, NdcgSpec(), ds, threads)
-    df = training_frame(spark, ds, 1, [])
     paths = [parse_path(f"mse:{t},lambdamart:{500 - t}", f"MSE-{t}") for t in (100, 200, 300, 400)]
     t0 = time.perf_counter()
-    together, info = train_distributed(spark, df, ds.n_features, paths, settings, workers, [])
+    together, info = _train(spark, ds, paths, settings, workers, threads)
     shared = time.perf_counter() - t0
     t0 = time.perf_counter()
     alone = {}
     for p in paths:
-        r, _ = train_distributed(spark, df, ds.n_features, [p], settings, workers, [])
+        r, _ = _train(spark, ds, [p], settings, workers, threads)
         alone.update(r)
     separate = time.perf_counter() - t0
     same = all(together[p.label].test[-1] == alone[p.label].test[-1] for p in paths)

@@ -126,6 +126,9 @@ def make_settings(cfg: TrainConfig, metric: NdcgSpec, ds: Dataset, nthread: int)
         raise ConfigError(f"train.eval_every must be >= 1, got {cfg.eval_every}")
     if cfg.checkpoint_every < 1:
         raise ConfigError(f"train.checkpoint_every must be >= 1, got {cfg.checkpoint_every}")
+    if cfg.subsample < 1 or cfg.colsample_bytree < 1:
+        log.warning("train.subsample/colsample_bytree < 1: XGBoost's sampler state is not part of a checkpoint, so "
+                    "a resumed run may draw other samples than an uninterrupted one (measured: not bit-identical)")
     return Settings(params=params, k=cfg.k, metric=metric, eval_every=cfg.eval_every,
                     score_dist_trees=tuple(cfg.score_dist_trees), score_dist_bins=cfg.score_dist_bins,
                     base_margin=cfg.base_margin, seed=cfg.seed, min_label=int(lo), max_label=int(hi),

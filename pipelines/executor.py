@@ -206,3 +206,18 @@ def plan_context(train: Any, metric: Any, fingerprint: str) -> dict[str, Any]:
 
     return {"train": {k: v for k, v in asdict(train).items() if k not in NOT_IN_KEY},
             "metric": metric.to_dict(), "data": fingerprint, "code": code_version()}
+
+
+def train_paths(spark: SparkSession, ds: Dataset, fold: int, paths: list[Any], settings: Settings, how: Execution,
+                store: CheckpointStore, curricula: dict[str, Curriculum] | None = None,
+                ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Plan ``paths`` (resolved) with no context, train them, and return ``({label: PathResult}, job info)``:
+    a library entry point for benchmarks and tests (grids key their plans by :func:`plan_context`)."""
+    from pipelines.plan import build_plan
+    from pipelines.worker_loop import path_result
+
+    curricula = curricula or {}
+    plan = build_plan(paths, fold=fold, curriculum_keys={n: c.path for n, c in curricula.items()})
+    info = execute_plan(spark, plan, ds, curricula, settings, store, how)
+    job = info["jobs"][0] if info["jobs"] else {}
+    return {p: path_result(store, p, c) for p, c in plan.chains.items()}, job

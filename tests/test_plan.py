@@ -1,0 +1,164 @@
+"""The plan of checkpointed nodes: pure planning (keys, states, serialisation) and the local twin of
+resuming (a run cut into checkpoints == an uninterrupted run, bit for bit)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipelines.checkpoints import CheckpointStore
+from pipelines.paths import PathError, parse_path
+from pipelines.plan import DONE, PARTIAL, TODO, Plan, build_plan, format_plan, node_states, ready, trees_left
+from pipelines.progress import EventClient, EventServer
+from pipelines.worker_loop import Settings, SplitData, WorkerData, path_result, run_nodes
+from udfs.objectives import document_normal
+
+PARAMS = {"tree_method": "hist", "grow_policy": "lossguide", "max_depth": 0, "max_leaves": 8, "eta": 0.1,
+          "max_bin": 64, "nthread": 1, "seed": 0}
+
+
+def _paths():
+    return [parse_path("mse:20,lambdamart:80", "mse-20"), parse_path("mse:40,lambdamart:60", "mse-40"),
+            parse_path("lambdamart:100", "lm")]
+
+
+def test_nodes_split_where_paths_end_or_part():
+    plan = build_plan(_paths(), fold=1)
+    got = [(n.objective, n.t0, n.t1, n.ends) for n in plan.nodes]
+    assert got == [("mse", 0, 20, ()), ("lambdamart", 20, 100, ("mse-20",)), ("mse", 20, 40, ()),
+                   ("lambdamart", 40, 100, ("mse-40",)), ("lambdamart", 0, 100, ("lm",))]
+    assert plan.trees == 20 + 80 + 20 + 60 + 100
+    chain = [plan.node(k) for k in plan.chains["mse-40"]]
+    assert [(n.t0, n.t1) for n in chain] == [(0, 20), (20, 40), (40, 100)]
+    assert all(b.parent == a.key for a, b in zip(chain, chain[1:]))
+    assert Plan.from_dict(plan.to_dict()) == plan
+
+
+def test_keys_change_with_everything_that_determines_the_trees():
+    base = build_plan(_paths(), context={"eta": 0.05, "data": "fp1"})
+    same = build_plan(list(reversed(_paths())), context={"data": "fp1", "eta": 0.05})
+    assert {n.key for n in base.nodes} == {n.key for n in same.nodes}
+    for ctx in ({"eta": 0.1, "data": "fp1"}, {"eta": 0.05, "data": "fp2"}):
+        assert not {n.key for n in base.nodes} & {n.key for n in build_plan(_paths(), context=ctx).nodes}
+    # a child's key depends on its parent's: another prefix, other keys downstream
+    other = build_plan([parse_path("mse:30,lambdamart:70", "x")], context={"eta": 0.05, "data": "fp1"})
+    assert other.nodes[0].key not in {n.key for n in base.nodes}
+    cur = [parse_path("lambdamart@q_nrel.0:20,lambdamart:80", "cl")]
+    a = build_plan(cur, curriculum_keys={"q_nrel": "k1"})
+    b = build_plan(cur, curriculum_keys={"q_nrel": "k2"})
+    assert a.nodes[0].key != b.nodes[0].key and a.nodes[1].key != b.nodes[1].key
+    with pytest.raises(PathError, match="distinct names"):
+        build_plan([parse_path("mse:1", "a"), parse_path("mse:2", "a")])
+    with pytest.raises(PathError, match="resolve 'q_nrel.\\*' into stages"):
+        build_plan([parse_path("mse@q_nrel.*:4", "p")])
+
+
+def test_states_ready_nodes_and_the_printed_plan():
+    plan = build_plan(_paths(), fold=3)
+    k = [n.key for n in plan.nodes]
+    states = node_states(plan, {k[0]: 20, k[2]: 30, k[4]: None})
+    assert [states[x].state for x in k] == [DONE, TODO, PARTIAL, TODO, TODO]
+    assert states[k[2]].tree == 30
+    assert [n.key for n in ready(plan, states)] == [k[1], k[2], k[4]]  # k[3]'s parent is partial
+    assert trees_left(plan, states) == 80 + 10 + 60 + 100
+    text = format_plan(plan, states)
+    assert text.splitlines()[0] == "fold 3: 5 nodes, 280 trees (30 done), 3 paths"
+    assert f"  {k[2]}    mse 20..40" in text and "partial at tree 30" in text
+    assert "lambdamart 40..100" in text and "ends: mse-40" in text
+
+
+def _split(rng, n_queries: int) -> SplitData:
+    sizes = rng.integers(1, 30, n_queries)
+    qid = np.repeat(np.arange(n_queries) * 3 + 7, sizes).astype(np.int32)
+    X = rng.integers(0, 10, size=(qid.size, 6)).astype(np.float32) / 2
+    y = np.clip(np.round(X[:, 0] / 2 + X[:, 1] / 3 + rng.normal(size=qid.size) - 1), 0, 4).astype(np.float32)
+    return SplitData(X, y, qid)
+
+
+@pytest.fixture(scope="module")
+def data() -> WorkerData:
+    rng = np.random.default_rng(1)
+    train = _split(rng, 80)
+    stage = np.where(np.unique(train.qid, return_inverse=True)[1] % 4 == 0, 0, 1).astype(np.int32)
+    return WorkerData(train, _split(rng, 30), _split(rng, 30), stages={"cur": stage})
+
+
+PATHS = ["mse:5,lambdamart:7", "stochastic_ndcg:12", "lambdamart@cur.0:4,lambdamart:8", "xgb_lambdamart:12"]
+
+
+def _run(data, root, every, nodes=None, events=None):
+    plan = build_plan([parse_path(p, p) for p in PATHS], fold=1, curriculum_keys={"cur": "c"})
+    store = CheckpointStore(str(root))
+    s = Settings(params=PARAMS, checkpoint_every=every, stochastic_anneal=12,
+                 score_dist_trees=(4,))
+    run_nodes(data, plan.nodes if nodes is None else nodes(plan), s, store, events=events)
+    return plan, store
+
+
+def test_checkpoints_do_not_change_the_trees(data, tmp_path):
+    """Every objective and a curriculum: checkpoints every 2 trees == none at all."""
+    plan, a = _run(data, tmp_path / "a", every=2)
+    _, b = _run(data, tmp_path / "b", every=1000)
+    for p in PATHS:
+        ra, rb = path_result(a, p, plan.chains[p]), path_result(b, p, plan.chains[p])
+        assert ra.model == rb.model, p
+        assert (ra.trees, ra.vali, ra.test, ra.test_ndcg) == (rb.trees, rb.vali, rb.test, rb.test_ndcg), p
+        assert ra.trees == list(range(1, 13))
+    assert a.trees(plan.nodes[0].key) == [5]  # older checkpoints of a node are removed when a newer one commits
+
+
+def test_resume_after_a_crash_is_bit_identical(data, tmp_path):
+    plan, straight = _run(data, tmp_path / "straight", every=3)
+    root = tmp_path / "resumed"
+    sto = plan.chains["stochastic_ndcg:12"][0]
+
+    class Crash(Exception):
+        pass
+
+    def crash(ev):  # dies while building tree 11 of the stochastic node (its checkpoint at tree 9 is committed)
+        if ev["ev"] == "tree" and ev["node"] == sto and ev["tree"] == 10:
+            raise Crash
+
+    with pytest.raises(Crash):
+        _run(data, root, every=3, events=crash)
+    store = CheckpointStore(str(root))
+    assert store.latest(sto) == 9
+    finished = {n.key: store.latest(n.key) for n in plan.nodes if store.latest(n.key) == n.t1}
+    assert finished  # the nodes before it are done ...
+    seen = []
+    _run(data, root, every=3, events=seen.append)
+    started = {e["node"]: e["tree"] for e in seen if e["ev"] == "node_start"}
+    assert not set(started) & set(finished)  # ... and not trained again
+    assert started[sto] == 9  # the crashed node continues from its checkpoint
+    for p in PATHS:
+        ra, rb = path_result(straight, p, plan.chains[p]), path_result(store, p, plan.chains[p])
+        assert ra.model == rb.model and ra.test == rb.test and ra.vali == rb.vali, p
+
+
+def test_stochastic_noise_depends_on_tree_query_document_only():
+    qid, doc = np.array([5, 5, 5, 9]), np.array([0, 1, 2, 0])
+    a = document_normal(3, 10, qid, doc)
+    np.testing.assert_array_equal(a[[1, 3]], document_normal(3, 10, qid[[1, 3]], doc[[1, 3]]))  # any row split
+    assert not np.array_equal(a, document_normal(3, 11, qid, doc))
+    assert not np.array_equal(a, document_normal(4, 10, qid, doc))
+    z = document_normal(0, 1, np.repeat(np.arange(2000), 10), np.tile(np.arange(10), 2000))
+    assert abs(z.mean()) < 0.03 and abs(z.std() - 1) < 0.03  # standard normal
+
+
+def test_events_reach_the_driver_over_tcp():
+    got = []
+    with EventServer("127.0.0.1", got.append) as srv:
+        c = EventClient(*srv.address)
+        for t in range(1, 4):
+            c.send({"ev": "tree", "node": "n", "tree": t})
+        c.close()
+        for _ in range(100):
+            if len(got) == 3:
+                break
+            import time
+
+            time.sleep(0.02)
+    assert [e["tree"] for e in got] == [1, 2, 3]
+    dead = EventClient("127.0.0.1", 1, timeout=0.5)
+    dead.send({"ev": "tree"})  # unreachable: one warning, training goes on
+    dead.send({"ev": "tree"})

@@ -1,0 +1,123 @@
+"""Faults and concurrency of a real grid: kill -9 mid-node and restart, ``--parallel 2`` == sequential,
+``ltr grid --plan``."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipelines.checkpoints import CheckpointStore
+from pipelines.config import load_config
+from pipelines.grid import checkpoint_root, plan_fold, run_grid, show_plan
+from pipelines.plan import DONE
+from pipelines.executor import states_of
+from pipelines.tracking import Tracker
+from pipelines.worker_loop import path_result
+
+ROOT = Path(__file__).resolve().parent.parent
+OVERRIDES = ["grid.experiment=kill", "grid.folds=[1]", "grid.trees=12", "grid.switch_points=[4]",
+             "grid.strategies=[q_nrel]", "grid.extra_paths={st: 'stochastic_ndcg:12'}", "grid.extra_curricula={}",
+             "grid.log_models=false", "train.leaves=4", "train.max_bin=32", "train.score_dist_trees=[2]",
+             "train.checkpoint_every=2", "train.stochastic_anneal=12"]
+
+
+def _cfg(work: Path, *extra: str):
+    return load_config(None, [f"work_dir={work}", *OVERRIDES, *extra])
+
+
+def _plan(cfg, ds_path):
+    from pipelines.dataset import open_dataset
+
+    return plan_fold(cfg, open_dataset(ds_path), 1), CheckpointStore(checkpoint_root(cfg))
+
+
+def _results(cfg, ds_path):
+    fp, store = _plan(cfg, ds_path)
+    return {p.label: path_result(store, p.label, fp.plan.chains[p.label]) for p in fp.paths}, fp, store
+
+
+def _histories(cfg, summary):
+    t = Tracker.for_config(cfg)
+    out = {}
+    for r in t.children(summary["parent_run_id"]):
+        h = t.client.get_metric_history(r.info.run_id, "ndcg_at_10_test")
+        out[r.data.tags["mlflow.runName"]] = sorted((m.step, m.value) for m in h)
+    return out
+
+
+@pytest.fixture(scope="module")
+def straight(spark, small_dataset, tmp_path_factory):
+    cfg = _cfg(tmp_path_factory.mktemp("straight") / "work")
+    summary = run_grid(spark, cfg, data=small_dataset)
+    return cfg, summary
+
+
+def test_kill_9_mid_node_then_restart_gives_identical_results(spark, small_dataset, straight, tmp_path):
+    work = tmp_path / "work"
+    cfg = _cfg(work)
+    cmd = [sys.executable, "-m", "pipelines.cli", "grid", "--master", "local[2]", "--data", small_dataset,
+           "--log-level", "WARNING", *[a for o in OVERRIDES for a in ("--set", o)], "--set", f"work_dir={work}"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    ckpt = work / "checkpoints"
+    want = random.Random(os.getpid()).randint(3, 8)  # committed checkpoints before the kill
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if ckpt.is_dir() and len(list(ckpt.glob("*/t*/_checkpoint.json"))) + \
+                len(list(ckpt.glob("*/trees-*.json"))) >= 2 * want:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, f"the grid ended before the kill: {proc.stderr.read().decode()[-2000:]}"
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM, mid-node
+    proc.wait()
+    fp, store = _plan(cfg, small_dataset)
+    before = states_of(fp.plan, store)
+    finished = {k for k, s in before.items() if s.state == DONE}
+    assert len(finished) < len(fp.plan.nodes)  # killed before the end
+    stamps = {p: p.stat().st_mtime_ns for k in finished for p in (ckpt / k).glob("trees-*.json")}
+
+    resumed = run_grid(spark, cfg, data=small_dataset)
+    assert resumed["trees_built"] == sum(s.trees_left(fp.plan.node(k)) for k, s in before.items())
+    assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # finished nodes were not retrained
+    ours, _, _ = _results(cfg, small_dataset)
+    theirs, _, _ = _results(straight[0], small_dataset)
+    assert ours.keys() == theirs.keys()
+    for name in ours:
+        a, b = ours[name], theirs[name]
+        assert (a.model, a.trees, a.vali, a.test, a.test_ndcg) == (b.model, b.trees, b.vali, b.test, b.test_ndcg)
+    assert _histories(cfg, resumed) == _histories(*straight)  # MLflow: the same curves, logged once
+
+
+def test_parallel_jobs_equal_one_job(spark, small_dataset, straight, tmp_path):
+    cfg = _cfg(tmp_path / "work", "train.nthread=1")
+    summary = run_grid(spark, cfg, data=small_dataset, parallel=2)
+    assert summary["trained"] == 4
+    base = _cfg(tmp_path / "one", "train.nthread=1")
+    one = run_grid(spark, base, data=small_dataset)
+    a, _, _ = _results(cfg, small_dataset)
+    b, _, _ = _results(base, small_dataset)
+    for name in a:
+        assert a[name].model == b[name].model and a[name].test == b[name].test, name
+    assert _histories(cfg, summary) == _histories(base, one)
+
+
+def test_plan_command_prints_states_without_training(straight, small_dataset, capsys):
+    from pipelines.cli import main
+
+    cfg, _ = straight
+    text = show_plan(cfg, small_dataset)
+    assert text.startswith("fold 1: 6 nodes, ") and "(" in text and "done" in text and "to do" not in text
+    assert "ends: mse-4" in text and "stochastic_ndcg 0..12" in text
+    args = ["grid", "--plan", "--data", small_dataset, *[a for o in OVERRIDES for a in ("--set", o)],
+            "--set", f"work_dir={cfg.work_dir}", "--set", "train.eta=0.07"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "(0 done)" in out and "  done" not in out  # other hyperparameters: other keys, nothing reusable
