@@ -28,35 +28,30 @@ def tree_arrays(booster: xgb.Booster, i: int) -> tuple[np.ndarray, ...]:
             np.asarray(t["default_left"], np.bool_))
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _leaf(X, r, left, right, feature, cond, default_left):
+    n = 0
+    while left[n] != -1:
+        v = X[r, feature[n]]
+        if np.isnan(v):
+            n = left[n] if default_left[n] else right[n]
+        elif v < cond[n]:
+            n = left[n]
+        else:
+            n = right[n]
+    return cond[n]
+
+
 @numba.njit(cache=True, nogil=True, parallel=True)
 def _add_tree(X, left, right, feature, cond, default_left, out):
     for r in numba.prange(X.shape[0]):
-        n = 0
-        while left[n] != -1:
-            v = X[r, feature[n]]
-            if np.isnan(v):
-                n = left[n] if default_left[n] else right[n]
-            elif v < cond[n]:
-                n = left[n]
-            else:
-                n = right[n]
-        out[r] += cond[n]
+        out[r] += _leaf(X, r, left, right, feature, cond, default_left)
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
 def _add_tree_rows(X, rows, left, right, feature, cond, default_left, out):
     for j in numba.prange(rows.size):
-        r = rows[j]
-        n = 0
-        while left[n] != -1:
-            v = X[r, feature[n]]
-            if np.isnan(v):
-                n = left[n] if default_left[n] else right[n]
-            elif v < cond[n]:
-                n = left[n]
-            else:
-                n = right[n]
-        out[r] += cond[n]
+        out[rows[j]] += _leaf(X, rows[j], left, right, feature, cond, default_left)
 
 
 def add_tree(X: np.ndarray, tree: tuple[np.ndarray, ...], out: np.ndarray, rows: np.ndarray | None = None) -> None:
