@@ -48,21 +48,17 @@ def built_trees(ckpt: Path) -> int:
     return n
 
 
-def results(work: Path, data: str) -> dict:
+def results(work: Path, data: str) -> tuple[dict, int]:
+    """(label -> (final test NDCG, model bytes) of fold 1, trees the fold's plan builds)."""
     from pipelines.config import load_config
     from pipelines.dataset import open_dataset
-    from pipelines.grid import checkpoint_root, plan_fold
-    from pipelines.checkpoints import CheckpointStore
-    from pipelines.worker_loop import path_result
+    from pipelines.grid import fold_results, plan_fold
 
     cfg = load_config(None, [f"work_dir={work}"])
-    fp = plan_fold(cfg, open_dataset(data), 1)
-    store = CheckpointStore(checkpoint_root(cfg))
-    out = {}
-    for p in fp.paths:
-        r = path_result(store, p.label, fp.plan.chains[p.label])
-        out[p.label] = (r.test[-1], r.model)
-    return out, fp.plan.trees
+    total = plan_fold(cfg, open_dataset(data), 1).plan.trees
+    done = (work / "checkpoints").is_dir() and any((work / "checkpoints").iterdir())
+    res = fold_results(cfg, 1, data) if done else {}
+    return {k: (r.test[-1], r.model) for k, r in res.items()}, total
 
 
 def main() -> int:

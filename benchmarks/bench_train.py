@@ -1,6 +1,7 @@
 """Training speed, side by side on the same fold, data and machine.
 
-    python benchmarks/bench_train.py [--queries 7000] [--trees 60] [--work bench-out] [--grid | --grid-only]
+    python benchmarks/bench_train.py [--queries 7000] [--trees 60] [--work bench-out]
+                                     [--grid | --grid-only | --costs-only]
 
 Data: a generated MSLR-shaped dataset (``--queries``, fold 1: about 3/5 of the
 rows for training; 7,000 queries give about 500,000 training rows), ingested
@@ -22,6 +23,10 @@ workers measure it (rank 0; data loading and DMatrix building reported apart),
 plus the whole job's wall time. With ``eval_every = trees`` the curves cost
 nothing; ``python_lambdamart_curves`` repeats the Python run with NDCG on
 vali and test after every tree to show what the curves cost.
+
+``--costs-only``: one Python lambdamart run (one worker with all the cores, NDCG
+after every tree, checkpoints every ``train.checkpoint_every`` trees): what the
+curves and the checkpoints cost as shares of the training time.
 
 ``--grid``: the switch-point grid MSE-t, t = 100, 200, 300, 400, T = 500:
 trained together (prefix reuse: 1,400 trees) and one path at a time (2,000
@@ -145,6 +150,9 @@ def main() -> int:
     p.add_argument("--work", default=str(ROOT / "bench-out"))
     p.add_argument("--grid", action="store_true")
     p.add_argument("--grid-only", action="store_true", help="run only the switch-point grid")
+    p.add_argument("--costs-only", action="store_true",
+                   help="only what curves (NDCG after every tree) and checkpoints cost, relative to training "
+                        "(Python lambdamart, one worker with all the cores, train.checkpoint_every's default)")
     args = p.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -154,6 +162,11 @@ def main() -> int:
     out: dict = {"machine": f"{platform.machine()}, {threads} cores", "dataset": data, "trees": args.trees}
     if args.grid_only:
         out["grid"] = grid(spark, data, threads)
+        print(json.dumps(out, indent=2))
+        return 0
+    if args.costs_only:
+        r = ours(spark, data, f"lambdamart:{args.trees}", 1, 1, threads)
+        out["costs"] = {**r, "curves_cost_share_of_training": round(r["eval_per_tree"] / r["per_tree"], 4)}
         print(json.dumps(out, indent=2))
         return 0
     ref = reference(spark, data, args.trees, threads)

@@ -27,6 +27,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -57,6 +58,10 @@ SPLITS = ("train", "vali", "test")
 
 class TrainError(ValueError):
     """Training that cannot run as asked (the message says what to change)."""
+
+
+class StaleAttemptError(RuntimeError):
+    """A barrier task of a stage Spark retried: it must not join the job's spent tracker."""
 
 
 class SplitQueryError(RuntimeError):
@@ -268,6 +273,7 @@ def run_nodes_distributed(spark: SparkSession, df: DataFrame, n_features: int, n
     resumes from the checkpoints. Returns timings.
     """
     args = _start_tracker(spark, workers, tracker_timeout)
+    job = uuid.uuid4().hex  # this job's token: its tasks check in once with the driver
     cur_meta = [{"name": c.name, "column": c.column,
                  "label_filters": {str(k): v for k, v in c.label_filters().items()}} for c in curricula]
 
@@ -278,9 +284,10 @@ def run_nodes_distributed(spark: SparkSession, df: DataFrame, n_features: int, n
         from pipelines.progress import EventClient
 
         ctx = BarrierTaskContext.get()
-        if ctx.attemptNumber() > 0:
-            raise TrainError("the barrier task was retried by Spark; its XGBoost tracker is spent: "
-                             "the job is restarted from the last checkpoints instead")
+        fresh = EventClient(*events).hello(job, ctx.partitionId()) if events else None
+        if ctx.attemptNumber() > 0 or fresh is False:
+            raise StaleAttemptError("Spark retried the barrier stage, whose XGBoost tracker is spent: "
+                             "the driver restarts the job from the last checkpoints instead")
         rb = list(batches)
         table = pa.Table.from_batches(rb) if rb else None
         if table is None:

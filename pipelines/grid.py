@@ -426,3 +426,11 @@ def _curve_png(title: str, r: PathResult, metric: str) -> bytes:
     data = png_bytes(fig)
     plt.close(fig)
     return data
+
+
+def fold_results(cfg: Config, fold: int, data: str | None = None, with_model: bool = True) -> dict[str, PathResult]:
+    """Every finished child path of a fold, read back from the checkpoints (path label -> result)."""
+    _, ds, _ = _grid_data(cfg, data)
+    fp = plan_fold(cfg, ds, fold)
+    store = CheckpointStore(checkpoint_root(cfg))
+    return {p.label: path_result(store, p.label, fp.plan.chains[p.label], with_model) for p in fp.paths}

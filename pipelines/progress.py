@@ -9,6 +9,12 @@ its tracker) and sends one JSON object per line:
 * ``{"ev": "checkpoint", "node": KEY, "tree": T, "curve": [[tree, vali, test], ...]}``
   after every committed checkpoint (the node's curve so far).
 
+Every barrier task also says ``hello`` (job token, partition) before it joins
+XGBoost's collective and is answered whether it is the first attempt of that
+partition: a task of a barrier stage that Spark retried must not reach the
+job's spent Rabit tracker (it would wait for it until the tracker's timeout),
+so it stops at once and the driver starts a new job from the checkpoints.
+
 :class:`EventServer` runs on the driver and hands each event, in order, to a
 callback (progress display, MLflow streaming). Sending is best effort: if the
 driver cannot be reached, training goes on and logs one warning.
@@ -42,6 +48,11 @@ class _Handler(socketserver.StreamRequestHandler):
             except ValueError:
                 log.warning("ignoring a malformed progress message from %s", self.client_address)
                 continue
+            if ev.get("ev") == "hello":  # a barrier task asks whether its job's tracker is still fresh
+                self.wfile.write((json.dumps({"fresh": server.register(ev["job"], int(ev["partition"]))})
+                                  + "\n").encode())
+                self.wfile.flush()
+                continue
             server.dispatch(ev)
 
 
@@ -57,6 +68,16 @@ class EventServer(socketserver.ThreadingTCPServer):
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
         self.errors = 0
+        self._seen: dict[str, set[int]] = {}
+
+    def register(self, job: str, partition: int) -> bool:
+        """True the first time a job's partition checks in; False for a retried task or stage of that job
+        (its XGBoost tracker is spent: connecting to it again would hang)."""
+        with self._lock:
+            seen = self._seen.setdefault(job, set())
+            fresh = partition not in seen
+            seen.add(partition)
+            return fresh
 
     @property
     def address(self) -> tuple[str, int]:
@@ -101,6 +122,18 @@ class EventClient:
             log.warning("progress listener %s:%d unreachable (%s): training goes on without progress reports",
                         self.host, self.port, e)
 
+    def hello(self, job: str, partition: int) -> bool | None:
+        """Ask the driver whether this task is the first attempt of its partition in ``job``
+        (None: the driver cannot be reached, so nobody can tell)."""
+        try:
+            with socket.create_connection((self.host, self.port), timeout=self.timeout) as sock:
+                sock.sendall((json.dumps({"ev": "hello", "job": job, "partition": partition}) + "\n").encode())
+                reply = sock.makefile("r").readline()
+            return bool(json.loads(reply)["fresh"])
+        except (OSError, ValueError, KeyError) as e:
+            log.warning("progress listener %s:%d unreachable (%s)", self.host, self.port, e)
+            return None
+
     def close(self) -> None:
         if self._sock is not None:
             try:
@@ -115,7 +148,8 @@ class ProgressDisplay:
     def __init__(self, label: str, total: int, done: int = 0, interval: float = 5.0,
                  tty: bool | None = None) -> None:
         self.label, self.total, self.done, self.interval = label, total, done, interval
-        self._start_done, self._t0, self._last = done, time.perf_counter(), 0.0
+        self._start_done, self._last = done, 0.0
+        self._first: float | None = None
         self._bar = None
         if tty if tty is not None else sys.stderr.isatty():
             from tqdm import tqdm
@@ -123,6 +157,8 @@ class ProgressDisplay:
             self._bar = tqdm(total=total, initial=done, desc=label, unit="tree", dynamic_ncols=True)
 
     def advance(self, n: int = 1) -> None:
+        if self._first is None:  # the rate counts from the first tree, not from the job's start-up
+            self._first, self._start_done = time.perf_counter(), self.done
         self.done = min(self.total, self.done + n)
         if self._bar is not None:
             self._bar.update(n)
@@ -133,7 +169,8 @@ class ProgressDisplay:
             log.info("%s", self.line())
 
     def line(self) -> str:
-        rate = (self.done - self._start_done) / max(time.perf_counter() - self._t0, 1e-9)
+        rate = (self.done - self._start_done) / max(time.perf_counter() - (self._first or 0.0), 1e-9) \
+            if self._first is not None else 0.0
         left = (self.total - self.done) / rate if rate > 0 else float("nan")
         return f"{self.label}: {self.done}/{self.total} trees ({rate:.1f} trees/s, about {left:.0f} s left)"
 

@@ -121,3 +121,60 @@ def test_plan_command_prints_states_without_training(straight, small_dataset, ca
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "(0 done)" in out and "  done" not in out  # other hyperparameters: other keys, nothing reusable
+
+
+def _python_workers() -> list[int]:
+    """PIDs of PySpark Python workers forked by an executor's daemon (children of `pyspark.daemon`)."""
+    procs = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        procs[int(d.name)] = (cmd, ppid)
+    return [p for p, (cmd, ppid) in procs.items()
+            if "pyspark.daemon" in cmd and "pyspark.daemon" in procs.get(ppid, ("", 0))[0]]
+
+
+def test_killed_executor_worker_is_retried_from_checkpoints(spark, small_dataset, tmp_path):
+    """kill -9 one executor's Python worker mid-node on a two-JVM `local-cluster` master: the job is
+    started again from the last checkpoints (nothing hangs), and the results equal an uninterrupted run."""
+    work = tmp_path / "work"
+    extra = ["grid.strategies=[]", "grid.extra_paths={}", "grid.switch_points=[6]", "grid.mse=false",
+             "train.workers=2", "train.nthread=1", "train.tracker_timeout=120"]
+    cmd = [sys.executable, "-m", "pipelines.cli", "grid", "--master", "local-cluster[2,1,1024]", "--data",
+           small_dataset, "--log-level", "WARNING",
+           *[a for o in [*OVERRIDES, *extra, f"work_dir={work}", "train.checkpoint_every=1"] for a in ("--set", o)]]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    killed = False
+    try:
+        deadline = time.time() + 300
+        ckpt = work / "checkpoints"
+        while time.time() < deadline and proc.poll() is None:
+            if not killed and ckpt.is_dir() and len(list(ckpt.glob("*/trees-*.json"))) >= 3:
+                workers = _python_workers()
+                if workers:
+                    os.kill(max(workers), signal.SIGKILL)
+                    killed = True
+            time.sleep(0.05)
+        assert proc.poll() is not None, "the grid hung after an executor's worker was killed"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    err = proc.stderr.read().decode()
+    assert killed, "no executor worker was found to kill"
+    assert proc.returncode == 0, err[-3000:]
+    assert "starting again from the last checkpoints" in err  # the job was retried, not restarted from tree 0
+    cfg = _cfg(work, *extra)
+    base = _cfg(tmp_path / "local", *extra)
+    run_grid(spark, base, data=small_dataset)
+    a, _, _ = _results(cfg, small_dataset)
+    b, _, _ = _results(base, small_dataset)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert a[name].model == b[name].model and a[name].test == b[name].test, name
