@@ -46,10 +46,14 @@ def results(work: Path, data: str) -> dict:
 
 def grid(work: Path, data: str, env: dict, *extra: str) -> float:
     shutil.rmtree(work, ignore_errors=True)
+    work.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    subprocess.run(ltr("grid", "--data", data, "--set", f"work_dir={work}", *extra), check=True, env=env, cwd=ROOT,
-                   stderr=subprocess.DEVNULL)
-    return round(time.perf_counter() - t0, 1)
+    with open(f"{work}.log", "w") as log:  # the grid's log, kept beside its work directory
+        subprocess.run(ltr("grid", "--data", data, "--set", f"work_dir={work}", *extra), check=True, env=env,
+                       cwd=ROOT, stderr=log)
+    seconds = round(time.perf_counter() - t0, 1)
+    print(f"{work.name}: {seconds} s", file=sys.stderr, flush=True)
+    return seconds
 
 
 def free_port() -> int:

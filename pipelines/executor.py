@@ -184,13 +184,17 @@ _PY_ERROR = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*(?:Error|Exception|
 
 
 def _one_line(e: BaseException) -> str:
-    """The cause of an error from a Spark task in one line: the Python exception's own line, if any."""
+    """The cause of an error from a Spark task in one line: the Python exception's own line, else
+    Spark's first reason (e.g. ``Python worker exited unexpectedly (crashed)``)."""
     text = str(e).strip()
-    found = [m for m in (_PY_ERROR.match(ln.strip()) for ln in text.splitlines()) if m]
-    found = [m for m in found if m.group(1) not in ("PythonException", "Py4JJavaError", "SparkException")]
-    if found:
-        return f"{found[-1].group(1)}: {found[-1].group(2)}"[:500]
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    found = [m for m in (_PY_ERROR.match(ln) for ln in lines) if m]
+    python = [m for m in found if m.group(1) not in ("PythonException", "Py4JJavaError", "SparkException")]
+    if python:
+        return f"{python[-1].group(1)}: {python[-1].group(2)}"[:500]
+    for ln in lines:
+        if "SparkException: " in ln:
+            return "SparkException: " + ln.split("SparkException: ", 1)[1][:480]
     return f"{type(e).__name__}: {lines[0] if lines else ''}"[:500]
 
 

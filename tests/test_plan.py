@@ -162,3 +162,16 @@ def test_events_reach_the_driver_over_tcp():
     dead = EventClient("127.0.0.1", 1, timeout=0.5)
     dead.send({"ev": "tree"})  # unreachable: one warning, training goes on
     dead.send({"ev": "tree"})
+
+
+def test_a_failed_job_is_named_in_one_line():
+    from pipelines.executor import _one_line
+
+    spark_text = ("An error occurred while calling o715.getResult.\n: org.apache.spark.SparkException: Job aborted "
+                  "due to stage failure: Python worker exited unexpectedly (crashed)\n\tat org.apache.spark.X")
+    assert _one_line(RuntimeError(spark_text)) == ("SparkException: Job aborted due to stage failure: Python worker "
+                                                   "exited unexpectedly (crashed)")
+    py_text = ("PythonException: An exception was thrown from the Python worker\nTraceback (most recent call last):\n"
+               '  File "x.py", line 3, in run\npipelines.checkpoints.CheckpointError: checkpoint x is unreadable\n'
+               "\tat org.apache.spark.Y")
+    assert _one_line(RuntimeError(py_text)) == "CheckpointError: checkpoint x is unreadable"
