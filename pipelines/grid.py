@@ -253,11 +253,12 @@ class LiveChildren:
             t.log_dataset(e.run_id, self.data, os.path.basename(self.data.rstrip("/")), self.ds.fingerprint,
                           f"fold{c.fold}")
             self.existing[e.key] = (e.run_id, "RUNNING")
-        states = states_of(self.fold_plan.plan, self.store)
-        for key in self.fold_plan.plan.chains[e.path.label]:
-            if states[key].state != DONE:
+        plan = self.fold_plan.plan
+        for key in plan.chains[e.path.label]:  # the chain's finished nodes only: no listing of the whole plan
+            k = self.store.latest(key)
+            if k is None or k < plan.node(key).t1:
                 break
-            self._log_points(e, self.store.meta(key, states[key].tree)["curve"])
+            self._log_points(e, self.store.meta(key, k)["curve"])
 
     def _params(self, e: _Live) -> dict[str, Any]:
         c, cfg = e.child, self.cfg
