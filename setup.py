@@ -1,34 +1,47 @@
-"""One installable distribution: the `pipelines` and `udfs` packages and the `ltr` command."""
+"""One installable distribution: the `pipelines` and `udfs` packages and the `ltr` command.
+
+Dependencies are declared as the ranges the code supports; the exact set CI tests lives
+in constraints.txt (a lock of every package, direct and transitive), which README's two
+commands pass to pip with ``-c constraints.txt``.
+"""
 
 from glob import glob
 
 from setuptools import setup
 
-# Every direct dependency is pinned (an unpinned install once resolved to an old PySpark).
 INSTALL_REQUIRES = [
-    "pyspark==4.3.0",
-    "xgboost==3.2.0",
-    "numpy==2.4.6",
-    "pandas==2.3.3",  # PySpark 4 supports pandas < 3
-    "pyarrow==25.0.1",
-    "numba==0.68.1",
-    "pyyaml==6.0.3",
-    "mlflow==3.17.2",
-    "scipy==1.17.1",
-    "matplotlib==3.11.2",
-    "tqdm==4.70.1",  # the progress bar on a terminal
+    "pyspark>=4.0,<5",  # Spark 4: Java 17+, Python 3.10+
+    "xgboost>=3.0,<4",  # the JSON model layout and QuantileDMatrix(ref=) the trainer relies on; GPU: see README
+    "numpy>=2.0,<3",
+    "pandas>=2.2,<3",  # PySpark 4 supports pandas < 3
+    "pyarrow>=15",
+    "numba>=0.60",
+    "pyyaml>=6",
+    "mlflow>=3.0,<4",  # mlflow.xgboost.log_model(name=...), experiment kinds
+    "scipy>=1.11",  # stats.permutation_test(paired), ttest_rel
+    "matplotlib>=3.8",
+    "tqdm>=4.66",  # the progress bar on a terminal
+    "venv-pack2>=0.9,<1",  # `ltr pack`: a maintained fork of venv-pack (same `venv_pack` module; see pipelines/pack.py)
 ]
 
 TEST_REQUIRES = [
-    "pytest==9.2.0",
-    "pytest-timeout==2.4.0",
+    "pytest>=8",
+    "pytest-timeout>=2.3",
+]
+
+# Airflow 3 and its providers. The Spark provider stays below 6: 6.x depends on pyspark-client,
+# which installs over pyspark's own files (a 4.2 client against 4.3 jars; see DESIGN.md section 8).
+AIRFLOW_REQUIRES = [
+    "apache-airflow>=3.3,<4",
+    "apache-airflow-providers-apache-spark>=5.3,<6",
+    "apache-airflow-providers-standard>=1.0",
 ]
 
 setup(
     name="ltr-curriculum",
     version="0.1.0",
     description="Curriculum and continuation learning-to-rank on Spark (MSLR-WEB30K scale)",
-    python_requires=">=3.11,<3.12",
+    python_requires=">=3.10",  # PySpark 4's floor; CI runs 3.11 (see README)
     packages=["pipelines", "udfs"],
     package_data={"pipelines": ["log4j2.properties"]},
     data_files=[
@@ -36,6 +49,6 @@ setup(
         ("share/ltr/conf/datasets", glob("conf/datasets/*.yaml")),
     ],
     install_requires=INSTALL_REQUIRES,
-    extras_require={"test": TEST_REQUIRES},
+    extras_require={"test": TEST_REQUIRES, "airflow": AIRFLOW_REQUIRES},
     entry_points={"console_scripts": ["ltr = pipelines.cli:main"]},
 )

@@ -41,8 +41,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from pipelines.report import ReportError
     from pipelines.storage import OutputError
     from pipelines.barrier_job import SplitQueryError, TrainError
+    from pipelines.grid import CodeChanged
+    from pipelines.pack import PackError
 
-    return USER_ERRORS + (IngestError, PathError, TrainError, SplitQueryError, ReportError, OutputError)
+    return USER_ERRORS + (IngestError, PathError, TrainError, SplitQueryError, ReportError, OutputError,
+                          CodeChanged, PackError)
 
 
 # ------------------------------------------------------------- parsing
@@ -99,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stages", type=int, help="stages of a paced curriculum")
     p.add_argument("--delta", type=float, help="share of the first paced stage")
     p.add_argument("--seed", type=int, help="seed of the random strategy")
+    p.add_argument("--empty-queries", help="queries without a relevant document: last (default), exclude "
+                   "(only in the last stage) or as_metric (scored metric.empty); sets difficulty.empty_queries")
     p.add_argument("--out", required=True, help="directory for the curriculum (replaced atomically)")
     _common(p)
     p.set_defaults(func=cmd_curriculum)
@@ -129,12 +134,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run up to N ready plan nodes as concurrent Spark jobs (default 1: one job per fold)")
     p.add_argument("--node", action="append", default=[], metavar="KEY",
                    help="train only this plan node (repeatable; its parent must be done): a retry or scheduler task")
+    p.add_argument("--fold", action="append", type=int, default=[], metavar="F",
+                   help="train only fold F of the study (grid.folds), under the study's one parent run "
+                        "(repeatable): one scheduler task per fold")
+    p.add_argument("--setup-only", action="store_true",
+                   help="find or create the study's parent run, compute difficulty and every fold's curricula, "
+                        "train nothing; prints the parent run id as JSON")
+    p.add_argument("--new-parent", action="store_true",
+                   help="start a new MLflow parent run where an unfinished grid of this study was started by "
+                        "other code (without it: refused)")
     _common(p)
     p.set_defaults(func=cmd_grid)
 
     p = sub.add_parser("report", help="tables and figures of a grid, from MLflow")
-    p.add_argument("--experiment", help="MLflow experiment (default: grid.experiment)")
-    p.add_argument("--run-id", help="the grid's parent run (default: the experiment's latest grid)")
+    p.add_argument("--experiment", help="existing MLflow experiment (default: grid.experiment); never created")
+    p.add_argument("--run-id", help="the grid's parent run (default: the experiment's latest FINISHED grid)")
     p.add_argument("--out", help="output folder (default: report.out or <work_dir>/report)")
     _common(p)
     p.set_defaults(func=cmd_report)
@@ -144,6 +158,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queries", type=int, help="queries to generate")
     _common(p)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "pack", help="the project's environment as a relocatable archive for spark-submit --archives",
+        description="Build a fresh virtual environment with this interpreter, install the project from its source "
+                    "tree non-editable with the lock file (pip -c constraints.txt), pack it with venv-pack and remove "
+                    "it. Use it as: spark-submit --archives ltr-env.tar.gz#env --conf "
+                    "spark.pyspark.python=./env/bin/python jobs/<step>.py ... The archive holds no Python "
+                    "interpreter: its bin/python links to the base interpreter it was built with, which must exist "
+                    "at the same path on every executor (or at --python-prefix), on the same OS and architecture.")
+    p.add_argument("--out", required=True, help="archive to write (.tar.gz, .tgz or .tar); its directory must exist")
+    p.add_argument("--source", help="the project's source tree (default: the checkout `ltr` runs from)")
+    p.add_argument("--constraints", help="lock file for pip -c (default: <source>/constraints.txt)")
+    p.add_argument("--python-prefix", metavar="PREFIX",
+                   help="prefix of the executors' interpreter if it differs from here (e.g. /usr for /usr/bin/python3)")
+    p.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
+                   help="leave out files matching this venv-pack pattern, relative to the environment (repeatable), "
+                        "e.g. 'lib/python3.*/site-packages/pyspark/jars/*' where the cluster's Spark has the jars")
+    p.add_argument("--compress-level", type=int, default=4, help="gzip level 0-9 (default 4)")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.set_defaults(func=cmd_pack)
     return parser
 
 
@@ -182,13 +216,26 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_ingest(args: argparse.Namespace) -> int:
-    from pipelines.ingest import ingest
+def _check_flags(args: argparse.Namespace, minimum: dict[str, tuple[str, int, str]]) -> None:
+    """Flags given on the command line must be at least their minimum (attr -> (flag, minimum, meaning))."""
+    for attr, (flag, lo, meaning) in minimum.items():
+        v = getattr(args, attr, None)
+        if v is not None and v < lo:
+            raise UsageError(f"{flag} must be >= {lo} ({meaning}), got {v}")
 
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from pipelines.ingest import ingest, line_spec
+
+    _check_flags(args, {"n_features": ("--n-features", 1, "the number of features; leave it out for the dataset's"),
+                        "chunk_bytes": ("--chunk-bytes", 1, "nominal text bytes per Spark task")})
+    if args.min_label is not None and args.max_label is not None and args.min_label > args.max_label:
+        raise UsageError(f"--min-label {args.min_label} > --max-label {args.max_label}: no label would be valid")
     cfg = resolve_config(args, {"dataset": "dataset", "n_features": "ingest.n_features",
                                 "min_label": "ingest.min_label", "max_label": "ingest.max_label",
                                 "strict": "ingest.strict", "chunk_bytes": "ingest.chunk_bytes"})
     spec = load_dataset_spec(cfg.dataset)
+    line_spec(spec, cfg.ingest)  # feature count and label range, checked before Spark starts
     spark = _session(cfg)
     m = ingest(spark, args.src, args.out, spec, cfg.ingest)
     log.info("dataset %s: %d rows, %d queries, %d quarantined lines, layout %s, %s",
@@ -205,6 +252,8 @@ def cmd_difficulty(args: argparse.Namespace) -> int:
         overrides += [f"difficulty.bm25_feature={spec.bm25_feature}",
                       f"difficulty.pagerank_feature={spec.pagerank_feature}"]
     args.overrides = overrides + list(args.overrides)
+    _check_flags(args, {f"{r}_feature": (f"--{r}-feature", 1, "a feature id; leave it out for the dataset's")
+                        for r in ("bm25", "pagerank")})
     cfg = resolve_config(args, {"bm25_feature": "difficulty.bm25_feature",
                                 "pagerank_feature": "difficulty.pagerank_feature"})
     run_difficulty(_session(cfg), args.data, args.out, cfg.difficulty, cfg.metric)
@@ -212,12 +261,26 @@ def cmd_difficulty(args: argparse.Namespace) -> int:
 
 
 def cmd_curriculum(args: argparse.Namespace) -> int:
-    from pipelines.curriculum import build_curriculum
+    from pipelines.config import EMPTY_QUERY_POLICIES
+    from pipelines.curriculum import build_curriculum, check_curriculum
+    from pipelines.dataset import open_dataset
 
+    _check_flags(args, {"stages": ("--stages", 2, "stages of a paced curriculum")})
+    for flag, v in (("--fraction", args.fraction), ("--delta", args.delta)):
+        if v is not None and not 0.0 < v <= 1.0:
+            raise UsageError(f"{flag} must be in (0, 1] (a share of the training queries), got {v}")
+    if args.empty_queries is not None and args.empty_queries not in EMPTY_QUERY_POLICIES:
+        raise UsageError(f"--empty-queries must be one of {', '.join(EMPTY_QUERY_POLICIES)}, "
+                         f"got {args.empty_queries!r}")
     cfg = resolve_config(args, {"strategy": "curriculum.strategy", "fraction": "curriculum.fraction",
                                 "pacing": "curriculum.pacing", "stages": "curriculum.stages",
-                                "delta": "curriculum.delta", "seed": "curriculum.seed"})
-    s = build_curriculum(_session(cfg), args.data, args.difficulty, args.fold, cfg.curriculum, args.out)
+                                "delta": "curriculum.delta", "seed": "curriculum.seed",
+                                "empty_queries": "difficulty.empty_queries"})
+    ds = open_dataset(args.data)
+    ds.subsets(args.fold, "train")  # settings, fold and labels checked before Spark starts
+    check_curriculum(cfg.curriculum, ds, cfg.difficulty.empty_queries)
+    s = build_curriculum(_session(cfg), args.data, args.difficulty, args.fold, cfg.curriculum, args.out,
+                         empty_queries=cfg.difficulty.empty_queries)
     for st in s["stages"]:
         log.info("stage %d: %d queries, %d documents%s", st["stage"], st["queries"], st["documents"],
                  f", labels {st['label_filter']}" if st["label_filter"] else "")
@@ -254,22 +317,25 @@ def cmd_grid(args: argparse.Namespace) -> int:
 
         print(show_plan(cfg))
         return 0
-    run_grid(_session(cfg), cfg, parallel=args.parallel, only=args.node or None,
-             resume_hint="ltr " + " ".join(sys.argv[1:]) if sys.argv[1:] else "ltr grid")
+    g = run_grid(_session(cfg), cfg, folds=args.fold or None, parallel=args.parallel, only=args.node or None,
+                 new_parent=args.new_parent, setup_only=args.setup_only,
+                 resume_hint="ltr " + " ".join(sys.argv[1:]) if sys.argv[1:] else "ltr grid")
+    if args.setup_only:
+        print(json.dumps({k: g[k] for k in ("parent_run_id", "experiment", "tracking_uri", "folds", "finished")}))
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
 
 
-    from pipelines.report import build_report
-    from pipelines.tracking import Tracker
+    from pipelines.report import build_report, open_tracker
 
     cfg = resolve_config(args, {"out": "report.out"})
     out = cfg.report.out or os.path.join(cfg.work_dir, "report")
-    r = build_report(Tracker.for_config(cfg, args.experiment), out, args.run_id, cfg.metric.name,
-                     cfg.report.permutations, cfg.report.seed)
-    log.info("report: %s", os.path.join(r["out"], "report.html"))
+    # an existing experiment only: a mistyped --experiment is an error (exit 2), never a new empty one
+    r = build_report(open_tracker(cfg, args.experiment), out, args.run_id, cfg.metric.name,
+                     cfg.report.permutations, cfg.report.seed, cfg.report.table2_sizes)
+    log.info("report: %s%s", os.path.join(r["out"], "report.html"), " (unfinished grid)" if r["problems"] else "")
     return 0
 
 
@@ -307,7 +373,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = cfg.report.out or str(work / "report")
     log.info("[%d/%d] report -> %s", next(step), steps, out)
     r = build_report(Tracker.for_config(cfg), out, g["parent_run_id"], cfg.metric.name, cfg.report.permutations,
-                     cfg.report.seed)
+                     cfg.report.seed, cfg.report.table2_sizes)
     uri = g["tracking_uri"]
     print(f"\nDone in {time.perf_counter() - t0:.0f} s.\n"
           f"  report:    {os.path.abspath(os.path.join(r['out'], 'report.html'))}\n"
@@ -315,11 +381,48 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pack(args: argparse.Namespace) -> int:
+    """A relocatable archive of the project's environment (see :mod:`pipelines.pack`)."""
+    from pipelines.pack import pack
+
+    r = pack(args.out, source=args.source, constraints=args.constraints, python_prefix=args.python_prefix,
+             exclude=tuple(args.exclude), compress_level=args.compress_level)
+    print(json.dumps({"out": r.out, "bytes": r.bytes, "python": r.python, "packages": r.packages,
+                      "seconds": round(r.seconds, 1)}))
+    return 0
+
+
 # ---------------------------------------------------------------- main
+class _StderrHandler(logging.StreamHandler):
+    """Writes each record to ``sys.stderr`` as it is at that moment, not as it was when logging was set up:
+    whoever calls :func:`main` in-process (pytest's capture, an Airflow task) may swap and close it later."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # StreamHandler.__init__ assigns it; the property always reads sys.stderr
+        pass
+
+
 def setup_logging(level: str) -> None:
-    logging.basicConfig(level=getattr(logging, level), stream=sys.stderr,
+    logging.basicConfig(level=getattr(logging, level), handlers=[_StderrHandler()],
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S", force=True)
     logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def save_trace(command: str) -> str:
+    """Write the traceback being handled (with the Spark/Python trace of the failed task) to a file
+    under the temporary directory and return its path: the console keeps one line."""
+    import tempfile
+    import traceback
+
+    fd, path = tempfile.mkstemp(prefix=f"ltr-{command}-{time.strftime('%Y%m%d-%H%M%S')}-", suffix=".log")
+    with os.fdopen(fd, "w") as f:
+        f.write(traceback.format_exc())
+    log.debug("full trace in %s", path)
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -339,9 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         log.error("interrupted")
         return 130
-    except NodeFailed as e:  # one line: fold, node, cause and the command that resumes (trace in the log)
-        log.debug("training failed", exc_info=True)
-        print(f"ltr {args.command}: error: {e}", file=sys.stderr)
+    except NodeFailed as e:  # one line: fold, node, paths, cause, the command that resumes, where the trace is
+        print(f"ltr {args.command}: error: {e} (full trace: {save_trace(args.command)})", file=sys.stderr)
         return 1
     except Exception:
         log.exception("ltr %s failed with an unexpected error", args.command)

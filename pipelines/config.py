@@ -35,6 +35,14 @@ class ConfigError(ValueError):
     """Invalid configuration: the message names the key, the source and the fix."""
 
 
+#: Labels are stored as int8 (``udfs.schema.LABEL_TYPE``).
+LABEL_MIN, LABEL_MAX = -128, 127
+#: Parquet codecs that both pyarrow (ingest tasks) and Spark (merging) write.
+PARQUET_CODECS = ("snappy", "zstd", "gzip", "lz4", "none")
+#: ``difficulty.empty_queries``: how curricula treat queries without a relevant document.
+EMPTY_QUERY_POLICIES = ("last", "exclude", "as_metric")
+
+
 # --------------------------------------------------------------- sections
 @dataclass(frozen=True)
 class SparkConfig:
@@ -79,14 +87,58 @@ class IngestConfig:
     max_label: int | None = None
     max_examples: int = 20  # quarantined lines quoted in the manifest
 
+    def __post_init__(self) -> None:
+        if self.chunk_bytes < 1:
+            raise ConfigError(f"ingest.chunk_bytes (--chunk-bytes) must be >= 1 (nominal text bytes per "
+                              f"Spark task, e.g. 33554432), got {self.chunk_bytes}")
+        if self.n_features < 0:
+            raise ConfigError(f"ingest.n_features (--n-features) must be >= 1, or 0 for the dataset's, "
+                              f"got {self.n_features}")
+        for key in ("min_label", "max_label"):
+            v = getattr(self, key)
+            if v is not None and not LABEL_MIN <= v <= LABEL_MAX:
+                raise ConfigError(f"ingest.{key} (--{key.replace('_', '-')}) must lie in [{LABEL_MIN}, {LABEL_MAX}] "
+                                  f"(labels are stored as int8), got {v}")
+        if self.min_label is not None and self.max_label is not None and self.min_label > self.max_label:
+            raise ConfigError(f"ingest.min_label (--min-label) {self.min_label} > ingest.max_label (--max-label) "
+                              f"{self.max_label}: no label would be valid")
+        if self.compression not in PARQUET_CODECS:
+            raise ConfigError(f"ingest.compression {self.compression!r} is not a Parquet codec both pyarrow and "
+                              f"Spark write; expected one of {', '.join(PARQUET_CODECS)}")
+        if self.max_examples < 0:
+            raise ConfigError(f"ingest.max_examples must be >= 0, got {self.max_examples}")
+
 
 @dataclass(frozen=True)
 class DifficultyConfig:
     """Per-query difficulty (:mod:`pipelines.difficulty`): feature ids of the rankers
-    whose NDCG is scored; 0 takes the dataset's role (MSLR: BM25 110, PageRank 130)."""
+    whose NDCG is scored; 0 takes the dataset's role (MSLR: BM25 110, PageRank 130).
+
+    ``empty_queries``: how the curricula treat queries with no relevant document
+    (their NDCG is undefined; ``metric.empty`` only fills it in):
+
+    * ``last`` (default): they are the hardest queries of every difficulty order
+      (q_nrel, q_bm25, q_pagerank), after all the others, by qid;
+    * ``exclude``: in every strategy but ``none`` they enter only the last stage
+      (all training data); the earlier stages' shares count the other queries only;
+    * ``as_metric``: q_bm25 / q_pagerank order them by ``metric.empty`` like any score
+      (with 1.0 they come first: the behaviour before this option).
+
+    See :mod:`pipelines.curriculum` for what each strategy does with it.
+    """
 
     bm25_feature: int = 0
     pagerank_feature: int = 0
+    empty_queries: str = "last"
+
+    def __post_init__(self) -> None:
+        for key in ("bm25_feature", "pagerank_feature"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"difficulty.{key} (--{key.replace('_', '-')}) must be a feature id >= 1, "
+                                  f"or 0 for the dataset's, got {getattr(self, key)}")
+        if self.empty_queries not in EMPTY_QUERY_POLICIES:
+            raise ConfigError(f"difficulty.empty_queries (--empty-queries) must be one of "
+                              f"{', '.join(EMPTY_QUERY_POLICIES)}, got {self.empty_queries!r}")
 
 
 @dataclass(frozen=True)
@@ -106,6 +158,19 @@ class CurriculumConfig:
     root_n: float = 2.0
     seed: int = 2018
     hrel_labels: list[int] = field(default_factory=lambda: [0, 3, 4])
+
+    def __post_init__(self) -> None:
+        # The dataset's label range is checked when a curriculum is built (pipelines.curriculum.check_hrel_labels).
+        labels = list(self.hrel_labels)
+        if not labels:
+            raise ConfigError("curriculum.hrel_labels is empty: l_hrel's first stage would hold no document; "
+                              "list the labels it keeps, e.g. [0, 3, 4]")
+        dup = sorted({v for v in labels if labels.count(v) > 1})
+        if dup:
+            raise ConfigError(f"curriculum.hrel_labels {labels} lists label {dup[0]} twice")
+        if max(labels) <= 0:
+            raise ConfigError(f"curriculum.hrel_labels {labels} holds no relevant label (> 0): l_hrel's first "
+                              "stage would have no relevant document, so no ranking gradient; add one, e.g. [0, 3, 4]")
 
 
 @dataclass(frozen=True)
@@ -187,11 +252,30 @@ class TrackingConfig:
 
 @dataclass(frozen=True)
 class ReportConfig:
-    """``ltr report``: output folder (empty = ``<work_dir>/report``), randomisation test."""
+    """``ltr report``: output folder (empty = ``<work_dir>/report``), randomisation test
+    (``permutations`` sign flips, seeded by ``seed``), and Table 2's model sizes.
+
+    ``table2_sizes``: sizes n (trees) of the best MSE-t (chosen on validation) at which
+    Table 2 looks for the smallest LambdaMART reaching its test NDCG. Empty = chosen on
+    validation: LambdaMART's curve ends at T trees, so a size says something only while
+    LambdaMART can still catch up within T; three sizes evenly spaced up to the last curve
+    point before the MSE-t's mean vali NDCG exceeds the best LambdaMART reaches within T
+    (:func:`pipelines.report.default_table2_sizes`; on the default grid about 3, 5, 8:
+    pure MSE after 20 trees already beats LambdaMART's 100). Every size must be a point of
+    the NDCG curves (a multiple of ``train.eval_every``) and at most T.
+    """
 
     out: str = ""
     permutations: int = 10000
     seed: int = 0
+    table2_sizes: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.permutations < 1:
+            raise ConfigError(f"report.permutations must be >= 1, got {self.permutations}")
+        bad = [n for n in self.table2_sizes if n < 1]
+        if bad:
+            raise ConfigError(f"report.table2_sizes: sizes are numbers of trees >= 1, got {bad}")
 
 
 @dataclass(frozen=True)

@@ -9,15 +9,17 @@ query whole and sorted within a file, so no shuffle is needed: a
 
 Output: ``SCORES/part-*.parquet`` (``udfs.difficulty.DIFFICULTY_DDL``) and
 ``SCORES/_difficulty.json`` (conventions, feature roles, counts, the dataset's
-fingerprint). For the MSLR rotation every query appears once; a dataset stored
+fingerprint, the inputs' ``key`` and the scores' ``content_fingerprint``). For
+the MSLR rotation every query appears once; a dataset stored
 "as given" may hold a query in several subsets, one row each.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -55,6 +57,36 @@ def resolve_roles(ds: Dataset, cfg: DifficultyConfig) -> Roles:
     return roles
 
 
+def difficulty_inputs(ds: Dataset, cfg: DifficultyConfig, spec: NdcgSpec) -> dict[str, Any]:
+    """Everything that determines the scores: the dataset's fingerprint, the resolved feature roles,
+    the difficulty settings, the metric conventions and the code version (package and git commit)."""
+    from pipelines.provenance import code_version
+
+    roles = resolve_roles(ds, cfg)
+    # the feature ids are in through the resolved roles; the empty-query policy acts on curricula, not scores
+    settings = {k: v for k, v in asdict(cfg).items() if k not in ("bm25_feature", "pagerank_feature", "empty_queries")}
+    return {"dataset_fingerprint": ds.fingerprint, "roles": asdict(roles), "settings": settings,
+            "metric": spec.to_dict(), "code": code_version()}
+
+
+def difficulty_key(ds: Dataset, cfg: DifficultyConfig, spec: NdcgSpec) -> str:
+    """The key of :func:`difficulty_inputs`, recorded in the summary: stored scores are reused only
+    by a run whose key matches (``ltr grid``)."""
+    from pipelines.tracking import config_hash
+
+    return "sha256:" + config_hash(difficulty_inputs(ds, cfg, spec))
+
+
+def content_fingerprint(scores: DataFrame) -> str:
+    """An order-independent fingerprint of the rows themselves: the row count and two sums of each
+    row's xxhash64 (its low and high 32 bits, so no sum can overflow). Curricula record the
+    fingerprint of the scores they were built from."""
+    h = F.xxhash64(*[F.col(c) for c in sorted(scores.columns)])
+    r = scores.agg(F.count("*").alias("n"), F.sum(h.bitwiseAND(F.lit(0xFFFFFFFF))).alias("lo"),
+                   F.sum(F.shiftright(h, 32)).alias("hi")).first()
+    return "sha256:" + hashlib.sha256(f"{r['n']}:{r['lo'] or 0}:{r['hi'] or 0}".encode()).hexdigest()[:16]
+
+
 def difficulty_scores(spark: SparkSession, ds: Dataset, roles: Roles, spec: NdcgSpec) -> DataFrame:
     """Difficulty rows of every stored (subset, qid): a lazy DataFrame."""
     bm25, pr = schema.feature_col(roles.bm25), schema.feature_col(roles.pagerank)
@@ -78,6 +110,7 @@ def run_difficulty(spark: SparkSession, data: str, out: str, cfg: DifficultyConf
                           F.sum((F.col("n_rel") == 0).cast("int")).alias("no_rel")).first()
         per_subset = {r[schema.SUBSET]: r["count"] for r in written.groupBy(schema.SUBSET).count().collect()}
         summary = {
+            "key": difficulty_key(ds, cfg, spec), "content_fingerprint": content_fingerprint(written),
             "dataset": data, "dataset_fingerprint": ds.fingerprint,
             "feature_roles": {"bm25": roles.bm25, "pagerank": roles.pagerank},
             "conventions": {**spec.to_dict(), "description": spec.describe()},

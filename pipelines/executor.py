@@ -171,8 +171,9 @@ def _run_unit(spark: SparkSession, plan: Plan, nodes: list[Node], ds: Dataset, c
                 continue
             st = states[failed.key]
             where = f"checkpoint at tree {st.tree}" if st.state != "todo" else "no checkpoint yet"
-            raise NodeFailed(f"fold {plan.fold}: node {failed.key} ({failed.describe()}; {where}) failed: {cause}. "
-                             f"Resume with: {how.resume_hint}") from e
+            paths = [p for p, chain in plan.chains.items() if failed.key in chain]
+            raise NodeFailed(f"fold {plan.fold}: node {failed.key} ({failed.describe()}; {where}; paths "
+                             f"{', '.join(paths)}) failed: {cause}. Resume with: {how.resume_hint}") from e
     raise AssertionError("unreachable")
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -28,9 +29,10 @@ from typing import Any
 from pipelines.barrier_job import Curriculum, make_settings, resolve_workers, task_errors
 from pipelines.checkpoints import CheckpointStore
 from pipelines.config import Config, ConfigError
-from pipelines.curriculum import STRATEGIES, build_curriculum, read_curriculum, shares_for
+from pipelines.curriculum import STRATEGIES, build_curriculum, check_curriculum, read_curriculum
 from pipelines.dataset import Dataset, DatasetError, open_dataset
 from pipelines.difficulty import SUMMARY as DIFFICULTY_SUMMARY
+from pipelines.difficulty import difficulty_key as compute_difficulty_key
 from pipelines.difficulty import run_difficulty
 from pipelines.executor import Execution, execute_plan, plan_context, states_of
 from pipelines.paths import TrainingPath, parse_path, resolve
@@ -45,7 +47,9 @@ from pipelines.tracking import (
     TAG_KIND,
     TAG_PARENT,
     TAG_PATH,
+    TAG_GRID_KEY,
     TAG_STRATEGY,
+    TAG_STUDY_KEY,
     TAG_SWITCH,
     Tracker,
     config_hash,
@@ -111,24 +115,49 @@ def _curriculum_config(cfg: Config, name: str):
 
 
 def difficulty_key(cfg: Config, ds: Dataset) -> str:
-    """Everything that determines the difficulty scores: dataset, feature roles, metric conventions."""
-    return config_hash({"fp": ds.fingerprint, "difficulty": asdict(cfg.difficulty), "metric": cfg.metric.to_dict()})
+    """Everything that determines the difficulty scores (:func:`pipelines.difficulty.difficulty_inputs`):
+    dataset, resolved feature roles, difficulty settings, metric conventions, code version."""
+    return compute_difficulty_key(ds, cfg.difficulty, cfg.metric)
 
 
 def curriculum_key(cfg: Config, ds: Dataset, fold: int, name: str) -> str:
     """Everything that determines a curriculum: its settings, the dataset, the fold, the difficulty scores."""
     return config_hash({"cur": asdict(_curriculum_config(cfg, name)), "fp": ds.fingerprint, "fold": fold,
-                        "name": name, "difficulty": difficulty_key(cfg, ds)})
+                        "name": name, "difficulty": difficulty_key(cfg, ds),
+                        "empty_queries": cfg.difficulty.empty_queries})
+
+
+def ensure_difficulty(spark, cfg: Config, data: str, difficulty: str) -> dict[str, Any]:
+    """The difficulty scores at ``difficulty``: reused when their recorded key matches this config's
+    (:func:`difficulty_key`), else computed again; returns their summary."""
+    ds = open_dataset(data)
+    key = difficulty_key(cfg, ds)
+    try:
+        summary = read_json(difficulty, DIFFICULTY_SUMMARY)
+    except (OSError, ValueError):  # missing or unreadable: compute it
+        summary = {}
+    if summary.get("key") == key:
+        return summary
+    log.info("computing difficulty scores -> %s (%s)", difficulty,
+             "none there" if not summary else "those there were computed from other inputs")
+    return run_difficulty(spark, data, difficulty, cfg.difficulty, cfg.metric)
 
 
 def ensure_curricula(spark, cfg: Config, data: str, difficulty: str, fold: int, names: set[str]) -> list[Curriculum]:
     """Build (or reuse, when its key matches) each curriculum of the fold: strategies with the grid's
-    fraction, and the extra curricula of the config (``grid.extra_curricula``: name -> settings)."""
+    fraction, and the extra curricula of the config (``grid.extra_curricula``: name -> settings).
+
+    A curriculum's stored key covers its settings, the dataset, the fold, the difficulty inputs and
+    the content fingerprint of the very scores it was built from: scores computed again (by
+    ``ltr run`` or ``ltr difficulty``) into the same folder with another result rebuild it."""
+    if not names:
+        return []
     ds = open_dataset(data)
+    scores = read_json(difficulty, DIFFICULTY_SUMMARY).get("content_fingerprint", "")
     out = []
     for name in sorted(names):
         ccfg = _curriculum_config(cfg, name)
-        key = curriculum_key(cfg, ds, fold, name)
+        key = config_hash({"curriculum": curriculum_key(cfg, ds, fold, name), "scores": scores})
         d = os.path.join(cfg.work_dir, "curricula", f"fold{fold}", name)
         try:
             summary = read_curriculum(d)
@@ -136,7 +165,8 @@ def ensure_curricula(spark, cfg: Config, data: str, difficulty: str, fold: int, 
         except DatasetError:
             fresh = False
         if not fresh:
-            summary = build_curriculum(spark, data, difficulty, fold, ccfg, d, name=name, key=key)
+            summary = build_curriculum(spark, data, difficulty, fold, ccfg, d, name=name, key=key,
+                                       empty_queries=cfg.difficulty.empty_queries)
         out.append(Curriculum(to_uri(d), summary))
     return out
 
@@ -160,7 +190,8 @@ def plan_fold(cfg: Config, ds: Dataset, fold: int) -> FoldPlan:
     """The plan of one fold from the config and the dataset's manifest alone."""
     children = grid_children(cfg, fold)
     names = _curricula_needed(children)
-    stages = {n: len(shares_for(_curriculum_config(cfg, n))) for n in names}
+    # checked against the dataset here, before any Spark work (hrel_labels, shares, the empty-query policy)
+    stages = {n: len(check_curriculum(_curriculum_config(cfg, n), ds, cfg.difficulty.empty_queries)) for n in names}
     paths = [resolve(c.path, stages) for c in children]
     plan = build_plan(paths, fold=fold, context=plan_context(cfg.train, cfg.metric, ds.fingerprint),
                       curriculum_keys={n: curriculum_key(cfg, ds, fold, n) for n in names})
@@ -199,7 +230,9 @@ class _Live:
     path: TrainingPath
     key: str
     run_id: str = ""
-    logged: int = 0  # last curve step logged
+    # last curve step logged, per split: a run killed between the two splits' batches has logged more vali
+    # than test points, so one mark for both would leave test points out when the run is continued
+    logged: dict[str, int] = field(default_factory=dict)
     finished: bool = False
 
 
@@ -240,8 +273,8 @@ class LiveChildren:
         if prior:
             e.run_id = prior[0]
             t.client.update_run(e.run_id, status="RUNNING")
-            hist = t.client.get_metric_history(e.run_id, f"{self.metric}_test")
-            e.logged = max((m.step for m in hist), default=0)
+            e.logged = {split: max((m.step for m in t.client.get_metric_history(e.run_id, f"{self.metric}_{split}")),
+                                   default=0) for split in ("vali", "test")}
         else:
             c = e.child
             run = t.client.create_run(t.experiment_id, run_name=c.name, tags={
@@ -271,17 +304,18 @@ class LiveChildren:
         for n in e.path.curricula:
             s = self.curricula[n].summary
             params[f"curriculum.{n}"] = json.dumps({k: s.get(k) for k in ("strategy", "pacing", "fraction", "delta",
-                                                                            "n_stages", "seed")}, sort_keys=True)
+                                                                            "n_stages", "seed", "empty_queries")}, sort_keys=True)
         return params
 
     def _log_points(self, e: _Live, curve: list[list[float]]) -> None:
-        new = [p for p in curve if int(p[0]) > e.logged]
-        if not new:
-            return
-        steps = [int(p[0]) for p in new]
-        self.tracker.log_history(e.run_id, f"{self.metric}_vali", steps, [p[1] for p in new])
-        self.tracker.log_history(e.run_id, f"{self.metric}_test", steps, [p[2] for p in new])
-        e.logged = steps[-1]
+        for col, split in ((1, "vali"), (2, "test")):  # a split the dataset lacks has NaN points: not logged
+            new = [p for p in curve if int(p[0]) > e.logged.get(split, 0)]
+            if not new:
+                continue
+            pts = [(int(p[0]), float(p[col])) for p in new if math.isfinite(p[col])]
+            if pts:
+                self.tracker.log_history(e.run_id, f"{self.metric}_{split}", [a for a, _ in pts], [b for _, b in pts])
+            e.logged[split] = int(new[-1][0])
 
     def on_event(self, ev: dict[str, Any]) -> None:
         """Executor events (one at a time): start the children of a starting node, stream its curve."""
@@ -315,10 +349,9 @@ class LiveChildren:
         t, m = self.tracker, self.metric
         self._log_points(e, [[a, b, c] for a, b, c in zip(r.trees, r.vali, r.test, strict=True)])
         final = {"trees": e.path.trees}
-        if r.vali:
-            final[f"final_{m}_vali"] = r.vali[-1]
-        if r.test:
-            final[f"final_{m}_test"] = r.test[-1]
+        for split, curve in (("vali", r.vali), ("test", r.test)):
+            if curve and math.isfinite(curve[-1]):
+                final[f"final_{m}_{split}"] = curve[-1]
         t.log_metrics(e.run_id, final)
         t.log_text(e.run_id, json.dumps({"qid": r.test_qid, m: r.test_ndcg}), "per_query_test.json")
         t.log_text(e.run_id, json.dumps({"runs": r.runs, "score_dists": r.score_dists, "base_margin": r.base_margin},
@@ -338,37 +371,90 @@ class LiveChildren:
 
 
 # ------------------------------------------------------------ the grid
+class CodeChanged(ValueError):
+    """An unfinished grid of the same study was started by other code (a user error: exit 2)."""
+
+
+def _refuse_other_code(tracker: Tracker, study_key: str, grid_key: str, code: dict[str, str],
+                       new_parent: bool) -> None:
+    """Resuming a grid with other code would mix two code versions in one table: refused in one line,
+    unless ``new_parent`` (``ltr grid --new-parent``), which starts a parent run of its own."""
+    if new_parent:
+        return
+    for r in tracker.parents(TAG_STUDY_KEY, study_key):
+        if r.data.tags.get(TAG_GRID_KEY) == grid_key:
+            return  # this very grid (same code) exists: it resumes
+        if r.info.status != "FINISHED":
+            then = r.data.params.get("code.git") or r.data.params.get("code.ltr", "unknown code")
+            raise CodeChanged(
+                f"grid {tracker.experiment!r}: its unfinished parent run {r.info.run_id} was started by code {then}, "
+                f"this is {code['git'] or code['ltr']}: finish it with that code, or pass --new-parent to "
+                "start a new parent run for this code (results of two code versions never share a table)")
+
+
 def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | None = None, parallel: int = 1,
-             only: list[str] | None = None, resume_hint: str = "ltr grid") -> dict[str, Any]:
+             only: list[str] | None = None, resume_hint: str = "ltr grid", new_parent: bool = False,
+             setup_only: bool = False) -> dict[str, Any]:
     """Run (or resume) the grid; return a summary with the parent run id and counts.
 
+    The study is ``grid.folds``; ``folds``: train only these folds of it now
+    (``ltr grid --fold F``: one scheduler task per fold), under the study's one
+    parent run, which ends FINISHED once every fold of the study is;
     ``parallel``: ready nodes run as up to that many concurrent Spark jobs;
-    ``only``: train just these node keys (their parents must be done).
+    ``only``: train just these node keys (their parents must be done);
+    ``new_parent``: start a new parent run even where an unfinished grid of the
+    same study was started by other code (refused otherwise: :class:`CodeChanged`);
+    ``setup_only``: find or create the parent run, compute the difficulty scores
+    and every fold's curricula, train nothing (``ltr grid --setup-only``).
     """
-    if folds:
-        cfg = replace(cfg, grid=replace(cfg.grid, folds=list(folds)))
-    data, ds, folds = _grid_data(cfg, data)
+    data, ds, study = _grid_data(cfg, data)
+    run_folds = list(dict.fromkeys(folds)) if folds else study
+    outside = [f for f in run_folds if f not in study]
+    if outside:
+        raise ConfigError(f"--fold {outside[0]}: not a fold of this study (grid.folds = {study})")
+    if setup_only:
+        run_folds = []
     difficulty = cfg.grid.difficulty or os.path.join(cfg.work_dir, "difficulty")
-    plans = {f: plan_fold(cfg, ds, f) for f in folds}
-    if any(_curricula_needed(p.children) for p in plans.values()):
-        if not _difficulty_matches(difficulty, ds.fingerprint):
-            log.info("computing difficulty scores -> %s", difficulty)
-            run_difficulty(spark, data, difficulty, cfg.difficulty, cfg.metric)
+    plans = {f: plan_fold(cfg, ds, f) for f in study}
+    if any(_curricula_needed(plans[f].children) for f in (study if setup_only else run_folds)):
+        ensure_difficulty(spark, cfg, data, difficulty)
     tracker = Tracker.for_config(cfg)
     grid_doc = {"grid": asdict(cfg.grid), "train": asdict(cfg.train), "metric": cfg.metric.to_dict(),
-                "curriculum": asdict(cfg.curriculum), "data": ds.fingerprint, "folds": folds,
+                "curriculum": asdict(cfg.curriculum), "difficulty": asdict(cfg.difficulty), "data": ds.fingerprint,
+                "folds": study,
                 "code": code_version()}
     for k in ("workers", "nthread", "checkpoint_every", "tracker_timeout", "job_retries"):
         grid_doc["train"].pop(k)
-    parent, resumed = tracker.find_or_create_parent(config_hash(grid_doc), cfg.grid.experiment, {
-        "folds": folds, "trees": cfg.grid.trees, "switch_points": cfg.grid.switch_points,
+    # where the inputs were read from is not what they are: the data by its fingerprint (above), the difficulty
+    # scores by the keys of the curricula built on them (node keys); `--data X` and `grid.data=X`, or the
+    # dataset moved to another path, resume the same grid
+    for k in ("data", "difficulty"):
+        grid_doc["grid"].pop(k)
+    code = grid_doc.pop("code")
+    study_key, grid_key = config_hash(grid_doc), config_hash({**grid_doc, "code": code})
+    _refuse_other_code(tracker, study_key, grid_key, code, new_parent)
+    parent, resumed = tracker.find_or_create_parent(grid_key, cfg.grid.experiment, {
+        "folds": study, "trees": cfg.grid.trees, "switch_points": cfg.grid.switch_points,
         "strategies": cfg.grid.strategies, "objectives": cfg.grid.objectives, "data": data,
         "data_fingerprint": ds.fingerprint, "metric": cfg.metric.describe(), "eta": cfg.train.eta,
         "leaves": cfg.train.leaves, "k": cfg.train.k, "fraction": cfg.curriculum.fraction,
-        "extra_paths": json.dumps(cfg.grid.extra_paths, sort_keys=True)})
+        "difficulty.empty_queries": cfg.difficulty.empty_queries,
+        "extra_paths": json.dumps(cfg.grid.extra_paths, sort_keys=True),
+        **{f"code.{k}": v for k, v in code.items()}},
+        tags={TAG_STUDY_KEY: study_key, "mlflow.source.git.commit": code["git"].split("-")[0]})
+    if not resumed:
+        tracker.log_dataset(parent, data, os.path.basename(data.rstrip("/")), ds.fingerprint, "grid")
     existing = tracker.child_runs(parent)
     log.info("grid %s: parent run %s (%s), %d children already finished", cfg.grid.experiment, parent,
              "resumed" if resumed else "new", sum(s == "FINISHED" for _, s in existing.values()))
+    if setup_only:
+        for f in study:
+            ensure_curricula(spark, cfg, data, difficulty, f, _curricula_needed(plans[f].children))
+        finished = _study_finished(plans, existing)
+        tracker.finish(parent, "FINISHED" if finished else "RUNNING")
+        return {"parent_run_id": parent, "experiment": cfg.grid.experiment, "tracking_uri": tracker.uri,
+                "resumed": resumed, "folds": study, "finished": finished, "trained": 0, "skipped": 0,
+                "trees_built": 0}
     workers, nthread = resolve_workers(spark, cfg.train, parallel)
     settings = make_settings(cfg.train, cfg.metric, ds, nthread)
     store = CheckpointStore(checkpoint_root(cfg))
@@ -376,7 +462,7 @@ def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | Non
     counts = {"trained": 0, "skipped": 0, "trees_built": 0}
     live = None
     try:
-        for f in folds:
+        for f in run_folds:
             fp = plans[f]
             curricula = {c.name: c for c in ensure_curricula(spark, cfg, data, difficulty, f,
                                                              _curricula_needed(fp.children))}
@@ -393,7 +479,16 @@ def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | Non
                                     only=keys)
             counts["trees_built"] += info["trees"]
             counts["trained"] += live.finish_done()
-        tracker.finish(parent, "FINISHED" if only is None else "RUNNING")
+        if run_folds != study:  # other folds may run in other processes: see what MLflow holds now
+            existing = tracker.child_runs(parent)
+        finished = only is None and _study_finished(plans, existing)
+        tracker.finish(parent, "FINISHED" if finished else "RUNNING")
+        if not finished and only is None and run_folds != study and \
+                _study_finished(plans, tracker.child_runs(parent)):
+            # a concurrent fold task finished its children meanwhile and may have read ours as unfinished:
+            # whoever writes last looks again, so the study never stays RUNNING once every fold is done
+            finished = True
+            tracker.finish(parent, "FINISHED")
     except BaseException as e:
         if live is not None:
             live.fail_started(str(e).splitlines()[0] if str(e) else type(e).__name__)
@@ -403,14 +498,13 @@ def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | Non
              "mlflow ui --backend-store-uri %s", cfg.grid.experiment, counts["trained"], counts["trees_built"],
              counts["skipped"], tracker.uri)
     return {"parent_run_id": parent, "experiment": cfg.grid.experiment, "tracking_uri": tracker.uri,
-            "resumed": resumed, **counts}
+            "resumed": resumed, "folds": run_folds, "finished": finished, **counts}
 
 
-def _difficulty_matches(path: str, fingerprint: str) -> bool:
-    try:
-        return read_json(path, DIFFICULTY_SUMMARY).get("dataset_fingerprint") == fingerprint
-    except (OSError, ValueError):  # missing or unreadable: compute it again
-        return False
+def _study_finished(plans: dict[int, FoldPlan], existing: dict[str, tuple[str, str]]) -> bool:
+    """Whether every child of every fold of the study has a FINISHED run."""
+    return all(existing.get(fp.child_key(i), ("", ""))[1] == "FINISHED"
+               for fp in plans.values() for i in range(len(fp.children)))
 
 
 def _curve_png(title: str, r: PathResult, metric: str) -> bytes:

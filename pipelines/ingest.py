@@ -16,7 +16,9 @@ Steps (each one logged with counts and time):
 4. **Merge** queries whose rows were not contiguous in the source (rare) with a
    Spark shuffle, so that no query is ever split across files.
 5. **Commit**: ``_manifest.json`` is written, then the temporary directory is
-   renamed over the output. A failed run leaves no half-written dataset.
+   renamed over the output. A failed run leaves no half-written dataset. A run
+   that keeps no row at all is a failure too; its quarantine is then kept in
+   ``OUT.quarantine/`` for inspection (removed by the next successful run).
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ from udfs.letor_parse import REASON_KEYS, LineSpec, row_hashes_sum
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
+#: Marks ``OUT.quarantine/``, the bad lines of an ingest that kept no row (see :func:`ingest`).
+QUARANTINE_MARKER = "_quarantine.json"
 _FOLD_RE = re.compile(r"Fold(\d+)")
 
 
@@ -201,17 +205,43 @@ def _run(spark: SparkSession, files: list[SourceFile], modes: dict[str, str], tm
     return out
 
 
+def line_spec(dataset: DatasetSpec, cfg: IngestConfig) -> LineSpec:
+    """What a valid line is: the config's feature count and label range where set, else the dataset's.
+
+    Needs no Spark, so ``ltr ingest`` calls it before starting a session. Raises
+    IngestError naming the flag (and the dataset file) for an empty label range.
+    """
+    n = cfg.n_features or dataset.n_features
+    lo = dataset.min_label if cfg.min_label is None else cfg.min_label
+    hi = dataset.max_label if cfg.max_label is None else cfg.max_label
+    if lo > hi:
+        where = f"conf/datasets/{dataset.name}.yaml"
+        lo_src = "--min-label (ingest.min_label)" if cfg.min_label is not None else f"min_label of {where}"
+        hi_src = "--max-label (ingest.max_label)" if cfg.max_label is not None else f"max_label of {where}"
+        raise IngestError(f"{lo_src} = {lo} > {hi_src} = {hi}: no label would be valid; "
+                          f"the labels of dataset {dataset.name} are {dataset.min_label}..{dataset.max_label}")
+    try:
+        return LineSpec(n_features=n, min_label=lo, max_label=hi)
+    except ValueError as e:  # the IngestConfig / DatasetSpec checks catch these first
+        raise IngestError(f"ingest of dataset {dataset.name}: {e}") from None
+
+
+def quarantine_dir(out: str) -> str:
+    """Where the bad lines of an ingest that kept no row are kept: next to ``out``."""
+    return out.rstrip("/") + ".quarantine"
+
+
 def ingest(spark: SparkSession, src: str, out: str, dataset: DatasetSpec, cfg: IngestConfig) -> dict[str, Any]:
     """Ingest ``src`` into the dataset directory ``out``; return the manifest written.
 
     Raises IngestError for input that cannot be ingested (strict mode: at the
-    first bad line), leaving ``out`` untouched.
+    first bad line), leaving ``out`` untouched. Input that yields no row at all
+    (an empty file, every line bad, a wrong ``--n-features``) is such an error
+    too: its quarantined lines are then kept in :func:`quarantine_dir` (``OUT.quarantine/``,
+    Parquet plus ``_quarantine.json``) and the message says where. A later
+    successful ingest into ``out`` removes that folder.
     """
-    spec = LineSpec(
-        n_features=cfg.n_features or dataset.n_features,
-        min_label=dataset.min_label if cfg.min_label is None else cfg.min_label,
-        max_label=dataset.max_label if cfg.max_label is None else cfg.max_label,
-    )
+    spec = line_spec(dataset, cfg)
     t_start = time.perf_counter()
     layout = discover(src)
     log.info("ingest %s (%s layout, %d files, %.1f MB) -> %s", src, layout.kind, len(layout.files),
@@ -219,9 +249,12 @@ def ingest(spark: SparkSession, src: str, out: str, dataset: DatasetSpec, cfg: I
     try:
         with atomic_output(out, MANIFEST) as tmp:
             manifest = _ingest_into(spark, layout, src, tmp.uri, tmp.fs, tmp.path, spec, dataset, cfg)
+            if manifest["rows"] == 0:
+                raise IngestError(_no_rows(src, out, tmp.fs, tmp.path, manifest, spec, dataset, cfg))
             tmp.write_json(MANIFEST, manifest)
     except OutputError as e:
         raise IngestError(str(e)) from None
+    _drop_stale_quarantine(out)
     log.info("ingest done in %.1f s: %d rows, %d queries, %d quarantined lines, fingerprint %s",
              time.perf_counter() - t_start, manifest["rows"], manifest["queries"],
              manifest["quarantine"]["lines"], manifest["fingerprint"][:19])
@@ -305,6 +338,64 @@ def _ingest_into(spark: SparkSession, layout: Layout, src: str, tmp: str, fs: pa
 
 
 # ------------------------------------------------------------- checks
+def _no_rows(src: str, out: str, fs: pafs.FileSystem, tmp_path: str, manifest: dict[str, Any], spec: LineSpec,
+             dataset: DatasetSpec, cfg: IngestConfig) -> str:
+    """The one-line reason why ``src`` gave no row; keeps its quarantined lines next to ``out``."""
+    stored = [s for s in manifest["sources"] if s["role"] == "stored"]
+    lines = sum(s["lines"] for s in stored)
+    q = manifest["quarantine"]
+    if not q["lines"]:
+        _drop_stale_quarantine(out)
+        if lines == 0:
+            return f"--src {src}: no rows kept: the input is empty ({_files(stored)})"
+        return (f"--src {src}: no rows kept: the input has no data lines ({lines} lines: "
+                f"{sum(s['blank'] for s in stored)} blank, {sum(s['comments'] for s in stored)} comments)")
+    reasons = sorted(q["by_reason"].items(), key=lambda kv: (-kv[1], kv[0]))
+    why = "; ".join(f"{q['reasons'][k]}: {v}" for k, v in reasons)
+    top = reasons[0][0]
+    if top == "index_range" and cfg.n_features:
+        hint = f"; is --n-features {spec.n_features} right? (dataset {dataset.name} has {dataset.n_features})"
+    elif top == "index_range":
+        hint = (f"; dataset {dataset.name} has {dataset.n_features} features: pass the right --dataset NAME "
+                "or --n-features N")
+    elif top == "label_range" and (cfg.min_label is not None or cfg.max_label is not None):
+        hint = (f"; are --min-label/--max-label {spec.min_label}..{spec.max_label} right? (dataset "
+                f"{dataset.name} has {dataset.min_label}..{dataset.max_label})")
+    elif top == "label_range":
+        hint = (f"; dataset {dataset.name} has labels {dataset.min_label}..{dataset.max_label}: pass the right "
+                "--dataset NAME or --min-label/--max-label")
+    else:
+        hint = ""
+    try:
+        kept = _keep_quarantine(fs, f"{tmp_path}/{QUARANTINE}", quarantine_dir(out), src, q)
+        where = f"the bad lines are kept in {kept}"
+    except (OutputError, OSError) as e:
+        where = f"the bad lines could not be kept ({e})"
+    return f"--src {src}: no rows kept: all {q['lines']} data lines were quarantined ({why}){hint}; {where}"
+
+
+def _files(stored: list[dict[str, Any]]) -> str:
+    names = [s["file"] for s in stored]
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _keep_quarantine(fs: pafs.FileSystem, src_dir: str, dest: str, src: str, summary: dict[str, Any]) -> str:
+    """Move the quarantine Parquet files of a failed ingest to ``dest`` (replaced atomically)."""
+    with atomic_output(dest, QUARANTINE_MARKER) as q:
+        for info in fs.get_file_info(pafs.FileSelector(src_dir)):
+            fs.move(info.path, f"{q.path}/{info.base_name}")
+        q.write_json(QUARANTINE_MARKER, {"source": src, **summary})
+    return dest
+
+
+def _drop_stale_quarantine(out: str) -> None:
+    """Remove ``OUT.quarantine/`` left by an earlier failed ingest (only if it is one: it has the marker)."""
+    fs, path = pafs.FileSystem.from_uri(to_uri(quarantine_dir(out)))
+    if fs.get_file_info(f"{path}/{QUARANTINE_MARKER}").type == pafs.FileType.File:
+        log.info("removing %s, the quarantine of an earlier ingest that kept no rows", quarantine_dir(out))
+        delete_quietly(fs, path)
+
+
 def _raise_strict(results: list[_FileResult], spec: LineSpec, cfg: IngestConfig) -> None:
     if not cfg.strict:
         return

@@ -150,7 +150,7 @@ def build_plan(paths: list[TrainingPath], *, fold: int = 0, context: Mapping[str
                 raise PathError(f"path {p.label!r}: unknown objective {s.objective!r}")
             if s.data != "all" and s.data.split(".")[1] == "*":
                 raise PathError(f"path {p.label!r}: resolve {s.data!r} into stages before planning")
-    ctx = dict(context or {})
+    ctx = {**dict(context or {}), "fold": fold}  # a fold's nodes train on its own data: never shared across folds
     ckeys = dict(curriculum_keys or {})
     nodes: list[Node] = []
     chains: dict[str, list[str]] = {p.label: [] for p in paths}

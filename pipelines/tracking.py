@@ -32,6 +32,10 @@ log = logging.getLogger(__name__)
 
 TAG_KIND = "ltr.kind"
 TAG_GRID_KEY = "ltr.grid_key"
+#: MLflow 3's UI opens an experiment as model training (runs, charts), not its GenAI overview.
+TAG_EXPERIMENT_KIND = "mlflow.experimentKind"
+MODEL_TRAINING = "custom_model_development"
+TAG_STUDY_KEY = "ltr.study_key"  # a grid's key without the code version
 TAG_CHILD_KEY = "ltr.child_key"
 TAG_PARENT = "mlflow.parentRunId"
 TAG_STRATEGY = "ltr.strategy"
@@ -42,6 +46,10 @@ TAG_PATH = "ltr.path"
 #: ``ltr.strategy`` of the baseline (LambdaMART, T trees) and of MSE-t children.
 BASELINE = "lambdamart"
 MSE = "mse"
+
+
+class UnknownExperiment(LookupError):
+    """``Tracker(..., create=False)`` of an experiment that does not exist."""
 
 
 def config_hash(doc: Any) -> str:
@@ -55,11 +63,16 @@ def default_uri(work_dir: str) -> str:
 
 @dataclass
 class Tracker:
-    """A thin wrapper around ``MlflowClient`` for one experiment."""
+    """A thin wrapper around ``MlflowClient`` for one experiment.
+
+    ``create``: make the experiment if it does not exist (training); with ``False`` a
+    missing experiment raises :class:`UnknownExperiment` (readers such as the report).
+    """
 
     uri: str
     experiment: str
     artifact_root: str
+    create: bool = True
 
     def __post_init__(self) -> None:
         import mlflow
@@ -70,22 +83,30 @@ class Tracker:
         mlflow.set_tracking_uri(self.uri)
         self.client = MlflowClient(self.uri)
         exp = self.client.get_experiment_by_name(self.experiment)
+        if exp is None and not self.create:
+            names = sorted(e.name for e in self.client.search_experiments())
+            raise UnknownExperiment(f"no MLflow experiment {self.experiment!r} at {self.uri}; existing "
+                                    f"experiments: {', '.join(names) or '(none)'}")
         if exp is None:
             os.makedirs(self.artifact_root, exist_ok=True) if "://" not in self.artifact_root else None
             loc = self.artifact_root if "://" in self.artifact_root else f"file://{os.path.abspath(self.artifact_root)}"
-            self.experiment_id = self.client.create_experiment(self.experiment, artifact_location=loc)
+            self.experiment_id = self.client.create_experiment(self.experiment, artifact_location=loc,
+                                                               tags={TAG_EXPERIMENT_KIND: MODEL_TRAINING})
         else:
             self.experiment_id = exp.experiment_id
+            if self.create and TAG_EXPERIMENT_KIND not in exp.tags:  # one made before the tag existed
+                self.client.set_experiment_tag(self.experiment_id, TAG_EXPERIMENT_KIND, MODEL_TRAINING)
 
     @classmethod
-    def for_config(cls, cfg: Any, experiment: str | None = None) -> Tracker:
+    def for_config(cls, cfg: Any, experiment: str | None = None, create: bool = True) -> Tracker:
         """The tracker of a resolved :class:`~pipelines.config.Config` (defaults under its work_dir);
-        ``experiment`` defaults to ``grid.experiment``."""
+        ``experiment`` defaults to ``grid.experiment``; ``create``: see the class."""
         return cls(cfg.tracking.uri or default_uri(cfg.work_dir), experiment or cfg.grid.experiment,
-                   cfg.tracking.artifacts or os.path.join(cfg.work_dir, "mlartifacts"))
+                   cfg.tracking.artifacts or os.path.join(cfg.work_dir, "mlartifacts"), create)
 
     # -- runs -----------------------------------------------------------
-    def find_or_create_parent(self, grid_key: str, name: str, params: dict[str, Any]) -> tuple[str, bool]:
+    def find_or_create_parent(self, grid_key: str, name: str, params: dict[str, Any],
+                              tags: dict[str, str] | None = None) -> tuple[str, bool]:
         """The parent run of this grid (resumed if one with the same key exists)."""
         runs = self.client.search_runs([self.experiment_id], filter_string=f"tags.`{TAG_GRID_KEY}` = '{grid_key}'",
                                        order_by=["attributes.start_time DESC"], max_results=1)
@@ -94,9 +115,15 @@ class Tracker:
             self.client.update_run(run_id, status="RUNNING")
             return run_id, True
         run = self.client.create_run(self.experiment_id, run_name=name,
-                                     tags={TAG_KIND: "grid", TAG_GRID_KEY: grid_key})
+                                     tags={TAG_KIND: "grid", TAG_GRID_KEY: grid_key, **(tags or {})})
         self.log_params(run.info.run_id, params)
         return run.info.run_id, False
+
+    def parents(self, tag: str, value: str) -> list[Any]:
+        """Grid parent runs with ``tag = value``, newest first."""
+        return self.client.search_runs([self.experiment_id],
+                                       filter_string=f"tags.`{TAG_KIND}` = 'grid' and tags.`{tag}` = '{value}'",
+                                       order_by=["attributes.start_time DESC"], max_results=1000)
 
     def children(self, parent_id: str) -> list[Any]:
         return self.client.search_runs([self.experiment_id], filter_string=f"tags.`{TAG_PARENT}` = '{parent_id}'",

@@ -192,6 +192,24 @@ class Settings:
     blend: BlendSchedule = BlendSchedule("linear", 200, 100)
 
 
+def check_device(device: str, probe: bool = True) -> None:
+    """``train.device`` must be usable here: a CUDA device needs XGBoost built with CUDA (the ``xgboost``
+    wheel, not ``xgboost-cpu``) and, with ``probe``, a visible GPU. XGBoost itself only warns and falls
+    back to the CPU; a GPU study silently trained on CPUs is refused instead (ValueError, one line)."""
+    if not device.startswith(("cuda", "gpu")):
+        return
+    if not xgb.build_info().get("USE_CUDA"):
+        raise ValueError(f"train.device={device}: this XGBoost {xgb.__version__} has no CUDA support (is it "
+                         "xgboost-cpu?); install the full xgboost wheel, or use train.device=cpu")
+    if probe:
+        b = xgb.train({"device": device, "tree_method": "hist", "verbosity": 0},
+                      xgb.DMatrix(np.zeros((2, 1), np.float32), label=[0.0, 1.0]), 1)
+        used = json.loads(b.save_config())["learner"]["generic_param"]["device"]
+        if not used.startswith("cuda"):
+            raise ValueError(f"train.device={device}: no visible GPU on {os.uname().nodename} (XGBoost would "
+                             "fall back to the CPU); check CUDA_VISIBLE_DEVICES and the driver, or use train.device=cpu")
+
+
 def booster_params(settings: Settings, objective: str) -> dict[str, Any]:
     """Params of one booster: built-in objectives get their XGBoost name and top-k settings."""
     p = dict(settings.params)
@@ -271,6 +289,7 @@ class _Worker:
         self.data, self.s, self.comm, self.store, self.events = data, settings, comm, store, events
         if settings.checkpoint_every < 1:
             raise ValueError(f"train.checkpoint_every must be >= 1, got {settings.checkpoint_every}")
+        check_device(str(settings.params.get("device", "cpu")))
         nthread = settings.params.get("nthread", 0)
         tr = data.train
         if nthread:  # before any XGBoost work: the quantile sketch below is multithreaded too
@@ -285,6 +304,8 @@ class _Worker:
         self.inv_idcg = {name: inverse_idcg(sp.offsets, sp.y, settings.metric) for name, sp in self.evals.items()}
         self.n_queries = {name: float(comm.allreduce(np.array([sp.n_queries], np.float64), "sum")[0])
                           for name, sp in self.evals.items()}
+        # A split no worker holds (a dataset without vali or test) has no curve: NaN points, nothing logged.
+        self.evals = {name: sp for name, sp in self.evals.items() if self.n_queries[name] > 0}
         self.timing = {"dmatrix": time.perf_counter() - t0, "objective": 0.0, "boost": 0.0, "eval": 0.0,
                        "checkpoint": 0.0, "resume": 0.0, "trees": 0}
 
@@ -379,7 +400,8 @@ class _Worker:
                 "node": {"key": node.key, "parent": node.parent, "objective": node.objective, "data": node.data,
                          "t0": node.t0, "t1": node.t1, "ends": list(node.ends)},
                 "shards": self.comm.world, "base": st.base, "segments": st.segments, "curve": st.curve,
-                "dists": st.dists, "rows": st.rows, "done": st.tree == node.t1})
+                "dists": st.dists, "rows": st.rows, "done": st.tree == node.t1,
+                "conventions": {"k": self.s.k, "gain": self.s.metric.gain}})
         self.timing["checkpoint"] += time.perf_counter() - t0
 
     # -- running nodes ---------------------------------------------------
@@ -545,7 +567,7 @@ def path_result(store: CheckpointStore, name: str, chain: Iterable[str], with_mo
         if with_model:
             parts += [(store.segment(node["key"], a, b), b - a) for a, b in meta["segments"]]
     if with_model:
-        r.model = concat_models(parts, r.base_margin)
+        r.model = concat_models(parts, r.base_margin, r.runs, metas[-1].get("conventions", {}), name)
     last = metas[-1]
     shards = store.shards(last["node"]["key"], int(last["tree"]))
     if shards and "test_query" in shards[0]:
@@ -557,13 +579,27 @@ def path_result(store: CheckpointStore, name: str, chain: Iterable[str], with_mo
 
 
 # ------------------------------------------------------------ models
-def concat_models(parts: list[tuple[bytes, int]], base_margin: float) -> bytes:
+def concat_models(parts: list[tuple[bytes, int]], base_margin: float, stages: list[dict[str, Any]] | None = None,
+                  conventions: dict[str, Any] | None = None, name: str = "") -> bytes:
     """One XGBoost JSON model from the first ``n`` trees of each part, in order.
 
     Every part was trained on margins that already include the earlier parts,
     so the sum of all trees plus ``base_margin`` (stored as the model's
     base_score) is the path's prediction.
+
+    What was trained is recorded in the model itself, in XGBoost's string
+    attributes (``Booster.attributes()``, kept by ``mlflow.xgboost``):
+    ``ltr_path`` (the path's name), ``ltr_stages`` (JSON: objective, data,
+    first tree and trees of each stage), ``ltr_k`` and ``ltr_gain`` (the NDCG
+    cutoff and gain of the ranking objectives). The model's XGBoost objective
+    is the last stage's: its built-in name, ``reg:squarederror`` for ``mse``,
+    and for a Python ranking objective ``rank:ndcg`` with the same k and gain,
+    the closest built-in (``blend`` ends as LambdaMART; it only matters to whoever continues training the
+    model with XGBoost; predictions are margins either way).
     """
+    stages = stages or []
+    conventions = conventions or {}
+    k, gain = int(conventions.get("k", 10)), str(conventions.get("gain", "exp2"))
     docs = [json.loads(m) for m, _ in parts]
     out = docs[-1]
     trees = []
@@ -579,8 +615,17 @@ def concat_models(parts: list[tuple[bytes, int]], base_margin: float) -> bytes:
     lmp = out["learner"]["learner_model_param"]
     lmp["base_score"] = f"[{float(np.float32(base_margin)):.9E}]"
     lmp["boost_from_average"] = "0"
-    out["learner"]["objective"] = {"name": "rank:ndcg", "lambdarank_param": {
-        "lambdarank_bias_norm": "1", "lambdarank_normalization": "1", "lambdarank_num_pair_per_sample": "10",
-        "lambdarank_pair_method": "topk", "lambdarank_score_normalization": "1", "lambdarank_unbiased": "0",
-        "ndcg_exp_gain": "1"}}
+    last = stages[-1]["objective"] if stages else "lambdamart"
+    builtin = OBJECTIVES.get(last) or ("reg:squarederror" if last == "mse" else "rank:ndcg")
+    if builtin.startswith("rank:"):
+        out["learner"]["objective"] = {"name": builtin, "lambdarank_param": {
+            "lambdarank_bias_norm": "1", "lambdarank_normalization": "1", "lambdarank_num_pair_per_sample": str(k),
+            "lambdarank_pair_method": "topk", "lambdarank_score_normalization": "1", "lambdarank_unbiased": "0",
+            "ndcg_exp_gain": "1" if gain == "exp2" else "0"}}
+    else:
+        out["learner"]["objective"] = {"name": builtin, "reg_loss_param": {"scale_pos_weight": "1"}}
+    out["learner"]["attributes"] = {
+        "ltr_path": name, "ltr_k": str(k), "ltr_gain": gain,
+        "ltr_stages": json.dumps([{key: s[key] for key in ("objective", "data", "first_tree", "trees")}
+                                  for s in stages])}
     return json.dumps(out).encode()

@@ -63,13 +63,16 @@ def test_spark_submit_job(tmp_path):
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     out = tmp_path / "ds"
     proc = subprocess.run(
-        [str(spark_submit), "--master", "local[1]", str(ROOT / "jobs" / "ingest.py"),
+        [str(spark_submit), "--master", "local[1]", "--conf", "spark.sql.shuffle.partitions=3",
+         "--conf", "spark.scheduler.mode=FIFO", str(ROOT / "jobs" / "ingest.py"),
          "--src", str(GOLDEN / "sparse_comments.txt"), "--out", str(out), "--n-features", "6"],
         env=env, capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((out / "_manifest.json").read_text())["rows"] == 5
     # spark-submit merges the Python driver's stderr into its stdout
-    assert "spark 4.3.0 session on local[1]" in proc.stdout + proc.stderr  # spark-submit's --master was used
+    # spark-submit's --master and --conf were kept, not overridden by the project's defaults (8, FAIR)
+    assert "spark 4.3.0 session on local[1] (1 task slots, 3 shuffle partitions, FIFO scheduler)" in \
+        proc.stdout + proc.stderr
     bad = subprocess.run(
         [str(spark_submit), "--master", "local[1]", str(ROOT / "jobs" / "ingest.py"),
          "--src", str(GOLDEN / "malformed.txt"), "--out", str(tmp_path / "x"), "--n-features", "6", "--strict"],

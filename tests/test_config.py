@@ -78,3 +78,23 @@ def test_spark_properties_pin_python_for_local():
     assert props["spark.sql.shuffle.partitions"] == "3"  # user conf wins
     assert "spark.pyspark.python" not in session_properties(SparkConfig(), "spark://host:7077")
     assert resolve_master(SparkConfig(master="local[3]")) == "local[3]"
+
+
+def test_spark_properties_set_outside_the_config_are_never_overridden(tmp_path, monkeypatch):
+    from pipelines.session import external_properties, session_properties
+
+    (tmp_path / "spark-defaults.conf").write_text("# cluster defaults\nspark.sql.shuffle.partitions   64\n"
+                                                  "spark.driver.extraJavaOptions=-Dmine=1\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--conf spark.scheduler.mode=FIFO --driver-memory 7g pyspark-shell")
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    ext = external_properties()
+    assert ext == {"spark.sql.shuffle.partitions": "64", "spark.driver.extraJavaOptions": "-Dmine=1",
+                   "spark.scheduler.mode": "FIFO", "spark.driver.memory": "7g"}
+    props = session_properties(SparkConfig(conf={"spark.executor.memory": "3g"}), "spark://h:7077", ext)
+    for k in ext:  # left to what the user set: the builder does not repeat them
+        assert k not in props, k
+    assert props["spark.executor.memory"] == "3g" and props["spark.sql.session.timeZone"] == "UTC"
+    # the config's own spark.conf is explicit and wins over everything
+    props = session_properties(SparkConfig(conf={"spark.sql.shuffle.partitions": "5"}), "local[2]", ext)
+    assert props["spark.sql.shuffle.partitions"] == "5"

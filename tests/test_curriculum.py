@@ -128,3 +128,192 @@ def test_errors(spark, small_dataset, small_difficulty, tmp_path):
         build(CurriculumConfig(), fold=9)
     with pytest.raises(DatasetError, match="no _difficulty.json"):
         build(CurriculumConfig(), difficulty=small_dataset)
+
+
+# ------------------------------------------------- queries without relevant documents, l_hrel labels
+def test_empty_queries_last_and_held_back_by_hand():
+    score = np.array([1.0, 0.6, np.nan, 0.7, np.nan])  # queries 2 and 4 have no relevant document
+    qid = np.array([10, 20, 30, 40, 5])
+    empty = np.isnan(score)
+    # easiest first: 1.0 (qid 10), 0.7 (qid 40), 0.6 (qid 20), then the empty ones by qid: 5, 30
+    assert easiest_first(score, qid, last=empty).tolist() == [0, 3, 1, 4, 2]
+    # with metric.empty = 1.0 they would tie with the best query and win on qid: qid 5 first
+    assert easiest_first(np.where(empty, 1.0, score), qid).tolist() == [4, 0, 2, 3, 1]
+    order = easiest_first(score, qid, last=empty)
+    # held back: shares 0.5, 1 of the 3 other queries -> sizes ceil(1.5) = 2, 3; the empty ones only in stage 1
+    first = assign_first_stage(order, stage_sizes(3, np.array([0.5, 1.0])), held_back=empty)
+    assert first.tolist() == [0, 1, 1, 0, 1]
+    with pytest.raises(ValueError, match="stage sizes end at 5, but 3 queries are not held back"):
+        assign_first_stage(order, stage_sizes(5, np.array([0.5, 1.0])), held_back=empty)
+
+
+# qid -> (labels, feature value per document); features 25 (BM25) and 41 (PageRank) of LETOR 4.0 are equal.
+# NDCG@10 of the feature ranking, gain 2^label - 1:
+#   qid 5: labels by the ranking 0, 1, 1 -> (1/log2(3) + 1/log2(4)) / (1 + 1/log2(3)) = 0.693
+#   qid 2: 0, 1 -> 1/log2(3) = 0.631;  qid 4: 0, 0, 1 -> 1/log2(4) = 0.5;  qid 6: 0, 0, 0, 1 -> 1/log2(5) = 0.431
+#   qids 1 and 3: no relevant document, NDCG undefined (metric.empty = 1.0 would make them the easiest)
+TINY = {1: ([0, 0], [0.5, 0.4]), 2: ([0, 1], [0.9, 0.1]), 3: ([0, 0, 0], [0.3, 0.2, 0.1]),
+        4: ([0, 0, 1], [0.9, 0.5, 0.1]), 5: ([1, 0, 1], [0.1, 0.9, 0.5]), 6: ([0, 0, 0, 1], [0.9, 0.8, 0.1, 0.0])}
+EASIEST_BM25 = [5, 2, 4, 6]
+
+
+@pytest.fixture(scope="module")
+def tiny(spark, tmp_path_factory):
+    """(dataset, difficulty) of TINY as a one-fold LETOR 4.0 set (labels 0..2; only 0 and 1 occur)."""
+    from pipelines.config import DifficultyConfig, IngestConfig, load_dataset_spec
+    from pipelines.difficulty import run_difficulty
+    from pipelines.ingest import ingest
+    from udfs.metrics import NdcgSpec
+
+    root = tmp_path_factory.mktemp("tiny")
+    (root / "src").mkdir()
+    (root / "src" / "train.txt").write_text("".join(
+        f"{lab} qid:{q} 25:{v} 41:{v}\n" for q, (labels, values) in TINY.items()
+        for lab, v in zip(labels, values, strict=True)))
+    ingest(spark, str(root / "src"), str(root / "ds"), load_dataset_spec("letor4"), IngestConfig())
+    run_difficulty(spark, str(root / "ds"), str(root / "diff"), DifficultyConfig(), NdcgSpec(empty=1.0))
+    return str(root / "ds"), str(root / "diff")
+
+
+def _stages_of(spark, tiny, tmp_path, policy: str, **cfg) -> tuple[dict, list[list[int]], dict[int, float]]:
+    out = tmp_path / f"{cfg.get('strategy')}-{policy}-{cfg.get('fraction', '')}-{cfg.get('seed', '')}"
+    s = build_curriculum(spark, *tiny, 1, CurriculumConfig(**cfg), str(out), empty_queries=policy)
+    t = pq.read_table(out / "queries.parquet").to_pandas()
+    stages = [sorted(t.loc[t.first_stage <= i, schema.QID]) for i in range(s["n_stages"])]
+    return s, stages, dict(zip(t[schema.QID], t.score, strict=True))
+
+
+@pytest.mark.parametrize("strategy", ["q_bm25", "q_pagerank"])
+def test_empty_queries_policy_orders_ndcg_strategies(spark, tiny, tmp_path, strategy):
+    # as_metric: the old behaviour; the two queries with nothing to learn fill the first stage
+    s, stages, score = _stages_of(spark, tiny, tmp_path, "as_metric", strategy=strategy, fraction=0.25)
+    assert stages[0] == [1, 3]  # ceil(0.25 * 6) = 2 queries
+    assert score[1] == score[3] == 1.0
+    # last (the default): the hardest queries; ceil(0.25 * 6) = 2 of the others first
+    s, stages, score = _stages_of(spark, tiny, tmp_path, "last", strategy=strategy, fraction=0.25)
+    assert stages[0] == sorted(EASIEST_BM25[:2]) and stages[1] == [1, 2, 3, 4, 5, 6]
+    assert math.isnan(score[1]) and math.isnan(score[3])  # undefined, not metric.empty
+    assert score[5] == pytest.approx((1 / math.log2(3) + 1 / math.log2(4)) / (1 + 1 / math.log2(3)))
+    assert s["empty_queries"] == "last" and s["queries_without_relevant"] == 2
+    assert [st["queries_without_relevant"] for st in s["stages"]] == [0, 2]
+    assert s["order"] == "queries without a relevant document last, then score descending, then qid ascending"
+    # last with a share larger than the queries that have a relevant document: ceil(0.75 * 6) = 5, the 5th is
+    # the empty query with the lower qid
+    _, stages, _ = _stages_of(spark, tiny, tmp_path, "last", strategy=strategy, fraction=0.75)
+    assert stages[0] == sorted(EASIEST_BM25 + [1])
+    # exclude: never before the last stage; the share counts the 4 other queries: ceil(0.75 * 4) = 3
+    s, stages, _ = _stages_of(spark, tiny, tmp_path, "exclude", strategy=strategy, fraction=0.75)
+    assert stages[0] == sorted(EASIEST_BM25[:3]) and stages[1] == [1, 2, 3, 4, 5, 6]
+    assert s["empty_queries"] == "exclude" and [st["queries_without_relevant"] for st in s["stages"]] == [0, 2]
+
+
+def test_empty_queries_policy_in_other_strategies(spark, tiny, tmp_path):
+    # q_nrel: n_rel = 0 is its lowest score, so last == as_metric; exclude holds them back
+    for policy in ("last", "as_metric"):
+        _, stages, score = _stages_of(spark, tiny, tmp_path, policy, strategy="q_nrel", fraction=0.75)
+        assert stages[0] == [1, 2, 4, 5, 6] and score[1] == 0.0  # qid 5 (2 relevant), then 2, 4, 6, then 1
+    _, stages, _ = _stages_of(spark, tiny, tmp_path, "exclude", strategy="q_nrel", fraction=0.75)
+    assert stages[0] == [2, 4, 5]
+    # random: last does not reorder a random sample (same stage sizes as the others); exclude samples only
+    # queries that have a relevant document, ceil(0.75 * 4) = 3 of them
+    for seed in (1, 2, 3):
+        _, stages, _ = _stages_of(spark, tiny, tmp_path, "exclude", strategy="random", fraction=0.75, seed=seed)
+        assert len(stages[0]) == 3 and not {1, 3} & set(stages[0])
+        s, stages, _ = _stages_of(spark, tiny, tmp_path, "last", strategy="random", fraction=0.75, seed=seed)
+        assert len(stages[0]) == 5 and s["order"] == "seeded random permutation"
+    # none: one stage, all data, whatever the policy
+    _, stages, _ = _stages_of(spark, tiny, tmp_path, "exclude", strategy="none")
+    assert stages == [[1, 2, 3, 4, 5, 6]]
+
+
+def test_l_hrel_with_empty_queries_and_labels_of_the_dataset(spark, tiny, tmp_path):
+    # 2 + 2 + 3 + 3 + 3 + 4 = 17 documents, all labelled 0 or 1; 5 relevant
+    s, stages, _ = _stages_of(spark, tiny, tmp_path, "last", strategy="l_hrel", hrel_labels=[0, 1])
+    assert stages[0] == [1, 2, 3, 4, 5, 6]
+    assert (s["stages"][0]["documents"], s["stages"][0]["relevant_documents"]) == (17, 5)
+    # exclude: the first stage drops the 2 + 3 documents of queries 1 and 3
+    s, stages, _ = _stages_of(spark, tiny, tmp_path, "exclude", strategy="l_hrel", hrel_labels=[0, 1])
+    assert stages == [[2, 4, 5, 6], [1, 2, 3, 4, 5, 6]]
+    assert (s["stages"][0]["documents"], s["stages"][0]["relevant_documents"]) == (12, 5)
+    assert s["stages"][1]["documents"] == 17
+    # LETOR 4.0 labels are 0..2: MSLR's default [0, 3, 4] is an error naming the key and the range
+    with pytest.raises(ConfigError, match=r"^curriculum.hrel_labels \[0, 3, 4\]: label 3 is outside the label "
+                                          r"range 0..2 of .*ds \(dataset letor4, conf/datasets/letor4.yaml\); "
+                                          r"choose labels in 0..2, e.g. --set curriculum.hrel_labels=\[0,2\]$"):
+        _stages_of(spark, tiny, tmp_path, "last", strategy="l_hrel")
+    # in range, but no training document has label 2: the first stage would hold no relevant document
+    with pytest.raises(ConfigError, match=r"^fold 1: no training document has a relevant label \(> 0\) in "
+                                          r"curriculum.hrel_labels \[0, 2\], so l_hrel's first stage would hold "
+                                          r"no relevant document; the training labels are \[0, 1\]$"):
+        _stages_of(spark, tiny, tmp_path, "last", strategy="l_hrel", hrel_labels=[0, 2])
+    assert not list(tmp_path.glob(".*tmp*"))  # failed builds leave nothing behind
+
+
+def test_hrel_labels_and_policy_checked_without_data():
+    from pipelines.config import DifficultyConfig, load_config
+
+    with pytest.raises(ConfigError, match=r"curriculum.hrel_labels \[0\] holds no relevant label \(> 0\): l_hrel's "
+                                          r"first stage would have no relevant document"):
+        CurriculumConfig(hrel_labels=[0])
+    with pytest.raises(ConfigError, match=r"curriculum.hrel_labels is empty"):
+        CurriculumConfig(hrel_labels=[])
+    with pytest.raises(ConfigError, match=r"curriculum.hrel_labels \[0, 4, 4\] lists label 4 twice"):
+        CurriculumConfig(hrel_labels=[0, 4, 4])
+    with pytest.raises(ConfigError, match=r"curriculum: curriculum.hrel_labels \[0, -1\] holds no relevant label"):
+        load_config(None, ["curriculum.hrel_labels=[0, -1]"])
+    with pytest.raises(ConfigError, match=r"difficulty.empty_queries \(--empty-queries\) must be one of last, "
+                                          r"exclude, as_metric, got 'first'"):
+        DifficultyConfig(empty_queries="first")
+    assert DifficultyConfig().empty_queries == "last"
+
+
+def test_exclude_needs_a_query_with_a_relevant_document(spark, tiny, tmp_path):
+    from pipelines.config import DifficultyConfig
+    from pipelines.difficulty import run_difficulty
+    from udfs.metrics import NdcgSpec
+
+    with pytest.raises(ConfigError, match="difficulty.empty_queries must be one of last, exclude, as_metric"):
+        build_curriculum(spark, *tiny, 1, CurriculumConfig(), str(tmp_path / "x"), empty_queries="first")
+    # a dataset whose queries all lack a relevant document
+    from pipelines.config import IngestConfig, load_dataset_spec
+    from pipelines.ingest import ingest
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.txt").write_text("0 qid:1 25:1 41:1\n0 qid:2 25:1 41:1\n")
+    ingest(spark, str(tmp_path / "src"), str(tmp_path / "ds"), load_dataset_spec("letor4"), IngestConfig())
+    run_difficulty(spark, str(tmp_path / "ds"), str(tmp_path / "diff"), DifficultyConfig(), NdcgSpec())
+    with pytest.raises(DatasetError, match=r"fold 1: none of the 2 training queries has a relevant document, so "
+                                           r"with difficulty.empty_queries=exclude every stage but the last"):
+        build_curriculum(spark, str(tmp_path / "ds"), str(tmp_path / "diff"), 1, CurriculumConfig(),
+                         str(tmp_path / "c"), empty_queries="exclude")
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--strategy", "l_hrel"], "curriculum.hrel_labels [0, 3, 4]: label 3 is outside the label range 0..2 of "),
+    (["--empty-queries", "first"], "--empty-queries must be one of last, exclude, as_metric, got 'first'"),
+    (["--fraction", "0"], "--fraction must be in (0, 1] (a share of the training queries), got 0.0"),
+    (["--pacing", "linear", "--stages", "1"], "--stages must be >= 2 (stages of a paced curriculum), got 1"),
+    (["--pacing", "cosine"], "unknown pacing function 'cosine'"),
+    (["--fold", "7"], "no fold 7; folds: [1]"),
+])
+def test_cli_checks_before_spark_starts(tiny, tmp_path, capsys, monkeypatch, flags, message):
+    from pipelines import cli
+
+    def no_spark(cfg):
+        raise AssertionError("Spark started before the options were checked")
+
+    monkeypatch.setattr(cli, "_session", no_spark)
+    args = ["curriculum", "--data", tiny[0], "--difficulty", tiny[1], "--out", str(tmp_path / "c")]
+    code = cli.main(args + (flags if "--fold" in flags else ["--fold", "1", *flags]))
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ltr curriculum: error:")]
+    assert code == 2 and len(err) == 1 and message in err[0]
+
+
+def test_cli_passes_the_policy(spark, tiny, tmp_path):
+    from pipelines.cli import main
+
+    out = tmp_path / "c"
+    assert main(["curriculum", "--data", tiny[0], "--difficulty", tiny[1], "--fold", "1", "--strategy", "q_bm25",
+                 "--fraction", "0.75", "--empty-queries", "exclude", "--out", str(out)]) == 0
+    summary, stages = _stage_qids(out)
+    assert summary["empty_queries"] == "exclude" and stages[0] == set(EASIEST_BM25[:3])

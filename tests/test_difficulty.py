@@ -140,3 +140,19 @@ def test_roles_must_be_feature_ids(small_dataset):
     with pytest.raises(DatasetError, match=r"no bm25 feature id \(got 999\)"):
         resolve_roles(ds, DifficultyConfig(bm25_feature=999))
     assert resolve_roles(ds, DifficultyConfig(bm25_feature=106)).bm25 == 106
+
+
+def test_feature_flags_and_config_checked_before_spark(tmp_path, capsys, monkeypatch):
+    from pipelines import cli
+    from pipelines.config import ConfigError
+
+    monkeypatch.setattr(cli, "_session", lambda cfg: pytest.fail("Spark started before the options were checked"))
+    code = cli.main(["difficulty", "--data", str(tmp_path / "ds"), "--out", str(tmp_path / "d"),
+                     "--bm25-feature", "0"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ltr difficulty: error:")]
+    assert code == 2
+    assert err == ["ltr difficulty: error: --bm25-feature must be >= 1 (a feature id; leave it out for the "
+                   "dataset's), got 0"]
+    with pytest.raises(ConfigError, match=r"difficulty.pagerank_feature \(--pagerank-feature\) must be a feature "
+                                          r"id >= 1, or 0 for the dataset's, got -2"):
+        DifficultyConfig(pagerank_feature=-2)

@@ -14,6 +14,7 @@ from pipelines.config import load_config
 from pipelines.grid import grid_children, run_grid
 from pipelines.report import (
     Record,
+    ReportError,
     build_report,
     kl_divergence,
     paired_differences,
@@ -124,10 +125,10 @@ def test_report_from_the_grid(grid_run, small_dataset, tmp_path):
 
 
 # ------------------------------------------------------------ report numbers
-def _rec(fold, strategy, switch, test, perq, dists=()):
+def _rec(fold, strategy, switch, test, perq, dists=(), vali=None):
     steps = list(range(1, len(test) + 1))
     return Record(fold=fold, strategy=strategy, switch=switch, steps=steps, test=list(test),
-                  per_query=dict(perq), score_dists=list(dists))
+                  vali=list(test if vali is None else vali), per_query=dict(perq), score_dists=list(dists))
 
 
 def test_table1_numbers():
@@ -141,31 +142,99 @@ def test_table1_numbers():
     assert m["mean"] == pytest.approx(0.625) and m["std"] == pytest.approx(np.std([0.55, 0.7], ddof=1))
     d = np.array([0.1, 0.1, 0.0, 0.2, 0.1])  # per query, folds pooled
     np.testing.assert_allclose(np.sort(paired_differences(mse, base)), np.sort(d))
-    assert m["delta"] == pytest.approx(d.mean()) and m["queries"] == 5
+    assert m["delta"] == pytest.approx(d.mean()) and m["queries"] == 5 and m["paired_folds"] == [1, 2]
     assert m["t_p"] == pytest.approx(stats.ttest_rel(d + 0.5, np.full(5, 0.5)).pvalue)
-    # exact sign-flip p-value: 2 of the 2^4 sign patterns of the non-zero differences reach |mean| >= 0.1
-    assert m["perm_p"] == pytest.approx(2 / 16, abs=0.02)
+    # exact (2^5 = 32 <= 4000 resamples): sum(d) >= 0.5 only with every non-zero difference positive,
+    # 2 of the 32 sign patterns (the 0 flips freely); two-sided = 2 x 2/32
+    assert m["perm_p"] == pytest.approx(4 / 32)
+    # one comparison: Holm changes nothing
+    assert (m["t_p_holm"], m["perm_p_holm"]) == (m["t_p"], m["perm_p"])
+    assert b["t_p"] is None and b["t_p_holm"] is None
 
 
 def test_randomization_test_extremes():
-    assert randomization_test(np.zeros(5)) == 1.0
-    p = randomization_test(np.ones(12), n_perm=5000, seed=3)
-    assert p == pytest.approx((2 / 4096 * 5000 + 1) / 5001, abs=0.002)
+    assert randomization_test(np.zeros(5), np.zeros(5)) == 1.0
+    assert randomization_test(np.empty(0), np.empty(0)) is None
+    # 12 equal differences: exact test (4096 <= 5000); only "all +" reaches the mean, two-sided 2/4096
+    assert randomization_test(np.ones(12), np.zeros(12), n_perm=5000, seed=3) == pytest.approx(2 / 4096)
+    # 20 pairs, Monte Carlo: one non-zero sign pattern in 2^20 reaches it, so p = 2 x (0 + 1) / 1001
+    assert randomization_test(np.ones(20), np.zeros(20), n_perm=1000, seed=3) == pytest.approx(2 / 1001)
 
 
-def test_table2_and_kl():
+def test_table2_chooses_mse_t_on_validation_and_kl():
     base = [_rec(1, "lambdamart", None, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], {})]
-    mse = [_rec(1, "mse", 2, [0.25, 0.35, 0.45, 0.5, 0.55, 0.58], {}),
-           _rec(1, "mse", 4, [0.2, 0.3, 0.4, 0.45, 0.5, 0.52], {})]
+    # MSE-2 has the better final test NDCG, MSE-4 the better final validation NDCG: Table 2 takes MSE-4
+    mse = [_rec(1, "mse", 2, [0.25, 0.35, 0.45, 0.5, 0.55, 0.58], {}, vali=[0.2, 0.3, 0.3, 0.3, 0.3, 0.40]),
+           _rec(1, "mse", 4, [0.2, 0.3, 0.4, 0.45, 0.5, 0.52], {}, vali=[0.2, 0.3, 0.3, 0.3, 0.3, 0.41])]
     t2 = table2(base + mse, [1, 2, 3])
-    assert t2["mse"] == "MSE-2"  # best final NDCG
-    # MSE-2 reaches 0.25 / 0.35 / 0.45 at 1 / 2 / 3 trees; LambdaMART needs 3 / 4 / 5 trees
-    assert [(r["size"], r["baseline_trees"], r["ratio"]) for r in t2["rows"]] == [(1, 3, 3.0), (2, 4, 2.0),
-                                                                                 (3, 5, 5 / 3)]
+    assert t2["mse"] == "MSE-4" and t2["selected_on"] == "vali" and t2["vali"] == {"MSE-2": 0.40, "MSE-4": 0.41}
+    # MSE-4 reaches 0.2 / 0.3 / 0.4 at 1 / 2 / 3 trees; LambdaMART needs 2 / 3 / 4 trees
+    assert [(r["size"], r["baseline_trees"], r["ratio"]) for r in t2["rows"]] == [(1, 2, 2.0), (2, 3, 1.5),
+                                                                                 (3, 4, 4 / 3)]
+    # default sizes: MSE-4's vali curve never exceeds LambdaMART's best (0.6): evenly spaced up to T = 6
+    assert [r["size"] for r in table2(base + mse)["rows"]] == [2, 4, 6]
     p, q = [3, 1, 0], [1, 1, 2]
     pp, qq = np.array([3.5, 1.5, 0.5]) / 5.5, np.array([1.5, 1.5, 2.5]) / 5.5
     assert kl_divergence(p, q) == pytest.approx(float(np.sum(pp * np.log(pp / qq))))
     assert kl_divergence(p, p) == 0.0
+
+
+def test_report_header_tests_and_table2_of_the_grid(grid_run, tmp_path):
+    from pipelines.provenance import code_version
+
+    cfg, summary, tracker = grid_run
+    r = build_report(tracker, str(tmp_path / "r"), summary["parent_run_id"], n_perm=200, table2_sizes=[1, 3])
+    assert r["status"] == "FINISHED" and r["problems"] == []
+    rows = [row for row in r["table1"] if row["label"] != "LambdaMART"]
+    assert all(row["folds"] == row["folds_expected"] == 2 and row["paired_folds"] == [1, 2] for row in rows)
+    # Holm over the 7 comparisons: the smallest raw p-value is multiplied by 7 (or capped at 1)
+    smallest = min(rows, key=lambda row: row["t_p"])
+    assert smallest["t_p_holm"] == pytest.approx(min(1.0, 7 * smallest["t_p"]))
+    assert all(row["perm_p_holm"] >= row["perm_p"] for row in rows)
+    assert [row["size"] for row in r["table2"]["rows"]] == [1, 3] and r["table2"]["selected_on"] == "vali"
+    md = (tmp_path / "r" / "report.md").read_text()
+    v = code_version()
+    assert f"xgboost `{v['xgboost']}`" in md and f"numpy `{v['numpy']}`" in md and f"pyspark `{v['pyspark']}`" in md
+    assert "t-test p, Holm" in md and "Holm-corrected side by side" in md and "Warning" not in md
+    assert "folds]" not in md  # every cell has both folds
+    html_page = (tmp_path / "r" / "report.html").read_text()
+    assert "<td>randomisation p, Holm</td>" in html_page
+
+
+def test_report_of_an_unfinished_grid_and_the_latest_finished_one(grid_run, tmp_path):
+    cfg, summary, tracker = grid_run
+    parent = summary["parent_run_id"]
+    newer = tracker.client.create_run(tracker.experiment_id, run_name="later-grid", tags={"ltr.kind": "grid"})
+    try:
+        # without --run-id: the latest FINISHED grid, not the newer one still RUNNING (with no children)
+        assert build_report(tracker, str(tmp_path / "a"), n_perm=50)["parent"] == parent
+        tracker.client.update_run(parent, status="RUNNING")
+        with pytest.raises(ReportError, match=rf"has no finished grid; the latest grid run {newer.info.run_id} is "
+                                              rf"RUNNING: .* pass --run-id {newer.info.run_id}"):
+            build_report(tracker, str(tmp_path / "b"), n_perm=50)
+        r = build_report(tracker, str(tmp_path / "c"), parent, n_perm=50)
+        assert r["problems"] == ["parent run status RUNNING"]
+        md = (tmp_path / "c" / "report.md").read_text()
+        assert "**Warning: this grid is unfinished**: parent run status RUNNING." in md
+    finally:
+        tracker.client.update_run(parent, status="FINISHED")
+        tracker.client.delete_run(newer.info.run_id)
+
+
+def test_report_cli_experiment_must_exist(grid_run, tmp_path, capsys):
+    from pipelines.cli import main
+
+    cfg, summary, tracker = grid_run
+    common = ["--set", f"work_dir={cfg.work_dir}", "--out", str(tmp_path / "r")]
+    assert main(["report", "--experiment", "tset-grid", *common]) == 2
+    err = capsys.readouterr().err
+    assert "ltr report: error: --experiment: no MLflow experiment 'tset-grid'" in err and "test-grid" in err
+    assert tracker.client.get_experiment_by_name("tset-grid") is None  # not created
+    assert not (tmp_path / "r").exists()
+    code = main(["report", "--experiment", "test-grid", *common, "--set", "report.permutations=50",
+                 "--set", "report.table2_sizes=[2]"])
+    assert code == 0
+    assert [row["size"] for row in json.loads((tmp_path / "r" / "table2.json").read_text())["rows"]] == [2]
 
 
 def test_logged_model_loads_back(grid_run, tmp_path):

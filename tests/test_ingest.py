@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -10,9 +11,9 @@ import numpy as np
 import pytest
 from pyspark.sql import functions as F
 
-from pipelines.config import IngestConfig, load_dataset_spec
+from pipelines.config import ConfigError, IngestConfig, load_dataset_spec
 from pipelines.dataset import MSLR_ROTATION, load_split, open_dataset
-from pipelines.ingest import IngestError, discover, ingest
+from pipelines.ingest import IngestError, discover, ingest, line_spec
 from tests.conftest import GOLDEN, golden
 from udfs import schema
 from udfs.letor_chunks import sorted_rows
@@ -186,3 +187,116 @@ def test_other_letor_set(spark, tmp_path):
     assert m["feature_roles"] == {"bm25": 25, "pagerank": 41}
     assert len(spark.read.parquet(str(out)).columns) == 3 + 46 + 1
     assert m["rows"] == 5
+
+
+# ------------------------------------------------- no rows kept, impossible options
+def test_no_rows_kept_is_an_error_that_keeps_the_quarantine(spark, tmp_path):
+    src = tmp_path / "three.txt"
+    src.write_text("1 qid:1 1:0.5 2:1 3:2\n0 qid:1 1:0.1 2:0 3:1\n")
+    out = tmp_path / "ds"
+    # a wrong --n-features: every line has feature 3
+    with pytest.raises(IngestError) as err:
+        ingest(spark, str(src), str(out), MSLR, IngestConfig(n_features=2))
+    msg = str(err.value)
+    assert msg == (f"--src {src}: no rows kept: all 2 data lines were quarantined (feature index out of range "
+                   f"[1, 2]: 2); is --n-features 2 right? (dataset mslr has 136); the bad lines are kept in "
+                   f"{out}.quarantine")
+    assert not out.exists()
+    kept = Path(f"{out}.quarantine")
+    assert json.loads((kept / "_quarantine.json").read_text())["by_reason"] == {"index_range": 2}
+    q = spark.read.parquet(str(kept)).orderBy("line").collect()
+    assert [(r.file, r.line, r.reason, r.token) for r in q] == [
+        ("three.txt", 1, "index_range", "3:2"), ("three.txt", 2, "index_range", "3:1")]
+    # every line bad for another reason (labels out of mslr's 0..4): the kept quarantine is replaced
+    bad = tmp_path / "bad.txt"
+    bad.write_text("7 qid:1 1:1\n9 qid:2 1:1\n# a comment\n")
+    with pytest.raises(IngestError, match=r"^--src .*bad.txt: no rows kept: all 2 data lines were quarantined "
+                                          r"\(label out of range \[0, 4\]: 2\); dataset mslr has labels 0..4: pass "
+                                          r"the right --dataset NAME or --min-label/--max-label; the bad lines are "
+                                          r"kept in .*ds.quarantine$"):
+        ingest(spark, str(bad), str(out), MSLR, SIX)
+    assert [r.token for r in spark.read.parquet(str(kept)).orderBy("line").collect()] == ["7", "9"]
+    # empty input, or only blank lines and comments: nothing to quarantine (and the old quarantine is gone)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    with pytest.raises(IngestError, match=r"^--src .*empty.txt: no rows kept: the input is empty \(empty.txt\)$"):
+        ingest(spark, str(empty), str(out), MSLR, SIX)
+    assert not kept.exists()
+    empty.write_text("# only a comment\n\n")
+    with pytest.raises(IngestError, match=r"no rows kept: the input has no data lines \(2 lines: 1 blank, "
+                                          r"1 comments\)$"):
+        ingest(spark, str(empty), str(out), MSLR, SIX)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt", "empty.txt", "three.txt"]
+    # a later run that keeps rows removes the quarantine of a failed one
+    with pytest.raises(IngestError):
+        ingest(spark, str(src), str(out), MSLR, IngestConfig(n_features=2))
+    assert kept.exists()
+    assert ingest(spark, str(src), str(out), MSLR, IngestConfig(n_features=3))["rows"] == 2
+    assert not kept.exists()
+
+
+def test_no_rows_kept_exits_2_with_one_line(spark, tmp_path, capsys):
+    from pipelines.cli import main
+
+    src = tmp_path / "three.txt"
+    src.write_text("1 qid:1 1:0.5 2:1 3:2\n")
+    code = main(["ingest", "--src", str(src), "--out", str(tmp_path / "ds"), "--n-features", "2"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ltr ingest: error:")]
+    assert code == 2
+    assert err == [f"ltr ingest: error: --src {src}: no rows kept: all 1 data lines were quarantined (feature "
+                   f"index out of range [1, 2]: 1); is --n-features 2 right? (dataset mslr has 136); the bad lines "
+                   f"are kept in {tmp_path / 'ds'}.quarantine"]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--chunk-bytes", "0"], "--chunk-bytes must be >= 1 (nominal text bytes per Spark task), got 0"),
+    (["--chunk-bytes", "-5"], "--chunk-bytes must be >= 1 (nominal text bytes per Spark task), got -5"),
+    (["--n-features", "0"], "--n-features must be >= 1 (the number of features; leave it out for the dataset's), "
+                            "got 0"),
+    (["--min-label", "3", "--max-label", "1"], "--min-label 3 > --max-label 1: no label would be valid"),
+    (["--min-label", "5"], "--min-label (ingest.min_label) = 5 > max_label of conf/datasets/mslr.yaml = 4: no label "
+                           "would be valid; the labels of dataset mslr are 0..4"),
+    (["--dataset", "letor4", "--max-label", "-1"], "min_label of conf/datasets/letor4.yaml = 0 > --max-label "
+                                                   "(ingest.max_label) = -1: no label would be valid; the labels "
+                                                   "of dataset letor4 are 0..2"),
+    (["--max-label", "300"], "ingest: ingest.max_label (--max-label) must lie in [-128, 127] (labels are stored as "
+                             "int8), got 300"),
+    (["--set", "ingest.chunk_bytes=0"], "ingest: ingest.chunk_bytes (--chunk-bytes) must be >= 1 (nominal text "
+                                        "bytes per Spark task, e.g. 33554432), got 0"),
+    (["--set", "ingest.compression=lzo"], "ingest: ingest.compression 'lzo' is not a Parquet codec both pyarrow "
+                                          "and Spark write; expected one of snappy, zstd, gzip, lz4, none"),
+])
+def test_impossible_options_exit_2_before_spark_starts(tmp_path, capsys, monkeypatch, flags, message):
+    from pipelines import cli
+
+    def no_spark(cfg):
+        raise AssertionError("Spark started before the options were checked")
+
+    monkeypatch.setattr(cli, "_session", no_spark)
+    code = cli.main(["ingest", "--src", str(GOLDEN / "well_formed.txt"), "--out", str(tmp_path / "ds"), *flags])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ltr ingest: error:")]
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("ltr ingest: error: ") and err[0].endswith(message)
+    assert not (tmp_path / "ds").exists()
+
+
+def test_ingest_config_checks():
+    with pytest.raises(ConfigError, match=r"ingest.n_features \(--n-features\) must be >= 1, or 0 for the "
+                                          r"dataset's, got -3"):
+        IngestConfig(n_features=-3)
+    with pytest.raises(ConfigError, match=r"ingest.min_label \(--min-label\) 2 > ingest.max_label \(--max-label\) 1"):
+        IngestConfig(min_label=2, max_label=1)
+    with pytest.raises(ConfigError, match=r"ingest.max_examples must be >= 0, got -1"):
+        IngestConfig(max_examples=-1)
+    assert line_spec(MSLR, IngestConfig(n_features=6, max_label=2)) == LineSpec(6, 0, 2)
+    with pytest.raises(IngestError, match=r"^--min-label \(ingest.min_label\) = 1 > --max-label \(ingest.max_label\) "
+                                          r"= 0: no label would be valid"):
+        line_spec(MSLR, _unchecked(min_label=1, max_label=0))
+
+
+def _unchecked(**kw) -> IngestConfig:
+    """An IngestConfig that skips its own checks (to reach line_spec's)."""
+    cfg = object.__new__(IngestConfig)
+    for k, v in {**{f.name: f.default for f in dataclasses.fields(IngestConfig)}, **kw}.items():
+        object.__setattr__(cfg, k, v)
+    return cfg

@@ -57,6 +57,34 @@ def test_lambdamart_matches_rank_ndcg():
     assert abs(a - b) < 0.005, (a, b)
 
 
+def _lambdamart_pair(d, y, off, rounds: int, exp_gain: bool = True, **builtin):
+    """Margins of rank:ndcg and of our lambdamart after ``rounds`` trees from ``d``'s base margins."""
+    p = {**PARAMS, "lambdarank_pair_method": "topk", "lambdarank_num_pair_per_sample": 10,
+         "ndcg_exp_gain": exp_gain}
+    a = xgb.train({**p, "objective": "rank:ndcg", **builtin}, d, rounds).predict(d, output_margin=True)
+    b = xgb.train({**p, "disable_default_eval_metric": 1}, d, rounds,
+                  obj=lambda s, _: lambdarank_grad(s, y, off, k=10, exp_gain=exp_gain)).predict(d, output_margin=True)
+    return a, b
+
+
+@pytest.mark.parametrize("exp_gain", [True, False])
+def test_lambdamart_margins_equal_rank_ndcg_where_score_normalisation_matters(exp_gain):
+    """Margins, not NDCG: after 40 trees, and one tree from the spread-out scores of another model
+    (XGBoost divides each pair's |delta NDCG| by |s_i - s_j| + 0.01 once scores differ)."""
+    X, y, qid, off = _data(3)
+    a, b = _lambdamart_pair(xgb.DMatrix(X, y, qid=qid), y, off, 40, exp_gain)
+    assert np.abs(a).max() > 1.0  # the scores have spread: normalisation is at work
+    np.testing.assert_allclose(a, b, rtol=0, atol=5e-6)
+    start = xgb.train({**PARAMS, "objective": "reg:squarederror"}, xgb.DMatrix(X, y), 25)
+    m = start.predict(xgb.DMatrix(X), output_margin=True)
+    d = xgb.DMatrix(X, y, qid=qid, base_margin=m)
+    a, b = _lambdamart_pair(d, y, off, 1, exp_gain)
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+    # the comparison can fail: rank:ndcg without score normalisation grows another tree from these scores
+    c, _ = _lambdamart_pair(d, y, off, 1, exp_gain, lambdarank_score_normalization=False)
+    assert np.abs(c - b).max() > 1e-3
+
+
 def _pair_loss(s, y, off, kind, gamma=1.0, delta=None):
     """The loss whose gradient the pairwise objectives compute, over all pairs (k >= n)."""
     total = 0.0

@@ -40,6 +40,10 @@ def test_keys_change_with_everything_that_determines_the_trees():
     assert {n.key for n in base.nodes} == {n.key for n in same.nodes}
     for ctx in ({"eta": 0.1, "data": "fp1"}, {"eta": 0.05, "data": "fp2"}):
         assert not {n.key for n in base.nodes} & {n.key for n in build_plan(_paths(), context=ctx).nodes}
+    # folds of one dataset (same fingerprint) train on other rows: no node is shared across folds
+    folds = [{n.key for n in build_plan(_paths(), fold=f, context={"eta": 0.05, "data": "fp1"}).nodes}
+             for f in (1, 2)]
+    assert not folds[0] & folds[1]
     # a child's key depends on its parent's: another prefix, other keys downstream
     other = build_plan([parse_path("mse:30,lambdamart:70", "x")], context={"eta": 0.05, "data": "fp1"})
     assert other.nodes[0].key not in {n.key for n in base.nodes}

@@ -223,6 +223,18 @@ def test_too_many_workers_refused(spark):
     assert resolve_workers(spark, TrainConfig(workers=2)) == (2, 1)
 
 
+def test_barrier_constraints_checked_up_front():
+    from pyspark import SparkConf
+
+    from pipelines.barrier_job import check_barrier_conf, is_local
+
+    with pytest.raises(TrainError, match=r"dynamic allocation does not support.*spark.dynamicAllocation.enabled=false"):
+        check_barrier_conf(SparkConf(loadDefaults=False).set("spark.dynamicAllocation.enabled", "true"))
+    check_barrier_conf(SparkConf(loadDefaults=False).set("spark.dynamicAllocation.enabled", "false"))
+    assert is_local("local[*]") and is_local("local") and is_local("local[2]")
+    assert not is_local("local-cluster[2,1,1024]") and not is_local("spark://h:7077") and not is_local("yarn")
+
+
 def test_curriculum_paths(spark, small_dataset, small_difficulty, tmp_path):
     cur = tmp_path / "c"
     s = build_curriculum(spark, small_dataset, small_difficulty, 1, CurriculumConfig(strategy="l_hrel"), str(cur))
@@ -244,3 +256,56 @@ def test_ltr_train_cli(spark, coarse_dataset, tmp_path, capsys):
     assert xgb.Booster(model_file=str(out / "model.json")).num_boosted_rounds() == 5
     assert main(["train", "--data", data, "--fold", "1", "--path", "mse200", "--out", str(tmp_path / "x")]) == 2
     assert "segment 'mse200' is not OBJECTIVE[@DATA]:TREES" in capsys.readouterr().err
+
+
+def test_concatenated_model_says_what_was_trained_and_round_trips_through_mlflow(local_data, tmp_path):
+    """A real two-stage model: its metadata names each stage (not a constant rank:ndcg), and
+    mlflow.xgboost gives back a model that predicts the same margins and the same final NDCG."""
+    import mlflow.xgboost
+
+    from pipelines.tracking import Tracker
+
+    s = Settings(params=PARAMS, metric=NdcgSpec(gain="linear"), k=5)
+    res, _ = train_plan(local_data, build_plan([parse_path("mse:4,lambdamart:6", "m"),
+                                                parse_path("xgb_lambdamart:3,mse:2", "r")]), s)
+    b = xgb.Booster(model_file=bytearray(res["m"].model))
+    attrs = b.attributes()
+    assert json.loads(attrs["ltr_stages"]) == [
+        {"objective": "mse", "data": "all", "first_tree": 0, "trees": 4},
+        {"objective": "lambdamart", "data": "all", "first_tree": 4, "trees": 6}]
+    assert (attrs["ltr_path"], attrs["ltr_k"], attrs["ltr_gain"]) == ("m", "5", "linear")
+    obj = json.loads(b.save_config())["learner"]["objective"]
+    assert obj["name"] == "rank:ndcg"
+    assert obj["lambdarank_param"]["lambdarank_num_pair_per_sample"] == "5"
+    assert obj["lambdarank_param"]["ndcg_exp_gain"] == "0"
+    r = xgb.Booster(model_file=bytearray(res["r"].model))
+    assert json.loads(r.save_config())["learner"]["objective"]["name"] == "reg:squarederror"
+    assert [st["objective"] for st in json.loads(r.attributes()["ltr_stages"])] == ["xgb_lambdamart", "mse"]
+
+    tracker = Tracker(f"sqlite:///{tmp_path}/mlflow.db", "roundtrip", str(tmp_path / "art"))
+    run = tracker.client.create_run(tracker.experiment_id).info.run_id
+    tracker.log_model(run, res["m"].model)
+    loaded = mlflow.xgboost.load_model(f"runs:/{run}/model")
+    te = local_data.test
+    got = loaded.predict(xgb.DMatrix(te.X), output_margin=True)
+    np.testing.assert_array_equal(got, _predict(res["m"].model, te.X))
+    assert loaded.attributes()["ltr_stages"] == attrs["ltr_stages"]
+    assert abs(ndcg(te.offsets, te.y, got, NdcgSpec(k=10, gain="linear")).mean() - res["m"].test[-1]) < 1e-6
+
+
+def test_cuda_device_without_a_gpu_is_refused_in_one_line(local_data, monkeypatch):
+    """XGBoost only warns and trains on the CPU when no GPU is visible; we refuse instead."""
+    import pipelines.worker_loop as wl
+
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi"], capture_output=True).returncode == 0:
+        pytest.skip("a GPU is visible here")
+    if wl.xgb.build_info().get("USE_CUDA"):
+        with pytest.raises(ValueError, match=r"train.device=cuda: no visible GPU on .*fall back to the CPU"):
+            wl.check_device("cuda")
+    monkeypatch.setattr(wl.xgb, "build_info", lambda: {"USE_CUDA": False})  # what xgboost-cpu reports
+    with pytest.raises(ValueError, match=r"has no CUDA support \(is it xgboost-cpu\?\)"):
+        wl.check_device("cuda", probe=False)
+    wl.check_device("cpu")

@@ -64,14 +64,36 @@ def stage_sizes(n: int, shares: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(sizes)
 
 
-def easiest_first(score: np.ndarray, qid: np.ndarray) -> np.ndarray:
-    """Order of queries from easiest to hardest: higher score first, then lower qid."""
-    return np.lexsort((np.asarray(qid), -np.asarray(score, dtype=np.float64)))
+def easiest_first(score: np.ndarray, qid: np.ndarray, last: np.ndarray | None = None) -> np.ndarray:
+    """Order of queries from easiest to hardest: higher score first, then lower qid.
+
+    ``last``: optional boolean mask of queries that come after all the others
+    whatever their score (which may be NaN), among themselves by lower qid.
+    """
+    qid = np.asarray(qid)
+    neg = -np.asarray(score, dtype=np.float64)
+    if last is None:
+        return np.lexsort((qid, neg))
+    last = np.asarray(last, dtype=bool)
+    return np.lexsort((qid, np.where(last, 0.0, neg), last))
 
 
-def assign_first_stage(order: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """``first_stage[j]`` of query ``j``, given the easiest-first ``order`` and stage ``sizes``."""
+def assign_first_stage(order: np.ndarray, sizes: np.ndarray, held_back: np.ndarray | None = None) -> np.ndarray:
+    """``first_stage[j]`` of query ``j``, given the easiest-first ``order`` and stage ``sizes``.
+
+    ``held_back``: optional boolean mask of queries that enter only the last
+    stage; ``sizes`` then count the other queries (``sizes[-1]`` = their number),
+    which fill the stages in ``order``.
+    """
     n = order.size
-    rank = np.empty(n, dtype=np.int64)
-    rank[order] = np.arange(n)
-    return np.searchsorted(sizes, rank, side="right").astype(np.int32)
+    if held_back is None:
+        rank = np.empty(n, dtype=np.int64)
+        rank[order] = np.arange(n)
+        return np.searchsorted(sizes, rank, side="right").astype(np.int32)
+    held = np.asarray(held_back, dtype=bool)
+    kept = order[~held[order]]
+    if sizes[-1] != kept.size:
+        raise ValueError(f"stage sizes end at {sizes[-1]}, but {kept.size} queries are not held back")
+    first = np.full(n, len(sizes) - 1, dtype=np.int32)
+    first[kept] = np.searchsorted(sizes, np.arange(kept.size), side="right")
+    return first

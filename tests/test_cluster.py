@@ -1,0 +1,369 @@
+"""spark-submit on a real standalone cluster with the packed environment (README: "Standalone cluster").
+
+A master and two one-core workers started with ``spark-class`` on loopback, each worker in its own
+work directory; the environment packed by ``ltr pack`` and shipped with ``--archives ...#env``;
+the executors run ``./env/bin/python`` (``spark.pyspark.python``), the client-mode driver the
+project's interpreter. ingest -> difficulty -> curriculum -> train (2 barrier workers) -> a tiny
+grid, each a ``spark-submit jobs/<step>.py``, must give what the same steps give on ``local[2]``
+(DESIGN.md section 7.3: distributed == local).
+
+The cluster's processes have no PYTHONPATH, PYSPARK_PYTHON nor the project's virtual environment on
+their PATH: the executors can import :mod:`pipelines` only from the archive.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pyspark
+import pytest
+
+from pipelines.curriculum import QUERIES
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parent.parent
+SPARK_HOME = Path(pyspark.__file__).resolve().parent
+SPARK_BIN = SPARK_HOME / "bin"
+
+FOLD = 1
+PATH = "lambdamart@q_nrel:3,lambdamart:3"
+#: Settings of both runs (cluster and local): 2 barrier workers of one thread, small trees.
+COMMON = ["spark.shuffle_partitions=2", "train.workers=2", "train.nthread=1", "train.leaves=4",
+          "train.max_bin=32", "train.score_dist_trees=[2]", "train.checkpoint_every=2", "train.tracker_timeout=300"]
+#: Left out of the test's archive (``ltr pack --exclude``): PySpark's jars and NCCL (GPU only).
+PACK_EXCLUDE = ["lib/python3.*/site-packages/pyspark/jars/*", "lib/python3.*/site-packages/nvidia/*"]
+GRID = ["grid.experiment=cluster", f"grid.folds=[{FOLD}]", "grid.trees=4", "grid.switch_points=[2]",
+        "grid.strategies=[q_nrel]", "grid.extra_paths={}", "grid.extra_curricula={}", "grid.log_models=false"]
+
+
+def _stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM the process group of ``proc`` (a JVM and whatever it started), SIGKILL after ``grace`` s."""
+    if proc.poll() is not None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # stragglers of a group whose leader ended
+        except (ProcessLookupError, PermissionError):
+            pass
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        pass
+    except ProcessLookupError:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _cluster_env(conf_dir: Path) -> dict[str, str]:
+    """The environment of the cluster's processes and of spark-submit: nothing that leads to the project."""
+    venv_bin = str(Path(sys.executable).parent)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV", "PYSPARK_SUBMIT_ARGS",
+                        "SPARK_CONF_DIR", "PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET")}
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p and p != venv_bin)
+    env.update(SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP="127.0.0.1", SPARK_CONF_DIR=str(conf_dir))
+    return env
+
+
+class StandaloneCluster:
+    """``spark-class`` master + workers on loopback; :meth:`stop` ends every process group it started."""
+
+    def __init__(self, root: Path, workers: int = 2) -> None:
+        self.root = root
+        self.procs: list[subprocess.Popen] = []
+        self.logs: list[Path] = []
+        conf = root / "conf"
+        conf.mkdir(parents=True)  # an empty SPARK_CONF_DIR: no spark-defaults.conf of this machine
+        self.env = _cluster_env(conf)
+        # port 0: the master picks free ports and logs them (no race with other processes for a port)
+        self._start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", "0",
+                    "--webui-port", "0")
+        self.url, self.web_port = self._master_address()
+        self.work_dirs = []
+        for i in range(workers):
+            wd = root / f"worker{i}"
+            wd.mkdir()
+            self.work_dirs.append(wd)
+            self._start(f"worker{i}", "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
+                        "--port", "0", "--webui-port", "0", "--cores", "1", "--memory", "1g", "--work-dir", str(wd))
+
+    def _master_address(self, timeout: float = 120.0) -> tuple[str, int]:
+        """The master's URL and web UI port, from its log."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.logs[0].read_text(errors="replace")
+            url = re.search(r"Starting Spark master at (spark://\S+)", text)
+            web = re.search(r"MasterWebUI.* started at http://\S+:(\d+)", text)
+            if url and web:
+                return url.group(1), int(web.group(1))
+            if self.procs[0].poll() is not None:
+                break
+            time.sleep(0.5)
+        raise RuntimeError(f"the standalone master did not start in {timeout:.0f} s:\n{self.tail()}")
+
+    def _start(self, name: str, cls: str, *args: str) -> None:
+        out = self.root / f"{name}.log"
+        self.logs.append(out)
+        with open(out, "wb") as f:
+            self.procs.append(subprocess.Popen([str(SPARK_BIN / "spark-class"), cls, *args], env=self.env,
+                                               stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                               start_new_session=True))
+
+    def state(self) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.web_port}/json/", timeout=5) as r:
+            return json.load(r)
+
+    def wait_for_workers(self, n: int, timeout: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            dead = [p.args[1] for p in self.procs if p.poll() is not None]
+            if dead:
+                raise RuntimeError(f"{dead} exited:\n{self.tail()}")
+            try:
+                alive = [w for w in self.state().get("workers", []) if w.get("state") == "ALIVE"]
+                if len(alive) >= n:
+                    return
+            except OSError:  # the master's web UI is not up yet
+                pass
+            time.sleep(1.0)
+        raise TimeoutError(f"fewer than {n} workers registered with {self.url} in {timeout:.0f} s:\n{self.tail()}")
+
+    def tail(self, chars: int = 3000) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-chars:]}" for p in self.logs if p.exists())
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):  # workers (and their executors) first, then the master
+            _stop(p)
+
+
+# ------------------------------------------------------------ ltr pack: bad input, before anything is built
+def _no_build(monkeypatch) -> None:
+    import pipelines.pack
+
+    def refuse(*a, **k):
+        raise AssertionError("a bad argument must be refused before the environment is built")
+
+    monkeypatch.setattr(pipelines.pack, "_run", refuse)
+
+
+@pytest.mark.parametrize("make_args, message", [
+    (lambda t: ["--out", str(t / "missing" / "env.tar.gz")], "directory {t}/missing does not exist"),
+    (lambda t: ["--out", str(t / "env.zip")], "the archive name must end in .tar.gz, .tgz, .tar"),
+    (lambda t: (t / "d.tar.gz").mkdir() or ["--out", str(t / "d.tar.gz")], "is a directory; give the archive's"),
+    (lambda t: ["--out", str(t / "e.tgz"), "--source", str(t)], "no setup.py there"),
+    (lambda t: ["--out", str(t / "e.tgz"), "--constraints", str(t / "lock.txt")], "lock.txt: no such file"),
+    (lambda t: ["--out", str(t / "e.tar"), "--python-prefix", "usr"], "must be an absolute path"),
+    (lambda t: ["--out", str(t / "e.tar.gz"), "--compress-level", "12"], "--compress-level must be in 0..9"),
+])
+def test_pack_bad_arguments_exit_2_in_one_line(tmp_path, capsys, monkeypatch, make_args, message):
+    from pipelines.cli import main
+
+    _no_build(monkeypatch)
+    assert main(["pack", *make_args(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("ltr pack: error: "), err
+    assert message.format(t=tmp_path) in err
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc (a directory nobody can write in)")
+def test_pack_unwritable_directory_exits_2(capsys, monkeypatch):
+    from pipelines.cli import main
+
+    _no_build(monkeypatch)
+    assert main(["pack", "--out", "/proc/ltr-env.tar.gz"]) == 2  # root passes os.access; creating a file fails
+    assert "ltr pack: error: --out /proc/ltr-env.tar.gz: cannot write in /proc" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="session")
+def packed_env(tmp_path_factory) -> Path:
+    """``ltr pack`` once per session: a fresh venv, pip install of the project from the source tree with
+    constraints.txt, the archive (about 2 min). Without PySpark's jars (the executors' Python workers use
+    the cluster's Spark, the driver the project's installation) and NCCL (CPU only): 0.45 instead of
+    1.2 GiB, which every application unpacks three times (driver and two executors)."""
+    out = tmp_path_factory.mktemp("pack") / "ltr-env.tar.gz"
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "pipelines.cli", "pack", "--out", str(out),
+                           *[a for p in PACK_EXCLUDE for a in ("--exclude", p)]],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert info["out"] == str(out) and out.stat().st_size == info["bytes"]
+    log.warning("ltr pack: %.0f s, %.0f MiB", time.perf_counter() - t0, info["bytes"] / 2**20)
+    return out
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = StandaloneCluster(tmp_path_factory.mktemp("standalone"))
+    try:
+        c.wait_for_workers(2)
+        yield c
+    finally:
+        c.stop()
+
+
+def _spark_submit(master: str, job: str, args: list[str], log_dir: Path, env: dict[str, str],
+                  conf: list[str], timeout: float = 900) -> str:
+    """``spark-submit jobs/<job>.py`` in its own process group (stopped whatever happens); its output."""
+    cmd = [str(SPARK_BIN / "spark-submit"), "--master", master, "--deploy-mode", "client",
+           "--conf", "spark.task.maxFailures=1", *conf, str(ROOT / "jobs" / f"{job}.py"), *args]
+    out_path = log_dir / f"submit-{job}.log"
+    t0 = time.perf_counter()
+    with open(out_path, "wb") as f:
+        proc = subprocess.Popen(cmd, cwd=log_dir, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            _stop(proc)
+    out = out_path.read_text(errors="replace")
+    assert proc.returncode == 0, f"spark-submit --master {master} {job} exited {proc.returncode}:\n{out[-6000:]}"
+    log.warning("spark-submit --master %s %s: %.0f s", master, job, time.perf_counter() - t0)
+    return out
+
+
+def _on_cluster(cluster: StandaloneCluster, archive: Path, job: str, args: list[str]) -> str:
+    """A job on the cluster with the archive; removes the executors' application directories afterwards
+    (each holds an unpacked copy of the environment)."""
+    conf = ["--archives", f"{archive}#env", "--conf", "spark.pyspark.python=./env/bin/python",
+            "--conf", f"spark.pyspark.driver.python={sys.executable}", "--conf", "spark.executor.memory=1g"]
+    try:
+        out = _spark_submit(cluster.url, job, args, cluster.root, cluster.env, conf)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{cluster.tail()}") from None
+    apps = [a for wd in cluster.work_dirs for a in wd.glob("app-*")]
+    # every worker ran an executor of this application, and it unpacked the archive as ./env
+    assert len(apps) == len(cluster.work_dirs) and all(any(a.glob("*/env/bin/python")) for a in apps), apps
+    for a in apps:
+        shutil.rmtree(a, ignore_errors=True)
+    return out
+
+
+def _sets(*overrides: str) -> list[str]:
+    return [a for o in overrides for a in ("--set", o)]
+
+
+def _steps(work: Path, letor: Path) -> list[tuple[str, list[str]]]:
+    """The jobs of one run, all under ``work``: (job, arguments)."""
+    d = work / "dataset"
+    common = _sets(f"work_dir={work}", *COMMON)
+    return [
+        ("ingest", ["--src", str(letor), "--out", str(d), *common]),
+        ("difficulty", ["--data", str(d), "--out", str(work / "difficulty"), *common]),
+        ("curriculum", ["--data", str(d), "--difficulty", str(work / "difficulty"), "--fold", str(FOLD),
+                        "--strategy", "q_nrel", "--out", str(work / "cur"), *common]),
+        ("train", ["--data", str(d), "--fold", str(FOLD), "--path", PATH, "--curriculum", str(work / "cur"),
+                   "--out", str(work / "model"), *common]),
+        ("grid", ["--data", str(d), *_sets(f"grid.difficulty={work / 'difficulty'}", *GRID), *common]),
+    ]
+
+
+def _grid_results(work: Path) -> dict[str, tuple[bytes, list[float], list[float]]]:
+    """Every grid path's model and vali/test curves, from the checkpoints."""
+    from pipelines.config import load_config
+    from pipelines.grid import fold_results
+
+    cfg = load_config(None, [f"work_dir={work}", *COMMON, *GRID])
+    return {k: (r.model, r.vali, r.test) for k, r in fold_results(cfg, FOLD, str(work / "dataset")).items()}
+
+
+def _child_finals(work: Path) -> dict[str, float]:
+    """Final test NDCG of every child run of the grid, from MLflow."""
+    from mlflow.tracking import MlflowClient
+
+    from pipelines.tracking import default_uri
+
+    client = MlflowClient(default_uri(str(work)))
+    exp = client.get_experiment_by_name("cluster")
+    return {r.data.tags["mlflow.runName"]: r.data.metrics["ndcg_at_10_test"]
+            for r in client.search_runs([exp.experiment_id]) if "ndcg_at_10_test" in r.data.metrics}
+
+
+@pytest.mark.timeout(2400)
+def test_jobs_on_a_standalone_cluster_with_the_packed_env_equal_local(packed_env, cluster, tmp_path):
+    from pipelines.generate import generate
+
+    t0 = time.perf_counter()
+    letor = tmp_path / "letor"
+    generate(str(letor), queries=40, seed=7, workers=1)  # ltr generate --queries 40 --workers 1
+    remote, local = tmp_path / "cluster", tmp_path / "local"
+    remote.mkdir()
+    local.mkdir()
+    outputs = {job: _on_cluster(cluster, packed_env, job, args) for job, args in _steps(remote, letor)}
+    assert f"session on {cluster.url} (2 task slots" in outputs["ingest"]  # the cluster, not a local master
+    t1 = time.perf_counter()
+    # the same steps on local[2]; each, as on the cluster, a new application (a 2-worker model depends on
+    # the session's history: repartitionByRange samples qid bounds with the RDD id as seed)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    for job, args in _steps(local, letor):
+        _spark_submit("local[2]", job, args, local, env, [])
+    log.warning("cluster run %.0f s, local run %.0f s", t1 - t0, time.perf_counter() - t1)
+
+    def doc(work: Path, rel: str) -> dict:
+        return json.loads((work / rel).read_text())
+
+    # ingest: the same dataset (content fingerprint, counts)
+    a, b = doc(remote, "dataset/_manifest.json"), doc(local, "dataset/_manifest.json")
+    assert a["fingerprint"] == b["fingerprint"] and (a["rows"], a["queries"]) == (b["rows"], b["queries"])
+    # difficulty: the same scores
+    a, b = doc(remote, "difficulty/_difficulty.json"), doc(local, "difficulty/_difficulty.json")
+    assert a["content_fingerprint"] == b["content_fingerprint"] and a["key"] == b["key"]
+    # curriculum: the same stages and the same queries in them
+    a, b = doc(remote, "cur/_curriculum.json"), doc(local, "cur/_curriculum.json")
+    assert a["key"] == b["key"] and a["stages"] == b["stages"]
+    assert pq.read_table(remote / "cur" / QUERIES).equals(pq.read_table(local / "cur" / QUERIES))
+    # train on 2 executors == train on local[2] with 2 workers: the same trees, the same NDCG curve
+    ma, mb = (json.loads((w / "model" / "model.json").read_text()) for w in (remote, local))
+    assert ma["learner"]["gradient_booster"] == mb["learner"]["gradient_booster"]
+    assert (remote / "model" / "curve.csv").read_text() == (local / "model" / "curve.csv").read_text()
+    a, b = doc(remote, "model/_train.json"), doc(local, "model/_train.json")
+    assert a["final"] == b["final"] and a["final"]["test_ndcg_at_10"] is not None
+    # the grid: every path's model and curves, and the final NDCG MLflow has for every child run
+    ga, gb = _grid_results(remote), _grid_results(local)
+    assert ga.keys() == gb.keys() and len(ga) == 3  # baseline, MSE-2, q_nrel-2
+    for name in ga:
+        assert ga[name] == gb[name], name
+    fa, fb = _child_finals(remote), _child_finals(local)
+    assert fa == fb and len(fa) == 3
+    log.warning("standalone cluster test: %.0f s", time.perf_counter() - t0)
+
+
+def test_packed_archive_is_a_relocatable_non_editable_env(packed_env):
+    """The project installed as files (no editable .pth), bin/python a link to the base interpreter,
+    pyvenv.cfg naming its home, the excluded files absent."""
+    import tarfile
+
+    names, links = set(), {}
+    with tarfile.open(packed_env) as tar:
+        for m in tar:
+            names.add(m.name)
+            if m.issym():
+                links[m.name] = m.linkname
+    site = next(n.rsplit("/", 2)[0] for n in names if n.endswith("site-packages/pipelines/cli.py"))
+    assert f"{site}/pipelines/pack.py" in names and f"{site}/udfs/metrics.py" in names
+    assert not [n for n in names if "__editable__" in n], "an editable install cannot run on the executors"
+    assert "pyvenv.cfg" in names and "bin/ltr" in names
+    python = links["bin/python"]  # python -> python3.11 -> /usr/bin/python3.11
+    while not os.path.isabs(python):
+        python = links[f"bin/{python}"]
+    assert os.path.realpath(python) == os.path.realpath(sys.executable)
+    assert not [n for n in names if "/pyspark/jars/" in n or "/nvidia/" in n]  # PACK_EXCLUDE
+    assert f"{site}/pyspark/__init__.py" in names and f"{site}/xgboost/__init__.py" in names

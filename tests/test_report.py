@@ -1,0 +1,287 @@
+"""The report's statistics, pairing checks, Table 2 sizes and provenance, on synthetic records and on a
+grid written straight into MLflow (no training, no Spark)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from pipelines.config import ConfigError, ReportConfig, conf_dir, load_config
+from pipelines.report import (
+    Record,
+    ReportError,
+    build_report,
+    default_table2_sizes,
+    groups,
+    holm,
+    open_tracker,
+    paired_samples,
+    paired_t_test,
+    randomization_test,
+    render,
+    table1,
+    table2,
+)
+from pipelines.tracking import TAG_FOLD, TAG_KIND, TAG_PARENT, TAG_STRATEGY, TAG_SWITCH, Tracker
+
+
+def _rec(fold, strategy, switch, test, perq=(), vali=None, code=None, run_id=""):
+    return Record(fold=fold, strategy=strategy, switch=switch, steps=list(range(1, len(test) + 1)), test=list(test),
+                  vali=list(test if vali is None else vali), per_query=dict(perq), run_id=run_id,
+                  code=dict(code or {}))
+
+
+# ------------------------------------------------------------ statistics
+def test_holm_by_hand():
+    # sorted: 0.005 (x4 = 0.02), 0.01 (x3 = 0.03), 0.03 (x2 = 0.06), 0.04 (x1 = 0.04 -> max(0.06, 0.04) = 0.06)
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    # None is not a comparison (m = 2): 0.02 x 2 = 0.04, then max(0.04, 0.5 x 1) = 0.5; capped at 1
+    assert holm([None, 0.5, 0.02]) == [None, pytest.approx(0.5), pytest.approx(0.04)]
+    assert holm([0.6, 0.7]) == [1.0, 1.0]
+    assert holm([]) == []
+
+
+def test_paired_t_test_is_scipys_ttest_rel():
+    rng = np.random.default_rng(0)
+    x, y = rng.uniform(size=30), rng.uniform(size=30)
+    assert paired_t_test(x, y) == pytest.approx(stats.ttest_rel(x, y).pvalue)
+    assert paired_t_test(x, x) == 1.0  # no difference at all (scipy: nan)
+    assert paired_t_test(x + 0.1, x) == 0.0  # a constant non-zero difference (t infinite)
+    assert paired_t_test(x[:1], y[:1]) is None
+
+
+def test_randomization_test_is_seeded_and_matches_scipy():
+    rng = np.random.default_rng(1)
+    x, y = rng.uniform(size=40), rng.uniform(size=40)
+    p = randomization_test(x, y, n_perm=999, seed=7)
+    assert p == randomization_test(x, y, n_perm=999, seed=7)
+    ref = stats.permutation_test((x, y), lambda a, b, axis: np.mean(a - b, axis=axis), vectorized=True,
+                                 permutation_type="samples", n_resamples=999, rng=7)
+    assert p == pytest.approx(ref.pvalue)
+    # and close to the t-test on this many pairs
+    assert p == pytest.approx(stats.ttest_rel(x, y).pvalue, abs=0.06)
+
+
+# ------------------------------------------------------------ pairing
+def test_pairing_needs_the_same_queries_per_fold():
+    base = [_rec(1, "lambdamart", None, [0.5], {1: 0.5, 2: 0.4}, run_id="b1")]
+    other = [_rec(1, "mse", 2, [0.6], {1: 0.6, 3: 0.4}, run_id="m1")]
+    with pytest.raises(ReportError, match=r"fold 1: MSE-2 \(run m1\) and LambdaMART \(run b1\) were evaluated on "
+                                          r"different test queries \(1 only in MSE-2, e\.g\. \[3\]; 1 only in "
+                                          r"LambdaMART, e\.g\. \[2\]\)"):
+        paired_samples(other, base)
+    with pytest.raises(ReportError, match="fold 1: MSE-2"):
+        table1(base + other)
+
+
+def test_a_fold_twice_is_an_error():
+    runs = [_rec(1, "mse", 2, [0.5], run_id="a"), _rec(1, "mse", 2, [0.6], run_id="b")]
+    with pytest.raises(ReportError, match=r"MSE-2: fold 1 has two finished runs \(a, b\)"):
+        groups(runs)
+
+
+def test_pairs_only_the_folds_both_have():
+    base = [_rec(f, "lambdamart", None, [0.5], {10 * f: 0.5, 10 * f + 1: 0.4}) for f in (1, 2, 3)]
+    mse = [_rec(f, "mse", 2, [0.6], {10 * f: 0.7, 10 * f + 1: 0.4}) for f in (1, 3)]
+    x, y, folds = paired_samples(mse, base)
+    assert folds == [1, 3] and x.tolist() == [0.7, 0.4, 0.7, 0.4] and y.tolist() == [0.5, 0.4, 0.5, 0.4]
+
+
+# ------------------------------------------------------------ Table 1
+def test_table1_holm_over_the_comparisons_and_missing_folds():
+    q = {1: 0.5, 2: 0.4, 3: 0.6, 4: 0.3}
+    base = [_rec(f, "lambdamart", None, [0.5], q) for f in (1, 2, 3)]
+    a = [_rec(f, "mse", 2, [0.55], {k: v + 0.05 + 0.01 * k for k, v in q.items()}) for f in (1, 2, 3)]
+    b = [_rec(f, "q_nrel", 2, [0.52], {k: v + (0.02 if k % 2 else -0.01) for k, v in q.items()}) for f in (1, 2)]
+    rows = {r["label"]: r for r in table1(base + a + b, n_perm=500, seed=0, folds=[1, 2, 3])}
+    ra, rb = rows["MSE-2"], rows["q_nrel-2"]
+    assert ra["t_p_holm"] == pytest.approx(holm([ra["t_p"], rb["t_p"]])[0])
+    assert rb["perm_p_holm"] == pytest.approx(holm([ra["perm_p"], rb["perm_p"]])[1])
+    assert (rb["folds"], rb["folds_expected"], rb["missing_folds"], rb["queries"]) == (2, 3, [3], 8)
+    assert ra["missing_folds"] == [] and rows["LambdaMART"]["t_p"] is None
+    md, page = render(list(rows.values()), None, None, _meta())
+    assert "0.5200 ± 0.0000 [2/3 folds]" in md and "0.5500 ± 0.0000 |" in md
+    assert "[k/3 folds]: the cell averages only the k folds" in md
+    assert "mean ± standard deviation over the grid's 3 folds" in md
+    assert "| t-test p | t-test p, Holm | randomisation p | randomisation p, Holm |" in md
+    assert "raw and Holm-corrected side by side" in md and "<td>t-test p, Holm</td>" in page
+
+
+def _meta(**extra):
+    return {"title": "t", "experiment": "e", "parent": "p", "status": "FINISHED", "folds": [1, 2, 3],
+            "data": "d", "fingerprint": "sha256:x", "metric": "NDCG@10: ...", "metric_name": "ndcg_at_10",
+            "n_perm": 500, "seed": 0, **extra}
+
+
+# ------------------------------------------------------------ Table 2
+def test_default_table2_sizes_are_chosen_on_validation():
+    steps = list(range(1, 11))
+    base = [0.05 * k for k in steps]  # LambdaMART's best within T = 10 trees: 0.5
+    # MSE-t first exceeds 0.5 at 6 trees: n_max = 5; sizes nearest 5/3, 10/3, 5
+    assert default_table2_sizes(steps, base, [0.1 * k for k in steps]) == ([2, 3, 5], 5)
+    # never exceeds it: up to T
+    assert default_table2_sizes(steps, base, [0.04 * k for k in steps]) == ([3, 7, 10], 10)
+    # better from the first tree: the first point only (the table then says > T)
+    assert default_table2_sizes(steps, base, [0.9] * 10) == ([1], 1)
+    # curve points every 10 trees (train.eval_every = 10), exceeding at 70: 20, 40, 60
+    tens = list(range(10, 101, 10))
+    assert default_table2_sizes(tens, [0.5] * 10, [0.1, 0.2, 0.3, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9]) == \
+        ([20, 40, 60], 60)
+
+
+def test_table2_says_more_than_T_when_the_baseline_never_gets_there():
+    base = [_rec(f, "lambdamart", None, [0.1, 0.2, 0.3, 0.4]) for f in (1, 2)]
+    mse = [_rec(f, "mse", 2, [0.15, 0.35, 0.45, 0.5]) for f in (1, 2)]
+    # default sizes: MSE-2's vali curve (= its test curve here) exceeds LambdaMART's best (0.4) at 3 trees,
+    # so n_max = 2 and the sizes are 1 and 2; LambdaMART reaches 0.15 at 2 trees and 0.35 at 4
+    t2 = table2(base + mse)
+    assert [(r["size"], r["mse_ndcg"], r["baseline_trees"]) for r in t2["rows"]] == [(1, 0.15, 2), (2, 0.35, 4)]
+    assert t2["sizes_from"].startswith("chosen on validation, evenly spaced up to 2 trees")
+    t2 = table2(base + mse, [1, 3])
+    assert [(r["size"], r["baseline_trees"], r["ratio"]) for r in t2["rows"]] == [(1, 2, 2.0), (3, None, None)]
+    md, _ = render([], t2, None, _meta())
+    assert "| 1 | 0.1500 | 2 | 2.00 |" in md and "| 3 | 0.4500 | > 4 | > 1.33 |" in md
+    assert "best mean final NDCG@10 on validation (MSE-2 0.5000)" in md and "Sizes: report.table2_sizes." in md
+    with pytest.raises(ReportError, match=r"report.table2_sizes \[2, 5\]: \[5\] exceed the 4 trees"):
+        table2(base + mse, [2, 5])
+
+
+def test_table2_means_over_the_folds_all_have():
+    base = [_rec(f, "lambdamart", None, [0.1, 0.2, 0.3, 0.4]) for f in (1, 2)]
+    # MSE-1 is best on fold 1 alone, MSE-2 on the folds both have: the choice uses folds common to all
+    m1 = [_rec(1, "mse", 1, [0.2, 0.2, 0.2, 0.2], vali=[0.3] * 4)]
+    m2 = [_rec(f, "mse", 2, [0.3, 0.3, 0.3, 0.3], vali=[0.9 if f == 2 else 0.2] * 4) for f in (1, 2)]
+    t2 = table2(base + m1 + m2, [1])
+    assert t2["folds"] == [1] and t2["mse"] == "MSE-1"
+
+
+# ------------------------------------------------------------ config
+def test_report_config():
+    assert ReportConfig().table2_sizes == []
+    assert load_config(None, ["report.table2_sizes=[20, 40]"]).report.table2_sizes == [20, 40]
+    with pytest.raises(ConfigError, match=r"report.table2_sizes: sizes are numbers of trees >= 1, got \[0\]"):
+        load_config(None, ["report.table2_sizes=[0, 20]"])
+    with pytest.raises(ConfigError, match=r"report.permutations must be >= 1, got 0"):
+        load_config(None, ["report.permutations=0"])
+    assert load_config(conf_dir() / "paper.yaml").report.table2_sizes == [100, 200, 300]
+
+
+# ------------------------------------------------------------ a grid written into MLflow
+def _child(tracker, parent, fold, strategy, switch, test, vali, qids, status="FINISHED", git="abc"):
+    t = tracker.client.create_run(tracker.experiment_id, run_name=f"fold{fold}/{strategy}", tags={
+        TAG_KIND: "child", TAG_PARENT: parent, TAG_FOLD: str(fold), TAG_STRATEGY: strategy,
+        TAG_SWITCH: "" if switch is None else str(switch)})
+    rid = t.info.run_id
+    tracker.log_params(rid, {"metric": "NDCG@10: gain 2^label-1", "code.ltr": "0.1", "code.git": git,
+                             "code.xgboost": "3.0.0", "code.pyspark": "4.0", "code.numpy": "2.0"})
+    steps = list(range(1, len(test) + 1))
+    tracker.log_history(rid, "ndcg_at_10_test", steps, test)
+    tracker.log_history(rid, "ndcg_at_10_vali", steps, vali)
+    rng = np.random.default_rng(fold * 100 + len(strategy) + (switch or 0))
+    tracker.log_text(rid, json.dumps({"qid": qids, "ndcg_at_10": rng.uniform(size=len(qids)).tolist()}),
+                     "per_query_test.json")
+    tracker.log_text(rid, json.dumps({"runs": [], "score_dists": []}), "training.json")
+    tracker.finish(rid, status)
+    return rid
+
+
+@pytest.fixture(scope="module")
+def fake_grid(tmp_path_factory):
+    """Folds 1..3: the baseline finished on every fold, MSE-2 on folds 1 and 2 (fold 3 FAILED), MSE-3 on
+    folds 1..3; one run with another git commit. The parent is FINISHED."""
+    work = tmp_path_factory.mktemp("fake") / "work"
+    work.mkdir()
+    cfg = load_config(None, [f"work_dir={work}", "grid.experiment=fake-grid"])
+    tracker = Tracker.for_config(cfg)
+    parent = tracker.client.create_run(tracker.experiment_id, run_name="fake-grid", tags={TAG_KIND: "grid"})
+    pid = parent.info.run_id
+    tracker.log_params(pid, {"folds": [1, 2, 3], "data": "/d", "data_fingerprint": "sha256:ff",
+                             "metric": "NDCG@10: gain 2^label-1"})
+    curve = [0.1, 0.2, 0.3, 0.4]
+    for f in (1, 2, 3):
+        q = [10 * f + i for i in range(6)]
+        _child(tracker, pid, f, "lambdamart", None, curve, curve, q)
+        _child(tracker, pid, f, "mse", 2, [0.25, 0.3, 0.35, 0.45], [0.2, 0.3, 0.3, 0.5], q,
+               status="FAILED" if f == 3 else "FINISHED")
+        _child(tracker, pid, f, "mse", 3, [0.2, 0.25, 0.3, 0.42], [0.2, 0.3, 0.3, 0.4], q,
+               git="def" if f == 3 else "abc")
+    tracker.finish(pid)
+    return cfg, tracker, pid
+
+
+def test_report_of_a_grid_with_missing_folds_and_mixed_code(fake_grid, tmp_path):
+    cfg, tracker, pid = fake_grid
+    r = build_report(tracker, str(tmp_path / "r"), n_perm=100)  # the latest finished grid
+    assert r["parent"] == pid and r["records"] == 8
+    assert r["problems"] == ["1 child run not finished (fold3/MSE-2 FAILED)",
+                             "finished runs missing for MSE-2: fold 3"]
+    assert r["versions"]["git"] == {"abc": 7, "def": 1}
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert ("- **Warning: this grid is unfinished**: 1 child run not finished (fold3/MSE-2 FAILED); finished runs "
+            "missing for MSE-2: fold 3. The tables use the finished child runs only.") in md
+    assert "**Warning: the children of this grid ran different code**: git: `abc` (7 runs), `def` (1 run)" in md
+    assert "- Code of the runs: ltr `0.1`, git (differs), xgboost `3.0.0`, pyspark `4.0`, numpy `2.0`" in md
+    assert "[2/3 folds]" in md and "grid folds [1, 2, 3]" in md
+    # Table 2: MSE-2 has the best validation NDCG (0.5 vs 0.4), over the folds all finished (1, 2);
+    # default sizes: its vali curve exceeds LambdaMART's best (0.4) at 4 trees -> 1, 2, 3;
+    # its test NDCG there 0.25, 0.3, 0.35: LambdaMART reaches them at 3, 3, 4 trees
+    t2 = r["table2"]
+    assert (t2["mse"], t2["folds"], [(x["size"], x["baseline_trees"]) for x in t2["rows"]]) == \
+        ("MSE-2", [1, 2], [(1, 3), (2, 3), (3, 4)])
+    assert json.loads((tmp_path / "r" / "table2.json").read_text())["selected_on"] == "vali"
+
+
+def test_report_on_an_unknown_or_unfinished_grid(fake_grid, tmp_path):
+    cfg, tracker, pid = fake_grid
+    with pytest.raises(ReportError, match=r"--experiment: no MLflow experiment 'fake-gird' at sqlite:///.*; "
+                                          r"existing experiments: Default, fake-grid"):
+        open_tracker(cfg, "fake-gird")
+    assert tracker.client.get_experiment_by_name("fake-gird") is None
+    with pytest.raises(ReportError, match=r"--run-id nope: no such run"):
+        build_report(tracker, str(tmp_path / "x"), "nope")
+    child = tracker.children(pid)[0].info.run_id
+    with pytest.raises(ReportError, match=rf"--run-id {child}: not a grid's parent run \(tag ltr.kind = 'child'\)"):
+        build_report(tracker, str(tmp_path / "x"), child)
+    empty = load_config(None, [f"work_dir={tmp_path / 'none'}"])
+    with pytest.raises(ReportError, match=r"no MLflow tracking database .*none/mlflow.db: run `ltr grid` first"):
+        open_tracker(empty)
+    assert not os.path.exists(tmp_path / "none")
+
+
+def test_report_reads_the_latest_finished_grid_or_says_it_is_unfinished(fake_grid, tmp_path):
+    cfg, tracker, pid = fake_grid
+    newer = tracker.client.create_run(tracker.experiment_id, run_name="newer", tags={TAG_KIND: "grid"})
+    try:
+        assert build_report(tracker, str(tmp_path / "a"), n_perm=20)["parent"] == pid  # not the RUNNING one
+        tracker.client.update_run(pid, status="FAILED")
+        with pytest.raises(ReportError, match=rf"experiment 'fake-grid' has no finished grid; the latest grid run "
+                                              rf"{newer.info.run_id} is RUNNING: resume it with `ltr grid`, or pass "
+                                              rf"--run-id {newer.info.run_id}"):
+            build_report(tracker, str(tmp_path / "b"), n_perm=20)
+        r = build_report(tracker, str(tmp_path / "c"), pid, n_perm=20)
+        assert r["status"] == "FAILED" and r["problems"][0] == "parent run status FAILED"
+        assert "- **Warning: this grid is unfinished**: parent run status FAILED; 1 child run" in \
+            (tmp_path / "c" / "report.md").read_text()
+    finally:
+        tracker.client.update_run(pid, status="FINISHED")
+        tracker.client.delete_run(newer.info.run_id)
+
+
+def test_ltr_report_command(fake_grid, tmp_path, capsys):
+    from pipelines.cli import main
+
+    cfg, tracker, pid = fake_grid
+    common = ["--set", f"work_dir={cfg.work_dir}", "--out", str(tmp_path / "r"), "--set", "report.permutations=20"]
+    assert main(["report", "--experiment", "fake-gird", *common]) == 2
+    err = capsys.readouterr().err
+    assert "ltr report: error: --experiment: no MLflow experiment 'fake-gird'" in err and "fake-grid" in err
+    assert tracker.client.get_experiment_by_name("fake-gird") is None and not (tmp_path / "r").exists()
+    assert main(["report", "--experiment", "fake-grid", "--run-id", pid, *common,
+                 "--set", "report.table2_sizes=[1, 4]"]) == 0
+    t2 = json.loads((tmp_path / "r" / "table2.json").read_text())
+    assert [(r["size"], r["baseline_trees"]) for r in t2["rows"]] == [(1, 3), (4, None)]
+    assert "(unfinished grid)" in capsys.readouterr().err
