@@ -44,6 +44,10 @@ COMMON = ["spark.shuffle_partitions=2", "train.workers=2", "train.nthread=1", "t
           "train.max_bin=32", "train.score_dist_trees=[2]", "train.checkpoint_every=2", "train.tracker_timeout=300"]
 #: Left out of the test's archive (``ltr pack --exclude``): PySpark's jars and NCCL (GPU only).
 PACK_EXCLUDE = ["lib/python3.*/site-packages/pyspark/jars/*", "lib/python3.*/site-packages/nvidia/*"]
+#: JVM options of every JVM the test starts (master, workers, drivers, executors): no C2 compiler, serial GC.
+#: Tiny jobs on 2 cores spend more CPU compiling and collecting than computing (measured on the Airflow
+#: test's spark-submits: about 40% less CPU each); the results do not depend on the JIT.
+QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 GRID = ["grid.experiment=cluster", f"grid.folds=[{FOLD}]", "grid.trees=4", "grid.switch_points=[2]",
         "grid.strategies=[q_nrel]", "grid.extra_paths={}", "grid.extra_curricula={}", "grid.log_models=false"]
 
@@ -77,7 +81,8 @@ def _cluster_env(conf_dir: Path) -> dict[str, str]:
            if k not in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV", "PYSPARK_SUBMIT_ARGS",
                         "SPARK_CONF_DIR", "PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET")}
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p and p != venv_bin)
-    env.update(SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP="127.0.0.1", SPARK_CONF_DIR=str(conf_dir))
+    env.update(SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP="127.0.0.1", SPARK_CONF_DIR=str(conf_dir),
+               SPARK_DAEMON_JAVA_OPTS=QUICK_JVM, SPARK_SUBMIT_OPTS=QUICK_JVM)
     return env
 
 
@@ -196,7 +201,9 @@ def packed_env(tmp_path_factory) -> Path:
     constraints.txt, the archive (about 2 min). Without PySpark's jars (the executors' Python workers use
     the cluster's Spark, the driver the project's installation) and NCCL (CPU only): 0.45 instead of
     1.2 GiB, which every application unpacks three times (driver and two executors)."""
-    out = tmp_path_factory.mktemp("pack") / "ltr-env.tar.gz"
+    # an uncompressed .tar (a format spark-submit --archives unpacks, as README's .tar.gz): no gzip of
+    # 0.45 GiB when packing, and none of the 15 unpacks (driver and two executors per job) gunzips it
+    out = tmp_path_factory.mktemp("pack") / "ltr-env.tar"
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "pipelines.cli", "pack", "--out", str(out),
                            *[a for p in PACK_EXCLUDE for a in ("--exclude", p)]],
@@ -244,7 +251,8 @@ def _on_cluster(cluster: StandaloneCluster, archive: Path, job: str, args: list[
     """A job on the cluster with the archive; removes the executors' application directories afterwards
     (each holds an unpacked copy of the environment)."""
     conf = ["--archives", f"{archive}#env", "--conf", "spark.pyspark.python=./env/bin/python",
-            "--conf", f"spark.pyspark.driver.python={sys.executable}", "--conf", "spark.executor.memory=1g"]
+            "--conf", f"spark.pyspark.driver.python={sys.executable}", "--conf", "spark.executor.memory=1g",
+            "--conf", f"spark.executor.extraJavaOptions={QUICK_JVM}"]
     try:
         out = _spark_submit(cluster.url, job, args, cluster.root, cluster.env, conf)
     except AssertionError as e:
@@ -312,7 +320,8 @@ def test_jobs_on_a_standalone_cluster_with_the_packed_env_equal_local(packed_env
     t1 = time.perf_counter()
     # the same steps on local[2]; each, as on the cluster, a new application (a 2-worker model depends on
     # the session's history: repartitionByRange samples qid bounds with the RDD id as seed)
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+           "SPARK_SUBMIT_OPTS": QUICK_JVM}
     for job, args in _steps(local, letor):
         _spark_submit("local[2]", job, args, local, env, [])
     log.warning("cluster run %.0f s, local run %.0f s", t1 - t0, time.perf_counter() - t1)
