@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "spark.pyspark.python=./env/bin/python jobs/<step>.py ... The archive holds no Python "
                     "interpreter: its bin/python links to the base interpreter it was built with, which must exist "
                     "at the same path on every executor (or at --python-prefix), on the same OS and architecture.")
-    p.add_argument("--out", required=True, help="archive to write (.tar.gz, .tgz or .tar); its directory must exist")
+    p.add_argument("--out", required=True, help="archive to write (.tar.gz or .tgz); its directory must exist")
     p.add_argument("--source", help="the project's source tree (default: the checkout `ltr` runs from)")
     p.add_argument("--constraints", help="lock file for pip -c (default: <source>/constraints.txt)")
     p.add_argument("--python-prefix", metavar="PREFIX",

@@ -47,8 +47,14 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 #: Archive formats both venv-pack and Spark's ``--archives`` unpacking handle. Zip is left out: it
-#: cannot store the symbolic link ``bin/python`` -> base interpreter as a link.
-FORMATS = {".tar.gz": "tar.gz", ".tgz": "tgz", ".tar": "tar"}
+#: cannot store the symbolic link ``bin/python`` -> base interpreter as a link. A plain ``.tar`` is left out
+#: too: Spark unpacks it with Hadoop's Java untar, which refuses that link (an absolute target outside the
+#: directory): "expanding bin/python3.11 would create entry outside of .../env" (measured, Spark 4.3);
+#: ``.tar.gz`` / ``.tgz`` go through the system's ``tar``, which keeps it.
+FORMATS = {".tar.gz": "tar.gz", ".tgz": "tgz"}
+#: Suffixes refused with the reason (a hint in the error).
+_REFUSED = {".tar": "Spark unpacks a plain .tar with Hadoop's Java untar, which refuses bin/python's link to the "
+                    "base interpreter"}
 
 #: Parts of a source tree never copied into the build: version control, virtual environments, build
 #: outputs, tests and documentation, run outputs (work/, MLflow stores) and earlier archives.
@@ -81,8 +87,9 @@ def archive_format(out: str) -> str:
     for suffix, fmt in FORMATS.items():
         if out.endswith(suffix):
             return fmt
-    raise PackError(f"--out {out}: the archive name must end in {', '.join(FORMATS)} "
-                    f"(formats spark-submit --archives unpacks with symbolic links kept), e.g. ltr-env.tar.gz")
+    why = next((f" ({r})" for s, r in _REFUSED.items() if out.endswith(s)), "")
+    raise PackError(f"--out {out}: the archive name must end in {' or '.join(FORMATS)} "
+                    f"(formats spark-submit --archives unpacks with symbolic links kept){why}, e.g. ltr-env.tar.gz")
 
 
 def default_source() -> Path | None:
