@@ -3,7 +3,7 @@
 ::
 
     study -> generate? -> generate -> ingest? -> ingest -> record_ingest -> difficulty? -> difficulty
-          -> grid_setup -> folds -> train (one task per fold of grid.folds, mapped) -> report
+          -> grid_setup -> units -> train (one task per unit of the plan, every fold, mapped) -> report
 
 Trigger it with params (every one optional)::
 
@@ -23,7 +23,7 @@ The jobs are Spark applications that users launch with ``spark-submit`` on clust
 the same thin scripts keeps one way of running a step (its driver, memory and master come from
 the Spark connection and ``spark-submit``, as on the command line), keeps the JVM, the Spark
 driver and XGBoost's tracker out of the Airflow worker's process (a task can be killed or retried
-without leaving a SparkContext behind in it), and lets the mapped fold tasks run as concurrent
+without leaving a SparkContext behind in it), and lets the mapped training tasks run as concurrent
 Spark applications. Calling ``pipelines`` inside the task would tie every step to a local
 SparkSession in the worker. The few decisions that need no Spark run in the worker as small
 Python tasks (``study``, ``generate?``, ``ingest?``, ``record_ingest``, ``difficulty?``): they
@@ -48,9 +48,11 @@ configuration) fails its task without retries; other failures are retried as Air
 * ``difficulty?`` skips the scores when ``_difficulty.json`` holds the key that ``ltr grid``
   itself checks (dataset fingerprint, feature roles, settings, metric conventions, code);
 * ``ltr grid --setup-only`` finds or creates the study's one MLflow parent run and computes the
-  curricula (cached by key); ``ltr grid --fold F`` trains fold F under that parent from the
-  checkpoints, so a retry continues and a re-run of the DAG trains nothing new; the parent is
-  FINISHED once every fold is;
+  curricula (cached by key); ``units`` cuts every fold's plan into its independent units (a root
+  node with every node below it: ``ltr grid --plan`` shows them as the unindented lines) and
+  ``ltr grid --fold F --node K ...`` trains one unit under that parent from the checkpoints, so a
+  retry continues from the last checkpoint and a re-run of the DAG trains nothing new; the parent
+  is FINISHED once every unit of every fold is;
 * ``report`` rebuilds the tables and figures from MLflow for the parent run that
   ``grid_setup`` printed (all folds), logged to it under ``report/``.
 
@@ -164,7 +166,7 @@ def resolve_study(params: dict[str, Any]) -> dict[str, Any]:
         "ingest_args": ["--src", src or letor, "--out", data, *common],
         "difficulty_args": ["--data", data, "--out", difficulty, *common],
         "setup_args": ["--setup-only", *common],
-        "fold_args": [["--fold", str(f), *common] for f in cfg.grid.folds],
+        "grid_args": common,
         "report_args": common,
     }
 
@@ -277,10 +279,22 @@ def difficulty_needed(study: dict[str, Any]) -> bool:
     return done.get("key") != difficulty_key(open_dataset(study["data"]), cfg.difficulty, cfg.metric)
 
 
-def fold_args(study: dict[str, Any]) -> list[list[str]]:
-    """One argument list per fold of the study (``grid.folds``): what the mapped ``train`` tasks run.
-    (Airflow maps only over a task's return value, not over one key of ``study``'s.)"""
-    return study["fold_args"]
+def unit_args(study: dict[str, Any]) -> list[list[str]]:
+    """One argument list per unit of work of the study's plan: what the mapped ``train`` tasks run.
+
+    A unit is a root node of a fold's plan with every node below it (:meth:`pipelines.plan.Plan.units`):
+    no two units share a node and each path lies within one, so the units of all folds run in any
+    order, at once or one by one, each as ``ltr grid --fold F --node K ...``; the last to finish ends
+    the study's parent run FINISHED. Planned from the config and the dataset's manifest (no Spark),
+    after ``grid_setup``, as ``ltr grid --plan`` does.
+    """
+    from pipelines.dataset import open_dataset
+    from pipelines.grid import plan_fold
+
+    cfg = _load(study)
+    ds = open_dataset(study["data"])
+    return [["--fold", str(f), *[a for k in unit for a in ("--node", k)], *study["grid_args"]]
+            for f in study["folds"] for unit in plan_fold(cfg, ds, f).plan.units()]
 
 
 # ----------------------------------------------------------------------------- the DAG
@@ -291,7 +305,7 @@ def _submit(step: str, **kwargs: Any) -> dict[str, Any]:
 
 with DAG(
     dag_id="ltr_study",
-    description="curriculum and continuation learning-to-rank study: ingest, difficulty, grid per fold, report",
+    description="curriculum and continuation learning-to-rank study: ingest, difficulty, grid by plan units, report",
     schedule=None,
     catchup=False,
     max_active_runs=1,
@@ -319,11 +333,12 @@ with DAG(
                                    **_submit("difficulty", application_args=study["difficulty_args"]))
     setup = LtrSubmitOperator(task_id="grid_setup", trigger_rule="none_failed",
                               **_submit("grid", application_args=study["setup_args"]))
-    folds = task(fold_args, task_id="folds")(study)
-    train = LtrSubmitOperator.partial(task_id="train", map_index_template="fold {{ task.application_args[1] }}",
-                                      **_submit("grid")).expand(application_args=folds)
+    units = task(unit_args, task_id="units")(study)
+    train = LtrSubmitOperator.partial(
+        task_id="train", map_index_template="fold {{ task.application_args[1] }} node {{ task.application_args[3] }}",
+        **_submit("grid")).expand(application_args=units)
     report = LtrSubmitOperator(task_id="report", **_submit("report", application_args=[
         "--run-id", "{{ (ti.xcom_pull(task_ids='grid_setup') or {}).get('parent_run_id', '') }}",
         study["report_args"]]))
     gen_check >> generate >> ingest_check >> ingest >> recorded >> diff_check >> difficulty
-    difficulty >> setup >> folds >> train >> report
+    difficulty >> setup >> units >> train >> report

@@ -479,14 +479,14 @@ def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | Non
                                     only=keys)
             counts["trees_built"] += info["trees"]
             counts["trained"] += live.finish_done()
-        if run_folds != study:  # other folds may run in other processes: see what MLflow holds now
+        partial = run_folds != study or only is not None
+        if partial:  # other folds or nodes may run in other processes: see what MLflow holds now
             existing = tracker.child_runs(parent)
-        finished = only is None and _study_finished(plans, existing)
+        finished = _study_finished(plans, existing)
         tracker.finish(parent, "FINISHED" if finished else "RUNNING")
-        if not finished and only is None and run_folds != study and \
-                _study_finished(plans, tracker.child_runs(parent)):
-            # a concurrent fold task finished its children meanwhile and may have read ours as unfinished:
-            # whoever writes last looks again, so the study never stays RUNNING once every fold is done
+        if not finished and partial and _study_finished(plans, tracker.child_runs(parent)):
+            # a concurrent fold or node task finished its children meanwhile and may have read ours as
+            # unfinished: whoever writes last looks again, so the study never stays RUNNING once all is done
             finished = True
             tracker.finish(parent, "FINISHED")
     except BaseException as e:

@@ -113,6 +113,23 @@ class Plan:
             node, d = self.node(node.parent), d + 1
         return d
 
+    def subtree(self, key: str) -> list[str]:
+        """``key`` and every node below it, in plan order."""
+        keep = {key}
+        for n in self.nodes:  # parents come before their children
+            if n.parent in keep:
+                keep.add(n.key)
+        return [n.key for n in self.nodes if n.key in keep]
+
+    def units(self) -> list[list[str]]:
+        """The plan's independent units of work: each root node with every node below it, in plan order.
+
+        No two units share a node and every path's chain lies within one unit, so a scheduler may run
+        them in any order or at once (``ltr grid --fold F --node K ...`` per unit, as the Airflow DAG
+        does), and each finishes the MLflow children of its paths.
+        """
+        return [self.subtree(n.key) for n in self.nodes if n.parent is None]
+
     def subplan(self, keys: Iterable[str]) -> Plan:
         """The nodes in ``keys`` (plan order) and the chains of the paths they end."""
         keep = set(keys)

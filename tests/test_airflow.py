@@ -76,7 +76,7 @@ def dag():
 def test_dag_shape(dag):
     ids = {t.task_id for t in dag.tasks}
     assert {"study", "generate", "ingest", "difficulty", "grid_setup", "train", "report"} <= ids
-    assert dag.get_task("train").upstream_task_ids == {"folds"}
+    assert dag.get_task("train").upstream_task_ids == {"units"}
     assert set(dag.params.keys()) >= {"conf", "set", "src", "spark_conn_id"}
 
 
@@ -112,11 +112,20 @@ def test_study_end_to_end_then_rerun_trains_nothing(dag, tmp_path):
     first = dag.test(run_conf=conf)
     states = _states(first)
     assert str(first.state) == "success", states
-    for t in ("study", "generate", "ingest", "record_ingest", "difficulty", "grid_setup", "folds", "train[0]",
-              "train[1]", "report"):
+    for t in ("study", "generate", "ingest", "record_ingest", "difficulty", "grid_setup", "units", "report"):
         assert states[t] == "success", states
-    assert {ti.rendered_map_index for ti in first.get_task_instances() if ti.task_id == "train"} == \
-        {"fold 1", "fold 2"}
+    # training is mapped over the plan's units (a root node and the nodes below it), every fold's
+    from pipelines.config import load_config
+    from pipelines.dataset import open_dataset
+    from pipelines.grid import plan_fold
+
+    cfg, ds = load_config(None, tiny), open_dataset(str(work / "dataset"))
+    units = {f: plan_fold(cfg, ds, f).plan.units() for f in (1, 2)}
+    assert [len(u) for u in units.values()] == [3, 3]  # LambdaMART, MSE, q_nrel's first stage: 3 roots a fold
+    trains = [ti for ti in first.get_task_instances() if ti.task_id == "train"]
+    assert sorted(ti.rendered_map_index for ti in trains) == sorted(f"fold {f} node {u[0]}" for f in units
+                                                                    for u in units[f])
+    assert all(str(ti.state) == "success" for ti in trains), states
     assert json.loads((work / "_ingest_key.json").read_text())["fingerprint"].startswith("sha256:")
 
     client = mlflow.MlflowClient(f"sqlite:///{work}/mlflow.db")
@@ -140,7 +149,7 @@ def test_study_end_to_end_then_rerun_trains_nothing(dag, tmp_path):
     assert str(second.state) == "success", states
     for t in ("generate", "ingest", "record_ingest", "difficulty"):  # inputs unchanged: skipped
         assert states[t] == "skipped", states
-    for t in ("grid_setup", "train[0]", "train[1]", "report"):
+    for t in ("grid_setup", "units", *(f"train[{i}]" for i in range(len(trains))), "report"):
         assert states[t] == "success", states
     assert _checkpoints(work) == ckpt  # nothing trained: no checkpoint written or rewritten
     assert len(client.search_runs([exp.experiment_id], "tags.`ltr.kind` = 'grid'")) == 1

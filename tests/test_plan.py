@@ -34,6 +34,22 @@ def test_nodes_split_where_paths_end_or_part():
     assert Plan.from_dict(plan.to_dict()) == plan
 
 
+def test_units_are_root_subtrees_that_share_no_node_and_hold_whole_chains():
+    plan = build_plan([*_paths(), parse_path("lambdamart@q_nrel.0:20,lambdamart:80", "cl")],
+                      fold=1, curriculum_keys={"q_nrel": "k"})
+    by_key = {n.key: n for n in plan.nodes}
+    units = plan.units()
+    # by hand: the MSE subtree (mse 0..20 and the four nodes below it), LambdaMART 0..100, the curriculum's two
+    assert [[(by_key[k].objective, by_key[k].t0, by_key[k].t1) for k in u] for u in units] == [
+        [("mse", 0, 20), ("lambdamart", 20, 100), ("mse", 20, 40), ("lambdamart", 40, 100)],
+        [("lambdamart", 0, 100)],
+        [("lambdamart", 0, 20), ("lambdamart", 20, 100)]]
+    assert sorted(k for u in units for k in u) == sorted(by_key)  # every node once
+    for label, chain in plan.chains.items():
+        assert sum(set(chain) <= set(u) for u in units) == 1, label
+    assert plan.subtree(units[0][2]) == units[0][2:]  # mse 20..40 and its child
+
+
 def test_keys_change_with_everything_that_determines_the_trees():
     base = build_plan(_paths(), context={"eta": 0.05, "data": "fp1"})
     same = build_plan(list(reversed(_paths())), context={"data": "fp1", "eta": 0.05})
