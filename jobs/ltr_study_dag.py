@@ -51,8 +51,9 @@ configuration) fails its task without retries; other failures are retried as Air
   curricula (cached by key); ``units`` cuts every fold's plan into its independent units (a root
   node with every node below it: ``ltr grid --plan`` shows them as the unindented lines) and
   ``ltr grid --fold F --node K ...`` trains one unit under that parent from the checkpoints, so a
-  retry continues from the last checkpoint and a re-run of the DAG trains nothing new; the parent
-  is FINISHED once every unit of every fold is;
+  retry continues from the last checkpoint and a re-run of the DAG trains nothing new (when
+  ``grid_setup`` finds the study finished, ``units`` maps no task at all); the parent is FINISHED
+  once every unit of every fold is;
 * ``report`` rebuilds the tables and figures from MLflow for the parent run that
   ``grid_setup`` printed (all folds), logged to it under ``report/``.
 
@@ -279,8 +280,10 @@ def difficulty_needed(study: dict[str, Any]) -> bool:
     return done.get("key") != difficulty_key(open_dataset(study["data"]), cfg.difficulty, cfg.metric)
 
 
-def unit_args(study: dict[str, Any]) -> list[list[str]]:
-    """One argument list per unit of work of the study's plan: what the mapped ``train`` tasks run.
+def unit_args(study: dict[str, Any], setup: dict[str, Any] | None) -> list[list[str]]:
+    """One argument list per unit of work of the study's plan: what the mapped ``train`` tasks run;
+    none when ``grid_setup`` found the study finished (``setup``: what it printed), so a re-run of a
+    finished study starts no training application.
 
     A unit is a root node of a fold's plan with every node below it (:meth:`pipelines.plan.Plan.units`):
     no two units share a node and each path lies within one, so the units of all folds run in any
@@ -291,6 +294,8 @@ def unit_args(study: dict[str, Any]) -> list[list[str]]:
     from pipelines.dataset import open_dataset
     from pipelines.grid import plan_fold
 
+    if setup and setup.get("finished"):  # every child of every fold FINISHED (None: deploy mode cluster)
+        return []
     cfg = _load(study)
     ds = open_dataset(study["data"])
     return [["--fold", str(f), *[a for k in unit for a in ("--node", k)], *study["grid_args"]]
@@ -333,11 +338,12 @@ with DAG(
                                    **_submit("difficulty", application_args=study["difficulty_args"]))
     setup = LtrSubmitOperator(task_id="grid_setup", trigger_rule="none_failed",
                               **_submit("grid", application_args=study["setup_args"]))
-    units = task(unit_args, task_id="units")(study)
+    units = task(unit_args, task_id="units")(study, setup.output)
     train = LtrSubmitOperator.partial(
         task_id="train", map_index_template="fold {{ task.application_args[1] }} node {{ task.application_args[3] }}",
         **_submit("grid")).expand(application_args=units)
-    report = LtrSubmitOperator(task_id="report", **_submit("report", application_args=[
+    # none_failed: after a finished study, train is mapped over no unit (skipped) and the report still runs
+    report = LtrSubmitOperator(task_id="report", trigger_rule="none_failed", **_submit("report", application_args=[
         "--run-id", "{{ (ti.xcom_pull(task_ids='grid_setup') or {}).get('parent_run_id', '') }}",
         study["report_args"]]))
     gen_check >> generate >> ingest_check >> ingest >> recorded >> diff_check >> difficulty
