@@ -7,7 +7,8 @@ executor and the driver reach)::
     ROOT/<node key>/trees-000000-000040.json  the trees of one segment (XGBoost JSON; rank 0)
                    /t000040/shard-00000.npz   one per worker: margins of its rows after tree 40
                            /_checkpoint.json  meta: the node's segments, curve points, score
-                                              distributions; written last, by rename: the commit point
+                                              distributions, rank 0's seconds so far ("cost");
+                                              written last, by rename: the commit point
 
 A checkpoint at tree ``k`` exists only once its ``_checkpoint.json`` does; a
 directory without it (a crash while writing) is ignored and overwritten.
@@ -117,6 +118,16 @@ class CheckpointStore:
                 return json.loads(f.read().decode())
         except (OSError, ValueError) as e:
             raise CheckpointError(f"checkpoint {self.root}/{key}/t{tree:06d} is unreadable: {e}") from None
+
+    def cost(self, keys: list[str]) -> dict[str, float]:
+        """Rank 0's seconds (boost, objective, eval, checkpoint) and trees over the newest checkpoints of
+        ``keys``: what the committed trees cost, resumed attempts included (work lost to a crash is not)."""
+        total: dict[str, float] = {}
+        for key, tree in self.latest_all(keys).items():
+            if tree is not None:
+                for k, v in self.meta(key, tree).get("cost", {}).items():
+                    total[k] = total.get(k, 0.0) + v
+        return total
 
     def segment(self, key: str, t_start: int, t_end: int) -> bytes:
         with self.fs.open_input_stream(f"{self._dir(key)}/trees-{t_start:06d}-{t_end:06d}.json") as f:

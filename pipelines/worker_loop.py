@@ -273,6 +273,9 @@ class _State:
     curve: list[list[float]] = field(default_factory=list)  # the node's (tree, vali, test) points
     dists: list[dict[str, Any]] = field(default_factory=list)  # the node's score distributions
     rows: int = 0  # training rows of the node (all workers)
+    # this worker's seconds spent on the node's trees so far, resumed attempts included: boost, objective,
+    # eval (curves), checkpoint (model, margins, shards; not the commit of the meta that records it), trees
+    cost: dict[str, float] = field(default_factory=dict)
 
 
 Events = Callable[[dict[str, Any]], None]
@@ -377,7 +380,8 @@ class _Worker:
         st = _State(tree, take_rows(shards, "train", d.train.qid),
                     None if d.vali is None else take_rows(shards, "vali", d.vali.qid),
                     None if d.test is None else take_rows(shards, "test", d.test.qid),
-                    float(meta["base"]), meta["segments"], meta["curve"], meta["dists"], int(meta["rows"]))
+                    float(meta["base"]), meta["segments"], meta["curve"], meta["dists"], int(meta["rows"]),
+                    dict(meta.get("cost", {})))
         self.timing["resume"] += time.perf_counter() - t0
         return st
 
@@ -394,13 +398,14 @@ class _Worker:
             arrays["test_ndcg"] = ndcg_fast(sp.offsets, sp.y, st.test, self.s.metric, self.inv_idcg["test"])
         self.store.write_shard(node.key, st.tree, self.comm.rank, arrays)
         self.comm.allreduce(np.zeros(1), "sum")  # every shard is written before the commit
+        st.cost["checkpoint"] = st.cost.get("checkpoint", 0.0) + time.perf_counter() - t0
         if self.comm.rank == 0:
             self.store.write_segment(node.key, seg[0], seg[1], model)
             self.store.commit(node.key, st.tree, {
                 "node": {"key": node.key, "parent": node.parent, "objective": node.objective, "data": node.data,
                          "t0": node.t0, "t1": node.t1, "ends": list(node.ends)},
                 "shards": self.comm.world, "base": st.base, "segments": st.segments, "curve": st.curve,
-                "dists": st.dists, "rows": st.rows, "done": st.tree == node.t1,
+                "dists": st.dists, "rows": st.rows, "done": st.tree == node.t1, "cost": st.cost,
                 "conventions": {"k": self.s.k, "gain": self.s.metric.gain}})
         self.timing["checkpoint"] += time.perf_counter() - t0
 
@@ -453,6 +458,7 @@ class _Worker:
         obj = None if builtin else python_objective(node.objective, s, self.data.train, y, offsets, rows)
         rows_total = st.rows or int(self.comm.allreduce(np.array([float(dtrain.num_row())]), "sum")[0])
         curve, dists, trees = list(st.curve), list(st.dists), []
+        before = dict(self.timing)
         for t in range(st.tree, end):  # t: global index of the tree being built
             i = t - st.tree
             if builtin:
@@ -492,8 +498,10 @@ class _Worker:
                 add_tree(self.data.train.X, tree, train, comp)
         del booster  # before the next segment resets the DMatrix's base margin
         self.timing["checkpoint"] += time.perf_counter() - t0
+        cost = {k: st.cost.get(k, 0.0) + self.timing[k] - before[k]
+                for k in ("boost", "objective", "eval", "checkpoint", "trees")}
         nxt = _State(end, train, ev.get("vali"), ev.get("test"), st.base, [*st.segments, [st.tree, end]],
-                     curve, dists, rows_total)
+                     curve, dists, rows_total, cost)
         self.save(node, nxt, model, [st.tree, end])
         return nxt
 

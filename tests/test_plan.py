@@ -153,6 +153,13 @@ def test_resume_after_a_crash_is_bit_identical(data, tmp_path):
     for p in PATHS:
         ra, rb = path_result(straight, p, plan.chains[p]), path_result(store, p, plan.chains[p])
         assert ra.model == rb.model and ra.test == rb.test and ra.vali == rb.vali, p
+    # each node's checkpoint says what its committed trees cost, across the crash: every tree counted once
+    for s in (straight, store):
+        for n in plan.nodes:
+            cost = s.meta(n.key, n.t1)["cost"]
+            assert cost["trees"] == n.trees and cost["boost"] > 0 and cost["checkpoint"] > 0, n.key
+            assert (cost["eval"] > 0) and (cost["objective"] > 0) == (n.objective != "xgb_lambdamart"), n.key
+    assert store.cost([n.key for n in plan.nodes])["trees"] == plan.trees
 
 
 def test_stochastic_noise_depends_on_tree_query_document_only():
