@@ -1,0 +1,264 @@
+"""One fold of the paper's protocol at full scale, in the background, resumable across sessions.
+
+    python benchmarks/bench_paper.py [--work bench-out/paper] [--queries 31531] [--fold 1]
+                                     [--interrupt-at 0.1] [--keep-letor] [--status]
+
+Steps, each skipped when its output exists (run the same command again after any stop):
+
+1. ``ltr generate`` 31,531 queries (MSLR-WEB30K's size; seed 4242) as LETOR text;
+2. ``ltr ingest`` them (all five folds; the text is deleted afterwards unless ``--keep-letor``);
+3. ``ltr grid --conf conf/paper.yaml`` on fold ``--fold`` only (``grid.folds=[F]``, so the study
+   is that fold: T = 500, t = 100..400, every strategy), local master, defaults otherwise.
+   Once, when ``--interrupt-at`` of the fold's planned trees are committed, the grid's whole
+   process tree is killed (SIGSTOP, then SIGKILL) and the grid started again: the on-purpose
+   interruption. A stop from outside (the session ends, the machine restarts) is another
+   interruption: the next run of this script continues from the checkpoints;
+4. ``ltr report`` (the fold's Table 1 row and the rest) into ``WORK/run/report/``.
+
+``WORK/state.json`` keeps every step's and every attempt's wall seconds, trees committed
+before and after, and peak memory (the summed RSS of the step's process tree: driver,
+JVM, Python workers, sampled every 2 s); it is rewritten every 30 s, so an attempt stopped
+from outside loses at most that much of its record. At the end it adds the committed trees'
+cost read from the checkpoints (rank 0's boost, objective, curve and checkpoint seconds)
+and prints the summary. ``--status`` prints the state and the plan's progress, runs nothing.
+
+The node keys hold the code version (git commit, ``-dirty``): run every attempt from the same
+commit (a ``git worktree`` of it), or the resumed grid is another grid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.bench_resume import built_trees  # noqa: E402
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def ltr(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pipelines.cli", *args]
+
+
+def _tree_rss(pid: int) -> int:
+    """Summed RSS (bytes) of ``pid`` and every process below it (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/statm") as f:
+                total += int(f.read().split()[1]) * PAGE
+        except (OSError, IndexError, ValueError):
+            pass
+        todo += children.get(p, [])
+    return total
+
+
+def _tree_pids(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True, text=True).stdout.split()
+    kids: dict[int, list[int]] = {}
+    for c, p in zip(out[::2], out[1::2]):
+        kids.setdefault(int(p), []).append(int(c))
+    seen, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        seen.append(p)
+        todo += kids.get(p, [])
+    return seen
+
+
+def _kill_tree(pid: int) -> None:
+    """Freeze the whole tree first (PySpark's daemon runs its workers in their own process group), then kill it."""
+    pids = _tree_pids(pid)
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for p in pids:
+            try:
+                os.kill(p, sig)
+            except ProcessLookupError:
+                pass
+
+
+class State:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.doc = json.loads(path.read_text()) if path.exists() else {"steps": {}, "attempts": []}
+
+    def save(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.doc, indent=2))
+        tmp.replace(self.path)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def watch(cmd: list[str], log: Path, record: dict, state: State, env: dict,
+          stop_when=None) -> int | None:
+    """Run ``cmd`` (stderr to ``log``), sampling its tree's RSS into ``record``; ``stop_when()`` true: kill it."""
+    with open(log, "ab") as err:
+        err.write(f"\n==== {_now()} {' '.join(cmd)}\n".encode())
+        err.flush()
+        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=err, stderr=err, start_new_session=True)
+        t0, saved = time.perf_counter(), 0.0
+        record.update(started=_now(), seconds=0.0, peak_rss_gib=0.0, ended="running (or stopped from outside)")
+        try:
+            while proc.poll() is None:
+                record["peak_rss_gib"] = max(record["peak_rss_gib"], round(_tree_rss(proc.pid) / 2**30, 2))
+                record["seconds"] = round(time.perf_counter() - t0, 1)
+                if stop_when is not None and stop_when():
+                    _kill_tree(proc.pid)
+                    proc.wait()
+                    record.update(seconds=round(time.perf_counter() - t0, 1), ended="interrupted on purpose")
+                    state.save()
+                    return None
+                if record["seconds"] - saved >= 30:
+                    state.save()
+                    saved = record["seconds"]
+                time.sleep(2)
+        except BaseException:
+            _kill_tree(proc.pid)
+            raise
+        record.update(seconds=round(time.perf_counter() - t0, 1), rc=proc.returncode,
+                      ended="finished" if proc.returncode == 0 else f"failed (exit {proc.returncode})")
+        state.save()
+        return proc.returncode
+
+
+def overrides(work: Path, fold: int) -> list[str]:
+    return [f"work_dir={work / 'run'}", f"grid.folds=[{fold}]"]
+
+
+def plan_info(work: Path, data: str, fold: int, extra: list[str]):
+    from pipelines.config import load_config
+    from pipelines.dataset import open_dataset
+    from pipelines.grid import checkpoint_root, plan_fold
+
+    cfg = load_config(ROOT / "conf" / "paper.yaml", [*overrides(work, fold), *extra])
+    fp = plan_fold(cfg, open_dataset(data), fold)
+    return cfg, fp.plan, checkpoint_root(cfg)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--work", default=str(ROOT / "bench-out" / "paper"))
+    ap.add_argument("--queries", type=int, default=31531)
+    ap.add_argument("--fold", type=int, default=1)
+    ap.add_argument("--interrupt-at", type=float, default=0.1,
+                    help="share of the fold's trees committed when the grid is killed once on purpose (0: never)")
+    ap.add_argument("--keep-letor", action="store_true", help="keep the generated LETOR text after ingest")
+    ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE",
+                    help="more config overrides for the grid and the report (e.g. a small smoke run)")
+    ap.add_argument("--status", action="store_true", help="print the state and the plan's progress; run nothing")
+    args = ap.parse_args()
+    work = Path(args.work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    state = State(work / "state.json")
+    state.doc.setdefault("machine", f"{platform.machine()}, {os.cpu_count()} cores, "
+                                    f"{os.sysconf('SC_PHYS_PAGES') * PAGE / 2**30:.0f} GiB")
+    letor, data, log = work / "letor", str(work / "dataset"), work / "bench.log"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    steps = state.doc["steps"]
+    if args.status:
+        if (Path(data) / "_manifest.json").exists():
+            _, plan, ckpt = plan_info(work, data, args.fold, args.overrides)
+            state.doc["progress"] = f"{built_trees(Path(ckpt))}/{plan.trees} trees committed"
+        print(json.dumps(state.doc, indent=2))
+        return 0
+
+    if not (Path(data) / "_manifest.json").exists():
+        if not steps.get("generate", {}).get("rc") == 0:
+            shutil.rmtree(letor, ignore_errors=True)
+            steps["generate"] = {}
+            if watch(ltr("generate", "--out", str(letor), "--queries", str(args.queries), "--seed", "4242"),
+                     log, steps["generate"], state, env) != 0:
+                print(f"generate failed: see {log}", file=sys.stderr)
+                return 1
+        steps["ingest"] = {}
+        if watch(ltr("ingest", "--src", str(letor), "--out", data, "--dataset", "mslr"),
+                 log, steps["ingest"], state, env) != 0:
+            print(f"ingest failed: see {log}", file=sys.stderr)
+            return 1
+        if not args.keep_letor:
+            shutil.rmtree(letor, ignore_errors=True)
+    cfg, plan, ckpt_root = plan_info(work, data, args.fold, args.overrides)
+    ckpt = Path(ckpt_root)
+    state.doc["plan"] = {"fold": args.fold, "nodes": len(plan.nodes), "trees": plan.trees,
+                         "paths": len(plan.chains), "checkpoint_every": cfg.train.checkpoint_every}
+    sets = [a for o in [*overrides(work, args.fold), *args.overrides] for a in ("--set", o)]
+    grid = ltr("grid", "--conf", str(ROOT / "conf" / "paper.yaml"), "--data", data, *sets)
+    while True:
+        before = built_trees(ckpt) if ckpt.is_dir() else 0
+        if before >= plan.trees and state.doc["attempts"] and state.doc["attempts"][-1].get("rc") == 0:
+            break
+        rec: dict = {"trees_before": before}
+        state.doc["attempts"].append(rec)
+        on_purpose = args.interrupt_at > 0 and not state.doc.get("interrupted") and \
+            before < args.interrupt_at * plan.trees
+
+        def stop_when() -> bool:
+            if not on_purpose:
+                return False
+            n = built_trees(ckpt) if ckpt.is_dir() else 0
+            rec["trees_after"] = n
+            return n >= args.interrupt_at * plan.trees
+
+        rc = watch(grid, log, rec, state, env, stop_when)
+        rec["trees_after"] = built_trees(ckpt) if ckpt.is_dir() else 0
+        if rc is None:
+            state.doc["interrupted"] = True
+            state.save()
+            continue
+        state.save()
+        if rc != 0:
+            print(f"ltr grid failed (exit {rc}): see {log}", file=sys.stderr)
+            return 1
+    with open(log, "ab") as err:
+        subprocess.run(ltr("report", "--conf", str(ROOT / "conf" / "paper.yaml"), *sets), env=env, cwd=ROOT,
+                       stdout=err, stderr=err, check=True)
+    rep = {"report": str(Path(cfg.report.out or work / "run" / "report") / "report.md")}
+    from pipelines.checkpoints import CheckpointStore
+
+    cost = CheckpointStore(ckpt_root).cost([n.key for n in plan.nodes])
+    train = cost["boost"] + cost["objective"]
+    attempts = state.doc["attempts"]
+    summary = {
+        "trees_built": int(cost["trees"]), "trees_planned": plan.trees,
+        "grid_wall_seconds": round(sum(a["seconds"] for a in attempts), 1),
+        "grid_attempts": len(attempts),
+        "per_tree_seconds_wall": round(sum(a["seconds"] for a in attempts) / plan.trees, 3),
+        "per_tree_seconds_training": round(train / cost["trees"], 3),
+        "curves_share_of_training": round(cost["eval"] / train, 4),
+        "checkpoints_share_of_training": round(cost["checkpoint"] / train, 4),
+        "peak_rss_gib": max([a.get("peak_rss_gib", 0) for a in attempts] +
+                            [s.get("peak_rss_gib", 0) for s in steps.values()]),
+        "cost_seconds": {k: round(v, 1) for k, v in cost.items()}, **rep}
+    state.doc["summary"] = summary
+    state.save()
+    print(json.dumps(state.doc, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
