@@ -269,15 +269,11 @@ def record_ingest(study: dict[str, Any], key: str) -> dict[str, Any]:
 def difficulty_needed(study: dict[str, Any]) -> bool:
     """False when the stored scores carry the key ``ltr grid`` checks (:func:`pipelines.grid.ensure_difficulty`)."""
     from pipelines.dataset import open_dataset
-    from pipelines.difficulty import SUMMARY, difficulty_key
-    from pipelines.storage import read_json
+    from pipelines.difficulty import difficulty_key, stored_summary
 
     cfg = _load(study)
-    try:
-        done = read_json(study["difficulty"], SUMMARY)
-    except (OSError, ValueError):
-        return True
-    return done.get("key") != difficulty_key(open_dataset(study["data"]), cfg.difficulty, cfg.metric)
+    return stored_summary(study["difficulty"], difficulty_key(open_dataset(study["data"]), cfg.difficulty,
+                                                              cfg.metric)) is None
 
 
 def unit_args(study: dict[str, Any], setup: dict[str, Any] | None) -> list[list[str]]:

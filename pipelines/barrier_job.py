@@ -30,7 +30,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,7 +40,7 @@ from pyspark.sql import functions as F
 
 from pipelines.config import ConfigError, TrainConfig
 from pipelines.curriculum import QUERIES, read_curriculum
-from pipelines.dataset import Dataset, DatasetError, load_split, open_dataset
+from pipelines.dataset import Dataset, DatasetError, load_split
 from pipelines.checkpoints import CheckpointStore
 from pipelines.plan import Node
 from pipelines.session import task_slots

@@ -77,6 +77,19 @@ def difficulty_key(ds: Dataset, cfg: DifficultyConfig, spec: NdcgSpec) -> str:
     return "sha256:" + config_hash(difficulty_inputs(ds, cfg, spec))
 
 
+def stored_summary(path: str, key: str) -> dict[str, Any] | None:
+    """The summary of the scores stored at ``path`` when they were computed from the inputs whose
+    :func:`difficulty_key` is ``key``; None when missing, unreadable or computed from other inputs
+    (what ``ltr grid`` and the Airflow DAG both check before they compute the scores again)."""
+    from pipelines.storage import read_json
+
+    try:
+        summary = read_json(path, SUMMARY)
+    except (OSError, ValueError):
+        return None
+    return summary if summary.get("key") == key else None
+
+
 def content_fingerprint(scores: DataFrame) -> str:
     """An order-independent fingerprint of the rows themselves: the row count and two sums of each
     row's xxhash64 (its low and high 32 bits, so no sum can overflow). Curricula record the

@@ -32,6 +32,7 @@ from pipelines.config import Config, ConfigError
 from pipelines.curriculum import STRATEGIES, build_curriculum, check_curriculum, read_curriculum
 from pipelines.dataset import Dataset, DatasetError, open_dataset
 from pipelines.difficulty import SUMMARY as DIFFICULTY_SUMMARY
+from pipelines.difficulty import stored_summary
 from pipelines.difficulty import difficulty_key as compute_difficulty_key
 from pipelines.difficulty import run_difficulty
 from pipelines.executor import Execution, execute_plan, plan_context, states_of
@@ -130,16 +131,10 @@ def curriculum_key(cfg: Config, ds: Dataset, fold: int, name: str) -> str:
 def ensure_difficulty(spark, cfg: Config, data: str, difficulty: str) -> dict[str, Any]:
     """The difficulty scores at ``difficulty``: reused when their recorded key matches this config's
     (:func:`difficulty_key`), else computed again; returns their summary."""
-    ds = open_dataset(data)
-    key = difficulty_key(cfg, ds)
-    try:
-        summary = read_json(difficulty, DIFFICULTY_SUMMARY)
-    except (OSError, ValueError):  # missing or unreadable: compute it
-        summary = {}
-    if summary.get("key") == key:
+    summary = stored_summary(difficulty, difficulty_key(cfg, open_dataset(data)))
+    if summary is not None:
         return summary
-    log.info("computing difficulty scores -> %s (%s)", difficulty,
-             "none there" if not summary else "those there were computed from other inputs")
+    log.info("computing difficulty scores -> %s (none there, or computed from other inputs)", difficulty)
     return run_difficulty(spark, data, difficulty, cfg.difficulty, cfg.metric)
 
 
