@@ -1,6 +1,6 @@
 """``ltr grid --parallel 2`` against ``--parallel 1``, side by side on the same data and machine.
 
-    python benchmarks/bench_parallel.py [--work bench-out/parallel] [--queries 600] [--standalone]
+    python benchmarks/bench_parallel.py [--work bench-out/parallel] [--data DIR] [--standalone] [--no-local]
 
 Local (default master ``local[*]``): the default grid with ``--parallel 1`` (one
 job per fold, one worker with all the cores) and with ``--parallel 2`` (ready
@@ -10,6 +10,8 @@ nodes as two concurrent jobs, one worker with one core each).
 (``spark-class`` master + two workers with one core each, stopped at the end):
 ``--parallel 2`` (two concurrent one-worker jobs) against ``--parallel 1`` with
 ``train.workers=2`` (one job whose two workers all-reduce every histogram).
+
+``--no-local``: only the standalone comparison.
 
 Reports wall times (each ``ltr grid`` a fresh process) and whether every
 child's model and final NDCG equal those of the ``--parallel 1`` run.
@@ -90,14 +92,19 @@ def main() -> int:
     ap.add_argument("--data", default=str(ROOT / "bench-out" / "resume" / "data" / "dataset"),
                     help="an ingested dataset (default: bench_resume.py's)")
     ap.add_argument("--standalone", action="store_true")
+    ap.add_argument("--no-local", action="store_true", help="skip the local runs (with --standalone)")
     args = ap.parse_args()
-    work, data = Path(args.work), args.data
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    work, data = Path(args.work).absolute(), str(Path(args.data).absolute())
+    # the executors must run this interpreter: the driver hands its PYSPARK_PYTHON (default python3, which
+    # lacks our dependencies) to every executor; without it the first standalone grid failed (stop 12)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable}
     out: dict = {"machine": f"{platform.machine()}, {os.cpu_count()} cores", "data": data}
-    out["local_parallel_1_seconds"] = grid(work / "p1", data, env)
-    out["local_parallel_2_seconds"] = grid(work / "p2", data, env, "--parallel", "2", "--set", "train.nthread=1")
-    out["local_ratio_2_over_1"] = round(out["local_parallel_2_seconds"] / out["local_parallel_1_seconds"], 3)
-    out["local_parallel_2_identical"] = results(work / "p2", data) == results(work / "p1", data)
+    if not args.no_local:
+        out["local_parallel_1_seconds"] = grid(work / "p1", data, env)
+        out["local_parallel_2_seconds"] = grid(work / "p2", data, env, "--parallel", "2", "--set", "train.nthread=1")
+        out["local_ratio_2_over_1"] = round(out["local_parallel_2_seconds"] / out["local_parallel_1_seconds"], 3)
+        out["local_parallel_2_identical"] = results(work / "p2", data) == results(work / "p1", data)
     if args.standalone:
         url, procs = standalone(work / "cluster")
         try:
@@ -107,6 +114,13 @@ def main() -> int:
             out["standalone_parallel_2_seconds"] = grid(work / "s2", data, env, *common, "--parallel", "2")
             out["standalone_ratio_parallel_over_allreduce"] = round(
                 out["standalone_parallel_2_seconds"] / out["standalone_one_job_2_workers_seconds"], 3)
+            # one worker per node against two workers' all-reduced sketches: equal trees are not expected
+            # (the histogram bins differ), so the difference of every child's final test NDCG is reported
+            a, b = results(work / "s1", data), results(work / "s2", data)
+            out["standalone_children"] = len(a)
+            out["standalone_max_abs_final_ndcg_difference"] = round(max(abs(a[k][0] - b[k][0]) for k in a), 4)
+            if not args.no_local:
+                out["standalone_parallel_2_identical_to_local_parallel_1"] = b == results(work / "p1", data)
         finally:
             for p in reversed(procs):
                 p.terminate()
