@@ -217,8 +217,13 @@ def training_frame(spark: SparkSession, ds: Dataset, fold: int, curricula: list[
 
 
 def arrange_by_qid(df: DataFrame, workers: int) -> DataFrame:
-    """One partition per worker, whole queries in each (range of qids), sorted."""
-    return df.repartitionByRange(workers, F.col(schema.QID)).sortWithinPartitions(SPLIT_COL, schema.QID, schema.DOC)
+    """One partition per worker, whole queries in each, sorted; which worker holds a query depends on
+    its qid alone (Spark's Murmur3 hash of it), so a multi-worker model is the same in any application.
+
+    Not ``repartitionByRange``: it samples qid bounds with the RDD id as seed, so the split of the
+    queries among workers (and with it the trees, through the merged quantile sketches) depended on
+    how many jobs the session had run before; it also costs a sampling pass over the data."""
+    return df.repartition(workers, F.col(schema.QID)).sortWithinPartitions(SPLIT_COL, schema.QID, schema.DOC)
 
 
 def _worker_data(table: pa.Table, n_features: int, curricula: list[dict[str, Any]]) -> WorkerData:

@@ -204,6 +204,25 @@ def test_two_workers_equal_one_worker_with_python_objectives(spark, coarse_datas
         np.testing.assert_allclose(two[paths[0]].test, r[paths[0]].test, atol=1e-6)
 
 
+def test_workers_get_the_same_queries_whatever_the_input_partitioning_or_session_history(spark):
+    from pipelines.barrier_job import arrange_by_qid
+
+    rows = [(q, d, q % 3) for q in range(300) for d in range(4)]
+    base = spark.createDataFrame(rows, f"{schema.QID} int, {schema.DOC} int, {SPLIT_COL} int")
+
+    def layout(df):
+        got = arrange_by_qid(df, 2).select(F.spark_partition_id().alias("p"), schema.QID, schema.DOC).collect()
+        return {p: sorted((r[schema.QID], r[schema.DOC]) for r in got if r["p"] == p) for p in (0, 1)}
+
+    a = layout(base)
+    for _ in range(3):  # other jobs in between (new RDD ids), other input partitionings and orders
+        spark.range(10).count()
+        assert layout(base.repartition(5).orderBy(F.rand(1))) == a
+    assert layout(base.coalesce(1)) == a
+    q0, q1 = ({q for q, _ in a[p]} for p in (0, 1))
+    assert not q0 & q1 and len(q0 | q1) == 300 and min(len(q0), len(q1)) > 100  # whole queries, balanced
+
+
 def test_split_query_guard_fires(spark, coarse_dataset):
     data, _ = coarse_dataset
 
