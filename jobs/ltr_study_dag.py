@@ -285,17 +285,25 @@ def unit_args(study: dict[str, Any], setup: dict[str, Any] | None) -> list[list[
     no two units share a node and each path lies within one, so the units of all folds run in any
     order, at once or one by one, each as ``ltr grid --fold F --node K ...``; the last to finish ends
     the study's parent run FINISHED. Planned from the config and the dataset's manifest (no Spark),
-    after ``grid_setup``, as ``ltr grid --plan`` does.
+    after ``grid_setup``, as ``ltr grid --plan`` does. In a resumed study, a unit whose children are all
+    FINISHED in MLflow is not mapped.
     """
     from pipelines.dataset import open_dataset
-    from pipelines.grid import plan_fold
+    from pipelines.grid import plan_fold, unfinished_units
+    from pipelines.tracking import Tracker
 
     if setup and setup.get("finished"):  # every child of every fold FINISHED (None: deploy mode cluster)
         return []
     cfg = _load(study)
     ds = open_dataset(study["data"])
+    plans = {f: plan_fold(cfg, ds, f) for f in study["folds"]}
+    if setup and setup.get("parent_run_id"):  # a resumed study: units whose children all FINISHED are left out
+        existing = Tracker.for_config(cfg, create=False).child_runs(setup["parent_run_id"])
+        units = {f: unfinished_units(fp, existing) for f, fp in plans.items()}
+    else:  # no word from grid_setup (deploy mode cluster): every unit, the done ones finish at once
+        units = {f: fp.plan.units() for f, fp in plans.items()}
     return [["--fold", str(f), *[a for k in unit for a in ("--node", k)], *study["grid_args"]]
-            for f in study["folds"] for unit in plan_fold(cfg, ds, f).plan.units()]
+            for f in study["folds"] for unit in units[f]]
 
 
 # ----------------------------------------------------------------------------- the DAG

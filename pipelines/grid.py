@@ -496,6 +496,15 @@ def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | Non
             "resumed": resumed, "folds": run_folds, "finished": finished, **counts}
 
 
+def unfinished_units(fp: FoldPlan, existing: dict[str, tuple[str, str]]) -> list[list[str]]:
+    """The fold's units of work (:meth:`pipelines.plan.Plan.units`) that end a child whose run is not
+    FINISHED (``existing``: :meth:`pipelines.tracking.Tracker.child_runs`). The others have nothing
+    left to do: every node of a FINISHED child is done, and a unit holds every node of its paths."""
+    roots = {fp.plan.chains[p.label][0] for i, p in enumerate(fp.paths)
+             if existing.get(fp.child_key(i), ("", ""))[1] != "FINISHED"}
+    return [unit for unit in fp.plan.units() if unit[0] in roots]
+
+
 def _study_finished(plans: dict[int, FoldPlan], existing: dict[str, tuple[str, str]]) -> bool:
     """Whether every child of every fold of the study has a FINISHED run."""
     return all(existing.get(fp.child_key(i), ("", ""))[1] == "FINISHED"

@@ -11,7 +11,8 @@ import pytest
 from scipy import stats
 
 from pipelines.config import load_config
-from pipelines.grid import grid_children, run_grid
+from pipelines.dataset import open_dataset
+from pipelines.grid import grid_children, plan_fold, run_grid, unfinished_units
 from pipelines.report import (
     Record,
     ReportError,
@@ -91,6 +92,13 @@ def test_resume_continues_the_same_child_run_and_retrains_nothing(spark, small_d
     before = sorted((m.step, m.value) for m in tracker.client.get_metric_history(victim.info.run_id,
                                                                                    "ndcg_at_10_test"))
     tracker.client.update_run(victim.info.run_id, status="RUNNING")  # as if killed while logging it
+    ds = open_dataset(small_dataset)
+    plans = {f: plan_fold(cfg, ds, f) for f in (1, 2)}
+    left = {f: unfinished_units(fp, tracker.child_runs(summary["parent_run_id"])) for f, fp in plans.items()}
+    fold = int(victim.data.tags[TAG_FOLD])
+    assert left[3 - fold] == []  # what a scheduler maps: the victim's unit alone
+    assert len(left[fold]) == 1 and victim.data.params["plan_nodes"].split(",")[0] == left[fold][0][0]
+    assert len(plans[fold].plan.units()) > 1
     again = run_grid(spark, cfg, data=small_dataset)
     assert again["parent_run_id"] == summary["parent_run_id"] and again["resumed"]
     assert (again["trained"], again["skipped"], again["trees_built"]) == (1, 15, 0)  # its nodes are checkpointed
@@ -101,11 +109,10 @@ def test_resume_continues_the_same_child_run_and_retrains_nothing(spark, small_d
     assert after == before  # nothing logged twice
     third = run_grid(spark, cfg, data=small_dataset)
     assert (third["trained"], third["skipped"]) == (0, 16)
+    assert all(unfinished_units(fp, tracker.child_runs(summary["parent_run_id"])) == [] for fp in plans.values())
 
 
 def test_report_from_the_grid(grid_run, small_dataset, tmp_path):
-    from pipelines.dataset import open_dataset
-
     cfg, summary, tracker = grid_run
     splits = open_dataset(small_dataset).manifest["splits"]
     r = build_report(tracker, str(tmp_path / "report"), summary["parent_run_id"], n_perm=500)
