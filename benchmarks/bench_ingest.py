@@ -43,6 +43,9 @@ from pipelines.generate import generate, query_plan
 from pipelines.ingest import ingest
 from pipelines.session import build_session
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling module, run as `python benchmarks/...`
+from proctree import tree_rss  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 
 log = logging.getLogger("bench_ingest")
@@ -58,34 +61,9 @@ class PeakRss:
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
-    @staticmethod
-    def _tree_rss(root: int) -> int:
-        children: dict[int, list[int]] = {}
-        for d in os.listdir("/proc"):
-            if not d.isdigit():
-                continue
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(d))
-        total, stack = 0, [root]
-        while stack:
-            pid = stack.pop()
-            stack += children.get(pid, [])
-            try:
-                with open(f"/proc/{pid}/status") as f:
-                    for line in f:
-                        if line.startswith("VmRSS:"):
-                            total += int(line.split()[1]) * 1024
-            except OSError:
-                pass
-        return total
-
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, self._tree_rss(os.getpid()))
+            self.peak = max(self.peak, tree_rss(os.getpid()))
             self._stop.wait(self.interval)
 
     def __enter__(self) -> PeakRss:

@@ -33,7 +33,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -42,61 +41,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling scripts, run as `python benchmarks/...`
 
-from benchmarks.bench_resume import built_trees  # noqa: E402
+from bench_resume import built_trees  # noqa: E402
+from proctree import kill_tree, tree_rss  # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def ltr(*args: str) -> list[str]:
     return [sys.executable, "-m", "pipelines.cli", *args]
-
-
-def _tree_rss(pid: int) -> int:
-    """Summed RSS (bytes) of ``pid`` and every process below it (read from /proc)."""
-    children: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(d))
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            with open(f"/proc/{p}/statm") as f:
-                total += int(f.read().split()[1]) * PAGE
-        except (OSError, IndexError, ValueError):
-            pass
-        todo += children.get(p, [])
-    return total
-
-
-def _tree_pids(pid: int) -> list[int]:
-    out = subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True, text=True).stdout.split()
-    kids: dict[int, list[int]] = {}
-    for c, p in zip(out[::2], out[1::2]):
-        kids.setdefault(int(p), []).append(int(c))
-    seen, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        seen.append(p)
-        todo += kids.get(p, [])
-    return seen
-
-
-def _kill_tree(pid: int) -> None:
-    """Freeze the whole tree first (PySpark's daemon runs its workers in their own process group), then kill it."""
-    pids = _tree_pids(pid)
-    for sig in (signal.SIGSTOP, signal.SIGKILL):
-        for p in pids:
-            try:
-                os.kill(p, sig)
-            except ProcessLookupError:
-                pass
 
 
 class State:
@@ -125,10 +79,10 @@ def watch(cmd: list[str], log: Path, record: dict, state: State, env: dict,
         record.update(started=_now(), seconds=0.0, peak_rss_gib=0.0, ended="running (or stopped from outside)")
         try:
             while proc.poll() is None:
-                record["peak_rss_gib"] = max(record["peak_rss_gib"], round(_tree_rss(proc.pid) / 2**30, 2))
+                record["peak_rss_gib"] = max(record["peak_rss_gib"], round(tree_rss(proc.pid) / 2**30, 2))
                 record["seconds"] = round(time.perf_counter() - t0, 1)
                 if stop_when is not None and stop_when():
-                    _kill_tree(proc.pid)
+                    kill_tree(proc.pid)
                     proc.wait()
                     record.update(seconds=round(time.perf_counter() - t0, 1), ended="interrupted on purpose")
                     state.save()
@@ -138,7 +92,7 @@ def watch(cmd: list[str], log: Path, record: dict, state: State, env: dict,
                     saved = record["seconds"]
                 time.sleep(2)
         except BaseException:
-            _kill_tree(proc.pid)
+            kill_tree(proc.pid)
             raise
         record.update(seconds=round(time.perf_counter() - t0, 1), rc=proc.returncode,
                       ended="finished" if proc.returncode == 0 else f"failed (exit {proc.returncode})")

@@ -1,0 +1,54 @@
+"""A process and every process below it, read from /proc (Linux): the benchmarks' memory
+figures (summed RSS of a driver, its JVM and its Python workers) and their kills."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+
+def _children() -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            out.setdefault(ppid, []).append(int(d))
+    return out
+
+
+def tree_pids(root: int) -> list[int]:
+    """``root`` and every process below it."""
+    kids, seen, todo = _children(), [], [root]
+    while todo:
+        p = todo.pop()
+        seen.append(p)
+        todo += kids.get(p, [])
+    return seen
+
+
+def tree_rss(root: int) -> int:
+    """Summed resident memory (bytes) of ``root``'s tree."""
+    total = 0
+    for p in tree_pids(root):
+        try:
+            with open(f"/proc/{p}/status") as f:
+                total += next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:")), 0)
+        except OSError:
+            pass
+    return total
+
+
+def kill_tree(root: int) -> None:
+    """Freeze the whole tree, then kill it: PySpark's daemon runs its workers in their own process
+    group, so a process-group kill leaves them running for a moment."""
+    pids = tree_pids(root)
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for p in pids:
+            try:
+                os.kill(p, sig)
+            except ProcessLookupError:
+                pass
