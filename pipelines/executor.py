@@ -74,8 +74,8 @@ def execute_plan(spark: SparkSession, plan: Plan, ds: Dataset, curricula: dict[s
     """
     states = states_of(plan, store)
     todo = pending(plan, states)
+    want = {n.key for n in plan.nodes} if only is None else set(only)
     if only is not None:
-        want = set(only)
         todo = [n for n in todo if n.key in want]
         for n in todo:
             if n.parent and states[n.parent].state != DONE and n.parent not in want:
@@ -84,7 +84,8 @@ def execute_plan(spark: SparkSession, plan: Plan, ds: Dataset, curricula: dict[s
     info: dict[str, Any] = {"jobs": [], "nodes": len(todo), "trees": sum(states[n.key].trees_left(n) for n in todo)}
     if not todo:
         return info
-    total = sum(n.trees for n in todo)
+    # N/M over the fold's plan (or the nodes asked for), done trees included: a resumed fold shows where it is
+    total = sum(n.trees for n in plan.nodes if n.key in want)
     display = ProgressDisplay(f"fold {plan.fold}", total, total - info["trees"])
 
     def callback(ev: dict[str, Any]) -> None:

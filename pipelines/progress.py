@@ -157,9 +157,9 @@ class ProgressDisplay:
             self._bar = tqdm(total=total, initial=done, desc=label, unit="tree", dynamic_ncols=True)
 
     def advance(self, n: int = 1) -> None:
-        if self._first is None:  # the rate counts from the first tree, not from the job's start-up
-            self._first, self._start_done = time.perf_counter(), self.done
         self.done = min(self.total, self.done + n)
+        if self._first is None:  # the rate counts from the first tree's arrival, not from the job's start-up
+            self._first, self._start_done = time.perf_counter(), self.done
         if self._bar is not None:
             self._bar.update(n)
             return
@@ -169,10 +169,11 @@ class ProgressDisplay:
             log.info("%s", self.line())
 
     def line(self) -> str:
-        rate = (self.done - self._start_done) / max(time.perf_counter() - (self._first or 0.0), 1e-9) \
-            if self._first is not None else 0.0
-        left = (self.total - self.done) / rate if rate > 0 else float("nan")
-        return f"{self.label}: {self.done}/{self.total} trees ({rate:.1f} trees/s, about {left:.0f} s left)"
+        head = f"{self.label}: {self.done}/{self.total} trees"
+        if self._first is None or self.done == self._start_done:  # no rate from fewer than two trees
+            return head
+        rate = (self.done - self._start_done) / max(time.perf_counter() - self._first, 1e-9)
+        return f"{head} ({rate:.1f} trees/s, about {(self.total - self.done) / rate:.0f} s left)"
 
     def close(self) -> None:
         if self._bar is not None:

@@ -202,3 +202,21 @@ def test_a_failed_job_is_named_in_one_line():
                '  File "x.py", line 3, in run\npipelines.checkpoints.CheckpointError: checkpoint x is unreadable\n'
                "\tat org.apache.spark.Y")
     assert _one_line(RuntimeError(py_text)) == "CheckpointError: checkpoint x is unreadable"
+
+
+def test_progress_of_a_resumed_fold_counts_from_its_done_trees(monkeypatch, caplog):
+    """N/M over the whole fold; the rate from trees built since the first one arrived, never from one tree."""
+    import logging
+
+    from pipelines import progress
+
+    clock = iter([100.0, 100.0, 101.0, 101.0, 102.0, 102.0, 103.0, 103.0])
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
+    d = progress.ProgressDisplay("fold 1", 8900, done=900, interval=0.0, tty=False)
+    with caplog.at_level(logging.INFO, logger=progress.log.name):
+        for _ in range(3):
+            d.advance(1)
+    assert [r.getMessage() for r in caplog.records] == [
+        "fold 1: 901/8900 trees",  # the first tree after a resume: no rate yet (it was 44045.1 trees/s)
+        "fold 1: 902/8900 trees (1.0 trees/s, about 7998 s left)",
+        "fold 1: 903/8900 trees (1.0 trees/s, about 7997 s left)"]
