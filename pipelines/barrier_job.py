@@ -233,11 +233,9 @@ def _worker_data(table: pa.Table, n_features: int, curricula: list[dict[str, Any
     for code, name in enumerate(SPLITS):
         idx = np.flatnonzero(split == code)
         t = table.take(pa.array(idx)) if table.num_rows else table
-        # train row-major (XGBoost's matrices), vali/test column-major (the curves' tree walk: worker_loop)
-        X = np.empty((t.num_rows, n_features), np.float32, order="C" if name == "train" else "F")
-        for j, f in enumerate(feats):
-            X[:, j] = t.column(f).to_numpy()
-        out[name] = SplitData(X=X, y=t.column(schema.LABEL).to_numpy().astype(np.float32),
+        X = np.column_stack([t.column(f).to_numpy() for f in feats]).astype(np.float32, copy=False) \
+            if t.num_rows else np.zeros((0, n_features), np.float32)
+        out[name] = SplitData(X=np.ascontiguousarray(X), y=t.column(schema.LABEL).to_numpy().astype(np.float32),
                               qid=t.column(schema.QID).to_numpy().astype(np.int32),
                               doc=t.column(schema.DOC).to_numpy().astype(np.int32))
         if name == "train":

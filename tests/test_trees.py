@@ -16,7 +16,6 @@ def test_tree_by_tree_equals_xgboost_with_missing_values_and_deep_trees():
     b = xgb.train({"tree_method": "hist", "max_depth": 0, "max_leaves": 255, "grow_policy": "lossguide",
                    "eta": 0.3, "base_score": 0.0, "nthread": 1}, xgb.DMatrix(X, y), 12)
     margins = np.zeros(X.shape[0], np.float32)
-    XF, by_column = np.asfortranarray(X), np.zeros(X.shape[0], np.float32)  # the curves' layout (worker_loop)
     rows = np.arange(0, X.shape[0], 3)
     part = np.zeros(X.shape[0], np.float32)
     d = xgb.DMatrix(X, base_margin=np.zeros(X.shape[0], np.float32))
@@ -25,10 +24,8 @@ def test_tree_by_tree_equals_xgboost_with_missing_values_and_deep_trees():
         tree = tree_arrays(b, i)
         add_tree(X, tree, margins)
         add_tree(X, tree, part, rows)
-        add_tree(XF, tree, by_column)
         expected = b.predict(d, output_margin=True, iteration_range=(0, i + 1))
         np.testing.assert_array_equal(margins, expected)  # bit for bit
-        np.testing.assert_array_equal(by_column, expected)
         np.testing.assert_array_equal(part[rows], expected[rows])
         assert not part[np.setdiff1d(np.arange(X.shape[0]), rows)].any()  # other rows untouched
         depth = max(depth, _depth(tree[0], tree[1]))
