@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import json
@@ -25,6 +26,8 @@ import os
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +64,30 @@ def default_uri(work_dir: str) -> str:
     return f"sqlite:///{os.path.abspath(os.path.join(work_dir, 'mlflow.db'))}"
 
 
+@contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """An exclusive lock (``<db>.lock``, ``flock``) on a local SQLite store; nothing for other stores.
+
+    MLflow creates and migrates a SQLite store's schema in whichever process opens it first, and
+    finds-or-creates experiments and parent runs by a search then an insert: two processes opening a
+    fresh store at once (``ltr grid --fold 1 & ltr grid --fold 2 &``, or the DAG's mapped tasks) fail
+    in alembic ("table _alembic_tmp_runs already exists") or make two parent runs of one study.
+    Measured in ``tests/test_tracking.py``. A tracking server's database serialises its own schema;
+    there the DAG's ``grid_setup`` makes the experiment and the parent run before any task maps.
+    """
+    path = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
+    if not path or path == ":memory:":
+        yield
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(f"{path}.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 @dataclass
 class Tracker:
     """A thin wrapper around ``MlflowClient`` for one experiment.
@@ -81,21 +108,23 @@ class Tracker:
         logging.getLogger("mlflow").setLevel(logging.WARNING)
         logging.getLogger("alembic").setLevel(logging.WARNING)
         mlflow.set_tracking_uri(self.uri)
-        self.client = MlflowClient(self.uri)
-        exp = self.client.get_experiment_by_name(self.experiment)
-        if exp is None and not self.create:
-            names = sorted(e.name for e in self.client.search_experiments())
-            raise UnknownExperiment(f"no MLflow experiment {self.experiment!r} at {self.uri}; existing "
-                                    f"experiments: {', '.join(names) or '(none)'}")
-        if exp is None:
-            os.makedirs(self.artifact_root, exist_ok=True) if "://" not in self.artifact_root else None
-            loc = self.artifact_root if "://" in self.artifact_root else f"file://{os.path.abspath(self.artifact_root)}"
-            self.experiment_id = self.client.create_experiment(self.experiment, artifact_location=loc,
-                                                               tags={TAG_EXPERIMENT_KIND: MODEL_TRAINING})
-        else:
-            self.experiment_id = exp.experiment_id
-            if self.create and TAG_EXPERIMENT_KIND not in exp.tags:  # one made before the tag existed
-                self.client.set_experiment_tag(self.experiment_id, TAG_EXPERIMENT_KIND, MODEL_TRAINING)
+        with store_lock(self.uri):  # the first use of a store creates its schema
+            self.client = MlflowClient(self.uri)
+            exp = self.client.get_experiment_by_name(self.experiment)
+            if exp is None and not self.create:
+                names = sorted(e.name for e in self.client.search_experiments())
+                raise UnknownExperiment(f"no MLflow experiment {self.experiment!r} at {self.uri}; existing "
+                                        f"experiments: {', '.join(names) or '(none)'}")
+            if exp is None:
+                os.makedirs(self.artifact_root, exist_ok=True) if "://" not in self.artifact_root else None
+                loc = (self.artifact_root if "://" in self.artifact_root
+                       else f"file://{os.path.abspath(self.artifact_root)}")
+                self.experiment_id = self.client.create_experiment(self.experiment, artifact_location=loc,
+                                                                   tags={TAG_EXPERIMENT_KIND: MODEL_TRAINING})
+            else:
+                self.experiment_id = exp.experiment_id
+                if self.create and TAG_EXPERIMENT_KIND not in exp.tags:  # one made before the tag existed
+                    self.client.set_experiment_tag(self.experiment_id, TAG_EXPERIMENT_KIND, MODEL_TRAINING)
 
     @classmethod
     def for_config(cls, cfg: Any, experiment: str | None = None, create: bool = True) -> Tracker:
@@ -108,6 +137,11 @@ class Tracker:
     def find_or_create_parent(self, grid_key: str, name: str, params: dict[str, Any],
                               tags: dict[str, str] | None = None) -> tuple[str, bool]:
         """The parent run of this grid (resumed if one with the same key exists)."""
+        with store_lock(self.uri):  # one parent per grid when processes start it at once
+            return self._find_or_create_parent(grid_key, name, params, tags)
+
+    def _find_or_create_parent(self, grid_key: str, name: str, params: dict[str, Any],
+                               tags: dict[str, str] | None) -> tuple[str, bool]:
         runs = self.client.search_runs([self.experiment_id], filter_string=f"tags.`{TAG_GRID_KEY}` = '{grid_key}'",
                                        order_by=["attributes.start_time DESC"], max_results=1)
         if runs:
