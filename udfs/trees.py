@@ -16,7 +16,7 @@ row's cache lines, so 750,000 rows x 136 float32 features (408 MB) take about 33
 cuts ``<= x``, ``x < cuts[j]`` holds exactly when ``b(x) <= j``. :func:`bin_codes` stores
 ``b(x)`` as uint16 (NaN: :data:`MISSING`) once per matrix; :func:`tree_arrays` with the
 cuts adds each split's cut index; the walk over codes reads half the bytes and is about
-2.6x faster, with the same leaves, hence bit-identical margins (tested). A tree with a
+2.4x faster on real rows, with the same leaves, hence bit-identical margins (tested). A tree with a
 split that is not a cut (another tree method, cuts of another matrix) walks the floats.
 """
 
@@ -85,19 +85,17 @@ def tree_arrays(booster: xgb.Booster, i: int, cuts: Cuts | None = None) -> tuple
 
 def _cut_indices(left: np.ndarray, feature: np.ndarray, cond: np.ndarray, indptr: np.ndarray,
                  values: np.ndarray) -> np.ndarray | None:
-    split = left != -1
-    feat = feature[split]
-    if feat.size and (feat.max() >= indptr.size - 1 or feat.min() < 0):
-        return None
+    """Each split's index among its feature's cuts (exact float32 equality); None if one is not a cut."""
     out = np.zeros(cond.size, np.int32)
-    lo, hi = indptr[feat], indptr[feat + 1]
-    # the condition's position among its feature's cuts (sorted, distinct): exact float32 equality or nothing
-    pos = np.array([lo_ + np.searchsorted(values[lo_:hi_], c) for lo_, hi_, c in zip(lo, hi, cond[split])],
-                   np.int64)
-    found = (pos < hi) & (values[np.minimum(pos, values.size - 1)] == cond[split]) if values.size else pos < 0
-    if not found.all():
-        return None
-    out[split] = (pos - lo).astype(np.int32)
+    for n in np.flatnonzero(left != -1):
+        f = feature[n]
+        if not 0 <= f < indptr.size - 1:
+            return None
+        cuts = values[indptr[f]:indptr[f + 1]]
+        j = int(np.searchsorted(cuts, cond[n]))
+        if j == cuts.size or cuts[j] != cond[n]:
+            return None
+        out[n] = j
     return out
 
 
