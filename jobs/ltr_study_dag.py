@@ -283,10 +283,12 @@ def unit_args(study: dict[str, Any], setup: dict[str, Any] | None) -> list[list[
 
     A unit is a root node of a fold's plan with every node below it (:meth:`pipelines.plan.Plan.units`):
     no two units share a node and each path lies within one, so the units of all folds run in any
-    order, at once or one by one, each as ``ltr grid --fold F --node K ...``; the last to finish ends
+    order, at once or one by one, each as ``ltr grid --unit F:I ...``; the last to finish ends
     the study's parent run FINISHED. Planned from the config and the dataset's manifest (no Spark),
     after ``grid_setup``, as ``ltr grid --plan`` does. In a resumed study, a unit whose children are all
-    FINISHED in MLflow is not mapped.
+    FINISHED in MLflow is not mapped. A task is told its unit's place (fold, index), never node keys:
+    ``ltr grid`` computes the keys itself, with the code and environment that train (keys computed
+    here, in Airflow's environment, could differ and train nothing).
     """
     from pipelines.dataset import open_dataset
     from pipelines.grid import plan_fold, unfinished_units
@@ -302,7 +304,7 @@ def unit_args(study: dict[str, Any], setup: dict[str, Any] | None) -> list[list[
         units = {f: unfinished_units(fp, existing) for f, fp in plans.items()}
     else:  # no word from grid_setup (deploy mode cluster): every unit, the done ones finish at once
         units = {f: fp.plan.units() for f, fp in plans.items()}
-    return [["--fold", str(f), *[a for k in unit for a in ("--node", k)], *study["grid_args"]]
+    return [["--unit", f"{f}:{plans[f].plan.units().index(unit)}", *study["grid_args"]]
             for f in study["folds"] for unit in units[f]]
 
 
@@ -344,7 +346,7 @@ with DAG(
                               **_submit("grid", application_args=study["setup_args"]))
     units = task(unit_args, task_id="units")(study, setup.output)
     train = LtrSubmitOperator.partial(
-        task_id="train", map_index_template="fold {{ task.application_args[1] }} node {{ task.application_args[3] }}",
+        task_id="train", map_index_template="unit {{ task.application_args[1] }}",
         **_submit("grid")).expand(application_args=units)
     # none_failed: after a finished study, train is mapped over no unit (skipped) and the report still runs
     report = LtrSubmitOperator(task_id="report", trigger_rule="none_failed", **_submit("report", application_args=[

@@ -42,6 +42,7 @@ from pipelines.config import ConfigError, TrainConfig
 from pipelines.curriculum import QUERIES, read_curriculum
 from pipelines.dataset import Dataset, DatasetError, load_split
 from pipelines.checkpoints import CheckpointStore
+from pipelines.cuts import FoldCuts, reference_matrix
 from pipelines.plan import Node
 from pipelines.session import task_slots
 from pipelines.worker_loop import Settings, SplitData, WorkerData, XgbComm, check_device, run_nodes
@@ -91,14 +92,6 @@ class Curriculum:
         return {s["stage"]: s["label_filter"] for s in self.summary["stages"] if s.get("label_filter")}
 
 
-def curriculum_content_key(c: Curriculum) -> str:
-    """What a plan node keys a curriculum by: its build key and the summary of its stages."""
-    from pipelines.plan import content_key
-
-    return content_key({"key": c.summary.get("key"), "stages": c.summary.get("stages"),
-                        "fingerprint": c.summary.get("dataset_fingerprint")})
-
-
 def load_curricula(paths: list[str], ds: Dataset, fold: int) -> list[Curriculum]:
     """Curricula named by their strategy; each must belong to this dataset and fold."""
     out: dict[str, Curriculum] = {}
@@ -129,6 +122,8 @@ def make_settings(cfg: TrainConfig, metric: NdcgSpec, ds: Dataset, nthread: int)
         raise ConfigError(str(e)) from None
     if cfg.eval_every < 1:
         raise ConfigError(f"train.eval_every must be >= 1, got {cfg.eval_every}")
+    if cfg.cuts_sample_rows < 1:
+        raise ConfigError(f"train.cuts_sample_rows must be >= 1, got {cfg.cuts_sample_rows}")
     if cfg.checkpoint_every < 1:
         raise ConfigError(f"train.checkpoint_every must be >= 1, got {cfg.checkpoint_every}")
     try:
@@ -148,7 +143,8 @@ def make_settings(cfg: TrainConfig, metric: NdcgSpec, ds: Dataset, nthread: int)
                     score_dist_trees=tuple(cfg.score_dist_trees), score_dist_bins=cfg.score_dist_bins,
                     base_margin=cfg.base_margin, seed=cfg.seed, min_label=int(lo), max_label=int(hi),
                     sigmoid_gamma=cfg.sigmoid_gamma, stochastic_noise=cfg.stochastic_noise,
-                    stochastic_anneal=cfg.stochastic_anneal, checkpoint_every=cfg.checkpoint_every, blend=blend)
+                    stochastic_anneal=cfg.stochastic_anneal, checkpoint_every=cfg.checkpoint_every, blend=blend,
+                    cuts_sample_rows=cfg.cuts_sample_rows)
 
 
 def is_local(master: str) -> bool:
@@ -166,8 +162,9 @@ def check_barrier_conf(conf: Any) -> None:
 def resolve_workers(spark: SparkSession, cfg: TrainConfig, parallel: int = 1) -> tuple[int, int]:
     """(workers, threads per worker) of one training job when ``parallel`` jobs run at once.
 
-    ``workers = 0`` (auto): on a cluster, the task slots shared among the
-    parallel jobs; on a local master one worker with its share of the cores,
+    ``workers = 0`` (auto): on a cluster, the barrier task slots (Spark's count
+    of concurrent tasks, ``spark.task.cpus`` honoured: :func:`pipelines.session.task_slots`)
+    shared among the parallel jobs; on a local master one worker with its share of the cores,
     because workers on one machine only add XGBoost's histogram all-reduce over
     loopback (measured on 2 cores: 1.39x the per-tree time of in-process
     ``xgb.train`` with 2 single-thread workers, 1.03x with 1 worker x 2 threads,
@@ -187,14 +184,17 @@ def resolve_workers(spark: SparkSession, cfg: TrainConfig, parallel: int = 1) ->
         raise TrainError(f"--workers must be >= 1, got {workers}")
     if workers * parallel > slots:
         raise TrainError(f"--workers {workers} x --parallel {parallel} needs {workers * parallel} tasks running at "
-                         f"once (barrier mode), but the session has {slots} task slots; use fewer workers or "
-                         "parallel jobs, or more cores/executors")
+                         f"once (barrier mode), but the session has {slots} task slots (spark.task.cpus="
+                         f"{spark.conf.get('spark.task.cpus', '1')}); use fewer workers or parallel jobs, or more "
+                         "cores/executors")
     if cfg.nthread:
         nthread = cfg.nthread
-    elif local:
-        nthread = max(1, slots // (workers * parallel))  # one machine: share its cores among the workers
+    elif local:  # one machine: share its cores among the workers
+        nthread = max(1, int(spark.sparkContext.defaultParallelism) // (workers * parallel))
     else:
         nthread = int(spark.conf.get("spark.task.cpus", "1"))  # a cluster: the cores of the task slot
+    log.info("training on %d workers x %d threads (%s; %d barrier task slots, %d parallel jobs)", workers, nthread,
+             "train.workers" if cfg.workers else "auto", slots, parallel)
     return workers, nthread
 
 
@@ -292,10 +292,13 @@ def _start_tracker(spark: SparkSession, workers: int, timeout: int = 0) -> dict[
 
 def run_nodes_distributed(spark: SparkSession, df: DataFrame, n_features: int, nodes: list[Node],
                           settings: Settings, workers: int, curricula: list[Curriculum], store: CheckpointStore,
-                          events: tuple[str, int] | None = None,
+                          cuts: FoldCuts, events: tuple[str, int] | None = None,
                           arrange: Callable[[DataFrame, int], DataFrame] = arrange_by_qid,
                           tracker_timeout: int = 0) -> dict[str, Any]:
     """Train ``nodes`` (plan order) on ``df`` (see :func:`training_frame`) with ``workers`` barrier tasks.
+
+    Every worker builds its training matrix on the fold's global ``cuts`` (:mod:`pipelines.cuts`), so
+    the trees do not depend on ``workers``.
 
     Outputs go to ``store`` (checkpoints every ``settings.checkpoint_every`` trees
     and at each node's end); rank 0 reports progress to the driver's event
@@ -330,11 +333,12 @@ def run_nodes_distributed(spark: SparkSession, df: DataFrame, n_features: int, n
                                           np.zeros(0, np.int32)) for _ in SPLITS],
                               stages={c["name"]: np.zeros(0, np.int32) for c in cur_meta})
         _check_queries(ctx, data)
+        ref = reference_matrix(cuts, int(settings.params.get("nthread") or 0))  # outside the collective
         load = time.perf_counter() - t0
         client = EventClient(*events) if events and ctx.partitionId() == 0 else None
         try:
             with CommunicatorContext(dmlc_task_id=str(ctx.partitionId()), **args):
-                timing = run_nodes(data, nodes, settings, store, XgbComm(), client.send if client else None)
+                timing = run_nodes(data, nodes, settings, store, XgbComm(), client.send if client else None, ref)
         finally:
             if client:
                 client.close()

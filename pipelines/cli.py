@@ -41,11 +41,12 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from pipelines.report import ReportError
     from pipelines.storage import OutputError
     from pipelines.barrier_job import SplitQueryError, TrainError
+    from pipelines.executor import UnknownNode
     from pipelines.grid import CodeChanged
     from pipelines.pack import PackError
 
     return USER_ERRORS + (IngestError, PathError, TrainError, SplitQueryError, ReportError, OutputError,
-                          CodeChanged, PackError)
+                          CodeChanged, PackError, UnknownNode)
 
 
 # ------------------------------------------------------------- parsing
@@ -133,7 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parallel", type=int, default=1, metavar="N",
                    help="run up to N ready plan nodes as concurrent Spark jobs (default 1: one job per fold)")
     p.add_argument("--node", action="append", default=[], metavar="KEY",
-                   help="train only this plan node (repeatable; its parent must be done): a retry or scheduler task")
+                   help="train only this plan node (repeatable; its parent must be done): a retry or scheduler task; "
+                        "a key the plan does not hold is an error (exit 2)")
+    p.add_argument("--unit", action="append", default=[], metavar="FOLD:INDEX",
+                   help="train the INDEX-th unit (0-based, `ltr grid --plan` order) of fold FOLD's plan, its keys "
+                        "computed here, by the code that trains (repeatable): what a scheduler task passes")
     p.add_argument("--fold", action="append", type=int, default=[], metavar="F",
                    help="train only fold F of the study (grid.folds), under the study's one parent run "
                         "(repeatable): one scheduler task per fold")
@@ -317,7 +322,16 @@ def cmd_grid(args: argparse.Namespace) -> int:
 
         print(show_plan(cfg))
         return 0
-    g = run_grid(_session(cfg), cfg, folds=args.fold or None, parallel=args.parallel, only=args.node or None,
+    units = []
+    for text in args.unit:
+        try:
+            fold, index = (int(x) for x in text.split(":"))
+        except ValueError:
+            raise UsageError(f"--unit {text!r}: expected FOLD:INDEX, e.g. 1:0") from None
+        units.append((fold, index))
+    folds = list(dict.fromkeys([*args.fold, *(f for f, _ in units)]))
+    g = run_grid(_session(cfg), cfg, folds=folds or None, parallel=args.parallel, only=args.node or None,
+                 units=units or None,
                  new_parent=args.new_parent, setup_only=args.setup_only,
                  resume_hint="ltr " + " ".join(sys.argv[1:]) if sys.argv[1:] else "ltr grid")
     if args.setup_only:

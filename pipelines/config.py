@@ -181,6 +181,9 @@ class TrainConfig:
     :mod:`pipelines.paths`). Tree parameters follow the paper: 64 leaves grown
     best-first, learning rate 0.05. ``k``: the NDCG cutoff of the LambdaMART
     deltas and of its top-k pairs. ``workers``/``nthread``: 0 = automatic.
+    ``max_bin``/``cuts_sample_rows``: the fold's histogram cuts are computed once from a deterministic
+    sample of at most that many training rows (whole queries; all rows when fewer) and given to every
+    worker (:mod:`pipelines.cuts`), so the trees do not depend on the number of workers.
     ``base_margin``: ``auto`` starts paths that begin with a regression
     objective from the mean training label and ranking paths from 0.
     """
@@ -189,6 +192,7 @@ class TrainConfig:
     eta: float = 0.05
     leaves: int = 64
     max_bin: int = 256
+    cuts_sample_rows: int = 200_000
     min_child_weight: float = 1.0
     reg_lambda: float = 1.0
     subsample: float = 1.0

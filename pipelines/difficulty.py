@@ -59,22 +59,22 @@ def resolve_roles(ds: Dataset, cfg: DifficultyConfig) -> Roles:
 
 def difficulty_inputs(ds: Dataset, cfg: DifficultyConfig, spec: NdcgSpec) -> dict[str, Any]:
     """Everything that determines the scores: the dataset's fingerprint, the resolved feature roles,
-    the difficulty settings, the metric conventions and the code version (package and git commit)."""
-    from pipelines.provenance import code_version
+    the difficulty settings, the metric conventions and the code identity (:mod:`pipelines.keys`)."""
+    from pipelines.keys import code_identity
 
     roles = resolve_roles(ds, cfg)
     # the feature ids are in through the resolved roles; the empty-query policy acts on curricula, not scores
     settings = {k: v for k, v in asdict(cfg).items() if k not in ("bm25_feature", "pagerank_feature", "empty_queries")}
-    return {"dataset_fingerprint": ds.fingerprint, "roles": asdict(roles), "settings": settings,
-            "metric": spec.to_dict(), "code": code_version()}
+    return {"dataset": ds.fingerprint, "roles": asdict(roles), "settings": settings,
+            "metric": spec.to_dict(), "code": code_identity()}
 
 
 def difficulty_key(ds: Dataset, cfg: DifficultyConfig, spec: NdcgSpec) -> str:
     """The key of :func:`difficulty_inputs`, recorded in the summary: stored scores are reused only
     by a run whose key matches (``ltr grid``)."""
-    from pipelines.tracking import config_hash
+    from pipelines.keys import difficulty_key as key_of
 
-    return "sha256:" + config_hash(difficulty_inputs(ds, cfg, spec))
+    return key_of(**difficulty_inputs(ds, cfg, spec))
 
 
 def stored_summary(path: str, key: str) -> dict[str, Any] | None:

@@ -36,7 +36,9 @@ from pipelines.barrier_job import (
     training_frame,
 )
 from pipelines.checkpoints import CheckpointStore
+from pipelines.cuts import FoldCuts, fold_cuts
 from pipelines.dataset import Dataset, DatasetError
+from pipelines.keys import cuts_key
 from pipelines.plan import DONE, Node, Plan, node_states, pending
 from pipelines.progress import EventServer, ProgressDisplay
 from pipelines.worker_loop import Settings
@@ -46,6 +48,10 @@ log = logging.getLogger(__name__)
 
 class NodeFailed(RuntimeError):
     """Training a node failed (after retries): the message names the fold, node and the resume command."""
+
+
+class UnknownNode(ValueError):
+    """A node key the plan does not hold (a user error: exit 2)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,12 @@ def execute_plan(spark: SparkSession, plan: Plan, ds: Dataset, curricula: dict[s
     states = states_of(plan, store)
     todo = pending(plan, states)
     want = {n.key for n in plan.nodes} if only is None else set(only)
+    unknown = sorted(want - {n.key for n in plan.nodes})
+    if unknown:  # a key from another environment or an older plan: never a silent no-op
+        raise UnknownNode(f"fold {plan.fold}: the plan has no node {unknown[0]}"
+                          f"{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''}: it was computed by "
+                          "other code, config or data; list the plan's nodes with `ltr grid --plan` (same config), "
+                          "or give the unit as `--unit`")
     if only is not None:
         todo = [n for n in todo if n.key in want]
         for n in todo:
@@ -94,21 +106,25 @@ def execute_plan(spark: SparkSession, plan: Plan, ds: Dataset, curricula: dict[s
         if on_event is not None:
             on_event(ev)
 
+    cuts = fold_cuts(spark, store.root, ds, plan.fold, int(settings.params.get("max_bin", 256)),
+                     settings.cuts_sample_rows, cuts_key(ds.fingerprint, plan.fold, int(settings.params.get("max_bin", 256)),
+                                                         settings.cuts_sample_rows), how.nthread)
     try:
         with EventServer(driver_host(spark), callback) as server:
             if how.parallel <= 1:
                 info["jobs"].append(_run_unit(spark, plan, todo, ds, curricula, settings, store, how,
-                                              server.address))
+                                              server.address, cuts))
             else:
-                info["jobs"] += _run_parallel(spark, plan, todo, ds, curricula, settings, store, how, server.address)
+                info["jobs"] += _run_parallel(spark, plan, todo, ds, curricula, settings, store, how, server.address,
+                                              cuts)
     finally:
         display.close()
     return info
 
 
 def _run_parallel(spark: SparkSession, plan: Plan, todo: list[Node], ds: Dataset, curricula: dict[str, Curriculum],
-                  settings: Settings, store: CheckpointStore, how: Execution, address: tuple[str, int]
-                  ) -> list[dict[str, Any]]:
+                  settings: Settings, store: CheckpointStore, how: Execution, address: tuple[str, int],
+                  cuts: FoldCuts) -> list[dict[str, Any]]:
     """Ready nodes as concurrent Spark jobs (one FAIR pool each), up to ``how.parallel`` at a time."""
     left = {n.key: n for n in todo}
     finished: set[str] = {n.key for n in plan.nodes if n.key not in left}
@@ -121,7 +137,7 @@ def _run_parallel(spark: SparkSession, plan: Plan, todo: list[Node], ds: Dataset
             pools.name = f"ltr-{threading.get_ident()}"
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", pools.name)
         spark.sparkContext.setJobGroup(f"ltr-node-{node.key}", f"fold {plan.fold}: {node.describe()}")
-        return _run_unit(spark, plan, [node], ds, curricula, settings, store, how, address)
+        return _run_unit(spark, plan, [node], ds, curricula, settings, store, how, address, cuts)
 
     with ThreadPoolExecutor(max_workers=how.parallel, thread_name_prefix="ltr-node") as pool:
         while left or running:
@@ -143,8 +159,8 @@ def _run_parallel(spark: SparkSession, plan: Plan, todo: list[Node], ds: Dataset
 
 
 def _run_unit(spark: SparkSession, plan: Plan, nodes: list[Node], ds: Dataset, curricula: dict[str, Curriculum],
-              settings: Settings, store: CheckpointStore, how: Execution, address: tuple[str, int]
-              ) -> dict[str, Any]:
+              settings: Settings, store: CheckpointStore, how: Execution, address: tuple[str, int],
+              cuts: FoldCuts) -> dict[str, Any]:
     """One Spark barrier job for ``nodes``; a failure is retried from the checkpoints."""
     names = sorted({n.curriculum for n in nodes if n.curriculum})
     missing = [c for c in names if c not in curricula]
@@ -157,7 +173,7 @@ def _run_unit(spark: SparkSession, plan: Plan, nodes: list[Node], ds: Dataset, c
         todo = [n for n in nodes if states_of(plan.subplan([n.key]), store)[n.key].state != DONE] \
             if attempt else nodes
         try:
-            return run_nodes_distributed(spark, df, ds.n_features, todo, s, how.workers, curs, store,
+            return run_nodes_distributed(spark, df, ds.n_features, todo, s, how.workers, curs, store, cuts,
                                          events=address, tracker_timeout=how.tracker_timeout)
         except Exception as e:
             cause = _one_line(e)
@@ -200,30 +216,18 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {lines[0] if lines else ''}"[:500]
 
 
-#: TrainConfig fields that do not change the trees: left out of node keys.
-NOT_IN_KEY = ("path", "workers", "nthread", "checkpoint_every", "tracker_timeout", "job_retries")
-
-
-def plan_context(train: Any, metric: Any, fingerprint: str) -> dict[str, Any]:
-    """What besides a path determines its trees (see :func:`pipelines.plan.build_plan`)."""
-    from dataclasses import asdict
-
-    from pipelines.provenance import code_version
-
-    return {"train": {k: v for k, v in asdict(train).items() if k not in NOT_IN_KEY},
-            "metric": metric.to_dict(), "data": fingerprint, "code": code_version()}
-
-
 def train_paths(spark: SparkSession, ds: Dataset, fold: int, paths: list[Any], settings: Settings, how: Execution,
                 store: CheckpointStore, curricula: dict[str, Curriculum] | None = None,
                 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Plan ``paths`` (resolved) with no context, train them, and return ``({label: PathResult}, job info)``:
-    a library entry point for benchmarks and tests (grids key their plans by :func:`plan_context`)."""
+    a library entry point for benchmarks and tests (grids key their plans by :func:`pipelines.keys.plan_context`)."""
+    from pipelines.keys import curriculum_content_key
     from pipelines.plan import build_plan
     from pipelines.worker_loop import path_result
 
     curricula = curricula or {}
-    plan = build_plan(paths, fold=fold, curriculum_keys={n: c.path for n, c in curricula.items()})
+    plan = build_plan(paths, fold=fold, curriculum_keys={n: curriculum_content_key(c.summary)
+                                                         for n, c in curricula.items()})
     info = execute_plan(spark, plan, ds, curricula, settings, store, how)
     job = info["jobs"][0] if info["jobs"] else {}
     return {p: path_result(store, p, c) for p, c in plan.chains.items()}, job

@@ -35,9 +35,13 @@ from pipelines.difficulty import SUMMARY as DIFFICULTY_SUMMARY
 from pipelines.difficulty import stored_summary
 from pipelines.difficulty import difficulty_key as compute_difficulty_key
 from pipelines.difficulty import run_difficulty
-from pipelines.executor import Execution, execute_plan, plan_context, states_of
+from pipelines.executor import Execution, UnknownNode, execute_plan, states_of
+from pipelines.keys import child_key as make_child_key
+from pipelines.keys import (code_identity, code_label, curriculum_content_key, differences, digest, plan_context,
+                            study_keys, train_inputs)
+from pipelines.keys import curriculum_key as make_curriculum_key
 from pipelines.paths import TrainingPath, parse_path, resolve
-from pipelines.plan import DONE, Plan, build_plan, content_key, format_plan
+from pipelines.plan import DONE, Plan, build_plan, format_plan
 from pipelines.provenance import code_version
 from pipelines.storage import read_json
 from pipelines.tracking import (
@@ -121,11 +125,43 @@ def difficulty_key(cfg: Config, ds: Dataset) -> str:
     return compute_difficulty_key(ds, cfg.difficulty, cfg.metric)
 
 
-def curriculum_key(cfg: Config, ds: Dataset, fold: int, name: str) -> str:
-    """Everything that determines a curriculum: its settings, the dataset, the fold, the difficulty scores."""
-    return config_hash({"cur": asdict(_curriculum_config(cfg, name)), "fp": ds.fingerprint, "fold": fold,
-                        "name": name, "difficulty": difficulty_key(cfg, ds),
-                        "empty_queries": cfg.difficulty.empty_queries})
+def difficulty_dir(cfg: Config) -> str:
+    return cfg.grid.difficulty or os.path.join(cfg.work_dir, "difficulty")
+
+
+def curriculum_dir(cfg: Config, fold: int, name: str) -> str:
+    return os.path.join(cfg.work_dir, "curricula", f"fold{fold}", name)
+
+
+def curriculum_key(cfg: Config, ds: Dataset, fold: int, name: str, scores: str) -> str:
+    """Everything that determines a curriculum (:func:`pipelines.keys.curriculum_key`): its settings, the
+    dataset, the fold, the difficulty inputs and ``scores``, the content fingerprint of the very scores it
+    is built from (scores computed again into the same folder with another result rebuild it)."""
+    return make_curriculum_key(asdict(_curriculum_config(cfg, name)), ds.fingerprint, fold, name,
+                               difficulty_key(cfg, ds), cfg.difficulty.empty_queries, scores)
+
+
+def _scores_fingerprint(difficulty: str) -> str:
+    try:
+        return str(read_json(difficulty, DIFFICULTY_SUMMARY).get("content_fingerprint", ""))
+    except (OSError, ValueError):
+        return ""
+
+
+def stored_curriculum_keys(cfg: Config, ds: Dataset, fold: int, names: set[str]) -> dict[str, str]:
+    """Content key (:func:`pipelines.keys.curriculum_content_key`) of each curriculum as built in the work
+    directory, read without Spark; a curriculum not built yet, or built from other inputs, gets a provisional
+    key (``unbuilt:...``) that matches no checkpoint: its nodes show as to do until it is built."""
+    scores = _scores_fingerprint(difficulty_dir(cfg))
+    out = {}
+    for name in sorted(names):
+        key = curriculum_key(cfg, ds, fold, name, scores)
+        try:
+            summary = read_curriculum(curriculum_dir(cfg, fold, name))
+        except DatasetError:
+            summary = {}
+        out[name] = curriculum_content_key(summary) if scores and summary.get("key") == key else f"unbuilt:{key}"
+    return out
 
 
 def ensure_difficulty(spark, cfg: Config, data: str, difficulty: str) -> dict[str, Any]:
@@ -152,8 +188,8 @@ def ensure_curricula(spark, cfg: Config, data: str, difficulty: str, fold: int, 
     out = []
     for name in sorted(names):
         ccfg = _curriculum_config(cfg, name)
-        key = config_hash({"curriculum": curriculum_key(cfg, ds, fold, name), "scores": scores})
-        d = os.path.join(cfg.work_dir, "curricula", f"fold{fold}", name)
+        key = curriculum_key(cfg, ds, fold, name, scores)
+        d = curriculum_dir(cfg, fold, name)
         try:
             summary = read_curriculum(d)
             fresh = summary.get("key") == key
@@ -178,18 +214,25 @@ class FoldPlan:
 
     def child_key(self, i: int) -> str:
         c, p = self.children[i], self.paths[i]
-        return content_key({"child": c.name, "path": p.shorthand(), "last_node": self.plan.chains[p.label][-1]})
+        return make_child_key(c.name, p.shorthand(), self.plan.chains[p.label][-1])
+
+    @property
+    def provisional(self) -> list[str]:
+        """Curricula of the plan not built yet (their nodes' keys are provisional)."""
+        return sorted({n.curriculum for n in self.plan.nodes if n.curriculum
+                       and str(self.plan.inputs.get(n.key, {}).get("curriculum", "")).startswith("unbuilt:")})
 
 
 def plan_fold(cfg: Config, ds: Dataset, fold: int) -> FoldPlan:
-    """The plan of one fold from the config and the dataset's manifest alone."""
+    """The plan of one fold from the config, the dataset's manifest and the curricula as built in the work
+    directory (:func:`stored_curriculum_keys`): pure reads, no Spark."""
     children = grid_children(cfg, fold)
     names = _curricula_needed(children)
     # checked against the dataset here, before any Spark work (hrel_labels, shares, the empty-query policy)
     stages = {n: len(check_curriculum(_curriculum_config(cfg, n), ds, cfg.difficulty.empty_queries)) for n in names}
     paths = [resolve(c.path, stages) for c in children]
-    plan = build_plan(paths, fold=fold, context=plan_context(cfg.train, cfg.metric, ds.fingerprint),
-                      curriculum_keys={n: curriculum_key(cfg, ds, fold, n) for n in names})
+    plan = build_plan(paths, fold=fold, context=plan_context(cfg.train, cfg.metric, ds.fingerprint, fold),
+                      curriculum_keys=stored_curriculum_keys(cfg, ds, fold, names))
     return FoldPlan(fold, children, paths, plan)
 
 
@@ -208,14 +251,67 @@ def _grid_data(cfg: Config, data: str | None) -> tuple[str, Dataset, list[int]]:
 
 
 def show_plan(cfg: Config, data: str | None = None) -> str:
-    """``ltr grid --plan``: every fold's nodes, trees and states, from the checkpoints; trains nothing."""
+    """``ltr grid --plan``: every fold's nodes, trees and states, from the checkpoints; trains nothing.
+
+    Under a node that is to do while the last run of this experiment planned the same place in the trie
+    under another key (:func:`record_plan`), the inputs that changed (``context.code.sources: a -> b``)."""
     _, ds, folds = _grid_data(cfg, data)
     store = CheckpointStore(checkpoint_root(cfg))
     out = []
     for f in folds:
         fp = plan_fold(cfg, ds, f)
-        out.append(format_plan(fp.plan, states_of(fp.plan, store)))
+        states = states_of(fp.plan, store)
+        stored = _read_plan_record(store, cfg.grid.experiment, f)
+        why: dict[str, list[str]] = {}
+        for n in fp.plan.nodes:
+            old = stored.get(fp.plan.signature(n.key))
+            if states[n.key].state == DONE or not old or old["key"] == n.key:
+                continue
+            why[n.key] = [f"key changed since the last run (node {old['key']}): {d}"
+                          for d in differences(old["inputs"], fp.plan.inputs.get(n.key, {}))]
+        text = format_plan(fp.plan, states, why)
+        if fp.provisional:
+            text += (f"\n  (curricula {', '.join(fp.provisional)} are not built yet: the keys of their nodes are "
+                     "provisional; `ltr grid --setup-only` builds them)")
+        out.append(text)
     return "\n".join(out)
+
+
+def _plan_record_path(store: CheckpointStore, experiment: str, fold: int) -> str:
+    return f"{store.path}/_plans/{digest(experiment, 12)}-fold{fold}.json"
+
+
+def _read_plan_record(store: CheckpointStore, experiment: str, fold: int) -> dict[str, Any]:
+    try:
+        with store.fs.open_input_stream(_plan_record_path(store, experiment, fold)) as f:
+            return json.loads(f.read().decode())
+    except (OSError, ValueError):
+        return {}
+
+
+def record_plan(store: CheckpointStore, experiment: str, fp: FoldPlan) -> None:
+    """Keep, per experiment and fold, each node's key and key document by its place in the trie: what
+    ``ltr grid --plan`` compares with to say why a key changed. Written before training (by rename)."""
+    doc = {fp.plan.signature(n.key): {"key": n.key, "inputs": fp.plan.inputs.get(n.key, {})} for n in fp.plan.nodes}
+    path = _plan_record_path(store, experiment, fp.fold)
+    store.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with store.fs.open_output_stream(tmp) as f:
+        f.write(json.dumps(doc, sort_keys=True, default=str).encode())
+    store.fs.move(tmp, path)
+
+
+def _study_keys(cfg: Config, ds: Dataset, code: dict[str, str] | None = None) -> tuple[str, str]:
+    """(study key, grid key) of the grid of ``cfg`` on ``ds`` (:func:`pipelines.keys.study_keys`).
+
+    Where the inputs were read from is not what they are: the data by its fingerprint, the difficulty
+    scores by the keys of the curricula built on them (node keys); `--data X` and `grid.data=X`, or the
+    dataset moved to another path, resume the same grid; how many workers build the trees does not
+    change them (global cuts), so it is in no key either."""
+    grid_cfg = {k: v for k, v in asdict(cfg.grid).items() if k not in ("data", "difficulty")}
+    return study_keys({"grid": grid_cfg, "train": train_inputs(cfg.train), "metric": cfg.metric.to_dict(),
+                       "curriculum": asdict(cfg.curriculum), "difficulty": asdict(cfg.difficulty),
+                       "dataset": ds.fingerprint, "folds": list(dict.fromkeys(cfg.grid.folds))}, code)
 
 
 # ------------------------------------------------------------ MLflow, live
@@ -294,7 +390,7 @@ class LiveChildren:
                   "trees": e.path.trees, "data": self.data, "data_fingerprint": self.ds.fingerprint,
                   "metric": cfg.metric.describe(), **{f"metric.{k}": v for k, v in cfg.metric.to_dict().items()},
                   **{f"train.{k}": v for k, v in asdict(cfg.train).items() if k != "path"},
-                  **{f"code.{k}": v for k, v in code_version().items()},
+                  **{f"code.{k}": v for k, v in {**code_version(), **code_identity()}.items()},
                   "plan_nodes": ",".join(self.fold_plan.plan.chains[e.path.label])}
         for n in e.path.curricula:
             s = self.curricula[n].summary
@@ -352,6 +448,9 @@ class LiveChildren:
         t.log_text(e.run_id, json.dumps({"runs": r.runs, "score_dists": r.score_dists, "base_margin": r.base_margin},
                                         indent=1), "training.json")
         t.log_text(e.run_id, _curve_png(e.child.name, r, m), "curve.png")
+        # how many workers built the trees (train.workers=0 is "auto"): the count of each node's last
+        # segment; several counts where a node resumed on a cluster of another size (same trees: global cuts)
+        t.client.set_tag(e.run_id, "ltr.workers", ",".join(str(w) for w in dict.fromkeys(r.workers)))
         if self.cfg.grid.log_models:
             t.log_model(e.run_id, r.model)
         t.finish(e.run_id)
@@ -373,30 +472,34 @@ class CodeChanged(ValueError):
 def _refuse_other_code(tracker: Tracker, study_key: str, grid_key: str, code: dict[str, str],
                        new_parent: bool) -> None:
     """Resuming a grid with other code would mix two code versions in one table: refused in one line,
-    unless ``new_parent`` (``ltr grid --new-parent``), which starts a parent run of its own."""
+    unless ``new_parent`` (``ltr grid --new-parent``), which starts a parent run of its own. Code is
+    its identity (:func:`pipelines.keys.code_identity`: the computing code's content and library
+    versions), not the git commit: a documentation-only commit resumes."""
     if new_parent:
         return
     for r in tracker.parents(TAG_STUDY_KEY, study_key):
         if r.data.tags.get(TAG_GRID_KEY) == grid_key:
             return  # this very grid (same code) exists: it resumes
         if r.info.status != "FINISHED":
-            then = r.data.params.get("code.git") or r.data.params.get("code.ltr", "unknown code")
+            then = {k[len("code."):]: v for k, v in r.data.params.items() if k.startswith("code.")}
             raise CodeChanged(
-                f"grid {tracker.experiment!r}: its unfinished parent run {r.info.run_id} was started by code {then}, "
-                f"this is {code['git'] or code['ltr']}: finish it with that code, or pass --new-parent to "
+                f"grid {tracker.experiment!r}: its unfinished parent run {r.info.run_id} was started by code "
+                f"{code_label(then)}, this is {code_label(code)}: finish it with that code, or pass --new-parent to "
                 "start a new parent run for this code (results of two code versions never share a table)")
 
 
 def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | None = None, parallel: int = 1,
              only: list[str] | None = None, resume_hint: str = "ltr grid", new_parent: bool = False,
-             setup_only: bool = False) -> dict[str, Any]:
+             setup_only: bool = False, units: list[tuple[int, int]] | None = None) -> dict[str, Any]:
     """Run (or resume) the grid; return a summary with the parent run id and counts.
 
     The study is ``grid.folds``; ``folds``: train only these folds of it now
     (``ltr grid --fold F``: one scheduler task per fold), under the study's one
     parent run, which ends FINISHED once every fold of the study is;
     ``parallel``: ready nodes run as up to that many concurrent Spark jobs;
-    ``only``: train just these node keys (their parents must be done);
+    ``only``: train just these node keys (their parents must be done; a key no plan of ``folds`` holds is
+    refused, :class:`pipelines.executor.UnknownNode`); ``units``: (fold, index) of units to train
+    (:meth:`pipelines.plan.Plan.units`), their keys computed here, after the curricula are built;
     ``new_parent``: start a new parent run even where an unfinished grid of the
     same study was started by other code (refused otherwise: :class:`CodeChanged`);
     ``setup_only``: find or create the parent run, compute the difficulty scores
@@ -409,24 +512,30 @@ def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | Non
         raise ConfigError(f"--fold {outside[0]}: not a fold of this study (grid.folds = {study})")
     if setup_only:
         run_folds = []
-    difficulty = cfg.grid.difficulty or os.path.join(cfg.work_dir, "difficulty")
-    plans = {f: plan_fold(cfg, ds, f) for f in study}
-    if any(_curricula_needed(plans[f].children) for f in (study if setup_only else run_folds)):
+    difficulty = difficulty_dir(cfg)
+    needs = {f: _curricula_needed(grid_children(cfg, f)) for f in study}
+    build = study if setup_only else run_folds
+    if any(needs[f] for f in build):
         ensure_difficulty(spark, cfg, data, difficulty)
+    for f in build:  # node keys hold the curricula's content: built (or found built) before planning
+        ensure_curricula(spark, cfg, data, difficulty, f, needs[f])
+    plans = {f: plan_fold(cfg, ds, f) for f in study}
+    for f, index in units or []:
+        fold_units = plans[f].plan.units()
+        if not 0 <= index < len(fold_units):
+            raise UnknownNode(f"--unit {f}:{index}: fold {f}'s plan has {len(fold_units)} units "
+                              f"(0..{len(fold_units) - 1}); list them with `ltr grid --plan`")
+        only = [*(only or []), *fold_units[index]]
+    if only is not None:  # a key no fold of this run plans: exit 2 naming it, never a silent no-op
+        known = {n.key for f in run_folds for n in plans[f].plan.nodes}
+        unknown = sorted(set(only) - known)
+        if unknown:
+            raise UnknownNode(f"--node {unknown[0]}: no plan node of fold(s) {run_folds} has this key (computed by "
+                              "other code, config or data?); list the plan with `ltr grid --plan` and the same "
+                              "config, or name a unit with `--unit FOLD:INDEX`")
     tracker = Tracker.for_config(cfg)
-    grid_doc = {"grid": asdict(cfg.grid), "train": asdict(cfg.train), "metric": cfg.metric.to_dict(),
-                "curriculum": asdict(cfg.curriculum), "difficulty": asdict(cfg.difficulty), "data": ds.fingerprint,
-                "folds": study,
-                "code": code_version()}
-    for k in ("workers", "nthread", "checkpoint_every", "tracker_timeout", "job_retries"):
-        grid_doc["train"].pop(k)
-    # where the inputs were read from is not what they are: the data by its fingerprint (above), the difficulty
-    # scores by the keys of the curricula built on them (node keys); `--data X` and `grid.data=X`, or the
-    # dataset moved to another path, resume the same grid
-    for k in ("data", "difficulty"):
-        grid_doc["grid"].pop(k)
-    code = grid_doc.pop("code")
-    study_key, grid_key = config_hash(grid_doc), config_hash({**grid_doc, "code": code})
+    code = dict(code_identity())
+    study_key, grid_key = _study_keys(cfg, ds, code)
     _refuse_other_code(tracker, study_key, grid_key, code, new_parent)
     parent, resumed = tracker.find_or_create_parent(grid_key, cfg.grid.experiment, {
         "folds": study, "trees": cfg.grid.trees, "switch_points": cfg.grid.switch_points,
@@ -435,16 +544,14 @@ def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | Non
         "leaves": cfg.train.leaves, "k": cfg.train.k, "fraction": cfg.curriculum.fraction,
         "difficulty.empty_queries": cfg.difficulty.empty_queries,
         "extra_paths": json.dumps(cfg.grid.extra_paths, sort_keys=True),
-        **{f"code.{k}": v for k, v in code.items()}},
-        tags={TAG_STUDY_KEY: study_key, "mlflow.source.git.commit": code["git"].split("-")[0]})
+        **{f"code.{k}": v for k, v in code.items()}, "code.git": code_version()["git"]},
+        tags={TAG_STUDY_KEY: study_key, "mlflow.source.git.commit": code_version()["git"].split("-")[0]})
     if not resumed:
         tracker.log_dataset(parent, data, os.path.basename(data.rstrip("/")), ds.fingerprint, "grid")
     existing = tracker.child_runs(parent)
     log.info("grid %s: parent run %s (%s), %d children already finished", cfg.grid.experiment, parent,
              "resumed" if resumed else "new", sum(s == "FINISHED" for _, s in existing.values()))
     if setup_only:
-        for f in study:
-            ensure_curricula(spark, cfg, data, difficulty, f, _curricula_needed(plans[f].children))
         finished = _study_finished(plans, existing)
         tracker.finish(parent, "FINISHED" if finished else "RUNNING")
         return {"parent_run_id": parent, "experiment": cfg.grid.experiment, "tracking_uri": tracker.uri,
@@ -459,8 +566,8 @@ def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | Non
     try:
         for f in run_folds:
             fp = plans[f]
-            curricula = {c.name: c for c in ensure_curricula(spark, cfg, data, difficulty, f,
-                                                             _curricula_needed(fp.children))}
+            record_plan(store, cfg.grid.experiment, fp)
+            curricula = {c.name: c for c in ensure_curricula(spark, cfg, data, difficulty, f, needs[f])}
             live = LiveChildren(tracker, parent, fp, store, cfg, data, ds, curricula, existing)
             todo = live.todo()
             counts["skipped"] += len(fp.children) - len(todo)
@@ -468,7 +575,8 @@ def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | Non
                 log.info("fold %d: all %d children finished already", f, len(fp.children))
                 continue
             needed = {k for e in todo for k in fp.plan.chains[e.path.label]}
-            keys = sorted(needed if only is None else set(only) & needed)
+            # unknown keys are refused by execute_plan (exit 2), never dropped here
+            keys = sorted(needed) if only is None else sorted(set(only) & {n.key for n in fp.plan.nodes})
             with task_errors():
                 info = execute_plan(spark, fp.plan, ds, curricula, settings, store, how, on_event=live.on_event,
                                     only=keys)

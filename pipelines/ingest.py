@@ -23,8 +23,6 @@ Steps (each one logged with counts and time):
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import re
 import time
@@ -548,10 +546,12 @@ def _folds_as_given(files: list[SourceFile]) -> dict[str, dict[str, list[str]]]:
 def _fingerprint(spec: LineSpec, folds: dict, subsets: dict, subset_hash: dict[str, int]) -> str:
     """sha256 of the content: schema, fold layout, and per subset its row count and the
     order-independent sum of row hashes (so chunking and file layout do not matter)."""
-    doc = {"schema": [f"{f.name}:{f.type}" for f in schema.arrow_schema(spec.n_features)],
-           "folds": folds,
-           "subsets": {s: [subsets[s]["rows"], format(subset_hash[s] % 2**64, "016x")] for s in sorted(subsets)}}
-    return "sha256:" + hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+    from pipelines.keys import dataset_key
+
+    return dataset_key({"schema": [f"{f.name}:{f.type}" for f in schema.arrow_schema(spec.n_features)],
+                        "folds": folds,
+                        "subsets": {s: [subsets[s]["rows"], format(subset_hash[s] % 2**64, "016x")]
+                                    for s in sorted(subsets)}})
 
 
 # ------------------------------------------------------------- merging

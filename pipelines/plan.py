@@ -15,10 +15,11 @@ and the paths that end there, need.
                                            e5f6...      |- mse           20..40
                                            0718...         |- lambdamart 40..100   ends mse-40
 
-Every node has a content key: a hash of its parent's key, its objective, data
-subset and trees, and the plan's context (hyperparameters, data fingerprint,
-metric conventions, code version) plus the key of the curriculum its data
-comes from. Equal keys mean equal trees, so a key names a checkpoint that any
+Every node has a content key (:func:`pipelines.keys.node_key`): a hash of its
+parent's key, its objective, data subset and trees, and the plan's context
+(hyperparameters, data fingerprint, fold, global cuts, metric conventions, code
+identity: :func:`pipelines.keys.plan_context`) plus the content key of the
+curriculum its data comes from. Equal keys mean equal trees, so a key names a checkpoint that any
 later run (a retry, a resumed grid, another grid sharing the prefix) may use;
 a changed input changes the key, never reuses a stale result.
 
@@ -31,20 +32,14 @@ concurrent Spark jobs).
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pipelines.keys import node_key
 from pipelines.paths import OBJECTIVES, PathError, Segment, TrainingPath
 
 DONE, PARTIAL, TODO = "done", "partial", "todo"
-
-
-def content_key(doc: Any) -> str:
-    """Stable 20-hex-digit hash of a JSON-able document (sorted keys)."""
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
 @dataclass(frozen=True)
@@ -89,6 +84,8 @@ class Plan:
     fold: int
     nodes: tuple[Node, ...]
     chains: dict[str, tuple[str, ...]] = field(default_factory=dict)  # path label -> node keys, root first
+    # node key -> the document it hashes (pipelines.keys), to tell which input changed a key; not serialised
+    inputs: dict[str, dict[str, Any]] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_key", {n.key: n for n in self.nodes})
@@ -121,6 +118,16 @@ class Plan:
                 keep.add(n.key)
         return [n.key for n in self.nodes if n.key in keep]
 
+    def signature(self, key: str) -> str:
+        """A node's place in the trie, independent of keys: its chain from the root, e.g.
+        ``mse 0..40 > lambdamart 40..100`` (what stays when an input changes every key)."""
+        chain = []
+        node: Node | None = self.node(key)
+        while node is not None:
+            chain.append(node.describe())
+            node = self.node(node.parent) if node.parent else None
+        return " > ".join(reversed(chain))
+
     def units(self) -> list[list[str]]:
         """The plan's independent units of work: each root node with every node below it, in plan order.
 
@@ -135,7 +142,8 @@ class Plan:
         keep = set(keys)
         nodes = tuple(n for n in self.nodes if n.key in keep)
         ended = {p for n in nodes for p in n.ends}
-        return Plan(self.fold, nodes, {p: c for p, c in self.chains.items() if p in ended})
+        return Plan(self.fold, nodes, {p: c for p, c in self.chains.items() if p in ended},
+                    {k: v for k, v in self.inputs.items() if k in keep})
 
     # -- serialisation ---------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -167,16 +175,20 @@ def build_plan(paths: list[TrainingPath], *, fold: int = 0, context: Mapping[str
                 raise PathError(f"path {p.label!r}: unknown objective {s.objective!r}")
             if s.data != "all" and s.data.split(".")[1] == "*":
                 raise PathError(f"path {p.label!r}: resolve {s.data!r} into stages before planning")
-    ctx = {**dict(context or {}), "fold": fold}  # a fold's nodes train on its own data: never shared across folds
+    ctx = dict(context or {})
+    if ctx.setdefault("fold", fold) != fold:  # a fold's nodes train on its own data: never shared across folds
+        raise PathError(f"the plan of fold {fold} was given the context of fold {ctx['fold']}")
     ckeys = dict(curriculum_keys or {})
     nodes: list[Node] = []
     chains: dict[str, list[str]] = {p.label: [] for p in paths}
-    _split([(p.label, p.segments) for p in paths], 0, None, ctx, ckeys, nodes, chains)
-    return Plan(fold, tuple(nodes), {p: tuple(c) for p, c in chains.items()})
+    inputs: dict[str, dict[str, Any]] = {}
+    _split([(p.label, p.segments) for p in paths], 0, None, ctx, ckeys, nodes, chains, inputs)
+    return Plan(fold, tuple(nodes), {p: tuple(c) for p, c in chains.items()}, inputs)
 
 
 def _split(items: list[tuple[str, tuple[Segment, ...]]], t: int, parent: str | None, ctx: dict[str, Any],
-           ckeys: dict[str, str], nodes: list[Node], chains: dict[str, list[str]]) -> None:
+           ckeys: dict[str, str], nodes: list[Node], chains: dict[str, list[str]],
+           inputs: dict[str, dict[str, Any]]) -> None:
     groups: dict[tuple[str, str], list[tuple[str, tuple[Segment, ...]]]] = {}
     for name, segs in items:
         groups.setdefault((segs[0].objective, segs[0].data), []).append((name, segs))
@@ -185,8 +197,10 @@ def _split(items: list[tuple[str, tuple[Segment, ...]]], t: int, parent: str | N
         cur = None if data == "all" else data.split(".")[0]
         if cur is not None and cur not in ckeys and ckeys:
             raise PathError(f"no key for curriculum {cur!r} (curricula: {sorted(ckeys)})")
-        key = content_key({"parent": parent, "objective": obj, "data": data, "t0": t, "t1": t + step,
-                           "context": ctx, "curriculum": ckeys.get(cur) if cur else None})
+        doc = {"parent": parent, "objective": obj, "data": data, "t0": t, "t1": t + step,
+               "curriculum": ckeys.get(cur) if cur else None, "context": ctx}
+        key = node_key(**doc)
+        inputs[key] = doc
         ends, rest = [], []
         for name, segs in members:
             chains[name].append(key)
@@ -198,7 +212,7 @@ def _split(items: list[tuple[str, tuple[Segment, ...]]], t: int, parent: str | N
                 ends.append(name)
         nodes.append(Node(key, parent, obj, data, t, t + step, tuple(ends)))
         if rest:
-            _split(rest, t + step, key, ctx, ckeys, nodes, chains)
+            _split(rest, t + step, key, ctx, ckeys, nodes, chains, inputs)
 
 
 # ------------------------------------------------------------------ states
@@ -231,8 +245,9 @@ def trees_left(plan: Plan, states: Mapping[str, NodeState]) -> int:
     return sum(states[n.key].trees_left(n) for n in plan.nodes)
 
 
-def format_plan(plan: Plan, states: Mapping[str, NodeState]) -> str:
-    """One line per node, indented by depth: key, objective@data, trees, state, paths ending there."""
+def format_plan(plan: Plan, states: Mapping[str, NodeState], why: Mapping[str, list[str]] | None = None) -> str:
+    """One line per node, indented by depth: key, objective@data, trees, state, paths ending there;
+    under a node, ``why[key]``: the inputs that changed its key since a stored plan (one line each)."""
     done = plan.trees - trees_left(plan, states)
     lines = [f"fold {plan.fold}: {len(plan.nodes)} nodes, {plan.trees} trees ({done} done), "
              f"{len(plan.chains)} paths"]
@@ -241,4 +256,6 @@ def format_plan(plan: Plan, states: Mapping[str, NodeState]) -> str:
         state = {DONE: "done", TODO: "to do"}.get(st.state, f"partial at tree {st.tree}")
         ends = f"  ends: {', '.join(n.ends)}" if n.ends else ""
         lines.append(f"  {n.key}  {'  ' * plan.depth(n)}{n.describe():<28} {state}{ends}")
+        for reason in (why or {}).get(n.key, []):
+            lines.append(f"  {'':20}  {'  ' * plan.depth(n)}  {reason}")
     return "\n".join(lines)

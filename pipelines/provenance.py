@@ -1,4 +1,7 @@
-"""Which code produced a result: package version, git commit of a checkout, library versions."""
+"""Which code produced a result, as provenance: package version, git commit of a checkout, library versions.
+
+Recorded on MLflow runs and in reports; never part of a key (keys hold the code identity, the content
+of the computing code: :func:`pipelines.keys.code_identity`)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from pathlib import Path
 @functools.lru_cache(maxsize=1)
 def code_version() -> dict[str, str]:
     """``ltr``, ``git`` (commit, ``-dirty`` with uncommitted changes; empty outside a checkout),
-    ``xgboost``, ``pyspark``, ``numpy`` versions. Part of every plan node's key."""
+    ``xgboost``, ``pyspark``, ``numpy`` versions: provenance only (keys hold :func:`pipelines.keys.code_identity`)."""
     from importlib.metadata import PackageNotFoundError, version
 
     import numpy

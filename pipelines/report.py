@@ -596,7 +596,7 @@ def load_grid(tracker: Tracker, run: Any, metric: str) -> tuple[list[Record], Gr
 def code_versions(records: list[Record]) -> dict[str, dict[str, int]]:
     """``code.*`` key -> value -> number of runs (every run counted; a run without the key counts as '');
     keys in :func:`pipelines.provenance.code_version`'s order, then any others."""
-    first = ["ltr", "git", "xgboost", "pyspark", "numpy"]
+    first = ["ltr", "git", "sources", "xgboost", "pyspark", "numpy"]
     seen = {k for r in records for k in r.code}
     keys = [k for k in first if k in seen] + sorted(seen - set(first))
     out: dict[str, dict[str, int]] = {}

@@ -140,12 +140,30 @@ def build_session(cfg: SparkConfig) -> SparkSession:
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(cfg.log_level)
-    log.info("spark %s session on %s (%d task slots, %s shuffle partitions, %s scheduler)", spark.version, master,
+    log.info("spark %s session on %s (%d cores, %s shuffle partitions, %s scheduler)", spark.version, master,
              spark.sparkContext.defaultParallelism, spark.conf.get("spark.sql.shuffle.partitions"),
              spark.sparkContext.getConf().get("spark.scheduler.mode", "FIFO"))
     return spark
 
 
-def task_slots(spark: SparkSession) -> int:
-    """Number of tasks the session can run at once (cores over all executors)."""
-    return int(spark.sparkContext.defaultParallelism)
+def task_slots(spark: SparkSession, wait: float = 60.0) -> int:
+    """Barrier task slots: how many tasks of the default resource profile can run at once.
+
+    Spark's own count (``maxNumConcurrentTasks``, what barrier stages are checked against, and what
+    ``xgboost.spark`` asks), which honours ``spark.task.cpus``: 16 cores with ``spark.task.cpus=4``
+    are 4 slots, not 16 (``defaultParallelism`` counts cores). On a cluster whose executors have not
+    registered yet (an application just started) it waits up to ``wait`` seconds for the first ones.
+    """
+    import time
+
+    sc = spark.sparkContext
+    jsc = sc._jsc.sc()  # noqa: SLF001 - no Python API for it (xgboost.spark does the same)
+    deadline = time.monotonic() + wait
+    while True:
+        slots = int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().resourceProfileFromId(0)))
+        if slots > 0 or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
+    if slots < 1:
+        log.warning("no executor registered after %.0f s: no task slot for training", wait)
+    return slots

@@ -8,11 +8,12 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from pipelines.barrier_job import curriculum_content_key, load_curricula, make_settings, resolve_workers, task_errors
+from pipelines.barrier_job import load_curricula, make_settings, resolve_workers, task_errors
 from pipelines.checkpoints import CheckpointStore
 from pipelines.config import TrainConfig
 from pipelines.dataset import open_dataset
-from pipelines.executor import Execution, execute_plan, plan_context
+from pipelines.executor import Execution, execute_plan
+from pipelines.keys import curriculum_content_key, plan_context
 from pipelines.paths import parse_path, resolve
 from pipelines.plan import build_plan
 from pipelines.storage import atomic_output
@@ -39,8 +40,8 @@ def run_train(spark: SparkSession, data: str, fold: int, path: str, curricula: l
     curs = [c for c in curs if c.name in tp.curricula]
     workers, nthread = resolve_workers(spark, cfg)
     settings = make_settings(cfg, metric, ds, nthread)
-    plan = build_plan([tp], fold=fold, context=plan_context(cfg, metric, ds.fingerprint),
-                      curriculum_keys={c.name: curriculum_content_key(c) for c in curs})
+    plan = build_plan([tp], fold=fold, context=plan_context(cfg, metric, ds.fingerprint, fold),
+                      curriculum_keys={c.name: curriculum_content_key(c.summary) for c in curs})
     store = CheckpointStore(checkpoints)
     how = Execution(workers, nthread, 1, cfg.job_retries, cfg.tracker_timeout, "the same `ltr train` command")
     with task_errors():

@@ -186,6 +186,7 @@ class Settings:
     min_label: int = 0
     max_label: int = 4
     checkpoint_every: int = 50  # trees per checkpoint inside a node (and one at every node's end)
+    cuts_sample_rows: int = 200_000  # rows of the sample the fold's global cuts are computed from (driver)
     sigmoid_gamma: float = 1.0
     stochastic_noise: float = 1.0
     stochastic_anneal: int = 100  # global tree at which the noise of stochastic_ndcg has annealed to 0
@@ -288,7 +289,7 @@ def _no_events(_: dict[str, Any]) -> None:
 # ------------------------------------------------------------ the loop
 class _Worker:
     def __init__(self, data: WorkerData, settings: Settings, comm: Comm, store: CheckpointStore,
-                 events: Events) -> None:
+                 events: Events, ref: Any = None) -> None:
         self.data, self.s, self.comm, self.store, self.events = data, settings, comm, store, events
         if settings.checkpoint_every < 1:
             raise ValueError(f"train.checkpoint_every must be >= 1, got {settings.checkpoint_every}")
@@ -299,8 +300,12 @@ class _Worker:
             openmp_threads(int(nthread))
             numba.set_num_threads(max(1, min(int(nthread), numba.config.NUMBA_NUM_THREADS)))
         t0 = time.perf_counter()
+        if ref is None and comm.world > 1:
+            raise RuntimeError("workers of one job need the fold's global cuts (pipelines.cuts): without them each "
+                               "worker's sketch, and so the trees, would depend on the number of workers")
+        # with the fold's global cuts (ref), the trees do not depend on how many workers hold the rows
         self.dfull = xgb.QuantileDMatrix(tr.X, label=tr.y, qid=tr.qid, max_bin=settings.params.get("max_bin", 256),
-                                         nthread=nthread)
+                                         nthread=nthread, ref=ref)
         self._subset: tuple[str, Any, np.ndarray, np.ndarray, np.ndarray] | None = None
         # Eval margins are accumulated here, one new tree at a time (udfs.trees): no eval DMatrix.
         self.evals = {name: sp for name, sp in (("vali", data.vali), ("test", data.test)) if sp is not None}
@@ -514,15 +519,19 @@ class _Worker:
 
 
 def run_nodes(data: WorkerData, nodes: Iterable[Node], settings: Settings, store: CheckpointStore,
-              comm: Comm | None = None, events: Events | None = None) -> dict[str, float]:
+              comm: Comm | None = None, events: Events | None = None, ref: Any = None) -> dict[str, float]:
     """Run ``nodes`` (plan order: a node's parent is done or comes earlier) on this worker's data.
+
+    ``ref``: a matrix holding the fold's global cuts (:func:`pipelines.cuts.reference_matrix`, built
+    before joining the collective); required with more than one worker. Without it a single worker
+    sketches its own rows (the local twin of a fold whose cuts sample is the whole training split).
 
     Each node continues from its newest checkpoint, else from its parent's
     output (kept in memory when the parent ran in this call, else read from the
     store). Outputs go to ``store``; returns the worker's timings.
     """
     nodes = list(nodes)
-    w = _Worker(data, settings, comm or LocalComm(), store, events or _no_events)
+    w = _Worker(data, settings, comm or LocalComm(), store, events or _no_events, ref)
     outputs: dict[str, _State] = {}
     waiting = {n.key: sum(1 for c in nodes if c.parent == n.key) for n in nodes}
     for node in nodes:
@@ -552,6 +561,7 @@ class PathResult:
     base_margin: float = 0.0
     test_qid: list[int] = field(default_factory=list)
     test_ndcg: list[float] = field(default_factory=list)
+    workers: list[int] = field(default_factory=list)  # workers that wrote each node's output, chain order
 
 
 def path_result(store: CheckpointStore, name: str, chain: Iterable[str], with_model: bool = True) -> PathResult:
@@ -563,7 +573,7 @@ def path_result(store: CheckpointStore, name: str, chain: Iterable[str], with_mo
         if meta is None or not meta.get("done"):
             raise RuntimeError(f"path {name}: node {key} is not finished")
         metas.append(meta)
-    r = PathResult(name=name, base_margin=float(metas[0]["base"]))
+    r = PathResult(name=name, base_margin=float(metas[0]["base"]), workers=[int(m["shards"]) for m in metas])
     parts = []
     for meta in metas:
         node = meta["node"]

@@ -123,8 +123,8 @@ def test_study_end_to_end_then_rerun_trains_nothing(dag, tmp_path):
     units = {f: plan_fold(cfg, ds, f).plan.units() for f in (1, 2)}
     assert [len(u) for u in units.values()] == [3, 3]  # LambdaMART, MSE, q_nrel's first stage: 3 roots a fold
     trains = [ti for ti in first.get_task_instances() if ti.task_id == "train"]
-    assert sorted(ti.rendered_map_index for ti in trains) == sorted(f"fold {f} node {u[0]}" for f in units
-                                                                    for u in units[f])
+    assert sorted(ti.rendered_map_index for ti in trains) == sorted(f"unit {f}:{i}" for f in units
+                                                                    for i in range(len(units[f])))
     assert all(str(ti.state) == "success" for ti in trains), states
     assert json.loads((work / "_ingest_key.json").read_text())["fingerprint"].startswith("sha256:")
 

@@ -71,7 +71,7 @@ def test_spark_submit_job(tmp_path):
     assert json.loads((out / "_manifest.json").read_text())["rows"] == 5
     # spark-submit merges the Python driver's stderr into its stdout
     # spark-submit's --master and --conf were kept, not overridden by the project's defaults (8, FAIR)
-    assert "spark 4.3.0 session on local[1] (1 task slots, 3 shuffle partitions, FIFO scheduler)" in \
+    assert "spark 4.3.0 session on local[1] (1 cores, 3 shuffle partitions, FIFO scheduler)" in \
         proc.stdout + proc.stderr
     bad = subprocess.run(
         [str(spark_submit), "--master", "local[1]", str(ROOT / "jobs" / "ingest.py"),

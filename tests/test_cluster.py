@@ -315,7 +315,7 @@ def test_jobs_on_a_standalone_cluster_with_the_packed_env_equal_local(packed_env
     remote.mkdir()
     local.mkdir()
     outputs = {job: _on_cluster(cluster, packed_env, job, args) for job, args in _steps(remote, letor)}
-    assert f"session on {cluster.url} (2 task slots" in outputs["ingest"]  # the cluster, not a local master
+    assert f"session on {cluster.url} (2 cores" in outputs["ingest"]  # the cluster, not a local master
     t1 = time.perf_counter()
     # the same steps on local[2], each, as on the cluster, a new application
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,

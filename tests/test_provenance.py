@@ -75,32 +75,33 @@ def test_difficulty_key_covers_roles_conventions_and_code(small_dataset, monkeyp
     assert difficulty_key(ds, DifficultyConfig(bm25_feature=111), NdcgSpec()) != base
     assert difficulty_key(ds, DifficultyConfig(), NdcgSpec(k=5)) != base
     assert difficulty_key(ds, DifficultyConfig(), NdcgSpec(ties="worst")) != base
-    import pipelines.provenance as prov
-    monkeypatch.setattr(prov, "code_version", lambda: {"ltr": "9", "git": "other", "xgboost": "",
-                                                       "pyspark": "", "numpy": ""})
+    import pipelines.keys as keys
+    real = dict(keys.code_identity())
+    monkeypatch.setattr(keys, "code_identity", lambda: {**real, "sources": "other"})
     assert difficulty_key(ds, DifficultyConfig(), NdcgSpec()) != base
 
 
 def test_an_unfinished_grid_is_not_resumed_by_other_code(spark, small_dataset, tmp_path, monkeypatch):
     cfg = _cfg(tmp_path, "grid.strategies=[]")
-    code = dict(grid.code_version())
-    monkeypatch.setattr(grid, "code_version", lambda: {**code, "git": "aaaaaaa"})
+    code = dict(grid.code_identity())
+    monkeypatch.setattr(grid, "code_identity", lambda: {**code, "sources": "aaaaaaa"})
     first = grid.run_grid(spark, cfg, data=small_dataset, only=[])  # trains nothing: the parent stays RUNNING
     tracker = Tracker.for_config(cfg)
     run = tracker.client.get_run(first["parent_run_id"])
-    assert run.info.status == "RUNNING" and run.data.params["code.git"] == "aaaaaaa"
-    assert run.data.tags["mlflow.source.git.commit"] == "aaaaaaa"
+    assert run.info.status == "RUNNING" and run.data.params["code.sources"] == "aaaaaaa"
+    assert run.data.params["code.git"] == grid.code_version()["git"]  # provenance, in no key
     assert [d.dataset.digest for d in run.inputs.dataset_inputs]  # the dataset is on the parent too
 
-    monkeypatch.setattr(grid, "code_version", lambda: {**code, "git": "bbbbbbb"})
-    with pytest.raises(grid.CodeChanged, match=r"started by code aaaaaaa, this is bbbbbbb.*--new-parent"):
+    monkeypatch.setattr(grid, "code_identity", lambda: {**code, "sources": "bbbbbbb"})
+    with pytest.raises(grid.CodeChanged, match=r"started by code sources aaaaaaa \(xgboost .*\), this is sources "
+                                                r"bbbbbbb.*--new-parent"):
         grid.run_grid(spark, cfg, data=small_dataset)
     second = grid.run_grid(spark, cfg, data=small_dataset, new_parent=True)
     assert second["parent_run_id"] != first["parent_run_id"] and second["trained"] == 1
     parents = tracker.parents(TAG_STUDY_KEY, run.data.tags[TAG_STUDY_KEY])
     assert len(parents) == 2
 
-    monkeypatch.setattr(grid, "code_version", lambda: {**code, "git": "aaaaaaa"})  # the same code resumes
+    monkeypatch.setattr(grid, "code_identity", lambda: {**code, "sources": "aaaaaaa"})  # the same code resumes
     again = grid.run_grid(spark, cfg, data=small_dataset)
     assert again["parent_run_id"] == first["parent_run_id"] and again["resumed"]
 

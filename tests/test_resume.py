@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -11,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pipelines.checkpoints import CheckpointStore
@@ -128,6 +130,12 @@ def test_plan_command_prints_states_without_training(straight, small_dataset, ca
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "(0 done)" in out and "  done" not in out  # other hyperparameters: other keys, nothing reusable
+    # and it says why, under each node: the input that changed since the experiment's last run
+    assert "key changed since the last run" in out and "context.train.eta: 0.05 -> 0.07" in out
+    assert main(["grid", "--data", small_dataset, *[a for o in OVERRIDES for a in ("--set", o)],
+                 "--set", f"work_dir={cfg.work_dir}", "--node", "0123456789abcdef0123"]) == 2
+    err = capsys.readouterr().err
+    assert "--node 0123456789abcdef0123: no plan node of fold(s) [1] has this key" in err and "ltr grid --plan" in err
 
 
 def _processes() -> dict[int, tuple[str, int]]:
@@ -234,6 +242,59 @@ def test_killed_executor_worker_is_retried_from_checkpoints(spark, small_dataset
     assert a.keys() == b.keys()
     for name in a:
         assert a[name].model == b[name].model and a[name].test == b[name].test, name
+
+
+def test_a_two_worker_train_killed_on_a_cluster_resumes_on_one_worker_with_the_same_trees(spark, small_dataset,
+                                                                                           tmp_path):
+    """kill -9 an `ltr train` of 2 barrier workers x 2 threads (automatic sizing from the barrier slots of
+    `local-cluster[2,2,1024]` with spark.task.cpus=2) half-way; resume it on `local[2]` with 1 worker: the
+    model equals a clean 1-worker run (the fold's global cuts: the trees do not depend on the worker count)."""
+    from pipelines.config import load_config
+    from pipelines.train import run_train
+
+    path = "mse:10,lambdamart:20"
+    over = ["train.leaves=4", "train.max_bin=32", "train.score_dist_trees=[2]", "train.checkpoint_every=2",
+            "train.tracker_timeout=120", "spark.shuffle_partitions=2"]
+    work = tmp_path / "work"
+    cmd = [sys.executable, "-m", "pipelines.cli", "train", "--master", "local-cluster[2,2,1024]", "--data",
+           small_dataset, "--fold", "1", "--path", path, "--out", str(tmp_path / "killed"), "--log-level", "INFO",
+           *[a for o in [*over, f"work_dir={work}", 'spark.conf={"spark.task.cpus": "2"}'] for a in ("--set", o)]]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    ckpt = work / "checkpoints"
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and proc.poll() is None:
+            if ckpt.is_dir() and len(list(ckpt.glob("*/trees-*.json"))) >= 6:  # 12 of 30 trees
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, f"the train ended before the kill: {proc.stderr.read().decode()[-3000:]}"
+        _kill_tree(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    err = proc.stderr.read().decode()
+    assert "training on 2 workers x 2 threads (auto; 2 barrier task slots" in err, err[-3000:]
+    metas = [json.loads(p.read_text()) for p in ckpt.glob("*/t*/_checkpoint.json")]
+    assert metas and {m["shards"] for m in metas} == {2} and not all(m["done"] for m in metas)
+
+    cfg = load_config(None, [*over, f"work_dir={work}", "train.workers=1", f"train.path={path}"])
+    resumed = run_train(spark, small_dataset, 1, path, [], cfg.train, cfg.metric, str(tmp_path / "resumed"),
+                        str(ckpt))
+    assert 0 < resumed["training"]["trees"] < 30  # continued from the 2-worker checkpoints
+    clean = run_train(spark, small_dataset, 1, path, [], cfg.train, cfg.metric, str(tmp_path / "clean"),
+                      str(tmp_path / "clean-ckpt"))
+    assert clean["training"]["trees"] == 30 and clean["training"]["jobs"][0]["workers"] == 1
+    a, b = ((tmp_path / d / "model.json").read_bytes() for d in ("resumed", "clean"))
+    ta, tb = (json.loads(m)["learner"]["gradient_booster"]["model"]["trees"] for m in (a, b))
+    assert len(ta) == len(tb) == 30
+    for x, y in zip(ta, tb, strict=True):  # the same splits; leaves up to the summation order of histograms
+        assert x["split_indices"] == y["split_indices"] and x["left_children"] == y["left_children"]
+        np.testing.assert_allclose(x["base_weights"], y["base_weights"], rtol=1e-5, atol=1e-7)
+    for split in ("vali", "test"):
+        key = f"{split}_ndcg_at_10"
+        assert resumed["final"][key] == pytest.approx(clean["final"][key], abs=1e-6)
 
 
 def test_any_error_inside_a_barrier_task_is_one_line_naming_fold_node_path_and_cause(

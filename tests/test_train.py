@@ -35,7 +35,7 @@ def _split(rng, n_queries: int, coarse: bool = True) -> SplitData:
     sizes = rng.integers(1, 40, n_queries)
     qid = np.repeat(np.arange(n_queries) + rng.integers(0, 10**6), sizes).astype(np.int32)
     X = rng.integers(0, 10, size=(qid.size, 6)).astype(np.float32) / 2 if coarse else \
-        rng.normal(size=(qid.size, 6)).astype(np.float32)
+        np.round(rng.normal(size=(qid.size, 6)), 3).astype(np.float32)  # 3 decimals: LETOR text keeps them
     y = np.clip(np.round(X[:, 0] / 2 + X[:, 1] / 3 + rng.normal(size=qid.size) - 1), 0, 4).astype(np.float32)
     return SplitData(X, y, qid)
 
@@ -150,7 +150,7 @@ def _local_twin(splits) -> WorkerData:
 
 
 def _cfg(**kw) -> TrainConfig:
-    return TrainConfig(leaves=8, max_bin=64, eta=0.1, score_dist_trees=[3], **kw)
+    return TrainConfig(**{"leaves": 8, "max_bin": 64, "eta": 0.1, "score_dist_trees": [3], **kw})
 
 
 def _train(spark, data, paths, workers, curricula=(), arrange=None, cfg=None):
@@ -164,7 +164,7 @@ def _train(spark, data, paths, workers, curricula=(), arrange=None, cfg=None):
     tps = [resolve(parse_path(p, p), {c.name: c.n_stages for c in curs}) for p in paths]
     plan = build_plan(tps, fold=1)
     store = CheckpointStore(tempfile.mkdtemp(prefix="ckpt-"))
-    how = Execution(workers, 1, retries=0)
+    how = Execution(workers, cfg.nthread or 1, retries=0)
     if arrange is not None:  # a partitioning under test
         real = barrier_job.run_nodes_distributed
         executor.run_nodes_distributed = lambda *a, **k: real(*a, **k, arrange=arrange)
@@ -172,7 +172,7 @@ def _train(spark, data, paths, workers, curricula=(), arrange=None, cfg=None):
         info = execute_plan(spark, plan, ds, {c.name: c for c in curs}, settings, store, how)
     finally:
         executor.run_nodes_distributed = barrier_job.run_nodes_distributed
-    return {p: path_result(store, p, c) for p, c in plan.chains.items()}, info["jobs"][0]
+    return {p: path_result(store, p, c) for p, c in plan.chains.items()}, {**info["jobs"][0], "store": store.root}
 
 
 def test_two_workers_equal_single_node_xgb_train(spark, coarse_dataset):
@@ -202,6 +202,65 @@ def test_two_workers_equal_one_worker_with_python_objectives(spark, coarse_datas
     for r in (one, local):
         np.testing.assert_allclose(_predict(two[paths[0]].model, X), _predict(r[paths[0]].model, X), atol=1e-5)
         np.testing.assert_allclose(two[paths[0]].test, r[paths[0]].test, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def fine_dataset(spark, tmp_path_factory):
+    """One fold of continuous features (far more distinct values than max_bin): sketches of different
+    rows give different cuts, so per-worker cuts would make the trees depend on the worker count."""
+    rng = np.random.default_rng(9)
+    root = tmp_path_factory.mktemp("fine")
+    splits = {"train": _split(rng, 150, coarse=False), "vali": _split(rng, 30, coarse=False),
+              "test": _split(rng, 30, coarse=False)}
+    src = root / "src"
+    src.mkdir()
+    for name, sp in splits.items():
+        _write_letor(src / f"{name}.txt", sp)
+    ingest(spark, str(src), str(root / "ds"), load_dataset_spec("mslr"), IngestConfig(n_features=6))
+    return str(root / "ds"), splits
+
+
+def _trees(model: bytes) -> list[dict]:
+    return json.loads(model)["learner"]["gradient_booster"]["model"]["trees"]
+
+
+def test_one_and_two_workers_build_the_same_trees_on_global_cuts(spark, fine_dataset):
+    """Global cuts (pipelines.cuts, here from a 1,000-row sample of whole queries) make 1 and 2 workers
+    build the same trees: same splits, leaves equal up to the summation order of histograms (3 workers:
+    benchmarks/bench_workers.py on local-cluster; the session here has 2 slots)."""
+    from pipelines.cuts import load_cuts, reference_matrix
+    from pipelines.keys import cuts_key
+
+    data, splits = fine_dataset
+    paths = ["mse:3,lambdamart:5"]
+    cfg = dict(nthread=1, max_bin=16, cuts_sample_rows=1000)
+    runs = {w: _train(spark, data, paths, workers=w, cfg=_cfg(workers=w, **cfg)) for w in (1, 2)}
+    assert [runs[w][1]["workers"] for w in (1, 2)] == [1, 2]
+    models = {w: runs[w][0][paths[0]].model for w in runs}
+    for w in (2,):
+        for a, b in zip(_trees(models[1]), _trees(models[w]), strict=True):
+            assert a["split_indices"] == b["split_indices"] and a["split_conditions"][:1] == b["split_conditions"][:1]
+            assert a["left_children"] == b["left_children"]
+            np.testing.assert_allclose(a["base_weights"], b["base_weights"], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(runs[1][0][paths[0]].test, runs[w][0][paths[0]].test, atol=1e-6)
+    # the sample is a sample: fewer rows than the split, so the cuts are not the full split's sketch
+    ds = open_dataset(data)
+    store_root = runs[1][1]["store"]
+    cuts = load_cuts(store_root, cuts_key(ds.fingerprint, 1, 16, 1000))
+    assert cuts is not None and 0 < cuts.rows < splits["train"].y.size
+    # the local twin on the same cuts: the same trees again
+    twin = _local_twin(splits)
+    local, _ = train_plan(twin, build_plan([parse_path(p, p) for p in paths]),
+                          Settings(params={**PARAMS, "max_bin": 16}, score_dist_trees=(3,)))
+    store = CheckpointStore(tempfile.mkdtemp(prefix="ckpt-"))
+    plan = build_plan([parse_path(p, p) for p in paths])
+    run_nodes(twin, plan.nodes, Settings(params={**PARAMS, "max_bin": 16}, score_dist_trees=(3,)), store,
+              ref=reference_matrix(cuts))
+    on_cuts = path_result(store, paths[0], plan.chains[paths[0]])
+    X = twin.test.X
+    np.testing.assert_allclose(_predict(models[2], X), _predict(on_cuts.model, X), atol=1e-5)
+    # ...and not what a sketch of all the rows gives (the test would not see per-worker cuts otherwise)
+    assert not np.allclose(_predict(local[paths[0]].model, X), _predict(on_cuts.model, X), atol=1e-5)
 
 
 def test_workers_get_the_same_queries_whatever_the_input_partitioning_or_session_history(spark):

@@ -1,0 +1,165 @@
+"""Keys (pipelines.keys): each key changes exactly when an input that determines its result does, the code
+identity is the computing code's content (not git), and a changed key says which input changed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pipelines import keys
+from pipelines.config import TrainConfig
+from pipelines.paths import parse_path
+from pipelines.plan import build_plan
+from udfs.metrics import NdcgSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+CODE = {"sources": "s0", "xgboost": "3.2.0", "pyspark": "4.1.0", "numpy": "2.3.0", "numba": "0.62", "pyarrow": "21"}
+
+
+def _node_keys(train: TrainConfig = TrainConfig(), metric: NdcgSpec = NdcgSpec(), data: str = "sha256:d1",
+               fold: int = 1, code: dict | None = None, cur: str = "c1") -> list[str]:
+    ctx = keys.plan_context(train, metric, data, fold, code or CODE)
+    paths = [parse_path("mse:4,lambdamart:6", "a"), parse_path("lambdamart@q.0:4,lambdamart:6", "b")]
+    return [n.key for n in build_plan(paths, fold=fold, context=ctx, curriculum_keys={"q": cur}).nodes]
+
+
+#: (what changes, changed node keys?) - every input of a plan node, and what must not re-key it
+NODE_CASES = [
+    ("eta", dict(train=TrainConfig(eta=0.1)), True),
+    ("leaves", dict(train=TrainConfig(leaves=8)), True),
+    ("max_bin (the cuts)", dict(train=TrainConfig(max_bin=64)), True),
+    ("cuts sample (the cuts)", dict(train=TrainConfig(cuts_sample_rows=1000)), True),
+    ("seed", dict(train=TrainConfig(seed=3)), True),
+    ("objective setting k", dict(train=TrainConfig(k=5)), True),
+    ("metric ties", dict(metric=NdcgSpec(ties="worst")), True),
+    ("metric cutoff", dict(metric=NdcgSpec(k=5)), True),
+    ("dataset", dict(data="sha256:d2"), True),
+    ("fold", dict(fold=2), True),
+    ("computing code", dict(code={**CODE, "sources": "s1"}), True),
+    ("xgboost version", dict(code={**CODE, "xgboost": "3.1.0"}), True),
+    ("numba version", dict(code={**CODE, "numba": "0.61"}), True),
+    ("curriculum content", dict(cur="c2"), True),
+    ("workers", dict(train=TrainConfig(workers=3)), False),
+    ("threads", dict(train=TrainConfig(nthread=7)), False),
+    ("checkpoint interval", dict(train=TrainConfig(checkpoint_every=3)), False),
+    ("retries, timeouts", dict(train=TrainConfig(job_retries=4, tracker_timeout=5)), False),
+    ("the train command's own path", dict(train=TrainConfig(path="mse:1")), False),
+]
+
+
+@pytest.mark.parametrize("what,change,rekeys", NODE_CASES, ids=[c[0] for c in NODE_CASES])
+def test_node_keys_change_exactly_with_what_changes_the_trees(what, change, rekeys):
+    base, other = _node_keys(), _node_keys(**change)
+    if rekeys:
+        if what == "curriculum content":  # only the nodes on the curriculum, and the nodes after them
+            assert base[:2] == other[:2] and base[2:] != other[2:] and not set(base[2:]) & set(other[2:])
+        else:
+            assert not set(base) & set(other), what
+    else:
+        assert base == other, what
+
+
+def test_the_other_keys_change_exactly_with_their_inputs():
+    d = dict(dataset="sha256:d1", roles={"bm25": 110}, settings={"x": 1}, metric=NdcgSpec().to_dict(), code=CODE)
+    base = keys.difficulty_key(**d)
+    for k, v in (("dataset", "sha256:d2"), ("roles", {"bm25": 111}), ("settings", {"x": 2}),
+                 ("metric", NdcgSpec(k=5).to_dict()), ("code", {**CODE, "sources": "s1"})):
+        assert keys.difficulty_key(**{**d, k: v}) != base, k
+    c = dict(settings={"fraction": 0.25}, dataset="sha256:d1", fold=1, name="q", difficulty=base,
+             empty_queries="last", scores="sha256:s")
+    cbase = keys.curriculum_key(**c)
+    for k, v in (("settings", {"fraction": 0.5}), ("dataset", "x"), ("fold", 2), ("name", "r"),
+                 ("difficulty", "y"), ("empty_queries", "exclude"), ("scores", "z")):
+        assert keys.curriculum_key(**{**c, k: v}) != cbase, k
+    summary = {"key": cbase, "stages": [{"stage": 0, "queries": 10}], "dataset_fingerprint": "sha256:d1"}
+    assert keys.curriculum_content_key(summary) != keys.curriculum_content_key(
+        {**summary, "stages": [{"stage": 0, "queries": 11}]})  # rebuilt with another content: another key
+    assert keys.curriculum_content_key(summary) == keys.curriculum_content_key({**summary, "dataset": "/moved"})
+    cuts = keys.cuts_key("sha256:d1", 1, 256, 200_000, CODE)
+    assert len({cuts, keys.cuts_key("sha256:d2", 1, 256, 200_000, CODE), keys.cuts_key("sha256:d1", 2, 256, 200_000, CODE),
+                keys.cuts_key("sha256:d1", 1, 64, 200_000, CODE), keys.cuts_key("sha256:d1", 1, 256, 10, CODE),
+                keys.cuts_key("sha256:d1", 1, 256, 200_000, {**CODE, "sources": "s1"})}) == 6
+    doc = {"grid": {"trees": 10}, "train": keys.train_inputs(TrainConfig()), "metric": {}, "curriculum": {},
+           "difficulty": {}, "dataset": "sha256:d1", "folds": [1]}
+    study, grid = keys.study_keys(doc, CODE)
+    assert keys.study_keys(doc, {**CODE, "sources": "s1"}) == (study, keys.study_keys(doc, {**CODE, "sources": "s1"})[1])
+    assert keys.study_keys(doc, {**CODE, "sources": "s1"})[1] != grid
+    assert keys.study_keys({**doc, "train": keys.train_inputs(TrainConfig(workers=4))}, CODE) == (study, grid)
+    assert keys.study_keys({**doc, "folds": [1, 2]}, CODE)[0] != study
+
+
+def test_a_key_document_must_hold_exactly_the_declared_inputs():
+    with pytest.raises(keys.KeyError_, match=r"inputs \['workers'\] are not declared and \[\] are missing"):
+        keys.make_key("cuts", {"dataset": "d", "fold": 1, "max_bin": 2, "sample_rows": 3, "code": {}, "workers": 2})
+    with pytest.raises(keys.KeyError_, match=r"\['code'\] are missing"):
+        keys.make_key("cuts", {"dataset": "d", "fold": 1, "max_bin": 2, "sample_rows": 3})
+
+
+def test_differences_name_the_changed_inputs():
+    a = {"context": {"train": {"eta": 0.05}, "code": CODE}, "t0": 0}
+    b = {"context": {"train": {"eta": 0.1}, "code": {**CODE, "sources": "s1"}}, "t0": 0}
+    assert keys.differences(a, b) == ['context.code.sources: "s0" -> "s1"', "context.train.eta: 0.05 -> 0.1"]
+
+
+def test_code_identity_is_the_installed_sources_and_library_versions():
+    ident = keys.code_identity()
+    assert set(ident) == {"sources", *keys.LIBRARIES} and len(ident["sources"]) == 20
+    import xgboost
+
+    assert ident["xgboost"] == xgboost.__version__
+
+
+# ------------------------------------------------------------ in a copy of the repository, with git
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,
+                   capture_output=True)
+
+
+def _train(repo: Path, data: str, work: Path) -> dict:
+    """``ltr train`` run by the code of ``repo`` (its packages first on the path): the trees it built."""
+    out = work / "model"
+    # quick JVMs (no C2 compiler, serial GC): tiny jobs, four JVM starts
+    env = {**os.environ, "PYTHONPATH": str(repo), "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+    r = subprocess.run([sys.executable, "-m", "pipelines.cli", "train", "--data", data, "--fold", "1",
+                        "--path", "mse:2,lambdamart:2", "--out", str(out), "--master", "local[1]",
+                        "--set", f"work_dir={work}", "--set", "train.leaves=4", "--set", "train.max_bin=16",
+                        "--set", "train.score_dist_trees=[1]", "--set", "spark.shuffle_partitions=1",
+                        "--set", "spark.ui=false", "--log-level", "WARNING"],
+                       cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads((out / "_train.json").read_text())
+
+
+def test_a_docs_commit_resumes_and_every_edit_of_the_computing_code_retrains(small_dataset, tmp_path):
+    """In a git copy of the repository: train; commit a README change -> nothing retrained; edit a file of
+    udfs/ without committing -> retrained; edit it again -> retrained again (git HEAD, the old key, saw
+    neither the README commit as harmless nor the second uncommitted edit as a change)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for name in ("pipelines", "udfs", "conf"):
+        shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "README.md", repo / "README.md")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "copy")
+    work = tmp_path / "work"
+
+    def trees_built() -> int:
+        return int(_train(repo, small_dataset, work)["training"]["trees"])
+
+    assert trees_built() == 4
+    (repo / "README.md").write_text((repo / "README.md").read_text() + "\nA typo fixed.\n")
+    _git(repo, "commit", "-q", "-am", "docs")
+    assert trees_built() == 0  # a documentation commit: same code identity, the checkpoints are reused
+    target = repo / "udfs" / "metrics.py"
+    target.write_text(target.read_text() + "\n# an edit, not committed\n")
+    assert trees_built() == 4
+    target.write_text(target.read_text() + "# a second edit, not committed either\n")
+    assert trees_built() == 4
