@@ -22,8 +22,10 @@ from outside loses at most that much of its record. At the end it adds the commi
 cost read from the checkpoints (rank 0's boost, objective, curve and checkpoint seconds)
 and prints the summary. ``--status`` prints the state and the plan's progress, runs nothing.
 
-The node keys hold the code version (git commit, ``-dirty``): run every attempt from the same
-commit (a ``git worktree`` of it), or the resumed grid is another grid.
+The node keys hold the code identity (the content of ``pipelines/`` and ``udfs/`` and the library
+versions; pipelines/keys.py): run every attempt with the same computing code (a ``git worktree`` of
+one commit is the simple way; a documentation commit in between does not matter), or the resumed grid
+is another grid.
 """
 
 from __future__ import annotations

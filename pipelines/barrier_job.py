@@ -294,11 +294,12 @@ def run_nodes_distributed(spark: SparkSession, df: DataFrame, n_features: int, n
                           settings: Settings, workers: int, curricula: list[Curriculum], store: CheckpointStore,
                           cuts: FoldCuts, events: tuple[str, int] | None = None,
                           arrange: Callable[[DataFrame, int], DataFrame] = arrange_by_qid,
-                          tracker_timeout: int = 0) -> dict[str, Any]:
+                          tracker_timeout: int = 0, lease_token: str | None = None) -> dict[str, Any]:
     """Train ``nodes`` (plan order) on ``df`` (see :func:`training_frame`) with ``workers`` barrier tasks.
 
     Every worker builds its training matrix on the fold's global ``cuts`` (:mod:`pipelines.cuts`), so
-    the trees do not depend on ``workers``.
+    the trees do not depend on ``workers``. ``lease_token``: the driver's lease on the nodes
+    (:mod:`pipelines.lease`); rank 0 commits a checkpoint only while the lease is still it.
 
     Outputs go to ``store`` (checkpoints every ``settings.checkpoint_every`` trees
     and at each node's end); rank 0 reports progress to the driver's event
@@ -338,7 +339,8 @@ def run_nodes_distributed(spark: SparkSession, df: DataFrame, n_features: int, n
         client = EventClient(*events) if events and ctx.partitionId() == 0 else None
         try:
             with CommunicatorContext(dmlc_task_id=str(ctx.partitionId()), **args):
-                timing = run_nodes(data, nodes, settings, store, XgbComm(), client.send if client else None, ref)
+                timing = run_nodes(data, nodes, settings, store, XgbComm(), client.send if client else None, ref,
+                                   lease_token)
         finally:
             if client:
                 client.close()
@@ -366,11 +368,15 @@ def task_errors() -> Iterator[None]:
     try:
         yield
     except Exception as e:
+        from pipelines.lease import LeaseLost
+
         text = str(e)
         for cls in (SplitQueryError, TrainError, DatasetError):
             marker = f"{cls.__name__}: "
             if marker in text:
                 raise cls(text.split(marker, 1)[1].splitlines()[0]) from None
+        if "LeaseLost: " in text:
+            raise LeaseLost.relayed(text.split("LeaseLost: ", 1)[1].splitlines()[0]) from None
         raise
 
 

@@ -4,16 +4,26 @@ Layout under the store's root (a local path or any URI ``pyarrow.fs`` reads,
 e.g. ``hdfs://`` or ``s3://``; on a cluster it must be storage that every
 executor and the driver reach)::
 
-    ROOT/<node key>/trees-000000-000040.json  the trees of one segment (XGBoost JSON; rank 0)
-                   /t000040/shard-00000.npz   one per worker: margins of its rows after tree 40
-                           /_checkpoint.json  meta: the node's segments, curve points, score
-                                              distributions, rank 0's seconds so far ("cost");
-                                              written last, by rename: the commit point
+    ROOT/<node key>/_lease.json                one writer per node (:mod:`pipelines.lease`)
+                   /trees-000000-000040.json   the trees of one segment (XGBoost JSON; rank 0)
+                   /t000040/shard-00000.npz    one per worker: margins of its rows after tree 40
+                           /_checkpoint.json   meta: the node's segments, curve points, score
+                                               distributions, rank 0's seconds so far ("cost");
+                                               written last: the commit point
+                   /.<name>.<uuid8>.tmp        a file being written (shard, segment, meta)
 
-A checkpoint at tree ``k`` exists only once its ``_checkpoint.json`` does; a
-directory without it (a crash while writing) is ignored and overwritten.
-When a newer checkpoint of a node commits, the older ones are removed; the
-one at the node's last tree is its output.
+Every file is written under a temporary name (``.shard-00000.npz.1a2b3c4d.tmp``)
+in its directory and renamed into place, so a reader never sees a half-written
+file; listings and readers ignore temporary names. A checkpoint at tree ``k``
+exists only once its ``_checkpoint.json`` does; a directory without it (a crash
+while writing) is ignored and overwritten.
+
+When a checkpoint of a node commits, the one committed before it is kept and
+older ones are removed: a reader that listed the previous newest checkpoint can
+still load it. A reader that is slower than two commits finds its checkpoint
+gone and gets a :class:`CheckpointError` saying so (list again). The newest
+checkpoint at the node's last tree is its output. A commit can be fenced by the
+node's lease (``lease_token=``): a writer whose lease was taken over cannot commit.
 
 Shards hold, per split, the qids of the worker's rows (queries contiguous, in
 stored document order) and their float32 margins, so that a run with another
@@ -28,12 +38,14 @@ import json
 import logging
 import re
 import uuid
+import zipfile
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import pyarrow.fs as pafs
 
+from pipelines.lease import verify_token
 from udfs.letor_chunks import to_uri
 
 log = logging.getLogger(__name__)
@@ -59,17 +71,26 @@ class CheckpointStore:
     def _dir(self, key: str, tree: int | None = None) -> str:
         return f"{self.path}/{key}" if tree is None else f"{self.path}/{key}/t{tree:06d}"
 
+    def _where(self, key: str, tree: int) -> str:
+        return f"{self.root}/{key}/t{tree:06d}"
+
     # -- listing ---------------------------------------------------------
     def trees(self, key: str) -> list[int]:
         """Trees of the committed checkpoints of node ``key``, ascending."""
-        infos = self.fs.get_file_info(pafs.FileSelector(self._dir(key), allow_not_found=True))
-        out = []
-        for info in infos:
-            m = _TREE_DIR.match(info.base_name)
-            if m and info.type == pafs.FileType.Directory and \
-                    self.fs.get_file_info(f"{info.path}/{MARKER}").type == pafs.FileType.File:
-                out.append(int(m.group(1)))
-        return sorted(out)
+        for attempt in range(3):  # a checkpoint removed while listing can fail the listing: list again
+            try:
+                infos = self.fs.get_file_info(pafs.FileSelector(self._dir(key), allow_not_found=True))
+                out = []
+                for info in infos:
+                    m = _TREE_DIR.match(info.base_name)
+                    if m and info.type == pafs.FileType.Directory and \
+                            self.fs.get_file_info(f"{info.path}/{MARKER}").type == pafs.FileType.File:
+                        out.append(int(m.group(1)))
+                return sorted(out)
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     def latest(self, key: str) -> int | None:
         t = self.trees(key)
@@ -79,31 +100,67 @@ class CheckpointStore:
         return {k: self.latest(k) for k in keys}
 
     # -- writing (inside the barrier tasks) ------------------------------
+    def _put(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` whole: under a temporary name in its directory, then renamed into place."""
+        d, name = path.rsplit("/", 1)
+        tmp = f"{d}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            with self.fs.open_output_stream(tmp) as f:
+                f.write(data)
+            try:
+                self.fs.move(tmp, path)  # replaces ``path`` on local filesystems (rename) and object stores
+            except OSError:
+                if self.fs.get_file_info(path).type != pafs.FileType.File:
+                    raise
+                # HDFS renames onto no existing file: this one is a crashed attempt's (same content: bit-identical)
+                self.fs.delete_file(path)
+                self.fs.move(tmp, path)
+        except BaseException:
+            try:
+                self.fs.delete_file(tmp)
+            except OSError:
+                pass
+            raise
+
     def write_shard(self, key: str, tree: int, rank: int, arrays: Mapping[str, np.ndarray]) -> None:
+        """Worker ``rank``'s margins (and qids) after tree ``tree`` of node ``key``."""
         buf = io.BytesIO()
         np.savez(buf, **arrays)
         d = self._dir(key, tree)
         self.fs.create_dir(d, recursive=True)
-        with self.fs.open_output_stream(f"{d}/shard-{rank:05d}.npz") as f:
-            f.write(buf.getvalue())
+        self._put(f"{d}/shard-{rank:05d}.npz", buf.getvalue())
 
     def write_segment(self, key: str, t_start: int, t_end: int, model: bytes) -> None:
         """The trees ``t_start..t_end`` of a node (a booster's XGBoost JSON)."""
         self.fs.create_dir(self._dir(key), recursive=True)
-        with self.fs.open_output_stream(f"{self._dir(key)}/trees-{t_start:06d}-{t_end:06d}.json") as f:
-            f.write(model)
+        self._put(f"{self._dir(key)}/trees-{t_start:06d}-{t_end:06d}.json", model)
 
-    def commit(self, key: str, tree: int, meta: Mapping[str, Any]) -> None:
-        """Write the marker (by rename: the commit point), then drop older checkpoints of the node."""
+    def commit(self, key: str, tree: int, meta: Mapping[str, Any], *, lease_token: str | None = None) -> None:
+        """Write the marker (by rename: the commit point), then drop checkpoints older than the previous one.
+
+        Parameters
+        ----------
+        key, tree
+            The node and the tree of the checkpoint whose shards and segment are written.
+        meta
+            Its metadata (``tree`` is added).
+        lease_token
+            The token of the node's lease held for this writer (:mod:`pipelines.lease`); if given, the
+            commit is refused unless the node's lease file names it.
+
+        Raises
+        ------
+        pipelines.lease.LeaseLost
+            ``lease_token`` is given and the lease now names another owner (or is gone).
+        """
+        if lease_token is not None:
+            verify_token(self, key, lease_token)
         d = self._dir(key, tree)
         self.fs.create_dir(d, recursive=True)
-        tmp = f"{d}/.{MARKER}.{uuid.uuid4().hex[:8]}"
-        with self.fs.open_output_stream(tmp) as f:
-            f.write(json.dumps({**meta, "tree": tree}, sort_keys=True).encode())
-        self.fs.move(tmp, f"{d}/{MARKER}")
-        for old in self.trees(key):
-            if old < tree:
-                self.delete(key, old)
+        self._put(f"{d}/{MARKER}", json.dumps({**meta, "tree": tree}, sort_keys=True).encode())
+        older = [t for t in self.trees(key) if t < tree]
+        for old in older[:-1]:  # keep the previous checkpoint: a reader may be loading it
+            self.delete(key, old)
 
     def delete(self, key: str, tree: int) -> None:
         try:
@@ -112,12 +169,28 @@ class CheckpointStore:
             log.warning("could not remove checkpoint %s/t%06d: %s", key, tree, e)
 
     # -- reading ---------------------------------------------------------
-    def meta(self, key: str, tree: int) -> dict[str, Any]:
+    def _read(self, key: str, tree: int, name: str) -> bytes:
+        """A file of checkpoint ``tree``; a clear :class:`CheckpointError` if the checkpoint is gone."""
         try:
-            with self.fs.open_input_stream(f"{self._dir(key, tree)}/{MARKER}") as f:
-                return json.loads(f.read().decode())
-        except (OSError, ValueError) as e:
-            raise CheckpointError(f"checkpoint {self.root}/{key}/t{tree:06d} is unreadable: {e}") from None
+            with self.fs.open_input_stream(f"{self._dir(key, tree)}/{name}") as f:
+                return f.read()
+        except OSError as e:
+            if self.fs.get_file_info(f"{self._dir(key, tree)}/{MARKER}").type != pafs.FileType.File:
+                newer = [t for t in self.trees(key) if t > tree]
+                if newer:
+                    raise CheckpointError(f"checkpoint {self._where(key, tree)} is gone: it was replaced by a newer "
+                                          f"checkpoint of the node (tree {newer[-1]}) after it was listed; list the "
+                                          "checkpoints again (store.latest) and read the newest") from None
+                raise CheckpointError(f"checkpoint {self._where(key, tree)} does not exist (not committed, or the "
+                                      "node was deleted)") from None
+            raise CheckpointError(f"checkpoint {self._where(key, tree)}: {name} is unreadable: {e}") from None
+
+    def meta(self, key: str, tree: int) -> dict[str, Any]:
+        raw = self._read(key, tree, MARKER)
+        try:
+            return json.loads(raw.decode())
+        except ValueError as e:
+            raise CheckpointError(f"checkpoint {self._where(key, tree)} is unreadable: {e}") from None
 
     def cost(self, keys: list[str]) -> dict[str, float]:
         """Rank 0's seconds (boost, objective, eval, checkpoint) and trees over the newest checkpoints of
@@ -130,17 +203,26 @@ class CheckpointStore:
         return total
 
     def segment(self, key: str, t_start: int, t_end: int) -> bytes:
-        with self.fs.open_input_stream(f"{self._dir(key)}/trees-{t_start:06d}-{t_end:06d}.json") as f:
-            return f.read()
+        path = f"{self._dir(key)}/trees-{t_start:06d}-{t_end:06d}.json"
+        try:
+            with self.fs.open_input_stream(path) as f:
+                return f.read()
+        except OSError as e:
+            raise CheckpointError(f"segment {self.root}/{key}/trees-{t_start:06d}-{t_end:06d}.json of node {key} is "
+                                  f"unreadable (is the node's checkpoint still there? list again): {e}") from None
 
     def shards(self, key: str, tree: int) -> list[dict[str, np.ndarray]]:
         """Every worker's shard of a checkpoint, in rank order."""
         n = int(self.meta(key, tree)["shards"])
         out = []
         for r in range(n):
-            with self.fs.open_input_stream(f"{self._dir(key, tree)}/shard-{r:05d}.npz") as f:
-                with np.load(io.BytesIO(f.read())) as z:
+            raw = self._read(key, tree, f"shard-{r:05d}.npz")
+            try:
+                with np.load(io.BytesIO(raw)) as z:
                     out.append({k: z[k] for k in z.files})
+            except (OSError, ValueError, zipfile.BadZipFile) as e:
+                raise CheckpointError(f"checkpoint {self._where(key, tree)}: shard-{r:05d}.npz is unreadable: "
+                                      f"{e}") from None
         return out
 
 

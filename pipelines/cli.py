@@ -49,6 +49,14 @@ def _user_errors() -> tuple[type[BaseException], ...]:
                           CodeChanged, PackError, UnknownNode)
 
 
+def _busy_errors() -> tuple[type[BaseException], ...]:
+    """Another process writes a node this command needs: exit 75 (EX_TEMPFAIL), one line; a scheduler's
+    retry (after the other process ends, or its lease expires) succeeds."""
+    from pipelines.lease import LeaseHeld, LeaseLost
+
+    return (LeaseHeld, LeaseLost)
+
+
 # ------------------------------------------------------------- parsing
 def _common(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("common options")
@@ -453,6 +461,10 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", e)
         print(f"ltr {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except _busy_errors() as e:
+        log.error("%s", e)
+        print(f"ltr {args.command}: error: {e}", file=sys.stderr)
+        return 75
     except KeyboardInterrupt:
         log.error("interrupted")
         return 130

@@ -184,6 +184,9 @@ class TrainConfig:
     ``max_bin``/``cuts_sample_rows``: the fold's histogram cuts are computed once from a deterministic
     sample of at most that many training rows (whole queries; all rows when fewer) and given to every
     worker (:mod:`pipelines.cuts`), so the trees do not depend on the number of workers.
+    ``lease_ttl``/``lease_wait``: a node being trained holds a lease in the checkpoint store (renewed
+    every ttl/3 s; :mod:`pipelines.lease`); another process finding it waits up to ``lease_wait`` s,
+    then stops with one line naming the owner.
     ``base_margin``: ``auto`` starts paths that begin with a regression
     objective from the mean training label and ranking paths from 0.
     """
@@ -210,6 +213,8 @@ class TrainConfig:
     stochastic_noise: float = 1.0
     stochastic_anneal: int = 100
     checkpoint_every: int = 25
+    lease_ttl: float = 120.0
+    lease_wait: float = 0.0
     tracker_timeout: int = 3600
     job_retries: int = 1
     blend_schedule: str = "linear"

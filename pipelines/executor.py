@@ -39,6 +39,7 @@ from pipelines.checkpoints import CheckpointStore
 from pipelines.cuts import FoldCuts, fold_cuts
 from pipelines.dataset import Dataset, DatasetError
 from pipelines.keys import cuts_key
+from pipelines.lease import LeaseHeld, LeaseLost, hold
 from pipelines.plan import DONE, Node, Plan, node_states, pending
 from pipelines.progress import EventServer, ProgressDisplay
 from pipelines.worker_loop import Settings
@@ -64,6 +65,8 @@ class Execution:
     retries: int = 1
     tracker_timeout: int = 0
     resume_hint: str = "run the same command again"
+    lease_ttl: float = 120.0  # seconds; renewed every ttl/3 while the job runs
+    lease_wait: float = 0.0  # how long to wait for another process's lease on a node before stopping
 
 
 def states_of(plan: Plan, store: CheckpointStore) -> dict[str, Any]:
@@ -74,7 +77,8 @@ def execute_plan(spark: SparkSession, plan: Plan, ds: Dataset, curricula: dict[s
                  settings: Settings, store: CheckpointStore, how: Execution,
                  on_event: Callable[[dict[str, Any]], None] | None = None,
                  only: list[str] | None = None) -> dict[str, Any]:
-    """Train every node of ``plan`` that is not done (or only the nodes ``only``); return timings.
+    """Train every node of ``plan`` that is not done (or only the nodes ``only``); return timings:
+    ``trees`` built by this call's jobs, ``trees_planned`` left to build when it started, ``jobs``.
 
     ``on_event`` receives the executors' events (after the progress display), one at a time.
     """
@@ -119,6 +123,8 @@ def execute_plan(spark: SparkSession, plan: Plan, ds: Dataset, curricula: dict[s
                                               cuts)
     finally:
         display.close()
+    # what this process built (another process may have finished a node while we waited for its lease)
+    info["trees_planned"], info["trees"] = info["trees"], sum(int(j.get("trees_built", 0)) for j in info["jobs"])
     return info
 
 
@@ -169,33 +175,46 @@ def _run_unit(spark: SparkSession, plan: Plan, nodes: list[Node], ds: Dataset, c
     curs = [curricula[c] for c in names]
     df = training_frame(spark, ds, plan.fold, curs)
     s = replace(settings, params={**settings.params, "nthread": how.nthread})
-    for attempt in range(how.retries + 1):
-        todo = [n for n in nodes if states_of(plan.subplan([n.key]), store)[n.key].state != DONE] \
-            if attempt else nodes
-        try:
-            return run_nodes_distributed(spark, df, ds.n_features, todo, s, how.workers, curs, store, cuts,
-                                         events=address, tracker_timeout=how.tracker_timeout)
-        except Exception as e:
-            cause = _one_line(e)
-            states = states_of(plan, store)
-            failed = next((n for n in nodes if states[n.key].state != DONE), nodes[-1])
-            if isinstance(e, (SplitQueryError, DatasetError)) or _is_user_error(str(e)):
-                raise
-            if attempt < how.retries:
-                log.warning("fold %d: training failed at node %s (%s): %s; starting again from the last checkpoints "
-                            "(retry %d of %d)", plan.fold, failed.key, failed.describe(), cause, attempt + 1,
-                            how.retries)
-                continue
-            st = states[failed.key]
-            where = f"checkpoint at tree {st.tree}" if st.state != "todo" else "no checkpoint yet"
-            paths = [p for p, chain in plan.chains.items() if failed.key in chain]
-            raise NodeFailed(f"fold {plan.fold}: node {failed.key} ({failed.describe()}; {where}; paths "
-                             f"{', '.join(paths)}) failed: {cause}. Resume with: {how.resume_hint}") from e
+    owner = f"fold {plan.fold}: {how.resume_hint}"
+    # one writer per node: the leases are held across the retries, renewed by a heartbeat, released at the end
+    with hold(store, [n.key for n in nodes], owner, ttl=how.lease_ttl, wait=how.lease_wait) as held:
+        for attempt in range(how.retries + 1):
+            # after a retry, or a wait for another process's lease: only what is not done yet
+            todo = [n for n in nodes if states_of(plan.subplan([n.key]), store)[n.key].state != DONE]
+            if not todo:
+                return {"workers": how.workers, "nthread": how.nthread, "seconds": 0.0, "trees_built": 0,
+                        "trees_planned": 0, "worker_timings": []}
+            try:
+                return run_nodes_distributed(spark, df, ds.n_features, todo, s, how.workers, curs, store, cuts,
+                                             events=address, tracker_timeout=how.tracker_timeout,
+                                             lease_token=held.token)
+            except Exception as e:
+                _retry_or_raise(e, attempt, plan, nodes, store, how)
     raise AssertionError("unreachable")
 
 
+def _retry_or_raise(e: Exception, attempt: int, plan: Plan, nodes: list[Node], store: CheckpointStore,
+                    how: Execution) -> None:
+    """Return when the failed job is to be started again; else raise: our own errors as themselves
+    (a lost lease too: another process writes the node now), the last failure as :class:`NodeFailed`."""
+    cause = _one_line(e)
+    states = states_of(plan, store)
+    failed = next((n for n in nodes if states[n.key].state != DONE), nodes[-1])
+    if isinstance(e, (SplitQueryError, DatasetError, LeaseHeld, LeaseLost)) or _is_user_error(str(e)):
+        raise e
+    if attempt < how.retries:
+        log.warning("fold %d: training failed at node %s (%s): %s; starting again from the last checkpoints "
+                    "(retry %d of %d)", plan.fold, failed.key, failed.describe(), cause, attempt + 1, how.retries)
+        return
+    st = states[failed.key]
+    where = f"checkpoint at tree {st.tree}" if st.state != "todo" else "no checkpoint yet"
+    paths = [p for p, chain in plan.chains.items() if failed.key in chain]
+    raise NodeFailed(f"fold {plan.fold}: node {failed.key} ({failed.describe()}; {where}; paths "
+                     f"{', '.join(paths)}) failed: {cause}. Resume with: {how.resume_hint}") from e
+
+
 def _is_user_error(text: str) -> bool:
-    return any(f"{c.__name__}:" in text for c in (SplitQueryError, TrainError, DatasetError))
+    return any(f"{c.__name__}:" in text for c in (SplitQueryError, TrainError, DatasetError, LeaseLost))
 
 
 _PY_ERROR = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)): (.*)$")

@@ -560,7 +560,8 @@ def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | Non
     workers, nthread = resolve_workers(spark, cfg.train, parallel)
     settings = make_settings(cfg.train, cfg.metric, ds, nthread)
     store = CheckpointStore(checkpoint_root(cfg))
-    how = Execution(workers, nthread, parallel, cfg.train.job_retries, cfg.train.tracker_timeout, resume_hint)
+    how = Execution(workers, nthread, parallel, cfg.train.job_retries, cfg.train.tracker_timeout, resume_hint,
+                    cfg.train.lease_ttl, cfg.train.lease_wait)
     counts = {"trained": 0, "skipped": 0, "trees_built": 0}
     live = None
     try:

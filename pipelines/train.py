@@ -43,7 +43,8 @@ def run_train(spark: SparkSession, data: str, fold: int, path: str, curricula: l
     plan = build_plan([tp], fold=fold, context=plan_context(cfg, metric, ds.fingerprint, fold),
                       curriculum_keys={c.name: curriculum_content_key(c.summary) for c in curs})
     store = CheckpointStore(checkpoints)
-    how = Execution(workers, nthread, 1, cfg.job_retries, cfg.tracker_timeout, "the same `ltr train` command")
+    how = Execution(workers, nthread, 1, cfg.job_retries, cfg.tracker_timeout, "the same `ltr train` command",
+                    cfg.lease_ttl, cfg.lease_wait)
     with task_errors():
         info = execute_plan(spark, plan, ds, {c.name: c for c in curs}, settings, store, how)
     r = path_result(store, tp.label, plan.chains[tp.label])

@@ -289,8 +289,9 @@ def _no_events(_: dict[str, Any]) -> None:
 # ------------------------------------------------------------ the loop
 class _Worker:
     def __init__(self, data: WorkerData, settings: Settings, comm: Comm, store: CheckpointStore,
-                 events: Events, ref: Any = None) -> None:
+                 events: Events, ref: Any = None, lease_token: str | None = None) -> None:
         self.data, self.s, self.comm, self.store, self.events = data, settings, comm, store, events
+        self.lease_token = lease_token
         if settings.checkpoint_every < 1:
             raise ValueError(f"train.checkpoint_every must be >= 1, got {settings.checkpoint_every}")
         check_device(str(settings.params.get("device", "cpu")))
@@ -416,7 +417,7 @@ class _Worker:
                          "t0": node.t0, "t1": node.t1, "ends": list(node.ends)},
                 "shards": self.comm.world, "base": st.base, "segments": st.segments, "curve": st.curve,
                 "dists": st.dists, "rows": st.rows, "done": st.tree == node.t1, "cost": st.cost,
-                "conventions": {"k": self.s.k, "gain": self.s.metric.gain}})
+                "conventions": {"k": self.s.k, "gain": self.s.metric.gain}}, lease_token=self.lease_token)
         self.timing["checkpoint"] += time.perf_counter() - t0
 
     # -- running nodes ---------------------------------------------------
@@ -519,19 +520,21 @@ class _Worker:
 
 
 def run_nodes(data: WorkerData, nodes: Iterable[Node], settings: Settings, store: CheckpointStore,
-              comm: Comm | None = None, events: Events | None = None, ref: Any = None) -> dict[str, float]:
+              comm: Comm | None = None, events: Events | None = None, ref: Any = None,
+              lease_token: str | None = None) -> dict[str, float]:
     """Run ``nodes`` (plan order: a node's parent is done or comes earlier) on this worker's data.
 
     ``ref``: a matrix holding the fold's global cuts (:func:`pipelines.cuts.reference_matrix`, built
     before joining the collective); required with more than one worker. Without it a single worker
     sketches its own rows (the local twin of a fold whose cuts sample is the whole training split).
+    ``lease_token``: rank 0 commits checkpoints only while the node's lease is this token (None: no check).
 
     Each node continues from its newest checkpoint, else from its parent's
     output (kept in memory when the parent ran in this call, else read from the
     store). Outputs go to ``store``; returns the worker's timings.
     """
     nodes = list(nodes)
-    w = _Worker(data, settings, comm or LocalComm(), store, events or _no_events, ref)
+    w = _Worker(data, settings, comm or LocalComm(), store, events or _no_events, ref, lease_token)
     outputs: dict[str, _State] = {}
     waiting = {n.key: sum(1 for c in nodes if c.parent == n.key) for n in nodes}
     for node in nodes:

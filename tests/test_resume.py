@@ -9,6 +9,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -295,6 +296,95 @@ def test_a_two_worker_train_killed_on_a_cluster_resumes_on_one_worker_with_the_s
     for split in ("vali", "test"):
         key = f"{split}_ndcg_at_10"
         assert resumed["final"][key] == pytest.approx(clean["final"][key], abs=1e-6)
+
+
+def test_two_processes_on_one_node_one_trains_the_other_waits_or_stops(spark, small_dataset, tmp_path, caplog):
+    """Process A (`ltr train`) trains a node; process B (this one) on the same checkpoints: with no wait it
+    stops at once with one line naming A, before writing anything; with a wait it gets the lease once A
+    released it, finds the node done and trains nothing. The result equals a single run's."""
+    import logging
+
+    from pipelines.config import load_config
+    from pipelines.lease import LeaseHeld
+    from pipelines.train import run_train
+
+    path = "lambdamart:60"
+    over = ["train.leaves=4", "train.max_bin=32", "train.score_dist_trees=[2]", "train.checkpoint_every=5",
+            "spark.shuffle_partitions=2"]
+    work = tmp_path / "work"
+    cmd = [sys.executable, "-m", "pipelines.cli", "train", "--master", "local[1]", "--data", small_dataset,
+           "--fold", "1", "--path", path, "--out", str(tmp_path / "a"), "--log-level", "WARNING",
+           *[a for o in [*over, f"work_dir={work}"] for a in ("--set", o)]]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    ckpt = work / "checkpoints"
+    cfg = load_config(None, [*over, f"work_dir={work}", f"train.path={path}"])
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and proc.poll() is None and not list(ckpt.glob("*/t*/_checkpoint.json")):
+            time.sleep(0.05)  # A holds the lease and has committed its first checkpoint
+        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        frozen = _signal_tree(proc, signal.SIGSTOP)  # A mid-node, for as long as B's first try takes
+        try:
+            before = {p: p.stat().st_mtime_ns for p in ckpt.rglob("*")}
+            with pytest.raises(LeaseHeld, match=rf"node \w+ is being written by another process: host \S+ pid "
+                                                rf"{proc.pid} \(fold 1: the same `ltr train` command\) holds its "
+                                                "lease until"):
+                run_train(spark, small_dataset, 1, path, [], cfg.train, cfg.metric, str(tmp_path / "b"), str(ckpt))
+            assert {p: p.stat().st_mtime_ns for p in ckpt.rglob("*")} == before  # B wrote nothing
+            # B again, willing to wait: it waits (A still frozen), and once A goes on and finishes, gets the lease
+            waiting = replace_train(cfg, lease_wait=240.0)
+            got: dict = {}
+            b_thread = threading.Thread(target=lambda: got.update(b=run_train(
+                spark, small_dataset, 1, path, [], waiting, cfg.metric, str(tmp_path / "b"), str(ckpt))))
+            with caplog.at_level(logging.INFO, logger="pipelines.lease"):
+                b_thread.start()
+                deadline = time.time() + 120
+                while time.time() < deadline and b_thread.is_alive() and not any(
+                        "waiting for the lease held by host" in r.getMessage() for r in caplog.records):
+                    time.sleep(0.05)
+                assert any("waiting for the lease held by host" in r.getMessage() for r in caplog.records)
+        finally:
+            for pid in frozen:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+        b_thread.join(240)
+        assert proc.wait(60) == 0, proc.stderr.read().decode()[-3000:]
+        b = got["b"]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert b["training"]["trees"] == 0  # B found the node done: nothing trained twice
+    assert not list(ckpt.glob("*/_lease.json"))  # released at the end
+    clean = run_train(spark, small_dataset, 1, path, [], cfg.train, cfg.metric, str(tmp_path / "c"),
+                      str(tmp_path / "clean"))
+    models = [(tmp_path / d / "model.json").read_bytes() for d in ("a", "b", "c")]
+    assert models[0] == models[1] == models[2]
+
+
+def _signal_tree(proc: subprocess.Popen, sig: int) -> set[int]:
+    """Send ``sig`` to ``proc`` and every process descending from it (walked until no new one appears)."""
+    tree: set[int] = set()
+    while True:
+        procs = _processes()
+        new = ({p for p, (_, ppid) in procs.items() if ppid in tree | {proc.pid}} | {proc.pid}) - tree
+        if not new:
+            return tree
+        for pid in new:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        tree |= new
+
+
+def replace_train(cfg, **changes):
+    from dataclasses import replace
+
+    return replace(cfg.train, **changes)
 
 
 def test_any_error_inside_a_barrier_task_is_one_line_naming_fold_node_path_and_cause(
