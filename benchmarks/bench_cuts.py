@@ -25,29 +25,19 @@ from pathlib import Path
 
 import numpy as np
 
+from bench_train import dataset  # the same generated data as bench_train.py (run as a script: benchmarks/ on the path)
 from pipelines.barrier_job import make_settings
 from pipelines.checkpoints import CheckpointStore
-from pipelines.config import IngestConfig, SparkConfig, TrainConfig, load_dataset_spec
+from pipelines.config import SparkConfig, TrainConfig
 from pipelines.cuts import compute_cuts
 from pipelines.dataset import open_dataset
 from pipelines.executor import Execution, train_paths
-from pipelines.generate import generate
-from pipelines.ingest import ingest
 from pipelines.paths import parse_path
 from pipelines.session import build_session
 from udfs.metrics import NdcgSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 ALL_ROWS = 10**12
-
-
-def dataset(spark, work: Path, queries: int) -> str:
-    out = work / f"train_bench_{queries}"
-    if not (out / "_manifest.json").exists():
-        src = work / f"train_bench_{queries}_letor"
-        generate(str(src), queries=queries, seed=4242)
-        ingest(spark, str(src), str(out), load_dataset_spec("mslr"), IngestConfig())
-    return str(out)
 
 
 def main() -> int:

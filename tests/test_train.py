@@ -132,14 +132,18 @@ def _write_letor(path: Path, split: SplitData) -> None:
 def coarse_dataset(spark, tmp_path_factory):
     """One fold of coarse features (fewer distinct values than max_bin: exact quantile cuts)."""
     rng = np.random.default_rng(5)
-    root = tmp_path_factory.mktemp("coarse")
     splits = {"train": _split(rng, 160), "vali": _split(rng, 40), "test": _split(rng, 40)}
+    return _ingested(spark, tmp_path_factory.mktemp("coarse"), splits), splits
+
+
+def _ingested(spark, root: Path, splits: dict[str, SplitData]) -> str:
+    """``splits`` written as LETOR text and ingested as one fold: the dataset's path."""
     src = root / "src"
     src.mkdir()
     for name, sp in splits.items():
         _write_letor(src / f"{name}.txt", sp)
     ingest(spark, str(src), str(root / "ds"), load_dataset_spec("mslr"), IngestConfig(n_features=6))
-    return str(root / "ds"), splits
+    return str(root / "ds")
 
 
 def _local_twin(splits) -> WorkerData:
@@ -209,15 +213,9 @@ def fine_dataset(spark, tmp_path_factory):
     """One fold of continuous features (far more distinct values than max_bin): sketches of different
     rows give different cuts, so per-worker cuts would make the trees depend on the worker count."""
     rng = np.random.default_rng(9)
-    root = tmp_path_factory.mktemp("fine")
     splits = {"train": _split(rng, 150, coarse=False), "vali": _split(rng, 30, coarse=False),
               "test": _split(rng, 30, coarse=False)}
-    src = root / "src"
-    src.mkdir()
-    for name, sp in splits.items():
-        _write_letor(src / f"{name}.txt", sp)
-    ingest(spark, str(src), str(root / "ds"), load_dataset_spec("mslr"), IngestConfig(n_features=6))
-    return str(root / "ds"), splits
+    return _ingested(spark, tmp_path_factory.mktemp("fine"), splits), splits
 
 
 def _trees(model: bytes) -> list[dict]:
