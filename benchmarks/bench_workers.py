@@ -10,6 +10,11 @@ whole queries, smaller than the split, so the sample matters) and compares every
 (the workers' histogram sums are added in another order). Also the final vali/test NDCG@10 and
 each run's per-tree cost. Then the cost of a node lease (pipelines.lease) per checkpoint on the
 local checkpoint store: take, renew (what every checkpoint does) and release, timed.
+
+The same script runs on the code before global cuts, for the side by side (per-worker sketches;
+no sample, no lease)::
+
+    git worktree add /tmp/old 82ddc6d && cd /tmp/old && PYTHONPATH=/tmp/old python /path/to/benchmarks/bench_workers.py
 """
 
 from __future__ import annotations
@@ -96,8 +101,11 @@ def main() -> int:
                  "master": "local-cluster[3,1,1536]", "queries": args.queries, "train_rows": train_rows,
                  "path": args.path, "sample_rows": args.sample_rows, "runs": {}}
     models = {}
+    global_cuts = hasattr(TrainConfig, "cuts_sample_rows")  # False: the code before global cuts
+    out["global_cuts"] = global_cuts
     for w in (1, 2, 3):
-        cfg = TrainConfig(workers=w, nthread=1, eval_every=1, score_dist_trees=[], cuts_sample_rows=args.sample_rows)
+        cfg = TrainConfig(workers=w, nthread=1, eval_every=1, score_dist_trees=[],
+                          **({"cuts_sample_rows": args.sample_rows} if global_cuts else {}))
         settings = make_settings(cfg, NdcgSpec(), ds, 1)
         with tempfile.TemporaryDirectory(prefix="bench-workers-") as d:
             t0 = time.perf_counter()
@@ -112,7 +120,8 @@ def main() -> int:
             **({} if w == 1 else {"against_1_worker": compare(models[1], models[w])})}
         print(json.dumps({f"{w} workers": out["runs"][f"{w} workers"]}), flush=True)
     spark.stop()
-    out["lease_per_node_on_local_disk"] = lease_cost()
+    if global_cuts:
+        out["lease_per_node_on_local_disk"] = lease_cost()
     print(json.dumps(out, indent=2))
     return 0
 

@@ -100,6 +100,12 @@ class CheckpointStore:
         return {k: self.latest(k) for k in keys}
 
     # -- writing (inside the barrier tasks) ------------------------------
+    def write_file(self, rel: str, data: bytes) -> None:
+        """Write ``ROOT/rel`` whole (see :meth:`_put`): for small files kept beside the checkpoints."""
+        path = f"{self.path}/{rel}"
+        self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        self._put(path, data)
+
     def _put(self, path: str, data: bytes) -> None:
         """Write ``data`` to ``path`` whole: under a temporary name in its directory, then renamed into place."""
         d, name = path.rsplit("/", 1)
@@ -122,16 +128,23 @@ class CheckpointStore:
                 pass
             raise
 
-    def write_shard(self, key: str, tree: int, rank: int, arrays: Mapping[str, np.ndarray]) -> None:
-        """Worker ``rank``'s margins (and qids) after tree ``tree`` of node ``key``."""
+    def write_shard(self, key: str, tree: int, rank: int, arrays: Mapping[str, np.ndarray], *,
+                    lease_token: str | None = None) -> None:
+        """Worker ``rank``'s margins (and qids) after tree ``tree`` of node ``key`` (refused, like a commit,
+        when ``lease_token`` no longer holds the node's lease: a writer taken over writes nothing more)."""
+        if lease_token is not None:
+            verify_token(self, key, lease_token)
         buf = io.BytesIO()
         np.savez(buf, **arrays)
         d = self._dir(key, tree)
         self.fs.create_dir(d, recursive=True)
         self._put(f"{d}/shard-{rank:05d}.npz", buf.getvalue())
 
-    def write_segment(self, key: str, t_start: int, t_end: int, model: bytes) -> None:
-        """The trees ``t_start..t_end`` of a node (a booster's XGBoost JSON)."""
+    def write_segment(self, key: str, t_start: int, t_end: int, model: bytes, *,
+                      lease_token: str | None = None) -> None:
+        """The trees ``t_start..t_end`` of a node (a booster's XGBoost JSON); ``lease_token`` as for shards."""
+        if lease_token is not None:
+            verify_token(self, key, lease_token)
         self.fs.create_dir(self._dir(key), recursive=True)
         self._put(f"{self._dir(key)}/trees-{t_start:06d}-{t_end:06d}.json", model)
 

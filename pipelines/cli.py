@@ -41,12 +41,13 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from pipelines.report import ReportError
     from pipelines.storage import OutputError
     from pipelines.barrier_job import SplitQueryError, TrainError
+    from pipelines.cuts import CutsError
     from pipelines.executor import UnknownNode
     from pipelines.grid import CodeChanged
     from pipelines.pack import PackError
 
     return USER_ERRORS + (IngestError, PathError, TrainError, SplitQueryError, ReportError, OutputError,
-                          CodeChanged, PackError, UnknownNode)
+                          CodeChanged, PackError, UnknownNode, CutsError)
 
 
 def _busy_errors() -> tuple[type[BaseException], ...]:
@@ -330,6 +331,10 @@ def cmd_grid(args: argparse.Namespace) -> int:
 
         print(show_plan(cfg))
         return 0
+    if (args.unit or args.node) and args.setup_only:
+        raise UsageError("--setup-only trains nothing: it takes no --unit or --node")
+    if args.unit and args.fold:
+        raise UsageError("--unit FOLD:INDEX names its fold: give no --fold with it")
     units = []
     for text in args.unit:
         try:

@@ -33,6 +33,7 @@ import logging
 import time
 import uuid
 import warnings
+import zipfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,7 +160,8 @@ def compute_cuts(spark: Any, ds: Any, fold: int, max_bin: int, sample_rows: int,
            .mapInArrow(sketch, "payload binary").toArrow().column("payload").to_pylist())
     cuts = FoldCuts.from_bytes(out[0])
     if cuts.rows == 0:
-        raise CutsError(f"fold {fold}: the cuts' sample holds no training row (train.cuts_sample_rows={sample_rows})")
+        raise CutsError(f"fold {fold}: the cuts' sample holds no training row (train.cuts_sample_rows={sample_rows}, "
+                        f"{train_rows} training rows: its queries are few and large); raise train.cuts_sample_rows")
     log.info("fold %d: histogram cuts from %d of %d training rows (%d bins at most) in %.1f s", fold, cuts.rows,
              train_rows, max_bin, time.perf_counter() - t0)
     return cuts
@@ -183,7 +185,7 @@ def load_cuts(root: str, key: str) -> FoldCuts | None:
             cuts = FoldCuts.from_bytes(f.read())
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
         raise CutsError(f"{path} is unreadable ({e}); delete it to compute the cuts again") from None
     if cuts.key != key:
         raise CutsError(f"{path} holds the cuts {cuts.key}, not {key}; delete it to compute the cuts again")
@@ -191,21 +193,30 @@ def load_cuts(root: str, key: str) -> FoldCuts | None:
 
 
 def save_cuts(root: str, cuts: FoldCuts) -> None:
-    """Write under a temporary name, then rename: a reader sees the whole file or none."""
+    """Write under a temporary name, then rename: a reader sees the whole file or none. Two processes
+    computing a fold's cuts at once compute the same bytes: whichever renames second finds the file
+    there (HDFS does not rename onto a file) and leaves it."""
+    import pyarrow.fs as pafs
+
     fs, path = _path(root, cuts.key)
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
     with fs.open_output_stream(tmp) as f:
         f.write(cuts.to_bytes())
-    fs.move(tmp, path)
+    try:
+        fs.move(tmp, path)
+    except OSError:
+        if fs.get_file_info(path).type != pafs.FileType.File:
+            raise
+        fs.delete_file(tmp)
 
 
 def fold_cuts(spark: Any, root: str, ds: Any, fold: int, max_bin: int, sample_rows: int, key: str,
               nthread: int = 0) -> FoldCuts:
     """The fold's cuts from the store, else computed (:func:`compute_cuts`) and stored."""
     cuts = load_cuts(root, key)
-    if cuts is not None:
-        return cuts
-    cuts = compute_cuts(spark, ds, fold, max_bin, sample_rows, key, nthread)
-    save_cuts(root, cuts)
+    if cuts is None:
+        cuts = compute_cuts(spark, ds, fold, max_bin, sample_rows, key, nthread)
+        save_cuts(root, cuts)
+    reference_matrix(cuts)  # on the driver too: a CutsError here is one line, not a failed barrier job
     return cuts

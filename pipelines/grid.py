@@ -36,6 +36,7 @@ from pipelines.difficulty import stored_summary
 from pipelines.difficulty import difficulty_key as compute_difficulty_key
 from pipelines.difficulty import run_difficulty
 from pipelines.executor import Execution, UnknownNode, execute_plan, states_of
+from pipelines.lease import LeaseHeld, LeaseLost
 from pipelines.keys import child_key as make_child_key
 from pipelines.keys import (code_identity, code_label, curriculum_content_key, differences, digest, plan_context,
                             study_keys, train_inputs)
@@ -294,11 +295,11 @@ def record_plan(store: CheckpointStore, experiment: str, fp: FoldPlan) -> None:
     ``ltr grid --plan`` compares with to say why a key changed. Written before training (by rename)."""
     doc = {fp.plan.signature(n.key): {"key": n.key, "inputs": fp.plan.inputs.get(n.key, {})} for n in fp.plan.nodes}
     path = _plan_record_path(store, experiment, fp.fold)
-    store.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with store.fs.open_output_stream(tmp) as f:
-        f.write(json.dumps(doc, sort_keys=True, default=str).encode())
-    store.fs.move(tmp, path)
+    try:
+        store.write_file(path[len(store.path) + 1:], json.dumps(doc, sort_keys=True, default=str).encode())
+    except OSError as e:  # a diagnostic: never a reason to stop a study
+        log.warning("could not record fold %d's plan at %s (ltr grid --plan will not say why keys changed): %s",
+                    fp.fold, path, e)
 
 
 def _study_keys(cfg: Config, ds: Dataset, code: dict[str, str] | None = None) -> tuple[str, str]:
@@ -586,6 +587,9 @@ def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | Non
         partial = run_folds != study or only is not None
         if partial:  # other folds or nodes may run in other processes: see what MLflow holds now
             existing = tracker.child_runs(parent)
+            # and the other folds' plans as they stand now: their curricula may have been built meanwhile
+            # (keyed provisionally before), so that their child keys match the runs their tasks finished
+            plans.update({f: plan_fold(cfg, ds, f) for f in study if f not in run_folds})
         finished = _study_finished(plans, existing)
         tracker.finish(parent, "FINISHED" if finished else "RUNNING")
         if not finished and partial and _study_finished(plans, tracker.child_runs(parent)):
@@ -593,6 +597,10 @@ def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | Non
             # unfinished: whoever writes last looks again, so the study never stays RUNNING once all is done
             finished = True
             tracker.finish(parent, "FINISHED")
+    except (LeaseHeld, LeaseLost):
+        # another process trains these nodes (and streams into the same child runs): nothing failed, nothing
+        # to mark; the parent stays as it is (RUNNING) and this command exits 75 for a later retry
+        raise
     except BaseException as e:
         if live is not None:
             live.fail_started(str(e).splitlines()[0] if str(e) else type(e).__name__)

@@ -57,7 +57,7 @@ INPUTS: dict[str, tuple[str, ...]] = {
 #: ``workers`` and ``nthread`` are here because the cuts are global (:mod:`pipelines.cuts`): 1, 2 or N
 #: workers build the same trees up to the summation order of histogram sums.
 TRAIN_NOT_IN_KEY = ("path", "workers", "nthread", "checkpoint_every", "tracker_timeout", "job_retries",
-                    "lease_ttl", "lease_wait", "cuts_sample_rows")
+                    "lease_ttl", "lease_wait")
 
 #: Libraries whose arithmetic a result depends on (their versions are part of the code identity).
 LIBRARIES = ("xgboost", "pyspark", "numpy", "numba", "pyarrow")

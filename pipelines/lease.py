@@ -45,6 +45,7 @@ Atomicity
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -72,9 +73,22 @@ _READ_TRIES = 4  # a lease briefly missing or unreadable (being replaced) is rea
 _READ_PAUSE = 0.05  # ... this many seconds later
 
 
-def _dead_here(host: str, pid: int) -> bool:
-    """Whether ``pid`` of ``host`` is this host's and no longer runs."""
-    if host != socket.gethostname() or pid <= 0:
+@functools.lru_cache(maxsize=1)
+def _machine() -> str:
+    """This kernel's boot id and this process's pid namespace: two containers that share a hostname (but
+    not their pids) differ here, so neither reads the other's live pids as dead ("" where unknown)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        return f"{boot}/{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return ""
+
+
+def _dead_here(host: str, pid: int, machine: str) -> bool:
+    """Whether ``pid`` is of this machine and pid namespace (same host name, boot id and namespace) and no
+    longer runs. Where the machine is unknown (not Linux, an older lease file) only the ttl counts."""
+    if host != socket.gethostname() or pid <= 0 or not machine or machine != _machine():
         return False
     try:
         os.kill(pid, 0)
@@ -102,11 +116,12 @@ class LeaseInfo:
     heartbeat: float
     expires: float
     ttl: float
+    machine: str = ""  # boot id / pid namespace of the owner (see _machine)
 
     def expired(self, now: float | None = None) -> bool:
         """Past its expiry, or held by a process of this host that is gone (a killed driver's lease is
         taken over at once instead of after its ttl; a reused pid only makes us wait for the expiry)."""
-        return (time.time() if now is None else now) >= self.expires or _dead_here(self.host, self.pid)
+        return (time.time() if now is None else now) >= self.expires or _dead_here(self.host, self.pid, self.machine)
 
     def owner(self) -> str:
         """The owner in words: ``host h pid p (desc)``."""
@@ -161,7 +176,7 @@ def _aside(path: str, why: str) -> str:
 def _parse(key: str, raw: bytes, mtime: float | None) -> LeaseInfo | None:
     try:
         d = json.loads(raw.decode())
-        return LeaseInfo(**{f: d[f] for f in LeaseInfo.__dataclass_fields__})
+        return LeaseInfo(**{f: d[f] for f in LeaseInfo.__dataclass_fields__ if f in d or f != "machine"})
     except (ValueError, KeyError, TypeError):
         if mtime is None:
             return None
@@ -215,7 +230,7 @@ def _read_ours(store: CheckpointStore, key: str) -> LeaseInfo | None:
 
 def _record(key: str, token: str, desc: str, ttl: float, taken: float | None = None) -> LeaseInfo:
     now = time.time()
-    return LeaseInfo(key=key, host=socket.gethostname(), pid=os.getpid(), token=token, desc=desc,
+    return LeaseInfo(key=key, host=socket.gethostname(), machine=_machine(), pid=os.getpid(), token=token, desc=desc,
                      taken=now if taken is None else taken, heartbeat=now, expires=now + ttl, ttl=ttl)
 
 
@@ -431,6 +446,11 @@ class HeldLeases:
         self.token = token
         self.lost: LeaseLost | None = None
         self._gone: set[str] = set()
+        self._lock = threading.Lock()
+
+    def add(self, lease: Lease) -> None:
+        with self._lock:
+            self.leases[lease.key] = lease
 
     def check(self) -> None:
         """Raise :class:`LeaseLost` if one of the leases was found taken over."""
@@ -446,7 +466,9 @@ class HeldLeases:
             One was taken over (recorded in ``lost``; the others are still renewed, now and later).
         """
         new = None
-        for key, lease in self.leases.items():
+        with self._lock:
+            leases = list(self.leases.items())
+        for key, lease in leases:
             if key in self._gone:
                 continue
             try:
@@ -477,29 +499,23 @@ def hold(store: CheckpointStore, keys: Iterable[str], owner_desc: str, *, ttl: f
     """
     token = uuid.uuid4().hex
     deadline = time.monotonic() + wait
-    taken: list[Lease] = []
-    try:
-        for key in sorted(set(keys)):
-            taken.append(acquire(store, key, owner_desc, ttl=ttl, wait=max(deadline - time.monotonic(), 0.0),
-                                 poll=poll, token=token))
-    except BaseException:
-        for lease in reversed(taken):
-            _release_quietly(lease)
-        raise
-    held = HeldLeases(taken, token)
+    held = HeldLeases([], token)
     stop = threading.Event()
     beat = None
-    if heartbeat and taken:
+    if heartbeat:  # from the first lease on: those taken stay alive while a later one is waited for
         beat = threading.Thread(target=_heartbeat, args=(held, stop, ttl / 3.0), daemon=True,
-                                name=f"lease-heartbeat-{taken[0].key[:12]}")
+                                name=f"lease-heartbeat-{token[:8]}")
         beat.start()
     try:
+        for key in sorted(set(keys)):
+            held.add(acquire(store, key, owner_desc, ttl=ttl, wait=max(deadline - time.monotonic(), 0.0),
+                             poll=poll, token=token))
         yield held
     finally:
         stop.set()
         if beat is not None:
             beat.join()
-        for lease in reversed(taken):
+        for lease in reversed(list(held.leases.values())):
             _release_quietly(lease)
 
 

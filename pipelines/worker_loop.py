@@ -407,11 +407,11 @@ class _Worker:
             sp = self.evals["test"]
             arrays["test_query"] = sp.qid[sp.offsets[:-1]].astype(np.int32)
             arrays["test_ndcg"] = ndcg_fast(sp.offsets, sp.y, st.test, self.s.metric, self.inv_idcg["test"])
-        self.store.write_shard(node.key, st.tree, self.comm.rank, arrays)
+        self.store.write_shard(node.key, st.tree, self.comm.rank, arrays, lease_token=self.lease_token)
         self.comm.allreduce(np.zeros(1), "sum")  # every shard is written before the commit
         st.cost["checkpoint"] = st.cost.get("checkpoint", 0.0) + time.perf_counter() - t0
         if self.comm.rank == 0:
-            self.store.write_segment(node.key, seg[0], seg[1], model)
+            self.store.write_segment(node.key, seg[0], seg[1], model, lease_token=self.lease_token)
             self.store.commit(node.key, st.tree, {
                 "node": {"key": node.key, "parent": node.parent, "objective": node.objective, "data": node.data,
                          "t0": node.t0, "t1": node.t1, "ends": list(node.ends)},

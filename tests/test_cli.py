@@ -29,6 +29,16 @@ def test_unknown_dataset_and_bad_override_exit_2(spark, tmp_path, capsys):
     assert "unknown config key 'generate.sead'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("args,message", [
+    (["--unit", "1:0", "--fold", "1"], "--unit FOLD:INDEX names its fold: give no --fold with it"),
+    (["--unit", "1:0", "--setup-only"], "--setup-only trains nothing: it takes no --unit or --node"),
+    (["--unit", "one"], "--unit 'one': expected FOLD:INDEX, e.g. 1:0"),
+])
+def test_grid_unit_misuse_exits_2_before_any_work(tmp_path, capsys, args, message):
+    assert main(["grid", "--set", f"work_dir={tmp_path}", *args]) == 2
+    assert f"ltr grid: error: {message}" in capsys.readouterr().err
+
+
 def test_strict_flag(spark, tmp_path, capsys):
     code = main(["ingest", "--src", str(GOLDEN / "malformed.txt"), "--out", str(tmp_path / "d"),
                  "--n-features", "6", "--strict"])
