@@ -162,19 +162,7 @@ def _kill_tree(proc: subprocess.Popen) -> None:
     worker inside a barrier task outlives the driver by a moment and may commit one more checkpoint
     after the test has read the states (seen in CI: 34 trees left to build instead of 36). The tree
     is frozen with SIGSTOP first (a stopped process forks nothing and keeps its parent), then killed."""
-    tree: set[int] = set()
-    while True:
-        procs = _processes()
-        kids = {p for p, (_, ppid) in procs.items() if ppid in tree | {proc.pid}} | {proc.pid}
-        new = kids - tree
-        if not new:
-            break
-        for pid in new:
-            try:
-                os.kill(pid, signal.SIGSTOP)
-            except ProcessLookupError:
-                pass
-        tree |= new
+    tree = _signal_tree(proc, signal.SIGSTOP)
     for pid in tree:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -366,7 +354,8 @@ def test_two_processes_on_one_node_one_trains_the_other_waits_or_stops(spark, sm
 
 
 def _signal_tree(proc: subprocess.Popen, sig: int) -> set[int]:
-    """Send ``sig`` to ``proc`` and every process descending from it (walked until no new one appears)."""
+    """Send ``sig`` to ``proc`` and every process descending from it (walked until no new one appears; with
+    SIGSTOP the walk is complete, a stopped process forks nothing); returns their pids."""
     tree: set[int] = set()
     while True:
         procs = _processes()
