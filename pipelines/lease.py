@@ -5,17 +5,22 @@ previous attempt still runs, two grids sharing a prefix in one ``work_dir``):
 they would interleave shards and delete each other's checkpoints. Before a
 barrier job starts, the driver takes the lease of each of its nodes::
 
-    ROOT/<node key>/_lease.json   {"key", "host", "pid", "token", "desc", "taken", "heartbeat", "expires", "ttl"}
+    ROOT/<node key>/_lease.json   {"key", "host", "machine", "pid", "token", "desc", "taken", "heartbeat",
+                                   "expires", "ttl"}
 
 The owner is the random ``token`` (host, pid and ``desc``, e.g. the command
 line, are there for people). A lease expires ``ttl`` seconds after its last
 heartbeat; :func:`hold` renews it from a daemon thread every ``ttl / 3``
 seconds, so only a dead or stuck owner lets it expire, and an expired lease is
 taken over by the next process that asks (with a warning naming the old owner).
-An owner that was presumed dead finds out at its next :meth:`Lease.renew`
-(:class:`LeaseLost`), and its workers cannot commit: the commit of a checkpoint
-is fenced by the token (:meth:`pipelines.checkpoints.CheckpointStore.commit`
-with ``lease_token=``), which is what keeps a late writer out in the end.
+An owner that ran on this machine (same host name, boot id and pid namespace:
+``machine``) and whose pid is gone counts as expired at once: a killed driver's
+retry does not wait out the ttl. An owner that was presumed dead finds out at
+its next :meth:`Lease.renew` (:class:`LeaseLost`), and its workers cannot write:
+shards, segments and the commit of a checkpoint are fenced by the token
+(``lease_token=`` of :class:`pipelines.checkpoints.CheckpointStore`'s writers),
+which is what keeps a late writer out in the end, but for a window: the check
+and the write after it are not one atomic step.
 
 Expiry compares ``time.time()`` of different hosts: their clocks must agree to
 well within ``ttl`` (NTP does).
