@@ -250,6 +250,23 @@ def _worker_data(table: pa.Table, n_features: int, curricula: list[dict[str, Any
                                      for c in curricula})
 
 
+def check_same_code(driver: dict[str, str]) -> None:
+    """Refuse to train on an executor whose code identity (:func:`pipelines.keys.code_identity`) is not the
+    driver's: the node keys, computed on the driver, would name trees that other code built (a stale
+    ``--archives`` environment, another XGBoost on some machines)."""
+    import socket
+
+    from pipelines.keys import code_identity, code_label
+
+    here = dict(code_identity())
+    if here != driver:
+        other = sorted(k for k in set(here) | set(driver) if here.get(k) != driver.get(k))
+        raise TrainError(f"executor {socket.gethostname()} runs other code than the driver ({', '.join(other)}: "
+                         f"{code_label(here)} here, {code_label(driver)} on the driver); ship the driver's "
+                         "environment to the executors (ltr pack, spark-submit --archives) or install the same "
+                         "code and libraries everywhere")
+
+
 def _check_queries(ctx, data: WorkerData) -> None:
     """Every worker sends its qid sets; every worker raises the same error if one is split."""
     mine = {name: base64.b64encode(np.unique(getattr(data, name).qid).astype(np.int32).tobytes()).decode()
@@ -307,8 +324,11 @@ def run_nodes_distributed(spark: SparkSession, df: DataFrame, n_features: int, n
     stopped (its Rabit tracker is spent): the caller starts a new job, which
     resumes from the checkpoints. Returns timings.
     """
+    from pipelines.keys import code_identity
+
     args = _start_tracker(spark, workers, tracker_timeout)
     job = uuid.uuid4().hex  # this job's token: its tasks check in once with the driver
+    driver_code = dict(code_identity())
     cur_meta = [{"name": c.name, "column": c.column,
                  "label_filters": {str(k): v for k, v in c.label_filters().items()}} for c in curricula]
 
@@ -323,6 +343,7 @@ def run_nodes_distributed(spark: SparkSession, df: DataFrame, n_features: int, n
         if ctx.attemptNumber() > 0 or fresh is False:
             raise StaleAttemptError("Spark retried the barrier stage, whose XGBoost tracker is spent: "
                              "the driver restarts the job from the last checkpoints instead")
+        check_same_code(driver_code)
         rb = list(batches)
         table = pa.Table.from_batches(rb) if rb else None
         if table is None:

@@ -299,6 +299,19 @@ def test_too_many_workers_refused(spark):
     assert resolve_workers(spark, TrainConfig(workers=2)) == (2, 1)
 
 
+def test_an_executor_with_other_code_is_refused_in_one_line():
+    """The barrier tasks compare their code identity with the driver's (every distributed test passes the
+    equal case); another identity names what differs and the fix."""
+    from pipelines.barrier_job import check_same_code
+    from pipelines.keys import code_identity
+
+    check_same_code(dict(code_identity()))
+    with pytest.raises(TrainError, match=r"executor \S+ runs other code than the driver \(sources, xgboost: "
+                                         r"sources \w+ \(xgboost .+\) here, sources 000000000000 \(xgboost 0.1\) on "
+                                         r"the driver\); ship the driver's environment"):
+        check_same_code({**code_identity(), "sources": "0" * 20, "xgboost": "0.1"})
+
+
 def test_barrier_constraints_checked_up_front():
     from pyspark import SparkConf
 
