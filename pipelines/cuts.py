@@ -211,9 +211,13 @@ def save_cuts(root: str, cuts: FoldCuts) -> None:
         fs.delete_file(tmp)
 
 
-def fold_cuts(spark: Any, root: str, ds: Any, fold: int, max_bin: int, sample_rows: int, key: str,
+def fold_cuts(spark: Any, root: str, ds: Any, fold: int, max_bin: int, sample_rows: int,
               nthread: int = 0) -> FoldCuts:
-    """The fold's cuts from the store, else computed (:func:`compute_cuts`) and stored."""
+    """The fold's cuts from the store under their key (:func:`pipelines.keys.cuts_key`, the one every node
+    key of the fold holds), else computed (:func:`compute_cuts`) and stored."""
+    from pipelines.keys import cuts_key
+
+    key = cuts_key(ds.fingerprint, fold, max_bin, sample_rows)
     cuts = load_cuts(root, key)
     if cuts is None:
         cuts = compute_cuts(spark, ds, fold, max_bin, sample_rows, key, nthread)

@@ -38,7 +38,6 @@ from pipelines.barrier_job import (
 from pipelines.checkpoints import CheckpointStore
 from pipelines.cuts import FoldCuts, fold_cuts
 from pipelines.dataset import Dataset, DatasetError
-from pipelines.keys import cuts_key
 from pipelines.lease import LeaseHeld, LeaseLost, hold
 from pipelines.plan import DONE, Node, Plan, node_states, pending
 from pipelines.progress import EventServer, ProgressDisplay
@@ -111,8 +110,7 @@ def execute_plan(spark: SparkSession, plan: Plan, ds: Dataset, curricula: dict[s
             on_event(ev)
 
     cuts = fold_cuts(spark, store.root, ds, plan.fold, int(settings.params.get("max_bin", 256)),
-                     settings.cuts_sample_rows, cuts_key(ds.fingerprint, plan.fold, int(settings.params.get("max_bin", 256)),
-                                                         settings.cuts_sample_rows), how.nthread)
+                     settings.cuts_sample_rows, how.nthread)
     try:
         with EventServer(driver_host(spark), callback) as server:
             if how.parallel <= 1:
