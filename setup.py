@@ -47,6 +47,7 @@ setup(
     data_files=[
         ("share/ltr/conf", glob("conf/*.yaml")),
         ("share/ltr/conf/datasets", glob("conf/datasets/*.yaml")),
+        ("share/ltr/jobs", glob("jobs/*.py")),  # spark-submit's scripts, found by pipelines.config.jobs_dir
     ],
     install_requires=INSTALL_REQUIRES,
     extras_require={"test": TEST_REQUIRES, "airflow": AIRFLOW_REQUIRES},

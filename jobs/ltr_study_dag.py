@@ -71,16 +71,43 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from datetime import timedelta
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Param, task
 
-JOBS = os.path.dirname(os.path.abspath(__file__))
+from pipelines.config import jobs_dir
+
+#: The jobs' scripts: the installed package's (or ``$LTR_JOBS_DIR``), wherever this file was copied.
+JOBS = str(jobs_dir())
 #: Written next to the data by ``record_ingest``: what the current dataset was ingested from.
 INGEST_KEY = "_ingest_key.json"
 #: A job's exit code for bad input or configuration (``pipelines.cli``): retrying cannot help.
 EXIT_USAGE = 2
+
+
+def _env_number(name: str, default: float) -> float:
+    text = os.environ.get(name, "")
+    try:
+        return float(text) if text.strip() else default
+    except ValueError:
+        raise ValueError(f"${name}={text!r}: expected a number") from None
+
+
+# The deployment's settings (environment of the dag-processor and workers; Airflow reads task retries, pools
+# and concurrency when it parses the file, before any run's params exist):
+#: Retries of every Spark step (training resumes from its checkpoints), with exponential back-off.
+RETRIES = int(_env_number("LTR_TASK_RETRIES", 3))
+RETRY_DELAY = timedelta(seconds=_env_number("LTR_RETRY_DELAY_S", 60))
+MAX_RETRY_DELAY = timedelta(seconds=_env_number("LTR_MAX_RETRY_DELAY_S", 900))
+#: The Airflow pool the training tasks take a slot of (``airflow pools set ltr_training 2 "..."``); bounds the
+#: spark-submits of every study at once. Empty: ``default_pool`` (a pool that does not exist would leave the
+#: tasks scheduled forever: Airflow only logs it).
+TRAINING_POOL = os.environ.get("LTR_TRAINING_POOL", "") or "default_pool"
+#: Training applications of one study at once (each loads a fold: ~12 GiB at MSLR-WEB30K's size today).
+TRAINING_SLOTS = int(_env_number("LTR_TRAINING_SLOTS", 2))
 
 
 def _fail(msg: str) -> BaseException:
@@ -99,8 +126,25 @@ class LtrSubmitOperator(SparkSubmitOperator):
     FINISHED grid. Exit code 2 fails the task without retries.
     """
 
+    #: run params passed to spark-submit (empty or null: the Spark connection's or spark-defaults' value)
+    SUBMIT_PARAMS = {"archives": "_archives", "py_files": "py_files", "files": "files", "jars": "jars",
+                     "driver_memory": "_driver_memory", "executor_memory": "_executor_memory",
+                     "executor_cores": "_executor_cores", "num_executors": "_num_executors",
+                     "total_executor_cores": "_total_executor_cores"}
+
+    def __init__(self, *, unit_label: str = "", timeout_s: float | None = None, **kwargs: Any) -> None:
+        if timeout_s:  # a unit's own limit (mapped: one per unit)
+            kwargs["execution_timeout"] = timedelta(seconds=float(timeout_s))
+        super().__init__(**kwargs)
+        self.unit_label = unit_label  # what the task trains, for the Grid view (map_index_template)
+
     def execute(self, context: Any) -> dict[str, Any] | None:
-        self._conn_id = context["params"].get("spark_conn_id") or self._conn_id
+        params = context["params"]
+        self._conn_id = params.get("spark_conn_id") or self._conn_id
+        self.conf = {**(self.conf or {}), **{str(k): str(v) for k, v in (params.get("spark_conf") or {}).items()}}
+        for name, attr in self.SUBMIT_PARAMS.items():
+            if params.get(name) not in (None, ""):
+                setattr(self, attr, params[name])
         # an argument that is a list (an XCom of arguments) is spliced in
         self.application_args = [str(b) for a in self.application_args or []
                                  for b in (a if isinstance(a, (list, tuple)) else [a])]
@@ -117,7 +161,8 @@ class LtrSubmitOperator(SparkSubmitOperator):
         hook._process_spark_submit_log = lambda lines: process_log(tee(lines))
         try:
             super().execute(context)
-        except Exception as e:
+        except BaseException as e:  # a failure, Airflow's execution_timeout, a kill: no application left behind
+            self._kill_tree()
             sp = getattr(hook, "_submit_sp", None)
             if sp is not None and sp.returncode == EXIT_USAGE:
                 raise _fail(f"{os.path.basename(self.application)} exited with code {EXIT_USAGE} (bad input or "
@@ -132,6 +177,31 @@ class LtrSubmitOperator(SparkSubmitOperator):
                 return doc
         return None
 
+    def on_kill(self) -> None:
+        self._kill_tree()
+        super().on_kill()
+
+    def _kill_tree(self) -> None:
+        """SIGKILL spark-submit's whole process tree (its JVM, the Python driver, PySpark's workers: these run in
+        process groups of their own, so the tree is walked), so that neither a timed-out nor a killed task
+        leaves a driver training, and holding the leases of its nodes, beside its retry."""
+        import psutil
+
+        sp = getattr(getattr(self, "_hook", None), "_submit_sp", None)
+        if sp is None or sp.poll() is not None:
+            return
+        try:
+            procs = [psutil.Process(sp.pid)]
+            procs += procs[0].children(recursive=True)
+        except psutil.NoSuchProcess:
+            return
+        for p in procs:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(procs, timeout=30)
+
 
 # ----------------------------------------------------------------- decisions (no Spark)
 def _load(study: dict[str, Any]) -> Any:
@@ -141,10 +211,10 @@ def _load(study: dict[str, Any]) -> Any:
     return load_config(study["conf"] or None, study["set"])
 
 
-def resolve_study(params: dict[str, Any]) -> dict[str, Any]:
+def resolve_study(params: dict[str, Any], run_id: str | None = None) -> dict[str, Any]:
     """The run's config (``params.conf`` + ``params.set``), checked, and every job's arguments.
 
-    ``params``: the run's params (Airflow passes them to a task callable with that argument).
+    ``params``, ``run_id``: the run's params and id (Airflow passes them to a task callable by these names).
     """
     from pipelines.config import ConfigError, load_config
 
@@ -160,13 +230,21 @@ def resolve_study(params: dict[str, Any]) -> dict[str, Any]:
     letor = os.path.join(work, "letor")
     data = cfg.grid.data or os.path.join(work, "dataset")
     difficulty = cfg.grid.difficulty or os.path.join(work, "difficulty")
+    timeouts = {k: params.get(k) for k in ("train_timeout_base_s", "train_timeout_per_tree_s")}
+    bad = {k: v for k, v in timeouts.items() if not isinstance(v, (int, float)) or v < 0}
+    if bad:
+        raise _fail(f"params {bad}: expected seconds >= 0 (0: no limit)")
+    # where grid_setup writes its summary (the parent run id) for the tasks after it, whatever the deploy mode
+    setup_record = os.path.join(work, "airflow", re.sub(r"[^A-Za-z0-9_.-]", "_", run_id or "manual"),
+                                "grid_setup.json")
     return {
         "conf": conf, "set": overrides, "work_dir": work, "generate": not src, "src": src or letor,
-        "data": data, "difficulty": difficulty, "folds": list(cfg.grid.folds),
+        "data": data, "difficulty": difficulty, "folds": list(cfg.grid.folds), "setup_record": setup_record,
+        **timeouts,
         "generate_args": ["--out", letor, *common],
         "ingest_args": ["--src", src or letor, "--out", data, *common],
         "difficulty_args": ["--data", data, "--out", difficulty, *common],
-        "setup_args": ["--setup-only", *common],
+        "setup_args": ["--setup-only", "--result", setup_record, *common],
         "grid_args": common,
         "report_args": common,
     }
@@ -276,36 +354,61 @@ def difficulty_needed(study: dict[str, Any]) -> bool:
                                                               cfg.metric)) is None
 
 
-def unit_args(study: dict[str, Any], setup: dict[str, Any] | None) -> list[list[str]]:
-    """One argument list per unit of work of the study's plan: what the mapped ``train`` tasks run;
-    none when ``grid_setup`` found the study finished (``setup``: what it printed), so a re-run of a
-    finished study starts no training application.
+def study_parent(study: dict[str, Any], setup: dict[str, Any] | None) -> dict[str, Any]:
+    """The study's parent run: what ``grid_setup`` printed (``setup``), else what it wrote to
+    ``study["setup_record"]`` (a driver in cluster deploy mode prints nowhere the task sees). Never a guess:
+    without either this fails, and the units and the report never describe another study."""
+    from pipelines.storage import read_json
+
+    doc = setup or {}
+    if not doc.get("parent_run_id"):
+        try:
+            doc = read_json(os.path.dirname(study["setup_record"]), os.path.basename(study["setup_record"]))
+        except (OSError, ValueError) as e:
+            raise _fail(f"grid_setup printed no parent run id and its record {study['setup_record']} cannot be "
+                        f"read ({e}): is work_dir storage the Airflow workers reach?") from None
+    if not str(doc.get("parent_run_id") or "").strip():
+        raise _fail(f"grid_setup recorded no parent run id ({doc})")
+    return {"parent_run_id": str(doc["parent_run_id"]), "finished": bool(doc.get("finished"))}
+
+
+def unit_args(study: dict[str, Any], parent: dict[str, Any]) -> list[dict[str, Any]]:
+    """One mapped ``train`` task per unfinished unit of work of the study's plan: its arguments
+    (``ltr grid --unit F:I ...``), its label (what it trains) and its time limit; none when the study is
+    finished, so a re-run of a finished study starts no training application.
 
     A unit is a root node of a fold's plan with every node below it (:meth:`pipelines.plan.Plan.units`):
     no two units share a node and each path lies within one, so the units of all folds run in any
-    order, at once or one by one, each as ``ltr grid --unit F:I ...``; the last to finish ends
-    the study's parent run FINISHED. Planned from the config and the dataset's manifest (no Spark),
-    after ``grid_setup``, as ``ltr grid --plan`` does. In a resumed study, a unit whose children are all
-    FINISHED in MLflow is not mapped. A task is told its unit's place (fold, index), never node keys:
+    order, at once or one by one; each logs to and finishes the MLflow children whose paths end in it
+    (made by ``grid_setup``), the last to finish ends the study's parent run FINISHED. Planned from the
+    config and the dataset's manifest (no Spark), as ``ltr grid --plan`` does. A unit whose children are
+    all FINISHED in MLflow is not mapped. A task is told its unit's place (fold, index), never node keys:
     ``ltr grid`` computes the keys itself, with the code and environment that train (keys computed
     here, in Airflow's environment, could differ and train nothing).
+
+    Time limit: ``train_timeout_base_s + train_timeout_per_tree_s x`` the unit's trees (0: none); a task
+    past it is killed (its whole process tree) and retried from its checkpoints.
     """
     from pipelines.dataset import open_dataset
     from pipelines.grid import plan_fold, unfinished_units
     from pipelines.tracking import Tracker
 
-    if setup and setup.get("finished"):  # every child of every fold FINISHED (None: deploy mode cluster)
+    if parent.get("finished"):  # every child of every fold FINISHED
         return []
     cfg = _load(study)
     ds = open_dataset(study["data"])
     plans = {f: plan_fold(cfg, ds, f) for f in study["folds"]}
-    if setup and setup.get("parent_run_id"):  # a resumed study: units whose children all FINISHED are left out
-        existing = Tracker.for_config(cfg, create=False).child_runs(setup["parent_run_id"])
-        units = {f: unfinished_units(fp, existing) for f, fp in plans.items()}
-    else:  # no word from grid_setup (deploy mode cluster): every unit, the done ones finish at once
-        units = {f: fp.plan.units() for f, fp in plans.items()}
-    return [["--unit", f"{f}:{plans[f].plan.units().index(unit)}", *study["grid_args"]]
-            for f in study["folds"] for unit in units[f]]
+    existing = Tracker.for_config(cfg, create=False).child_runs(parent["parent_run_id"])
+    out = []
+    for f in study["folds"]:
+        every = plans[f].plan.units()
+        for unit in unfinished_units(plans[f], existing):
+            i = every.index(unit)
+            base, per_tree = study["train_timeout_base_s"], study["train_timeout_per_tree_s"]
+            out.append({"application_args": ["--unit", f"{f}:{i}", *study["grid_args"]],
+                        "unit_label": plans[f].unit_label(i)[:240],  # Airflow keeps 250 characters
+                        "timeout_s": (base + per_tree * plans[f].unit_trees(i)) if base or per_tree else None})
+    return out
 
 
 # ----------------------------------------------------------------------------- the DAG
@@ -322,12 +425,31 @@ with DAG(
     max_active_runs=1,
     tags=["ltr", "spark", "mlflow"],
     doc_md=__doc__,
+    default_args={"retries": RETRIES, "retry_delay": RETRY_DELAY, "retry_exponential_backoff": True,
+                  "max_retry_delay": MAX_RETRY_DELAY},
     params={
         "conf": Param("", type="string", description="YAML config; empty: conf/default.yaml"),
         "set": Param([], type="array", items={"type": "string"},
                      description="section.key=value overrides, passed as --set to every step"),
         "src": Param("", type="string", description="LETOR folder to ingest; empty: generate data as `ltr run`"),
         "spark_conn_id": Param("spark_default", type="string", description="Airflow Spark connection"),
+        "spark_conf": Param({}, type="object", description="Spark properties passed as --conf to every spark-submit "
+                            "(e.g. spark.pyspark.python, spark.task.cpus, spark.executor.memoryOverhead)"),
+        "archives": Param("", type="string", description="--archives of every spark-submit, e.g. "
+                          "hdfs:///apps/ltr-env.tar.gz#env (the packed environment: `ltr pack`)"),
+        "py_files": Param("", type="string", description="--py-files of every spark-submit"),
+        "files": Param("", type="string", description="--files of every spark-submit"),
+        "jars": Param("", type="string", description="--jars of every spark-submit"),
+        "driver_memory": Param("", type="string", description="--driver-memory (empty: the connection's or Spark's)"),
+        "executor_memory": Param("", type="string", description="--executor-memory"),
+        "executor_cores": Param(None, type=["null", "integer"], description="--executor-cores"),
+        "num_executors": Param(None, type=["null", "integer"], description="--num-executors (YARN, Kubernetes)"),
+        "total_executor_cores": Param(None, type=["null", "integer"],
+                                      description="--total-executor-cores (standalone)"),
+        "train_timeout_base_s": Param(3600, type="number", minimum=0,
+                                      description="each training task's time limit: this many seconds..."),
+        "train_timeout_per_tree_s": Param(30, type="number", minimum=0,
+                                          description="...plus this many per tree of its unit (both 0: no limit)"),
     },
 ) as dag:
     study = task(resolve_study, task_id="study", multiple_outputs=True)()
@@ -344,13 +466,14 @@ with DAG(
                                    **_submit("difficulty", application_args=study["difficulty_args"]))
     setup = LtrSubmitOperator(task_id="grid_setup", trigger_rule="none_failed",
                               **_submit("grid", application_args=study["setup_args"]))
-    units = task(unit_args, task_id="units")(study, setup.output)
+    parent = task(study_parent, task_id="parent", multiple_outputs=True)(study, setup.output)
+    units = task(unit_args, task_id="units")(study, parent)
     train = LtrSubmitOperator.partial(
-        task_id="train", map_index_template="unit {{ task.application_args[1] }}",
-        **_submit("grid")).expand(application_args=units)
-    # none_failed: after a finished study, train is mapped over no unit (skipped) and the report still runs
+        task_id="train", map_index_template="{{ task.unit_label }}", pool=TRAINING_POOL,
+        max_active_tis_per_dagrun=TRAINING_SLOTS, **_submit("grid")).expand_kwargs(units)
+    # none_failed: after a finished study, train is mapped over no unit (skipped) and the report still runs;
+    # a unit that failed for good (retries spent) leaves the report upstream_failed: it never reports a part
     report = LtrSubmitOperator(task_id="report", trigger_rule="none_failed", **_submit("report", application_args=[
-        "--run-id", "{{ (ti.xcom_pull(task_ids='grid_setup') or {}).get('parent_run_id', '') }}",
-        study["report_args"]]))
+        "--run-id", parent["parent_run_id"], study["report_args"]]))
     gen_check >> generate >> ingest_check >> ingest >> recorded >> diff_check >> difficulty
-    difficulty >> setup >> units >> train >> report
+    difficulty >> setup >> parent >> units >> train >> report

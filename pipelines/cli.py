@@ -154,6 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--setup-only", action="store_true",
                    help="find or create the study's parent run, compute difficulty and every fold's curricula, "
                         "train nothing; prints the parent run id as JSON")
+    p.add_argument("--result", metavar="PATH",
+                   help="also write the summary (parent run id, experiment, tracking URI, folds, finished) as JSON to "
+                        "PATH (any path pyarrow writes): how a scheduler learns the parent run in cluster deploy mode")
     p.add_argument("--new-parent", action="store_true",
                    help="start a new MLflow parent run where an unfinished grid of this study was started by "
                         "other code (without it: refused)")
@@ -347,8 +350,13 @@ def cmd_grid(args: argparse.Namespace) -> int:
                  units=units or None,
                  new_parent=args.new_parent, setup_only=args.setup_only,
                  resume_hint="ltr " + " ".join(sys.argv[1:]) if sys.argv[1:] else "ltr grid")
+    summary = {k: g[k] for k in ("parent_run_id", "experiment", "tracking_uri", "folds", "finished")}
     if args.setup_only:
-        print(json.dumps({k: g[k] for k in ("parent_run_id", "experiment", "tracking_uri", "folds", "finished")}))
+        print(json.dumps(summary))
+    if args.result:  # a scheduler reads the parent run id here when the driver's output does not reach it
+        from pipelines.storage import write_file_atomic
+
+        write_file_atomic(args.result, json.dumps({**summary, "trees_built": g["trees_built"]}).encode())
     return 0
 
 
@@ -357,6 +365,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     from pipelines.report import build_report, open_tracker
 
+    if args.run_id is not None and not args.run_id.strip():  # a scheduler's template that found no parent
+        raise UsageError("--run-id is empty: give the grid's parent run id (what `ltr grid --setup-only` prints), "
+                         "or leave --run-id out to report the experiment's latest FINISHED grid")
     cfg = resolve_config(args, {"out": "report.out"})
     out = cfg.report.out or os.path.join(cfg.work_dir, "report")
     # an existing experiment only: a mistyped --experiment is an error (exit 2), never a new empty one

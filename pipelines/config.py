@@ -252,8 +252,8 @@ class GridConfig:
 
 @dataclass(frozen=True)
 class TrackingConfig:
-    """MLflow: ``uri`` empty = ``sqlite:///<work_dir>/mlflow.db``; ``artifacts`` empty =
-    ``<work_dir>/mlartifacts``."""
+    """MLflow: ``uri`` empty = ``sqlite:///<work_dir>/mlflow.db``; ``artifacts`` empty = the tracking
+    server's artifact store (``http(s)://`` URIs), else ``<work_dir>/mlartifacts``."""
 
     uri: str = ""
     artifacts: str = ""
@@ -345,6 +345,21 @@ def conf_dir() -> Path:
     if installed.is_dir():
         return installed
     raise ConfigError("cannot find the conf/ directory; set LTR_CONF_DIR to the project's conf/")
+
+
+def jobs_dir() -> Path:
+    """The ``jobs/`` scripts spark-submit runs: ``$LTR_JOBS_DIR``, the source checkout's, or the installed copy
+    (``<prefix>/share/ltr/jobs``: a DAG file copied to Airflow's dags folder finds them there)."""
+    env = os.environ.get("LTR_JOBS_DIR")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parent.parent / "jobs"
+    if (here / "grid.py").is_file():
+        return here
+    installed = Path(sys.prefix) / "share" / "ltr" / "jobs"
+    if (installed / "grid.py").is_file():
+        return installed
+    raise ConfigError("cannot find the jobs/ scripts; set LTR_JOBS_DIR to the project's jobs/")
 
 
 def _type_name(tp: Any) -> str:

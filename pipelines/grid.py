@@ -36,7 +36,7 @@ from pipelines.difficulty import stored_summary
 from pipelines.difficulty import difficulty_key as compute_difficulty_key
 from pipelines.difficulty import run_difficulty
 from pipelines.executor import Execution, UnknownNode, execute_plan, states_of
-from pipelines.lease import LeaseHeld, LeaseLost
+from pipelines.lease import LeaseHeld, LeaseLost, hold
 from pipelines.keys import child_key as make_child_key
 from pipelines.keys import (code_identity, code_label, curriculum_content_key, differences, digest, plan_context,
                             study_keys, train_inputs)
@@ -217,6 +217,17 @@ class FoldPlan:
         c, p = self.children[i], self.paths[i]
         return make_child_key(c.name, p.shorthand(), self.plan.chains[p.label][-1])
 
+    def unit_label(self, index: int) -> str:
+        """What the ``index``-th unit trains, for people (a scheduler's task label):
+        ``fold 1: mse 0..30 -> mse-10, mse-20, mse-30`` (its root node, then the paths that end in it)."""
+        unit = self.plan.units()[index]
+        ends = [p.label for p in self.paths if self.plan.chains[p.label][-1] in set(unit)]
+        return f"fold {self.fold}: {self.plan.node(unit[0]).describe()} -> {', '.join(ends)}"
+
+    def unit_trees(self, index: int) -> int:
+        """Trees the ``index``-th unit builds."""
+        return sum(self.plan.node(k).trees for k in self.plan.units()[index])
+
     @property
     def provisional(self) -> list[str]:
         """Curricula of the plan not built yet (their nodes' keys are provisional)."""
@@ -316,6 +327,19 @@ def _study_keys(cfg: Config, ds: Dataset, code: dict[str, str] | None = None) ->
 
 
 # ------------------------------------------------------------ MLflow, live
+#: Seconds a process waits for another's :func:`children_lock` (making a study's runs, finishing one run).
+CHILDREN_LOCK_WAIT = 600.0
+
+
+def children_lock(store: CheckpointStore, name: str):
+    """A lock shared by every process of a study, whatever the tracking store: a lease
+    (:mod:`pipelines.lease`) at ``<checkpoints>/_runs/<name>/``. The checkpoint store is the one place every
+    training process of a study reaches by construction; MLflow has no find-or-create and a tracking
+    server no lock, so this lease is what makes "look up the run, create or finish it" one step."""
+    return hold(store, [f"_runs/{name}"], f"mlflow runs of {name} (pid {os.getpid()})", ttl=60.0,
+                wait=CHILDREN_LOCK_WAIT, poll=0.05)
+
+
 @dataclass
 class _Live:
     child: Child
@@ -341,43 +365,69 @@ class LiveChildren:
     ds: Dataset
     curricula: dict[str, Curriculum]
     existing: dict[str, tuple[str, str]]  # child key -> (run id, status) of runs from earlier attempts
+    # node keys this process trains (None: the whole fold); it owns the children whose last node is one of them
+    only: set[str] | None = None
     entries: list[_Live] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         fp = self.fold_plan
         self.entries = [_Live(c, p, fp.child_key(i)) for i, (c, p) in enumerate(zip(fp.children, fp.paths))]
         self.by_node: dict[str, list[_Live]] = {}
-        for e in self.entries:
+        for e in self.owned():
             for key in fp.plan.chains[e.path.label]:
                 self.by_node.setdefault(key, []).append(e)
+
+    def owned(self) -> list[_Live]:
+        """The children this process may open, log to and finish: those whose last node it trains. A path
+        lies within one unit of the plan, so every child has exactly one owning unit (``--unit``), and one
+        owning process at a time (the node leases); other processes never touch its run."""
+        chains = self.fold_plan.plan.chains
+        return [e for e in self.entries if self.only is None or chains[e.path.label][-1] in self.only]
+
+    def create_missing(self) -> int:
+        """Create a SCHEDULED run for every child of the fold that has none (call under
+        :func:`children_lock`): the children of a study are made once, before anything trains, by the
+        process that sets it up, so that no two processes ever make runs of one child. Returns how many."""
+        n = 0
+        for e in self.entries:
+            if e.key not in self.existing:
+                self._create(e)
+                n += 1
+        return n
 
     @property
     def metric(self) -> str:
         return self.cfg.metric.name
 
     def todo(self) -> list[_Live]:
-        return [e for e in self.entries if self.existing.get(e.key, ("", ""))[1] != "FINISHED"]
+        """Owned children without a FINISHED run."""
+        return [e for e in self.owned() if self.existing.get(e.key, ("", ""))[1] != "FINISHED"]
+
+    def _create(self, e: _Live) -> None:
+        t, c = self.tracker, e.child
+        run = t.client.create_run(t.experiment_id, run_name=c.name, tags={
+            TAG_KIND: "child", TAG_PARENT: self.parent, TAG_CHILD_KEY: e.key, TAG_STRATEGY: c.strategy,
+            TAG_SWITCH: "" if c.switch is None else str(c.switch), TAG_FOLD: str(c.fold),
+            TAG_PATH: e.path.shorthand(), "mlflow.source.git.commit": code_version()["git"].split("-")[0]})
+        run_id = run.info.run_id
+        t.log_params(run_id, self._params(e))
+        t.log_dataset(run_id, self.data, os.path.basename(self.data.rstrip("/")), self.ds.fingerprint, f"fold{c.fold}")
+        t.client.update_run(run_id, status="SCHEDULED")
+        self.existing[e.key] = (run_id, "SCHEDULED")
 
     def start(self, e: _Live) -> None:
-        """Create the child run RUNNING (or continue the one an earlier attempt left) and log what is done."""
+        """Continue the child's run (made SCHEDULED by :meth:`create_missing`, or left RUNNING by a killed
+        attempt: the same run id) as RUNNING, and log the points of its nodes already done."""
         t = self.tracker
-        prior = self.existing.get(e.key)
-        if prior:
-            e.run_id = prior[0]
-            t.client.update_run(e.run_id, status="RUNNING")
-            e.logged = {split: max((m.step for m in t.client.get_metric_history(e.run_id, f"{self.metric}_{split}")),
-                                   default=0) for split in ("vali", "test")}
-        else:
-            c = e.child
-            run = t.client.create_run(t.experiment_id, run_name=c.name, tags={
-                TAG_KIND: "child", TAG_PARENT: self.parent, TAG_CHILD_KEY: e.key, TAG_STRATEGY: c.strategy,
-                TAG_SWITCH: "" if c.switch is None else str(c.switch), TAG_FOLD: str(c.fold),
-                TAG_PATH: e.path.shorthand(), "mlflow.source.git.commit": code_version()["git"].split("-")[0]})
-            e.run_id = run.info.run_id
-            t.log_params(e.run_id, self._params(e))
-            t.log_dataset(e.run_id, self.data, os.path.basename(self.data.rstrip("/")), self.ds.fingerprint,
-                          f"fold{c.fold}")
-            self.existing[e.key] = (e.run_id, "RUNNING")
+        if e.key not in self.existing:  # a library caller that did not create the children first
+            with children_lock(self.store, self.parent):
+                self.existing.update(t.child_runs(self.parent))
+                if e.key not in self.existing:
+                    self._create(e)
+        e.run_id = self.existing[e.key][0]
+        t.client.update_run(e.run_id, status="RUNNING")
+        e.logged = {split: max((m.step for m in t.client.get_metric_history(e.run_id, f"{self.metric}_{split}")),
+                               default=0) for split in ("vali", "test")}
         plan = self.fold_plan.plan
         for key in plan.chains[e.path.label]:  # the chain's finished nodes only: no listing of the whole plan
             k = self.store.latest(key)
@@ -431,9 +481,16 @@ class LiveChildren:
                 continue
             if not e.run_id:
                 self.start(e)
-            r = path_result(self.store, e.path.label, self.fold_plan.plan.chains[e.path.label],
-                            with_model=self.cfg.grid.log_models)
-            self._finish(e, r)
+            # one finisher per child, even where two processes own it in turn (a retry started while the
+            # first attempt was finishing): the run's status is read again under the child's lock
+            with children_lock(self.store, e.run_id):
+                if self.tracker.client.get_run(e.run_id).info.status == "FINISHED":
+                    e.finished = True
+                    self.existing[e.key] = (e.run_id, "FINISHED")
+                    continue
+                r = path_result(self.store, e.path.label, self.fold_plan.plan.chains[e.path.label],
+                                with_model=self.cfg.grid.log_models)
+                self._finish(e, r)
             n += 1
         return n
 
@@ -459,7 +516,7 @@ class LiveChildren:
         self.existing[e.key] = (e.run_id, "FINISHED")
 
     def fail_started(self, error: str) -> None:
-        for e in self.entries:
+        for e in self.owned():
             if e.run_id and not e.finished:
                 self.tracker.client.set_tag(e.run_id, "ltr.error", error[:5000])
                 self.tracker.finish(e.run_id, "FAILED")
@@ -518,8 +575,9 @@ def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | Non
     build = study if setup_only else run_folds
     if any(needs[f] for f in build):
         ensure_difficulty(spark, cfg, data, difficulty)
-    for f in build:  # node keys hold the curricula's content: built (or found built) before planning
-        ensure_curricula(spark, cfg, data, difficulty, f, needs[f])
+    curricula = {}  # node keys hold the curricula's content: built (or found built) before planning
+    for f in build:
+        curricula[f] = {c.name: c for c in ensure_curricula(spark, cfg, data, difficulty, f, needs[f])}
     plans = {f: plan_fold(cfg, ds, f) for f in study}
     for f, index in units or []:
         fold_units = plans[f].plan.units()
@@ -549,9 +607,19 @@ def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | Non
         tags={TAG_STUDY_KEY: study_key, "mlflow.source.git.commit": code_version()["git"].split("-")[0]})
     if not resumed:
         tracker.log_dataset(parent, data, os.path.basename(data.rstrip("/")), ds.fingerprint, "grid")
-    existing = tracker.child_runs(parent)
-    log.info("grid %s: parent run %s (%s), %d children already finished", cfg.grid.experiment, parent,
-             "resumed" if resumed else "new", sum(s == "FINISHED" for _, s in existing.values()))
+    store = CheckpointStore(checkpoint_root(cfg))
+    # per fold, the nodes this process trains (None: all the fold needs); it owns the children ending in them
+    train_keys = {f: None if only is None else set(only) & {n.key for n in plans[f].plan.nodes} for f in build}
+    lives = {}
+    with children_lock(store, parent):  # every child of the folds set up here gets its one run, made once
+        existing = tracker.child_runs(parent)
+        made = 0
+        for f in build:
+            lives[f] = LiveChildren(tracker, parent, plans[f], store, cfg, data, ds, curricula[f], existing,
+                                    train_keys[f])
+            made += lives[f].create_missing()
+    log.info("grid %s: parent run %s (%s), %d children already finished, %d child runs created", cfg.grid.experiment,
+             parent, "resumed" if resumed else "new", sum(s == "FINISHED" for _, s in existing.values()), made)
     if setup_only:
         finished = _study_finished(plans, existing)
         tracker.finish(parent, "FINISHED" if finished else "RUNNING")
@@ -560,7 +628,6 @@ def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | Non
                 "trees_built": 0}
     workers, nthread = resolve_workers(spark, cfg.train, parallel)
     settings = make_settings(cfg.train, cfg.metric, ds, nthread)
-    store = CheckpointStore(checkpoint_root(cfg))
     how = Execution(workers, nthread, parallel, cfg.train.job_retries, cfg.train.tracker_timeout, resume_hint,
                     cfg.train.lease_ttl, cfg.train.lease_wait)
     counts = {"trained": 0, "skipped": 0, "trees_built": 0}
@@ -569,18 +636,16 @@ def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | Non
         for f in run_folds:
             fp = plans[f]
             record_plan(store, cfg.grid.experiment, fp)
-            curricula = {c.name: c for c in ensure_curricula(spark, cfg, data, difficulty, f, needs[f])}
-            live = LiveChildren(tracker, parent, fp, store, cfg, data, ds, curricula, existing)
+            live = lives[f]
             todo = live.todo()
-            counts["skipped"] += len(fp.children) - len(todo)
-            if not todo:
+            counts["skipped"] += len(live.owned()) - len(todo)
+            keys = sorted(train_keys[f] if train_keys[f] is not None  # else what its unfinished children need
+                          else {k for e in todo for k in fp.plan.chains[e.path.label]})
+            if not keys:
                 log.info("fold %d: all %d children finished already", f, len(fp.children))
                 continue
-            needed = {k for e in todo for k in fp.plan.chains[e.path.label]}
-            # unknown keys are refused by execute_plan (exit 2), never dropped here
-            keys = sorted(needed) if only is None else sorted(set(only) & {n.key for n in fp.plan.nodes})
             with task_errors():
-                info = execute_plan(spark, fp.plan, ds, curricula, settings, store, how, on_event=live.on_event,
+                info = execute_plan(spark, fp.plan, ds, curricula[f], settings, store, how, on_event=live.on_event,
                                     only=keys)
             counts["trees_built"] += info["trees"]
             counts["trained"] += live.finish_done()

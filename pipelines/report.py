@@ -60,8 +60,10 @@ import numpy as np
 from pipelines.tracking import (
     BASELINE,
     MSE,
+    TAG_CHILD_KEY,
     TAG_FOLD,
     TAG_KIND,
+    TAG_PATH,
     TAG_STRATEGY,
     TAG_SWITCH,
     Tracker,
@@ -450,6 +452,7 @@ class GridState:
     unfinished: list[tuple[str, int, str]] = field(default_factory=list)  # (label, fold, status), no finished twin
     systems: list[tuple[str, int | None]] = field(default_factory=list)  # every (strategy, switch) seen, any status
     split: str = "test"  # the split of the tables: test, or vali for a dataset without a test split
+    duplicates: list[str] = field(default_factory=list)  # FINISHED copies of one child left out (one note each)
 
     def missing(self, records: list[Record]) -> dict[str, list[int]]:
         """label -> the grid's folds without a finished run of that system."""
@@ -479,7 +482,7 @@ class GridState:
             shown = "; ".join(f"{lab}: fold {', '.join(map(str, fs))}" for lab, fs in items[:8])
             more = f" and {len(items) - 8} more systems" if len(items) > 8 else ""
             out.append(f"finished runs missing for {shown}{more}")
-        return out
+        return out + self.duplicates
 
 
 def _ensure_store(uri: str) -> None:
@@ -549,10 +552,9 @@ def load_grid(tracker: Tracker, run: Any, metric: str) -> tuple[list[Record], Gr
     others = []
     systems: set[tuple[str, int | None]] = set()
     splits: set[str] = set()
-    for r in tracker.children(parent):
+    runs, duplicates = _one_finished_run_per_child(tracker.children(parent))
+    for r in runs:
         tags = r.data.tags
-        if tags.get(TAG_KIND) != "child":
-            continue
         sw = tags.get(TAG_SWITCH, "")
         fold, strategy, switch = int(tags[TAG_FOLD]), tags[TAG_STRATEGY], int(sw) if sw else None
         systems.add((strategy, switch))
@@ -589,8 +591,52 @@ def load_grid(tracker: Tracker, run: Any, metric: str) -> tuple[list[Record], Gr
     if len(splits) > 1:
         raise ReportError(f"grid run {parent}: some children have test curves and some only vali curves")
     state = GridState(parent, run.info.status, folds, dict(run.data.params), unfinished, sorted(
-        systems, key=lambda k: (k[0], k[1] or 0)), split=splits.pop() if splits else "test")
+        systems, key=lambda k: (k[0], k[1] or 0)), split=splits.pop() if splits else "test", duplicates=duplicates)
+    if duplicates:
+        log.warning("grid %s: %s", parent, "; ".join(duplicates))
     return records, state
+
+
+def _one_finished_run_per_child(children: list[Any]) -> tuple[list[Any], list[str]]:
+    """The grid's child runs with at most one FINISHED run per (fold, strategy, switch point), and a note per
+    run left out.
+
+    Two FINISHED runs of one child with the same ``ltr.child_key`` (the same path and last plan node, so the
+    same checkpoints and results: what a scheduler running a study's units at once made before children were
+    owned) are one result logged twice: the earliest is reported, the others are named with the command
+    that deletes them. Two with different keys are two different results for one cell of the tables: an
+    error that names both runs and how to repair the grid."""
+    finished: dict[tuple[str, str, str], list[Any]] = {}
+    out = []
+    for r in children:
+        tags = r.data.tags
+        if tags.get(TAG_KIND) != "child":
+            continue
+        if r.info.status == "FINISHED":
+            finished.setdefault((tags.get(TAG_FOLD, ""), tags.get(TAG_STRATEGY, ""), tags.get(TAG_SWITCH, "")),
+                                []).append(r)
+        else:
+            out.append(r)
+    notes = []
+    for (fold, strategy, switch), rs in finished.items():
+        rs.sort(key=lambda r: (r.info.start_time or 0, r.info.run_id))
+        out.append(rs[0])
+        if len(rs) == 1:
+            continue
+        label = label_of(strategy, int(switch) if switch else None)
+        keys = {r.data.tags.get(TAG_CHILD_KEY, "") for r in rs}
+        ids = [r.info.run_id for r in rs]
+        if len(keys) > 1 or "" in keys:
+            raise ReportError(
+                f"{label}: fold {fold} has {len(rs)} finished runs of different training ({', '.join(ids)}; "
+                f"paths {sorted({r.data.tags.get(TAG_PATH, '?') for r in rs})}, child keys {sorted(keys)}): a table "
+                "cell must hold one result. Keep the run of the grid's current plan (`ltr grid --plan` lists its "
+                "keys) and delete the other with `mlflow runs delete --run-id ID`, or start the study over with "
+                "`ltr grid --new-parent`")
+        notes.append(f"{label} fold {fold}: {len(rs)} finished runs of the same child (key {keys.pop()}, the same "
+                     f"checkpoints): reporting {ids[0]}; remove the copies with "
+                     + " && ".join(f"mlflow runs delete --run-id {i}" for i in ids[1:]))
+    return out, notes
 
 
 def code_versions(records: list[Record]) -> dict[str, dict[str, int]]:

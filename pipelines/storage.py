@@ -100,3 +100,16 @@ def atomic_output(out: str, marker: str) -> Iterator[Output]:
     except BaseException:
         delete_quietly(fs, tmp_path)
         raise
+
+
+def write_file_atomic(path: str, data: bytes) -> None:
+    """Write one file (local path or URI) under a temporary name, then rename it into place: a reader sees
+    the old content or the new, never a part (on object stores, where a rename is a copy, the put itself is
+    whole). Its folder is created."""
+    fs, p = pafs.FileSystem.from_uri(to_uri(path))
+    parent = p.rsplit("/", 1)[0]
+    fs.create_dir(parent, recursive=True)
+    tmp = f"{parent}/.{p.rsplit('/', 1)[-1]}.{uuid.uuid4().hex[:8]}.tmp"
+    with fs.open_output_stream(tmp) as f:
+        f.write(data)
+    fs.move(tmp, p)

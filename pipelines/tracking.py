@@ -60,6 +60,11 @@ def config_hash(doc: Any) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def is_server(uri: str) -> bool:
+    """A tracking server (REST), as opposed to a store the process opens itself (SQLite, a database URL)."""
+    return uri.split("://", 1)[0].lower() in ("http", "https", "databricks")
+
+
 def default_uri(work_dir: str) -> str:
     return f"sqlite:///{os.path.abspath(os.path.join(work_dir, 'mlflow.db'))}"
 
@@ -116,9 +121,13 @@ class Tracker:
                 raise UnknownExperiment(f"no MLflow experiment {self.experiment!r} at {self.uri}; existing "
                                         f"experiments: {', '.join(names) or '(none)'}")
             if exp is None:
-                os.makedirs(self.artifact_root, exist_ok=True) if "://" not in self.artifact_root else None
-                loc = (self.artifact_root if "://" in self.artifact_root
-                       else f"file://{os.path.abspath(self.artifact_root)}")
+                if not self.artifact_root:  # a tracking server: its own artifact store (--serve-artifacts)
+                    loc = None
+                elif "://" in self.artifact_root:
+                    loc = self.artifact_root
+                else:
+                    os.makedirs(self.artifact_root, exist_ok=True)
+                    loc = f"file://{os.path.abspath(self.artifact_root)}"
                 self.experiment_id = self.client.create_experiment(self.experiment, artifact_location=loc,
                                                                    tags={TAG_EXPERIMENT_KIND: MODEL_TRAINING})
             else:
@@ -129,9 +138,14 @@ class Tracker:
     @classmethod
     def for_config(cls, cfg: Any, experiment: str | None = None, create: bool = True) -> Tracker:
         """The tracker of a resolved :class:`~pipelines.config.Config` (defaults under its work_dir);
-        ``experiment`` defaults to ``grid.experiment``; ``create``: see the class."""
-        return cls(cfg.tracking.uri or default_uri(cfg.work_dir), experiment or cfg.grid.experiment,
-                   cfg.tracking.artifacts or os.path.join(cfg.work_dir, "mlartifacts"), create)
+        ``experiment`` defaults to ``grid.experiment``; ``create``: see the class.
+
+        Artifacts: ``tracking.artifacts`` when set; else, with a tracking server (``http(s)://``), the server's
+        choice (``mlflow-artifacts:/...`` with ``mlflow server --serve-artifacts``: every task reaches it
+        through the server, wherever it runs); else ``<work_dir>/mlartifacts``."""
+        uri = cfg.tracking.uri or default_uri(cfg.work_dir)
+        artifacts = cfg.tracking.artifacts or ("" if is_server(uri) else os.path.join(cfg.work_dir, "mlartifacts"))
+        return cls(uri, experiment or cfg.grid.experiment, artifacts, create)
 
     # -- runs -----------------------------------------------------------
     def find_or_create_parent(self, grid_key: str, name: str, params: dict[str, Any],

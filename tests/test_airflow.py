@@ -77,7 +77,10 @@ def test_dag_shape(dag):
     ids = {t.task_id for t in dag.tasks}
     assert {"study", "generate", "ingest", "difficulty", "grid_setup", "train", "report"} <= ids
     assert dag.get_task("train").upstream_task_ids == {"units"}
-    assert set(dag.params.keys()) >= {"conf", "set", "src", "spark_conn_id"}
+    assert set(dag.params.keys()) >= {"conf", "set", "src", "spark_conn_id", "spark_conf", "archives",
+                                      "executor_memory", "train_timeout_base_s", "train_timeout_per_tree_s"}
+    train = dag.get_task("train")  # retried with back-off, a bounded number at once
+    assert train.retries == 3 and train.retry_exponential_backoff and train.max_active_tis_per_dagrun == 2
 
 
 def test_bad_config_fails_the_first_task_before_any_spark_job(dag, tmp_path):
@@ -120,11 +123,13 @@ def test_study_end_to_end_then_rerun_trains_nothing(dag, tmp_path):
     from pipelines.grid import plan_fold
 
     cfg, ds = load_config(None, tiny), open_dataset(str(work / "dataset"))
-    units = {f: plan_fold(cfg, ds, f).plan.units() for f in (1, 2)}
-    assert [len(u) for u in units.values()] == [3, 3]  # LambdaMART, MSE, q_nrel's first stage: 3 roots a fold
+    fps = {f: plan_fold(cfg, ds, f) for f in (1, 2)}
+    assert [len(fp.plan.units()) for fp in fps.values()] == [3, 3]  # LambdaMART, MSE, q_nrel's first stage
     trains = [ti for ti in first.get_task_instances() if ti.task_id == "train"]
-    assert sorted(ti.rendered_map_index for ti in trains) == sorted(f"unit {f}:{i}" for f in units
-                                                                    for i in range(len(units[f])))
+    # labelled by what they train: the unit's root node and the paths that end in it
+    assert sorted(ti.rendered_map_index for ti in trains) == sorted(fp.unit_label(i) for fp in fps.values()
+                                                                    for i in range(3))
+    assert "fold 1: mse 0..2 -> mse-2" in {ti.rendered_map_index for ti in trains}
     assert all(str(ti.state) == "success" for ti in trains), states
     assert json.loads((work / "_ingest_key.json").read_text())["fingerprint"].startswith("sha256:")
 
