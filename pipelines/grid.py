@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import os
+import threading
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -372,6 +373,9 @@ class LiveChildren:
     def __post_init__(self) -> None:
         fp = self.fold_plan
         self.entries = [_Live(c, p, fp.child_key(i)) for i, (c, p) in enumerate(zip(fp.children, fp.paths))]
+        # events arrive on the event server's threads, and may still arrive while finish_done runs on the
+        # main thread: the check of what is logged and the logging are one step (else points are logged twice)
+        self._lock = threading.RLock()
         self.by_node: dict[str, list[_Live]] = {}
         for e in self.owned():
             for key in fp.plan.chains[e.path.label]:
@@ -450,6 +454,10 @@ class LiveChildren:
         return params
 
     def _log_points(self, e: _Live, curve: list[list[float]]) -> None:
+        with self._lock:
+            self._log_new_points(e, curve)
+
+    def _log_new_points(self, e: _Live, curve: list[list[float]]) -> None:
         for col, split in ((1, "vali"), (2, "test")):  # a split the dataset lacks has NaN points: not logged
             new = [p for p in curve if int(p[0]) > e.logged.get(split, 0)]
             if not new:
@@ -464,6 +472,10 @@ class LiveChildren:
         kind = ev.get("ev")
         if kind not in ("node_start", "checkpoint"):
             return
+        with self._lock:
+            self._on_event(kind, ev)
+
+    def _on_event(self, kind: str, ev: dict[str, Any]) -> None:
         for e in self.by_node.get(ev["node"], []):
             if e.finished or self.existing.get(e.key, ("", ""))[1] == "FINISHED":
                 continue
@@ -483,7 +495,7 @@ class LiveChildren:
                 self.start(e)
             # one finisher per child, even where two processes own it in turn (a retry started while the
             # first attempt was finishing): the run's status is read again under the child's lock
-            with children_lock(self.store, e.run_id):
+            with self._lock, children_lock(self.store, e.run_id):
                 if self.tracker.client.get_run(e.run_id).info.status == "FINISHED":
                     e.finished = True
                     self.existing[e.key] = (e.run_id, "FINISHED")

@@ -48,6 +48,7 @@ from __future__ import annotations
 import html
 import json
 import logging
+import math
 import os
 import re
 import warnings
@@ -562,8 +563,8 @@ def load_grid(tracker: Tracker, run: Any, metric: str) -> tuple[list[Record], Gr
             others.append((strategy, switch, fold, r.info.status))
             continue
         rid = r.info.run_id
-        hist = sorted(tracker.client.get_metric_history(rid, f"{metric}_test"), key=lambda m: m.step)
-        vh = sorted(tracker.client.get_metric_history(rid, f"{metric}_vali"), key=lambda m: m.step)
+        hist = _one_point_per_step(tracker.client.get_metric_history(rid, f"{metric}_test"), rid)
+        vh = _one_point_per_step(tracker.client.get_metric_history(rid, f"{metric}_vali"), rid)
         if not hist and not vh:
             raise ReportError(f"run {rid} ({label_of(strategy, switch)}, fold {fold}) has no {metric}_test "
                               f"history: was the grid run with another metric than {metric}? (metric.k)")
@@ -595,6 +596,19 @@ def load_grid(tracker: Tracker, run: Any, metric: str) -> tuple[list[Record], Gr
     if duplicates:
         log.warning("grid %s: %s", parent, "; ".join(duplicates))
     return records, state
+
+
+def _one_point_per_step(history: list[Any], run_id: str) -> list[Any]:
+    """A metric history sorted by step, a step logged twice with the same value kept once (an HTTP retry of
+    the tracking client can log a batch twice); two values at one step are an error naming the run."""
+    out: dict[int, Any] = {}
+    for m in sorted(history, key=lambda m: (m.step, m.timestamp)):
+        seen = out.setdefault(m.step, m)
+        if seen.value != m.value and not (math.isnan(seen.value) and math.isnan(m.value)):
+            raise ReportError(f"run {run_id}: {m.key} has two values at step {m.step} ({seen.value}, {m.value}): "
+                              "the run mixes two trainings; delete it (`mlflow runs delete --run-id "
+                              f"{run_id}`) and resume the grid to train it again")
+    return list(out.values())
 
 
 def _one_finished_run_per_child(children: list[Any]) -> tuple[list[Any], list[str]]:

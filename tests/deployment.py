@@ -1,0 +1,361 @@
+"""A production-shaped deployment on loopback, for the deployment test and its benchmark.
+
+PostgreSQL (the machine's own binaries, a throw-away cluster) is the database of Airflow and of an
+``mlflow server`` (``--serve-artifacts``); Airflow 3 runs as its separate services (api-server, scheduler,
+dag-processor) with the LocalExecutor, the ``ltr_study`` DAG file copied into its own dags folder. Every
+process is started here and stopped by :meth:`Deployment.stop` (whole process trees: PySpark's workers
+live in process groups of their own), also when a test fails.
+
+Not a test module (no ``test_`` prefix): ``tests/test_deploy.py`` and ``benchmarks/bench_deploy.py`` use it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+PG_BIN_DIRS = ["/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/17/bin"]
+
+
+def pg_bin() -> Path | None:
+    """The folder of PostgreSQL's server binaries (``initdb``, ``postgres``), or None."""
+    for d in [os.environ.get("LTR_PG_BIN", ""), *PG_BIN_DIRS]:
+        if d and (Path(d) / "initdb").is_file() and (Path(d) / "postgres").is_file():
+            return Path(d)
+    found = shutil.which("initdb")
+    return Path(found).parent if found else None
+
+
+def missing() -> str:
+    """Why a deployment cannot be started here ('' when it can)."""
+    if pg_bin() is None:
+        return "PostgreSQL's server binaries (initdb, postgres) are not installed (Debian: postgresql-15)"
+    if os.geteuid() == 0 and shutil.which("runuser") is None:
+        return "running as root without runuser: PostgreSQL refuses to run as root"
+    try:
+        import psycopg2  # noqa: F401
+        import asyncpg  # noqa: F401
+    except ImportError as e:
+        return f"the [deploy] extra is not installed ({e})"
+    if shutil.which("airflow", path=os.path.dirname(sys.executable)) is None:
+        return "Airflow is not installed (the [airflow] extra)"
+    return ""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tree(pid: int) -> list[Any]:
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def kill_tree(pid: int, sig: int = signal.SIGKILL) -> int:
+    """Send ``sig`` to ``pid`` and every descendant (children first found, then signalled); returns how many."""
+    import psutil
+
+    procs = _tree(pid)
+    for p in procs:
+        try:
+            p.send_signal(sig)
+        except psutil.NoSuchProcess:
+            pass
+    return len(procs)
+
+
+def tree_rss(pids: list[int]) -> int:
+    """Resident bytes of the processes ``pids`` and all their descendants (each process counted once)."""
+    import psutil
+
+    seen, total = set(), 0
+    for pid in pids:
+        for p in _tree(pid):
+            if p.pid in seen:
+                continue
+            seen.add(p.pid)
+            try:
+                total += p.memory_info().rss
+            except psutil.NoSuchProcess:
+                pass
+    return total
+
+
+class Deployment:
+    """PostgreSQL + ``mlflow server`` + Airflow (api-server, scheduler, dag-processor, LocalExecutor).
+
+    ``parallelism``: Airflow's ``core.parallelism`` (task slots of the LocalExecutor); ``env``: more
+    environment for every Airflow process (e.g. ``LTR_TRAINING_SLOTS``)."""
+
+    def __init__(self, parallelism: int = 3, env: dict[str, str] | None = None, root: str | None = None) -> None:
+        # world-readable: the postgres user (when we are root) must reach its data folder
+        self.root = Path(root or tempfile.mkdtemp(prefix="ltr-deploy-", dir="/tmp"))
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.chmod(0o755)
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.logs: dict[str, Path] = {}
+        self.pg_port, self.mlflow_port, self.api_port = free_port(), free_port(), free_port()
+        self.venv_bin = os.path.dirname(sys.executable)
+        self.parallelism = parallelism
+        self.extra_env = dict(env or {})
+        self.pg_data = self.root / "pg"
+        self.airflow_home = self.root / "airflow"
+        self.dags = self.root / "dags"
+        self.artifacts = self.root / "mlartifacts"
+
+    # ---------------------------------------------------------------- services
+    @property
+    def mlflow_uri(self) -> str:
+        return f"http://127.0.0.1:{self.mlflow_port}"
+
+    def db_url(self, db: str, driver: str = "") -> str:
+        return f"postgresql{'+' + driver if driver else ''}://postgres@127.0.0.1:{self.pg_port}/{db}"
+
+    def _as_postgres(self, cmd: list[str]) -> list[str]:
+        return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
+
+    def _spawn(self, name: str, cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+        log = self.root / f"{name}.log"
+        self.logs[name] = log
+        with open(log, "ab") as out:
+            p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env or os.environ.copy(),
+                                 cwd=self.root, start_new_session=True)
+        self.procs[name] = p
+        return p
+
+    def _wait(self, what: str, ok, timeout: float, proc: str | None = None) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if ok():
+                return
+            p = self.procs.get(proc or "")
+            if p is not None and p.poll() is not None:
+                raise RuntimeError(f"{proc} exited with code {p.returncode} while waiting for {what}; its log:\n"
+                                   + self.tail(proc))
+            time.sleep(0.3)
+        raise TimeoutError(f"{what}: not ready after {timeout:.0f} s" + (f"; {proc} log:\n{self.tail(proc)}"
+                                                                         if proc else ""))
+
+    def tail(self, name: str, n: int = 40) -> str:
+        try:
+            return "\n".join(self.logs[name].read_text(errors="replace").splitlines()[-n:])
+        except (KeyError, OSError):
+            return "(no log)"
+
+    def start_postgres(self) -> None:
+        b = pg_bin()
+        self.pg_data.mkdir()
+        sock = self.root / "pgsock"
+        sock.mkdir()
+        if os.geteuid() == 0:
+            shutil.chown(self.pg_data, "postgres", "postgres")
+            shutil.chown(sock, "postgres", "postgres")
+        subprocess.run(self._as_postgres([str(b / "initdb"), "-D", str(self.pg_data), "-U", "postgres", "-A", "trust",
+                                          "-E", "UTF8", "--no-sync"]), check=True, capture_output=True)
+        self._spawn("postgres", self._as_postgres([
+            str(b / "postgres"), "-D", str(self.pg_data), "-p", str(self.pg_port), "-k", str(sock),
+            "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
+            "-c", "full_page_writes=off", "-c", "max_connections=300"]))
+
+        def ready() -> bool:
+            return subprocess.run([str(b / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.pg_port)],
+                                  capture_output=True).returncode == 0
+        self._wait("PostgreSQL", ready, 60, "postgres")
+        import psycopg2
+
+        con = psycopg2.connect(self.db_url("postgres"))
+        con.autocommit = True
+        with con.cursor() as cur:
+            for db in ("airflow", "mlflow"):
+                cur.execute(f"CREATE DATABASE {db}")
+        con.close()
+
+    def start_mlflow(self) -> None:
+        import urllib.request
+
+        self.artifacts.mkdir(exist_ok=True)
+        self._spawn("mlflow", [os.path.join(self.venv_bin, "mlflow"), "server", "--backend-store-uri",
+                               self.db_url("mlflow"), "--serve-artifacts", "--artifacts-destination", str(self.artifacts),
+                               "--host", "127.0.0.1", "--port", str(self.mlflow_port), "--workers", "2"])
+
+        def ready() -> bool:
+            try:
+                with urllib.request.urlopen(f"{self.mlflow_uri}/health", timeout=2) as r:
+                    return r.status == 200
+            except OSError:
+                return False
+        self._wait("mlflow server", ready, 120, "mlflow")
+
+    def airflow_env(self) -> dict[str, str]:
+        env = os.environ.copy()
+        env.update({
+            "AIRFLOW_HOME": str(self.airflow_home),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.db_url("airflow", "psycopg2"),
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.api_port}/execution/",
+            "AIRFLOW__API__PORT": str(self.api_port),
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API_AUTH__JWT_SECRET": "ltr-deploy-test-secret-0123456789abcdef",
+            "AIRFLOW__API__SECRET_KEY": "ltr-deploy-test-secret-key",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[1]"}),
+            "PATH": self.venv_bin + os.pathsep + env.get("PATH", ""),
+            # the jobs' driver JVMs: no C2 compiler, serial GC (about 40% less CPU per tiny spark-submit)
+            "SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+            "PYTHONUNBUFFERED": "1",
+        })
+        env.update(self.extra_env)
+        return env
+
+    def airflow(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+        r = subprocess.run([os.path.join(self.venv_bin, "airflow"), *args], env=self.airflow_env(), cwd=self.root,
+                           capture_output=True, text=True, timeout=timeout)
+        if check and r.returncode != 0:
+            raise RuntimeError(f"airflow {' '.join(args)} exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+        return r
+
+    def start_airflow(self) -> None:
+        self.dags.mkdir(exist_ok=True)
+        # the DAG file alone, as a user copies it into Airflow's dags folder: it finds the jobs in the package
+        shutil.copy(REPO / "jobs" / "ltr_study_dag.py", self.dags / "ltr_study_dag.py")
+        self.airflow("db", "migrate")
+        env = self.airflow_env()
+        bin_ = os.path.join(self.venv_bin, "airflow")
+        self._spawn("api-server", [bin_, "api-server", "--port", str(self.api_port), "--workers", "1"], env)
+        self._spawn("dag-processor", [bin_, "dag-processor"], env)
+        self._spawn("scheduler", [bin_, "scheduler"], env)
+        self._wait("the ltr_study DAG parsed", lambda: bool(self.query(
+            "SELECT 1 FROM dag WHERE dag_id = 'ltr_study' AND NOT is_paused")), 180, "dag-processor")
+
+        import urllib.request
+
+        def api_ready() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.api_port}/api/v2/monitor/health", timeout=2):
+                    return True
+            except OSError:
+                return False
+        self._wait("api-server", api_ready, 120, "api-server")
+
+    def start(self) -> Deployment:
+        self.start_postgres()
+        self.start_mlflow()
+        self.start_airflow()
+        return self
+
+    # ---------------------------------------------------------------- the study
+    def query(self, sql: str, *args: Any) -> list[tuple]:
+        import psycopg2
+
+        con = psycopg2.connect(self.db_url("airflow"))
+        try:
+            with con.cursor() as cur:
+                cur.execute(sql, args)
+                return cur.fetchall() if cur.description else []
+        finally:
+            con.close()
+
+    def trigger(self, run_id: str, conf: dict[str, Any]) -> None:
+        self.airflow("dags", "trigger", "ltr_study", "--run-id", run_id, "--conf", json.dumps(conf))
+
+    def run_state(self, run_id: str) -> str:
+        rows = self.query("SELECT state FROM dag_run WHERE dag_id = 'ltr_study' AND run_id = %s", run_id)
+        return str(rows[0][0]) if rows else ""
+
+    def wait_run(self, run_id: str, timeout: float, on_poll=None) -> str:
+        """Wait for the DAG run to end (success or failed); ``on_poll()`` is called between polls."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.run_state(run_id)
+            if state in ("success", "failed"):
+                return state
+            for name in ("scheduler", "api-server", "dag-processor"):
+                if self.procs[name].poll() is not None:
+                    raise RuntimeError(f"{name} exited with code {self.procs[name].returncode}:\n{self.tail(name)}")
+            if on_poll is not None:
+                on_poll()
+            time.sleep(0.1 if on_poll is not None else 1.0)
+        raise TimeoutError(f"DAG run {run_id} still {self.run_state(run_id)!r} after {timeout:.0f} s:\n"
+                           + "\n".join(map(str, self.task_instances(run_id))))
+
+    def task_instances(self, run_id: str) -> list[dict[str, Any]]:
+        cols = ["task_id", "map_index", "state", "try_number", "start_date", "end_date", "rendered_map_index"]
+        rows = self.query(f"SELECT {', '.join(cols)} FROM task_instance WHERE dag_id = 'ltr_study' AND run_id = %s "
+                          "ORDER BY task_id, map_index", run_id)
+        return [dict(zip(cols, r)) for r in rows]
+
+    def task_log(self, run_id: str, task_id: str, map_index: int, attempt: int) -> str:
+        base = self.airflow_home / "logs" / "dag_id=ltr_study" / f"run_id={run_id}" / f"task_id={task_id}"
+        if map_index >= 0:
+            base = base / f"map_index={map_index}"
+        path = base / f"attempt={attempt}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def states(self, run_id: str) -> dict[str, str]:
+        """``task[map index]`` -> ``state (try n)``: what an assertion message shows."""
+        return {t["task_id"] + (f"[{t['map_index']}]" if t["map_index"] >= 0 else ""):
+                f"{t['state']} (try {t['try_number']})" for t in self.task_instances(run_id)}
+
+    def service_pids(self) -> list[int]:
+        return [p.pid for p in self.procs.values() if p.poll() is None]
+
+    # ---------------------------------------------------------------- teardown
+    def stop(self) -> None:
+        """Stop every process started here (whole trees: the LocalExecutor's task processes and their
+        spark-submits included), PostgreSQL last; then remove the folder."""
+        for name in ("scheduler", "dag-processor", "api-server", "mlflow"):
+            p = self.procs.get(name)
+            if p is not None:
+                kill_tree(p.pid, signal.SIGKILL)
+        for name in ("scheduler", "dag-processor", "api-server", "mlflow"):
+            p = self.procs.get(name)
+            if p is not None:
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    pass
+        # orphans of killed task processes (spark-submit JVMs, Python drivers) still pointing into our folder
+        import psutil
+
+        pg = self.procs.get("postgres")
+        keep = {p.pid for p in _tree(pg.pid)} if pg is not None else set()
+        for p in psutil.process_iter(["pid", "cmdline", "cwd"]):
+            try:
+                text = " ".join(p.info["cmdline"] or [])
+                mine = str(self.root) in text or str(self.root) == (p.info["cwd"] or "")
+                if mine and p.pid not in keep and p.pid != os.getpid():
+                    kill_tree(p.pid)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        if pg is not None and pg.poll() is None:  # immediate shutdown of the postmaster and its backends
+            subprocess.run(self._as_postgres([str(pg_bin() / "pg_ctl"), "stop", "-D", str(self.pg_data), "-m",
+                                              "immediate", "-w"]), capture_output=True, timeout=60)
+            try:
+                pg.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                kill_tree(pg.pid)
+        if not os.environ.get("LTR_DEPLOY_KEEP"):  # set it to keep the logs of a failed run
+            shutil.rmtree(self.root, ignore_errors=True)

@@ -1,0 +1,180 @@
+"""The study under a real scheduler: Airflow 3 (api-server, scheduler, dag-processor, LocalExecutor with
+parallelism 3) on PostgreSQL, an ``mlflow server`` on PostgreSQL with served artifacts, the DAG file copied
+into Airflow's dags folder, runs triggered through Airflow's CLI (``tests/deployment.py`` starts and stops
+everything). What ``dag.test()`` cannot show: mapped training tasks running at once, a task killed (its whole
+process tree, SIGKILL) and retried by Airflow, MLflow children made and finished by concurrent processes.
+
+Skipped, with the reason, where PostgreSQL's server binaries or the ``[deploy]`` extra are missing.
+Tiny study: 40 generated queries, folds 1 and 2, LambdaMART-30, MSE-10 and q_nrel-10 per fold (6 units).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.deployment import Deployment, kill_tree, missing
+
+pytestmark = pytest.mark.skipif(bool(missing()), reason=missing() or "ok")
+
+TREES, SWITCH = 30, 10
+STUDY = ["generate.queries=40", "generate.workers=1", "spark.shuffle_partitions=2", "grid.folds=[1,2]",
+         f"grid.trees={TREES}", f"grid.switch_points=[{SWITCH}]", "grid.strategies=[q_nrel]", "grid.extra_paths={}",
+         "grid.extra_curricula={}", "grid.log_models=false", "train.leaves=4", "train.max_bin=32",
+         "train.checkpoint_every=3", "train.score_dist_trees=[2]", "report.permutations=100",
+         f"report.table2_sizes=[{SWITCH}]"]
+
+
+@pytest.fixture(scope="module")
+def deployment():
+    d = Deployment(parallelism=3, env={
+        "LTR_TASK_RETRIES": "2", "LTR_RETRY_DELAY_S": "1", "LTR_TRAINING_SLOTS": "3",
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})  # MLflow's GenAI job runner: 8 idle processes
+    try:
+        d.start()
+        yield d
+    finally:
+        d.stop()  # every process, also when a test failed
+
+
+def _children(client, experiment: str) -> tuple[list, list]:
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    return ([r for r in runs if r.data.tags.get("ltr.kind") == "grid"],
+            [r for r in runs if r.data.tags.get("ltr.kind") == "child"])
+
+
+def _overlapping(tis: list[dict]) -> int:
+    """The most training tasks that ran at one moment (from their final tries' start and end)."""
+    spans = [(t["start_date"], t["end_date"]) for t in tis if t["task_id"] == "train" and t["start_date"]]
+    return max(sum(1 for a, b in spans if a <= s < b) for s, _ in spans)
+
+
+class Killer:
+    """Called between polls of the DAG run: once fold 1's LambdaMART unit has committed a checkpoint and is
+    not done, SIGKILL its task process and everything below it (spark-submit's JVM, the Python driver,
+    PySpark's daemon and workers, in process groups of their own)."""
+
+    def __init__(self, work: Path) -> None:
+        self.work, self.node, self.done_at, self.killed, self.unit = work, None, None, 0, None
+
+    def __call__(self) -> None:
+        import psutil
+
+        if self.killed:
+            return
+        if self.node is None:
+            if not (self.work / "curricula").exists():
+                return
+            from pipelines.config import load_config
+            from pipelines.dataset import open_dataset
+            from pipelines.grid import plan_fold
+
+            try:
+                fp = plan_fold(load_config(None, [f"work_dir={self.work}", *STUDY]), open_dataset(
+                    str(self.work / "dataset")), 1)
+            except Exception:  # noqa: BLE001 - the curricula are being written: next poll
+                return
+            if fp.provisional:
+                return
+            self.unit = next(i for i in range(len(fp.plan.units())) if fp.unit_label(i).endswith("-> lambdamart"))
+            self.node = fp.plan.units()[self.unit][0]
+            from pipelines.checkpoints import CheckpointStore
+
+            self.store = CheckpointStore(str(self.work / "checkpoints"))
+        latest = self.store.latest(self.node) or 0
+        if latest >= TREES:
+            raise AssertionError("fold 1's LambdaMART unit finished before it could be killed: make it longer")
+        if latest == 0:
+            return
+        for p in psutil.process_iter(["cmdline"]):
+            cmd = p.info["cmdline"] or []
+            if "org.apache.spark.deploy.SparkSubmit" in cmd and f"1:{self.unit}" in cmd and str(self.work) in " ".join(cmd):
+                task = p.parent()  # the Airflow task process that ran spark-submit
+                self.killed = kill_tree(task.pid)
+                self.done_at = latest
+                return
+
+
+def test_concurrent_units_one_run_per_child_and_a_killed_task_resumed_by_airflow(deployment, tmp_path):
+    import mlflow
+
+    d = deployment
+    work = d.root / "work"
+    study = [f"work_dir={work}", *STUDY, "grid.experiment=deploy", f"tracking.uri={d.mlflow_uri}"]
+    d.trigger("study", {"set": study})
+    killer = Killer(work)
+    state = d.wait_run("study", 900, on_poll=killer)
+    tis = d.task_instances("study")
+    assert state == "success", d.states("study")
+    assert killer.killed >= 4, "the task's tree: task process, JVM, Python driver, PySpark daemon/worker"
+
+    # (a) the mapped training tasks ran at once (the LocalExecutor's 3 slots), labelled by what they train
+    trains = [t for t in tis if t["task_id"] == "train"]
+    assert len(trains) == 6 and _overlapping(tis) >= 2, trains
+    assert {t["rendered_map_index"] for t in trains} >= {"fold 1: lambdamart 0..30 -> lambdamart",
+                                                         f"fold 2: mse 0..{SWITCH} -> mse-{SWITCH}"}
+
+    # (c) the killed task was retried by Airflow and continued from its checkpoints
+    killed = next(t for t in trains if t["rendered_map_index"] == "fold 1: lambdamart 0..30 -> lambdamart")
+    assert killed["try_number"] == 2, killed
+    retry_log = d.task_log("study", "train", killed["map_index"], 2)
+    assert f"trained 1 nodes ({TREES - killer.done_at} trees)" in retry_log, retry_log[-3000:]
+
+    # (b) one parent, every child exactly once and FINISHED (none left RUNNING by the killed attempt)
+    client = mlflow.MlflowClient(d.mlflow_uri)
+    parents, children = _children(client, "deploy")
+    assert [p.info.status for p in parents] == ["FINISHED"]
+    names = sorted(c.info.run_name for c in children)
+    assert names == sorted(f"fold{f}/{s}" for f in (1, 2) for s in ("lambdamart", f"mse-{SWITCH}",
+                                                                      f"q_nrel-{SWITCH}")), names
+    assert {c.info.status for c in children} == {"FINISHED"}
+    # artifacts through the server (mlflow-artifacts:/), none in the tasks' work_dir
+    assert all(c.info.artifact_uri.startswith("mlflow-artifacts:/") for c in children)
+    assert not (work / "mlartifacts").exists()
+    assert "report/report.md" in {a.path for a in client.list_artifacts(parents[0].info.run_id, "report")}
+
+    # ... and the results equal a sequential `ltr grid` of the same study on the same data
+    seq = tmp_path / "seq"
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+    subprocess.run([os.path.join(os.path.dirname(sys.executable), "ltr"), "grid", "--master", "local[1]",
+                    *[a for s in [f"work_dir={seq}", *STUDY, "grid.experiment=deploy",
+                                  f"grid.data={work / 'dataset'}"] for a in ("--set", s)]],
+                   check=True, env=env, capture_output=True, timeout=600)
+    seq_client = mlflow.MlflowClient(f"sqlite:///{seq}/mlflow.db")
+    _, seq_children = _children(seq_client, "deploy")
+    for c in children:
+        twin = next(s for s in seq_children if s.info.run_name == c.info.run_name)
+        for m in ("ndcg_at_10_test", "ndcg_at_10_vali"):
+            ours = [(x.step, x.value) for x in client.get_metric_history(c.info.run_id, m)]
+            theirs = [(x.step, x.value) for x in seq_client.get_metric_history(twin.info.run_id, m)]
+            assert sorted(ours) == sorted(theirs), (c.info.run_name, m)  # each step logged once, same values
+
+
+def test_the_default_sqlite_store_under_the_same_scheduler(deployment):
+    """Without a tracking server (the default ``sqlite:///<work_dir>/mlflow.db``: every task on this one
+    machine), concurrent units still make one run per child."""
+    import mlflow
+
+    d = deployment
+    work = d.root / "work-sqlite"
+    letor = d.root / "work" / "letor"  # the first study's generated data, ingested again here
+    study = [f"work_dir={work}", *STUDY, "grid.folds=[1]", "grid.experiment=deploy-sqlite"]
+    d.trigger("sqlite", {"set": study, "src": str(letor) if letor.exists() else ""})
+    state = d.wait_run("sqlite", 600)
+    tis = d.task_instances("sqlite")
+    assert state == "success", d.states("sqlite")
+    assert _overlapping(tis) >= 2
+    client = mlflow.MlflowClient(f"sqlite:///{work}/mlflow.db")
+    parents, children = _children(client, "deploy-sqlite")
+    assert [p.info.status for p in parents] == ["FINISHED"]
+    assert sorted((c.info.run_name, c.info.status) for c in children) == [
+        (f"fold1/{s}", "FINISHED") for s in ("lambdamart", f"mse-{SWITCH}", f"q_nrel-{SWITCH}")]
+    assert json.loads((work / "airflow" / "sqlite" / "grid_setup.json").read_text())["parent_run_id"] == \
+        parents[0].info.run_id
