@@ -37,6 +37,16 @@ AIRFLOW_REQUIRES = [
     "apache-airflow-providers-standard>=1.0",
 ]
 
+# The production layout (README, "Airflow in production"): PostgreSQL as Airflow's database and as the
+# `mlflow server`'s backend store. Airflow 3 opens it with psycopg2 (`postgresql+psycopg2://`) and asyncpg
+# (its async engine: `airflow db migrate` fails without it); MLflow's `postgresql://` is SQLAlchemy 2.1's
+# default driver, psycopg 3.
+DEPLOY_REQUIRES = [
+    "psycopg2-binary>=2.9",
+    "asyncpg>=0.29",
+    "psycopg[binary]>=3.1",
+]
+
 setup(
     name="ltr-curriculum",
     version="0.1.0",
@@ -50,6 +60,6 @@ setup(
         ("share/ltr/jobs", glob("jobs/*.py")),  # spark-submit's scripts, found by pipelines.config.jobs_dir
     ],
     install_requires=INSTALL_REQUIRES,
-    extras_require={"test": TEST_REQUIRES, "airflow": AIRFLOW_REQUIRES},
+    extras_require={"test": TEST_REQUIRES, "airflow": AIRFLOW_REQUIRES, "deploy": DEPLOY_REQUIRES},
     entry_points={"console_scripts": ["ltr = pipelines.cli:main"]},
 )

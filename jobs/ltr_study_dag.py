@@ -3,7 +3,7 @@
 ::
 
     study -> generate? -> generate -> ingest? -> ingest -> record_ingest -> difficulty? -> difficulty
-          -> grid_setup -> units -> train (one task per unit of the plan, every fold, mapped) -> report
+          -> grid_setup -> parent -> units -> train (one task per unit of the plan, every fold, mapped) -> report
 
 Trigger it with params (every one optional)::
 
@@ -16,7 +16,18 @@ Trigger it with params (every one optional)::
   (``ltr generate --out <work_dir>/letor``, ``generate.queries`` / ``generate.seed``);
 * ``spark_conn_id``: the Airflow Spark connection (default ``spark_default``, e.g. from
   ``AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "yarn"}'``): master, deploy mode,
-  ``spark-binary``, queue. Nothing is configured by editing this file.
+  ``spark-binary``, queue;
+* ``spark_conf``, ``archives``, ``py_files``, ``files``, ``jars``, ``driver_memory``, ``executor_memory``,
+  ``executor_cores``, ``num_executors``, ``total_executor_cores``: passed to every spark-submit;
+* ``train_timeout_base_s``, ``train_timeout_per_tree_s``: a training task's time limit, base + per tree of
+  its unit.
+
+The deployment's own settings are environment variables read where this file is parsed (Airflow fixes
+retries and concurrency then): ``LTR_TASK_RETRIES`` (3), ``LTR_RETRY_DELAY_S`` (60, exponential back-off up
+to ``LTR_MAX_RETRY_DELAY_S``, 900), ``LTR_TRAINING_SLOTS`` (2 training tasks of a run at once),
+``LTR_TRAINING_POOL`` (an Airflow pool for them; empty: ``default_pool``), ``LTR_JOBS_DIR`` (the jobs'
+scripts; default: the installed package's). Nothing is configured by editing this file, which may be
+copied alone into Airflow's dags folder.
 
 **How the steps run: SparkSubmitOperator on ``jobs/<step>.py``, not the Python API in the task.**
 The jobs are Spark applications that users launch with ``spark-submit`` on clusters: submitting
@@ -31,8 +42,9 @@ resolve the config, and compare keys of inputs to decide whether a step is up to
 project is installed in Airflow's environment (``pip install -e ".[airflow]"``), and the
 worker's ``PATH`` must have ``spark-submit`` and the project's ``python3`` (the driver's Python;
 on a cluster, ship the environment as the README says). A job's exit code 2 (bad input or
-configuration) fails its task without retries; other failures are retried as Airflow's
-``core.default_task_retries`` says.
+configuration) fails its task without retries; other failures are retried (``LTR_TASK_RETRIES``), and a
+failed, timed-out or killed task has spark-submit's whole process tree killed first, so that no driver keeps
+training (and holding its nodes' leases) beside the retry.
 
 **Idempotent and retry-safe.** Every job writes its outputs atomically, and:
 
@@ -47,15 +59,18 @@ configuration) fails its task without retries; other failures are retried as Air
   compare, but neither modification times nor the ingest settings: hence the key file.);
 * ``difficulty?`` skips the scores when ``_difficulty.json`` holds the key that ``ltr grid``
   itself checks (dataset fingerprint, feature roles, settings, metric conventions, code);
-* ``ltr grid --setup-only`` finds or creates the study's one MLflow parent run and computes the
-  curricula (cached by key); ``units`` cuts every fold's plan into its independent units (a root
-  node with every node below it: ``ltr grid --plan`` shows them as the unindented lines) and
-  ``ltr grid --fold F --node K ...`` trains one unit under that parent from the checkpoints, so a
-  retry continues from the last checkpoint and a re-run of the DAG trains nothing new (when
-  ``grid_setup`` finds the study finished, ``units`` maps no task at all); the parent is FINISHED
-  once every unit of every fold is;
-* ``report`` rebuilds the tables and figures from MLflow for the parent run that
-  ``grid_setup`` printed (all folds), logged to it under ``report/``.
+* ``ltr grid --setup-only`` finds or creates the study's one MLflow parent run, computes the
+  curricula (cached by key) and makes every child run of the study once (SCHEDULED); it prints the parent
+  run id and writes it to ``<work_dir>/airflow/<run id>/grid_setup.json``, which ``parent`` reads when the
+  driver's output does not come back (cluster deploy mode); ``units`` cuts every fold's plan into its
+  independent units (a root node with every node below it: ``ltr grid --plan`` shows them as the
+  unindented lines) and ``ltr grid --unit F:I ...`` trains one unit under that parent from the
+  checkpoints, opening and finishing only the children whose paths end in it, so units run at once
+  without two runs of a child, a retry continues from the last checkpoint and the same run ids, and a
+  re-run of the DAG trains nothing new (when the study is finished, ``units`` maps no task at all); the
+  parent is FINISHED once every unit of every fold is;
+* ``report`` rebuilds the tables and figures from MLflow for that parent run (all folds), logged to it
+  under ``report/``; it runs once every unit has succeeded.
 
 Paths: ``work_dir`` is a local path (as for ``ltr run``); relative paths in ``conf`` and ``set``
 resolve against the Airflow worker's working directory, for the Python tasks and the jobs alike
@@ -119,11 +134,12 @@ def _fail(msg: str) -> BaseException:
 class LtrSubmitOperator(SparkSubmitOperator):
     """``spark-submit jobs/<step>.py ARGS`` on the run's ``params.spark_conn_id`` connection.
 
-    ``application_args`` may hold lists (the XCom of an argument list): they are spliced in.
+    ``application_args`` may hold lists (the XCom of an argument list): they are spliced in. The run's
+    Spark params (``spark_conf``, ``archives``, memory...) are applied to the submit. ``unit_label``: what a
+    mapped training task trains (its label in the Grid view); ``timeout_s``: its ``execution_timeout``.
     Returns (as its XCom) the last JSON object the job printed with a ``parent_run_id`` (what
-    ``ltr grid --setup-only`` prints), or None. With the Spark connection's deploy mode ``cluster``
-    the driver's output does not come back: the report then reads the experiment's latest
-    FINISHED grid. Exit code 2 fails the task without retries.
+    ``ltr grid --setup-only`` prints), or None (deploy mode ``cluster``: ``parent`` reads the record).
+    Exit code 2 fails the task without retries.
     """
 
     #: run params passed to spark-submit (empty or null: the Spark connection's or spark-defaults' value)

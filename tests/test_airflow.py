@@ -4,7 +4,8 @@ Needs the ``[airflow]`` extra (skipped without Airflow), Java, and ``spark-submi
 ``bin``, put on PATH while these tests run). Airflow reads its settings when imported, so its
 environment (a temporary AIRFLOW_HOME, the DAGs folder, the Spark connection) is set before the
 import; everything is restored when the module is done.
-Tiny study: 40 generated queries, folds 1 and 2, LambdaMART-4, MSE-2 and q_nrel-2 per fold.
+The study itself, end to end, under a real scheduler (concurrent units, a killed task retried, a re-run
+that trains nothing): ``tests/test_deploy.py``.
 """
 
 from __future__ import annotations
@@ -96,68 +97,29 @@ def _states(run) -> dict[str, str]:
             for t in run.get_task_instances()}
 
 
-def _checkpoints(work: Path) -> dict[str, int]:
-    return {str(p.relative_to(work)): p.stat().st_mtime_ns for p in (work / "checkpoints").rglob("*") if p.is_file()}
 
 
-def test_study_end_to_end_then_rerun_trains_nothing(dag, tmp_path):
-    import mlflow
+def test_the_parent_run_comes_from_grid_setup_or_its_record_never_a_guess(dag, tmp_path):
+    """In cluster deploy mode the driver's output does not reach the task: the parent run id is read from the
+    record ``ltr grid --setup-only --result`` writes; with neither, the task fails (the report never reads
+    "the latest grid" of the experiment, which may be another study)."""
+    from airflow.sdk.exceptions import AirflowFailException
 
-    work = tmp_path / "work"
-    # every param given: dag.test() keeps the params of an earlier call on the DAG object as its defaults
-    tiny = [f"work_dir={work}", "generate.queries=40", "generate.workers=1", "spark.shuffle_partitions=2",
-            "grid.experiment=airflow-study", "grid.folds=[1,2]", "grid.trees=4", "grid.switch_points=[2]",
-            "grid.strategies=[q_nrel]", "grid.extra_paths={}", "grid.extra_curricula={}", "grid.log_models=false",
-            "train.leaves=4", "train.max_bin=32", "train.score_dist_trees=[2]", "report.permutations=100",
-            "report.table2_sizes=[2]"]
-    conf = {"conf": "", "src": "", "spark_conn_id": "spark_default", "set": tiny}
-
-    first = dag.test(run_conf=conf)
-    states = _states(first)
-    assert str(first.state) == "success", states
-    for t in ("study", "generate", "ingest", "record_ingest", "difficulty", "grid_setup", "units", "report"):
-        assert states[t] == "success", states
-    # training is mapped over the plan's units (a root node and the nodes below it), every fold's
-    from pipelines.config import load_config
-    from pipelines.dataset import open_dataset
-    from pipelines.grid import plan_fold
-
-    cfg, ds = load_config(None, tiny), open_dataset(str(work / "dataset"))
-    fps = {f: plan_fold(cfg, ds, f) for f in (1, 2)}
-    assert [len(fp.plan.units()) for fp in fps.values()] == [3, 3]  # LambdaMART, MSE, q_nrel's first stage
-    trains = [ti for ti in first.get_task_instances() if ti.task_id == "train"]
-    # labelled by what they train: the unit's root node and the paths that end in it
-    assert sorted(ti.rendered_map_index for ti in trains) == sorted(fp.unit_label(i) for fp in fps.values()
-                                                                    for i in range(3))
-    assert "fold 1: mse 0..2 -> mse-2" in {ti.rendered_map_index for ti in trains}
-    assert all(str(ti.state) == "success" for ti in trains), states
-    assert json.loads((work / "_ingest_key.json").read_text())["fingerprint"].startswith("sha256:")
-
-    client = mlflow.MlflowClient(f"sqlite:///{work}/mlflow.db")
-    exp = client.get_experiment_by_name("airflow-study")
-    parents = client.search_runs([exp.experiment_id], "tags.`ltr.kind` = 'grid'")
-    assert len(parents) == 1  # every task of the study wrote to one parent run
-    parent = parents[0]
-    assert parent.info.status == "FINISHED"
-    children = client.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
-    assert sorted((c.data.tags["ltr.fold"], c.info.status) for c in children) == \
-        [(f, "FINISHED") for f in ("1", "1", "1", "2", "2", "2")]  # LambdaMART, MSE-2, q_nrel-2 per fold
-    assert (work / "report" / "report.md").is_file()
-    assert "report/report.md" in {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
-    table = (work / "report" / "report.md").read_text()
-    assert "[1/2 folds]" not in table  # every cell averages both folds
-
-    ckpt = _checkpoints(work)
-    assert ckpt
-    second = dag.test(run_conf=conf)
-    states = _states(second)
-    assert str(second.state) == "success", states
-    for t in ("generate", "ingest", "record_ingest", "difficulty"):  # inputs unchanged: skipped
-        assert states[t] == "skipped", states
-    for t in ("grid_setup", "units", "report"):
-        assert states[t] == "success", states
-    assert states["train"] == "skipped", states  # the study is finished: mapped over no unit, no spark-submit
-    assert _checkpoints(work) == ckpt  # nothing trained: no checkpoint written or rewritten
-    assert len(client.search_runs([exp.experiment_id], "tags.`ltr.kind` = 'grid'")) == 1
-    again = client.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
-    assert {(c.info.run_id, c.info.end_time) for c in again} == {(c.info.run_id, c.info.end_time) for c in children}
+    mod = sys.modules[dag.get_task("parent").python_callable.__module__]
+    study = mod.resolve_study({"conf": "", "set": [f"work_dir={tmp_path}"], "src": "",
+                               "train_timeout_base_s": 60, "train_timeout_per_tree_s": 1}, "manual__2026-11-24T10:00:00+00:00")
+    record = Path(study["setup_record"])
+    assert record.parent == tmp_path / "airflow" / "manual__2026-11-24T10_00_00_00_00"
+    assert study["setup_args"][:3] == ["--setup-only", "--result", str(record)]
+    with pytest.raises(AirflowFailException, match="printed no parent run id and its record"):
+        mod.study_parent(study, None)
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"parent_run_id": "", "finished": False}))
+    with pytest.raises(AirflowFailException, match="recorded no parent run id"):
+        mod.study_parent(study, None)
+    record.write_text(json.dumps({"parent_run_id": "abc123", "finished": True}))
+    assert mod.study_parent(study, None) == {"parent_run_id": "abc123", "finished": True}
+    assert mod.study_parent(study, {"parent_run_id": "printed", "finished": False})["parent_run_id"] == "printed"
+    with pytest.raises(AirflowFailException, match="train_timeout_base_s"):
+        mod.resolve_study({"conf": "", "set": [f"work_dir={tmp_path}"], "src": "", "train_timeout_base_s": -1,
+                           "train_timeout_per_tree_s": 1}, "r")

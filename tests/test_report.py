@@ -171,10 +171,10 @@ def test_report_config():
 
 
 # ------------------------------------------------------------ a grid written into MLflow
-def _child(tracker, parent, fold, strategy, switch, test, vali, qids, status="FINISHED", git="abc"):
+def _child(tracker, parent, fold, strategy, switch, test, vali, qids, status="FINISHED", git="abc", key="k"):
     t = tracker.client.create_run(tracker.experiment_id, run_name=f"fold{fold}/{strategy}", tags={
         TAG_KIND: "child", TAG_PARENT: parent, TAG_FOLD: str(fold), TAG_STRATEGY: strategy,
-        TAG_SWITCH: "" if switch is None else str(switch)})
+        TAG_SWITCH: "" if switch is None else str(switch), "ltr.child_key": f"{key}-{fold}-{strategy}-{switch}"})
     rid = t.info.run_id
     tracker.log_params(rid, {"metric": "NDCG@10: gain 2^label-1", "code.ltr": "0.1", "code.git": git,
                              "code.xgboost": "3.0.0", "code.pyspark": "4.0", "code.numpy": "2.0"})
@@ -280,8 +280,37 @@ def test_ltr_report_command(fake_grid, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "ltr report: error: --experiment: no MLflow experiment 'fake-gird'" in err and "fake-grid" in err
     assert tracker.client.get_experiment_by_name("fake-gird") is None and not (tmp_path / "r").exists()
+    assert main(["report", "--experiment", "fake-grid", "--run-id", " ", *common]) == 2  # a template found none
+    assert "--run-id is empty" in capsys.readouterr().err
     assert main(["report", "--experiment", "fake-grid", "--run-id", pid, *common,
                  "--set", "report.table2_sizes=[1, 4]"]) == 0
     t2 = json.loads((tmp_path / "r" / "table2.json").read_text())
     assert [(r["size"], r["baseline_trees"]) for r in t2["rows"]] == [(1, 3), (4, None)]
     assert "(unfinished grid)" in capsys.readouterr().err
+
+
+def test_copies_of_one_child_are_reported_once_and_different_results_refused(tmp_path):
+    """Two FINISHED runs of one child with the same key (one result logged twice, as a scheduler running units
+    at once made them before children were owned) are reported once, the copies named with the command that
+    deletes them; runs of different training for one table cell, or two values at one step, are errors."""
+    cfg = load_config(None, [f"work_dir={tmp_path}", "grid.experiment=dups"])
+    tracker = Tracker.for_config(cfg)
+    pid = tracker.client.create_run(tracker.experiment_id, run_name="dups", tags={TAG_KIND: "grid"}).info.run_id
+    tracker.log_params(pid, {"folds": [1], "metric": "NDCG@10: gain 2^label-1"})
+    curve, q = [0.1, 0.2, 0.3], list(range(6))
+    first = _child(tracker, pid, 1, "lambdamart", None, curve, curve, q)
+    copy = _child(tracker, pid, 1, "lambdamart", None, curve, curve, q)
+    tracker.log_history(copy, "ndcg_at_10_test", [2], [0.2])  # a batch logged twice: same value, same step
+    _child(tracker, pid, 1, "mse", 2, curve, curve, q)
+    tracker.finish(pid)
+    r = build_report(tracker, str(tmp_path / "r"), pid, n_perm=20)
+    assert r["records"] == 2
+    assert r["problems"] == [f"LambdaMART fold 1: 2 finished runs of the same child (key k-1-lambdamart-None, the "
+                             f"same checkpoints): reporting {first}; remove the copies with "
+                             f"mlflow runs delete --run-id {copy}"]
+    tracker.log_history(first, "ndcg_at_10_test", [3], [0.9])
+    with pytest.raises(ReportError, match=rf"run {first}: ndcg_at_10_test has two values at step 3 \(0.3, 0.9\)"):
+        build_report(tracker, str(tmp_path / "r2"), pid, n_perm=20)
+    other = _child(tracker, pid, 1, "mse", 2, curve, curve, q, key="other")
+    with pytest.raises(ReportError, match=rf"MSE-2: fold 1 has 2 finished runs of different training \(.*{other}"):
+        build_report(tracker, str(tmp_path / "r3"), pid, n_perm=20)
