@@ -10,11 +10,14 @@ train once, every node checkpoints every ``train.checkpoint_every`` trees, and
 a re-run continues every node from its latest checkpoint and never retrains a
 finished one (:mod:`pipelines.executor`).
 
-MLflow, live: a child run is created RUNNING when the first of its nodes
-starts, its NDCG curves are logged as metric history at every checkpoint, and
-it ends FINISHED with its model and artifacts, or FAILED with the error. A
-re-run finds the grid's parent run and continues the same child runs (their
-key: the child's name and its last node's key); finished children are skipped.
+MLflow, live: every child run of the folds set up is made once, SCHEDULED, before
+anything trains (under :func:`children_lock`); it turns RUNNING when the first of its
+nodes starts, its NDCG curves are logged as metric history at every checkpoint, and
+it ends FINISHED with its model and artifacts, or FAILED with the error. Only the
+process that trains a child's last node opens and finishes it (units of one study run
+at once, in other processes). A re-run finds the grid's parent run and continues the
+same child runs (their key: the child's name and its last node's key); finished
+children are skipped.
 """
 
 from __future__ import annotations
