@@ -24,8 +24,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tests.deployment import Deployment, missing, tree_rss  # noqa: E402
+from proctree import tree_rss  # noqa: E402
+from tests.deployment import Deployment, missing  # noqa: E402
 
 
 def one(p: int, queries: int, folds: list[int], trees: int) -> dict:
@@ -37,7 +39,7 @@ def one(p: int, queries: int, folds: list[int], trees: int) -> dict:
 
     def sample() -> None:
         while not stop.wait(0.5):
-            rss = tree_rss(d.service_pids())
+            rss = sum(tree_rss(pid) for pid in d.service_pids())  # the services' trees are disjoint
             peak["all"] = max(peak["all"], rss)
             if training.is_set():
                 peak["training"] = max(peak["training"], rss)

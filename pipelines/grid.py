@@ -426,12 +426,7 @@ class LiveChildren:
         """Continue the child's run (made SCHEDULED by :meth:`create_missing`, or left RUNNING by a killed
         attempt: the same run id) as RUNNING, and log the points of its nodes already done."""
         t = self.tracker
-        if e.key not in self.existing:  # a library caller that did not create the children first
-            with children_lock(self.store, self.parent):
-                self.existing.update(t.child_runs(self.parent))
-                if e.key not in self.existing:
-                    self._create(e)
-        e.run_id = self.existing[e.key][0]
+        e.run_id = self.existing[e.key][0]  # run_grid made every child's run before training
         t.client.update_run(e.run_id, status="RUNNING")
         e.logged = {split: max((m.step for m in t.client.get_metric_history(e.run_id, f"{self.metric}_{split}")),
                                default=0) for split in ("vali", "test")}

@@ -81,23 +81,6 @@ def kill_tree(pid: int, sig: int = signal.SIGKILL) -> int:
     return len(procs)
 
 
-def tree_rss(pids: list[int]) -> int:
-    """Resident bytes of the processes ``pids`` and all their descendants (each process counted once)."""
-    import psutil
-
-    seen, total = set(), 0
-    for pid in pids:
-        for p in _tree(pid):
-            if p.pid in seen:
-                continue
-            seen.add(p.pid)
-            try:
-                total += p.memory_info().rss
-            except psutil.NoSuchProcess:
-                pass
-    return total
-
-
 class Deployment:
     """PostgreSQL + ``mlflow server`` + Airflow (api-server, scheduler, dag-processor, LocalExecutor).
 
