@@ -45,17 +45,14 @@ from pipelines.checkpoints import CheckpointStore
 from pipelines.cuts import FoldCuts, reference_matrix
 from pipelines.plan import Node
 from pipelines.session import task_slots
-from pipelines.worker_loop import Settings, SplitData, WorkerData, XgbComm, check_device, run_nodes
+from pipelines.worker_data import SPLIT_COL, SPLITS, DataError, from_batches, matrix_cuts
+from pipelines.worker_loop import Settings, XgbComm, check_device, run_nodes
 from udfs import schema
 from udfs.letor_chunks import to_uri
 from udfs.metrics import NdcgSpec
 from udfs.objectives import BlendSchedule
 
 log = logging.getLogger(__name__)
-
-SPLIT_COL = "_split"
-SPLITS = ("train", "vali", "test")
-
 
 class TrainError(ValueError):
     """Training that cannot run as asked (the message says what to change)."""
@@ -217,37 +214,17 @@ def training_frame(spark: SparkSession, ds: Dataset, fold: int, curricula: list[
 
 
 def arrange_by_qid(df: DataFrame, workers: int) -> DataFrame:
-    """One partition per worker, whole queries in each, sorted; which worker holds a query depends on
-    its qid alone (Spark's Murmur3 hash of it), so a multi-worker model is the same in any application.
+    """One partition per worker, whole queries in each; which worker holds a query depends on its qid
+    alone (Spark's Murmur3 hash of it), so a multi-worker model is the same in any application.
+
+    Not sorted here: a sort of the wide rows was the driver JVM's largest memory (it spills, or
+    needs gigabytes of heap at paper scale); the worker puts its rows, binned, in (qid, doc) order
+    itself (:func:`pipelines.worker_data.from_batches`).
 
     Not ``repartitionByRange``: it samples qid bounds with the RDD id as seed, so the split of the
     queries among workers (and with it the trees, through the merged quantile sketches) depended on
     how many jobs the session had run before; it also costs a sampling pass over the data."""
-    return df.repartition(workers, F.col(schema.QID)).sortWithinPartitions(SPLIT_COL, schema.QID, schema.DOC)
-
-
-def _worker_data(table: pa.Table, n_features: int, curricula: list[dict[str, Any]]) -> WorkerData:
-    feats = schema.feature_cols(n_features)
-    split = table.column(SPLIT_COL).to_numpy() if table.num_rows else np.empty(0, np.int8)
-    out: dict[str, SplitData] = {}
-    for code, name in enumerate(SPLITS):
-        idx = np.flatnonzero(split == code)
-        t = table.take(pa.array(idx)) if table.num_rows else table
-        X = np.column_stack([t.column(f).to_numpy() for f in feats]).astype(np.float32, copy=False) \
-            if t.num_rows else np.zeros((0, n_features), np.float32)
-        out[name] = SplitData(X=np.ascontiguousarray(X), y=t.column(schema.LABEL).to_numpy().astype(np.float32),
-                              qid=t.column(schema.QID).to_numpy().astype(np.int32),
-                              doc=t.column(schema.DOC).to_numpy().astype(np.int32))
-        if name == "train":
-            stages = {}
-            for c in curricula:
-                v = t.column(c["column"]).to_numpy(zero_copy_only=False)
-                if np.isnan(v.astype(np.float64)).any():
-                    raise DatasetError(f"some training queries are missing from curriculum {c['name']}")
-                stages[c["name"]] = v.astype(np.int32)
-    return WorkerData(train=out["train"], vali=out["vali"], test=out["test"], stages=stages,
-                      label_filters={c["name"]: {int(k): v for k, v in c["label_filters"].items()}
-                                     for c in curricula})
+    return df.repartition(workers, F.col(schema.QID))
 
 
 def check_same_code(driver: dict[str, str]) -> None:
@@ -344,18 +321,11 @@ def run_nodes_distributed(spark: SparkSession, df: DataFrame, n_features: int, n
             raise StaleAttemptError("Spark retried the barrier stage, whose XGBoost tracker is spent: "
                              "the driver restarts the job from the last checkpoints instead")
         check_same_code(driver_code)
-        rb = list(batches)
-        table = pa.Table.from_batches(rb) if rb else None
-        if table is None:
-            table = pa.table({SPLIT_COL: pa.array([], pa.int8())})
         t0 = time.perf_counter()
-        data = _worker_data(table, n_features, cur_meta) if table.num_rows else None
-        if data is None:
-            data = WorkerData(*[SplitData(np.zeros((0, n_features), np.float32), np.zeros(0, np.float32),
-                                          np.zeros(0, np.int32)) for _ in SPLITS],
-                              stages={c["name"]: np.zeros(0, np.int32) for c in cur_meta})
-        _check_queries(ctx, data)
         ref = reference_matrix(cuts, int(settings.params.get("nthread") or 0))  # outside the collective
+        # rows stream in as Arrow batches and are kept as bin codes (pipelines.worker_data)
+        data = from_batches(batches, n_features, matrix_cuts(ref), cur_meta)
+        _check_queries(ctx, data)
         load = time.perf_counter() - t0
         client = EventClient(*events) if events and ctx.partitionId() == 0 else None
         try:
@@ -392,7 +362,7 @@ def task_errors() -> Iterator[None]:
         from pipelines.lease import LeaseLost
 
         text = str(e)
-        for cls in (SplitQueryError, TrainError, DatasetError):
+        for cls in (SplitQueryError, TrainError, DatasetError, DataError):
             marker = f"{cls.__name__}: "
             if marker in text:
                 raise cls(text.split(marker, 1)[1].splitlines()[0]) from None

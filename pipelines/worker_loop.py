@@ -41,6 +41,7 @@ import numpy as np
 import xgboost as xgb
 
 from pipelines.checkpoints import CheckpointStore, take_rows
+from pipelines.cuts import cuts_of, reference_matrix
 from pipelines.paths import OBJECTIVES, REGRESSION
 from pipelines.plan import Node
 from udfs.metrics import NdcgSpec, inverse_idcg, ndcg_fast, offsets_from_qids
@@ -54,7 +55,9 @@ from udfs.objectives import (
     sigmoid_pairwise_grad,
     stochastic_ndcg_grad,
 )
-from udfs.trees import add_tree, bin_codes, quantile_cuts, tree_arrays
+from pipelines.worker_data import (SplitData, WorkerData, encode, matrix_cuts, representatives, training_matrix,
+                                   walkable)
+from udfs.trees import add_tree, tree_arrays
 
 log = logging.getLogger(__name__)
 
@@ -121,53 +124,6 @@ def openmp_threads(n: int) -> list[str]:
         except (OSError, AttributeError):
             continue
     return done
-
-
-# ------------------------------------------------------------ data
-@dataclass
-class SplitData:
-    """Rows of one split held by this worker, queries contiguous."""
-
-    X: np.ndarray  # float32 [rows, features]
-    y: np.ndarray  # float32 labels
-    qid: np.ndarray  # int32
-    doc: np.ndarray | None = None  # int32 position of the row in its query as stored (default: row order)
-
-    def __post_init__(self) -> None:
-        self.offsets = offsets_from_qids(self.qid)
-        if self.doc is None:
-            self.doc = (np.arange(self.qid.size) - np.repeat(self.offsets[:-1], np.diff(self.offsets))
-                        ).astype(np.int32)
-
-    @property
-    def n_queries(self) -> int:
-        return int(self.offsets.size - 1)
-
-
-@dataclass
-class WorkerData:
-    """What one worker trains on: train rows plus optional vali/test, and for every
-    curriculum the first stage of each train row (``stages[name]``)."""
-
-    train: SplitData
-    vali: SplitData | None = None
-    test: SplitData | None = None
-    stages: dict[str, np.ndarray] = field(default_factory=dict)
-    label_filters: dict[str, dict[int, list[int]]] = field(default_factory=dict)
-
-    def rows(self, data: str) -> np.ndarray | None:
-        """Train rows of a segment's data (None = all)."""
-        if data == "all":
-            return None
-        name, stage = data.split(".")
-        st = int(stage)
-        mask = self.stages[name] <= st
-        labels = self.label_filters.get(name, {}).get(st)
-        if labels is not None:
-            mask &= np.isin(self.train.y, labels)
-        # Never None here, even if the mask covers every local row: the decision must be
-        # the same on all workers (their collective calls must match).
-        return np.flatnonzero(mask)
 
 
 # ------------------------------------------------------------ settings
@@ -290,36 +246,38 @@ def _no_events(_: dict[str, Any]) -> None:
 class _Worker:
     def __init__(self, data: WorkerData, settings: Settings, comm: Comm, store: CheckpointStore,
                  events: Events, ref: Any = None, lease_token: str | None = None) -> None:
-        self.data, self.s, self.comm, self.store, self.events = data, settings, comm, store, events
+        self.s, self.comm, self.store, self.events = settings, comm, store, events
         self.lease_token = lease_token
         if settings.checkpoint_every < 1:
             raise ValueError(f"train.checkpoint_every must be >= 1, got {settings.checkpoint_every}")
         check_device(str(settings.params.get("device", "cpu")))
         nthread = settings.params.get("nthread", 0)
-        tr = data.train
         if nthread:  # before any XGBoost work: the quantile sketch below is multithreaded too
             openmp_threads(int(nthread))
             numba.set_num_threads(max(1, min(int(nthread), numba.config.NUMBA_NUM_THREADS)))
         t0 = time.perf_counter()
-        if ref is None and comm.world > 1:
-            raise RuntimeError("workers of one job need the fold's global cuts (pipelines.cuts): without them each "
-                               "worker's sketch, and so the trees, would depend on the number of workers")
-        # with the fold's global cuts (ref), the trees do not depend on how many workers hold the rows
-        self.dfull = xgb.QuantileDMatrix(tr.X, label=tr.y, qid=tr.qid, max_bin=settings.params.get("max_bin", 256),
-                                         nthread=nthread, ref=ref)
+        max_bin = int(settings.params.get("max_bin", 256))
+        if ref is None:
+            if comm.world > 1:
+                raise RuntimeError("workers of one job need the fold's global cuts (pipelines.cuts): without them "
+                                   "each worker's sketch, and so the trees, would depend on the number of workers")
+            if data.train.X is None:
+                raise ValueError("rows handed as bin codes need the reference matrix of the cuts they were coded on")
+            # one worker with its rows in memory (the local twin): the cuts of all its training rows
+            ref = reference_matrix(cuts_of(data.train.X, max_bin, nthread=int(nthread)), int(nthread))
+        self.ref, self.max_bin, self.nthread = ref, max_bin, int(nthread)
+        self.cuts = matrix_cuts(ref)  # the fold's cuts: every split of every tree is one of them
+        self.reps = representatives(self.cuts)
+        self.data = data = encode(data, self.cuts)  # rows in memory become codes; streamed rows already are
+        self.dfull = training_matrix(data.train, ref, max_bin, self.nthread, reps=self.reps)
         self._subset: tuple[str, Any, np.ndarray, np.ndarray, np.ndarray] | None = None
-        # Eval margins are accumulated here, one new tree at a time (udfs.trees): no eval DMatrix.
+        # Eval margins are accumulated here, one new tree at a time, by walking codes (udfs.trees): no eval DMatrix.
         self.evals = {name: sp for name, sp in (("vali", data.vali), ("test", data.test)) if sp is not None}
         self.inv_idcg = {name: inverse_idcg(sp.offsets, sp.y, settings.metric) for name, sp in self.evals.items()}
         self.n_queries = {name: float(comm.allreduce(np.array([sp.n_queries], np.float64), "sum")[0])
                           for name, sp in self.evals.items()}
         # A split no worker holds (a dataset without vali or test) has no curve: NaN points, nothing logged.
         self.evals = {name: sp for name, sp in self.evals.items() if self.n_queries[name] > 0}
-        # Trees split at the training matrix's cuts: walking the eval rows' bin codes reads half the bytes
-        # (udfs.trees). Codes of the training rows only once a subset node needs its complement's margins.
-        self.cuts = quantile_cuts(self.dfull)
-        self.codes: dict[str, np.ndarray | None] = {
-            name: None if self.cuts is None else bin_codes(sp.X, self.cuts) for name, sp in self.evals.items()}
         self.timing = {"dmatrix": time.perf_counter() - t0, "objective": 0.0, "boost": 0.0, "eval": 0.0,
                        "checkpoint": 0.0, "resume": 0.0, "trees": 0}
 
@@ -365,8 +323,7 @@ class _Worker:
         if self._subset is None or self._subset[0] != data:
             self._subset = None  # free the previous subset first
             y, qid = tr.y[rows], tr.qid[rows]
-            dm = xgb.QuantileDMatrix(tr.X[rows], label=y, qid=qid, ref=self.dfull,
-                                     max_bin=self.s.params.get("max_bin", 256), nthread=self.s.params.get("nthread", 0))
+            dm = training_matrix(tr, self.ref, self.max_bin, self.nthread, rows=rows, reps=self.reps)
             comp = np.setdiff1d(np.arange(tr.y.size), rows, assume_unique=True).astype(np.int64)
             self._subset = (data, dm, rows, offsets_from_qids(qid), comp)
         _, dm, rows, offsets, comp = self._subset
@@ -487,10 +444,10 @@ class _Worker:
             self.timing["trees"] += 1
             done = t + 1
             t0 = time.perf_counter()
-            tree = tree_arrays(booster, i, self.cuts)
+            tree = walkable(tree_arrays(booster, i, self.cuts), t)
             trees.append(tree)
             for name, sp in self.evals.items():
-                add_tree(sp.X, tree, ev[name], codes=self.codes[name])
+                add_tree(sp.codes, tree, ev[name], codes=sp.codes)
             if self.evals and (done % s.eval_every == 0 or done == node.t1 or done in s.score_dist_trees):
                 curve.append([done, self.mean_ndcg("vali", ev["vali"]) if "vali" in ev else float("nan"),
                               self.mean_ndcg("test", ev["test"]) if "test" in ev else float("nan")])
@@ -505,10 +462,9 @@ class _Worker:
         else:  # the subset's rows from the cache; the others see the segment's trees for the first time
             train = st.train.copy()
             train[rows] = booster.predict(dtrain, output_margin=True)
-            if "train" not in self.codes and self.cuts is not None:
-                self.codes["train"] = bin_codes(self.data.train.X, self.cuts)
+            codes = self.data.train.codes
             for tree in trees:
-                add_tree(self.data.train.X, tree, train, comp, codes=self.codes.get("train"))
+                add_tree(codes, tree, train, comp, codes=codes)
         del booster  # before the next segment resets the DMatrix's base margin
         self.timing["checkpoint"] += time.perf_counter() - t0
         cost = {k: st.cost.get(k, 0.0) + self.timing[k] - before[k]
