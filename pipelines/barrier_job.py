@@ -45,8 +45,9 @@ from pipelines.checkpoints import CheckpointStore
 from pipelines.cuts import FoldCuts, reference_matrix
 from pipelines.plan import Node
 from pipelines.session import task_slots
-from pipelines.worker_data import SPLIT_COL, SPLITS, DataError, from_batches, matrix_cuts
-from pipelines.worker_loop import Settings, XgbComm, check_device, run_nodes
+from pipelines.worker_data import SPLIT_COL, SPLITS, DataError, WorkerData, from_batches, matrix_cuts
+from pipelines.worker_env import XgbComm, check_device
+from pipelines.worker_loop import Settings, run_nodes
 from udfs import schema
 from udfs.letor_chunks import to_uri
 from udfs.metrics import NdcgSpec

@@ -240,7 +240,7 @@ def train_paths(spark: SparkSession, ds: Dataset, fold: int, paths: list[Any], s
     a library entry point for benchmarks and tests (grids key their plans by :func:`pipelines.keys.plan_context`)."""
     from pipelines.keys import curriculum_content_key
     from pipelines.plan import build_plan
-    from pipelines.worker_loop import path_result
+    from pipelines.results import path_result
 
     curricula = curricula or {}
     plan = build_plan(paths, fold=fold, curriculum_keys={n: curriculum_content_key(c.summary)

@@ -17,7 +17,7 @@ from pipelines.keys import curriculum_content_key, plan_context
 from pipelines.paths import parse_path, resolve
 from pipelines.plan import build_plan
 from pipelines.storage import atomic_output
-from pipelines.worker_loop import path_result
+from pipelines.results import path_result
 from udfs.metrics import NdcgSpec
 
 log = logging.getLogger(__name__)

@@ -1,40 +1,29 @@
 """The boosting loop one worker runs over plan nodes: plain Python over numpy arrays, no Spark.
 
-:mod:`pipelines.barrier_job` calls :func:`run_nodes` inside each Spark barrier
-task, with an :class:`XgbComm` on XGBoost's collective (XGBoost all-reduces the
-histograms itself; this module all-reduces only small evaluation sums). Tests
-call it with a :class:`LocalComm` (one worker) as the local twin.
+:mod:`pipelines.barrier_job` calls :func:`run_nodes` inside each Spark barrier task with the rows
+:mod:`pipelines.worker_data` made (bin codes, XGBoost's matrix) and an
+:class:`~pipelines.worker_env.XgbComm`; tests call it with rows in memory and a
+:class:`~pipelines.worker_env.LocalComm` (one worker) as the local twin.
 
-How a node runs (see :mod:`pipelines.plan`): its trees are built in
-*segments* that end at every multiple of ``checkpoint_every`` and at the node's
-last tree. Every segment is a fresh XGBoost booster whose DMatrix carries the
-margins reached so far as ``base_margin``, so nothing is ever re-predicted,
-and a segment that starts from a checkpoint (a resumed run) does exactly what
-the uninterrupted run did: the same trees, bit for bit. After each segment the
-worker writes its margins (train, vali, test) to the checkpoint store and rank
-0 commits the segment's trees and the node's curve
-(:mod:`pipelines.checkpoints`). A path's model is the concatenation of its
-nodes' segments (:func:`concat_models`), so its first ``t`` trees are exactly
-the model after ``t`` trees. The quantised training matrix is built once and
-reused by every node (curriculum subsets take its quantiles via ``ref=``).
-
-NDCG@k on vali and test after every ``eval_every`` trees comes from this
-project's evaluator (:func:`udfs.metrics.ndcg_fast`) on margins accumulated one
-new tree at a time (:mod:`udfs.trees`), summed over the workers' queries.
-Randomness never depends on node boundaries or the worker count: XGBoost's row
-and column sampling is seeded per global tree index (``seed_per_iteration``) and
-the noise of ``stochastic_ndcg`` per (tree, query, document).
+A node's trees are built in *segments* ending at every multiple of ``checkpoint_every`` and at the
+node's last tree. Each segment is a fresh booster whose matrix carries the margins so far as
+``base_margin``, so a segment resumed from a checkpoint builds the same trees, bit for bit, as the
+uninterrupted run. After each segment every worker writes its margins and rank 0 commits the
+segment's trees and the node's curve (:mod:`pipelines.checkpoints`); :mod:`pipelines.results`
+assembles paths from them. Curves: NDCG@k on vali and test (:func:`udfs.metrics.ndcg_fast`) on
+margins to which each new tree is added by walking bin codes (:mod:`udfs.trees`), summed over the
+workers. Randomness never depends on node boundaries or the worker count: XGBoost's sampling is
+seeded per global tree (``seed_per_iteration``), the noise of ``stochastic_ndcg`` per (tree, query,
+document).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numba
 import numpy as np
@@ -44,86 +33,17 @@ from pipelines.checkpoints import CheckpointStore, take_rows
 from pipelines.cuts import cuts_of, reference_matrix
 from pipelines.paths import OBJECTIVES, REGRESSION
 from pipelines.plan import Node
-from udfs.metrics import NdcgSpec, inverse_idcg, ndcg_fast, offsets_from_qids
-from udfs.objectives import (
-    BlendSchedule,
-    blend,
-    lambdarank_grad,
-    mse_grad,
-    pair_inverse_idcg,
-    document_normal,
-    sigmoid_pairwise_grad,
-    stochastic_ndcg_grad,
-)
 from pipelines.worker_data import (SplitData, WorkerData, encode, matrix_cuts, representatives, training_matrix,
                                    walkable)
+from pipelines.worker_env import Comm, LocalComm, XgbComm, check_device, openmp_threads
+from udfs.metrics import NdcgSpec, inverse_idcg, ndcg_fast, offsets_from_qids
+from udfs.objectives import BlendSchedule, ObjectiveSettings, objective
 from udfs.trees import add_tree, tree_arrays
 
+__all__ = ["Settings", "SplitData", "WorkerData", "LocalComm", "XgbComm", "booster_params", "check_device",
+           "run_nodes"]
+
 log = logging.getLogger(__name__)
-
-
-# ------------------------------------------------------------ collective
-class Comm(Protocol):
-    rank: int
-    world: int
-
-    def allreduce(self, data: np.ndarray, op: str) -> np.ndarray: ...
-
-
-class LocalComm:
-    """A world of one worker."""
-
-    rank = 0
-    world = 1
-
-    def allreduce(self, data: np.ndarray, op: str) -> np.ndarray:
-        return np.asarray(data)
-
-
-class XgbComm:
-    """XGBoost's collective (must be initialised: inside ``CommunicatorContext``)."""
-
-    def __init__(self) -> None:
-        from xgboost import collective
-
-        self._c = collective
-        self.rank = collective.get_rank()
-        self.world = collective.get_world_size()
-
-    def allreduce(self, data: np.ndarray, op: str) -> np.ndarray:
-        ops = {"sum": self._c.Op.SUM, "max": self._c.Op.MAX}
-        arr = np.ascontiguousarray(data, dtype=np.float64)
-        return np.asarray(self._c.allreduce(arr, ops[op])).reshape(arr.shape)  # it returns a flat array
-
-
-# ------------------------------------------------------------ threads
-def openmp_threads(n: int) -> list[str]:
-    """Let OpenMP (XGBoost's threads) use ``n`` threads in this process; returns the runtimes set.
-
-    PySpark starts Python workers with ``OMP_NUM_THREADS=1`` (one per task
-    slot), and XGBoost caps ``nthread`` at ``omp_get_max_threads()``, so inside
-    a Spark task ``nthread=2`` silently ran on one thread (measured: 0.126 vs
-    0.074 s per tree). Raise the limit of every OpenMP runtime already loaded,
-    and the environment for any loaded later.
-    """
-    import ctypes
-
-    os.environ["OMP_NUM_THREADS"] = str(n)
-    done = []
-    try:
-        with open("/proc/self/maps") as f:
-            libs = {line.split()[-1] for line in f if any(x in line for x in ("libgomp", "libomp", "libiomp5"))}
-    except OSError:  # not Linux: ask the loader for the usual names
-        import ctypes.util
-
-        libs = {p for name in ("gomp", "omp", "iomp5") if (p := ctypes.util.find_library(name))}
-    for lib in sorted(libs):
-        try:
-            ctypes.CDLL(lib).omp_set_num_threads(int(n))
-            done.append(lib)
-        except (OSError, AttributeError):
-            continue
-    return done
 
 
 # ------------------------------------------------------------ settings
@@ -148,23 +68,11 @@ class Settings:
     stochastic_anneal: int = 100  # global tree at which the noise of stochastic_ndcg has annealed to 0
     blend: BlendSchedule = BlendSchedule("linear", 200, 100)
 
-
-def check_device(device: str, probe: bool = True) -> None:
-    """``train.device`` must be usable here: a CUDA device needs XGBoost built with CUDA (the ``xgboost``
-    wheel, not ``xgboost-cpu``) and, with ``probe``, a visible GPU. XGBoost itself only warns and falls
-    back to the CPU; a GPU study silently trained on CPUs is refused instead (ValueError, one line)."""
-    if not device.startswith(("cuda", "gpu")):
-        return
-    if not xgb.build_info().get("USE_CUDA"):
-        raise ValueError(f"train.device={device}: this XGBoost {xgb.__version__} has no CUDA support (is it "
-                         "xgboost-cpu?); install the full xgboost wheel, or use train.device=cpu")
-    if probe:
-        b = xgb.train({"device": device, "tree_method": "hist", "verbosity": 0},
-                      xgb.DMatrix(np.zeros((2, 1), np.float32), label=[0.0, 1.0]), 1)
-        used = json.loads(b.save_config())["learner"]["generic_param"]["device"]
-        if not used.startswith("cuda"):
-            raise ValueError(f"train.device={device}: no visible GPU on {os.uname().nodename} (XGBoost would "
-                             "fall back to the CPU); check CUDA_VISIBLE_DEVICES and the driver, or use train.device=cpu")
+    @property
+    def objectives(self) -> ObjectiveSettings:
+        return ObjectiveSettings(k=self.k, exp_gain=self.metric.gain == "exp2", seed=self.seed,
+                                 sigmoid_gamma=self.sigmoid_gamma, stochastic_noise=self.stochastic_noise,
+                                 stochastic_anneal=self.stochastic_anneal, blend=self.blend)
 
 
 def booster_params(settings: Settings, objective: str) -> dict[str, Any]:
@@ -179,41 +87,6 @@ def booster_params(settings: Settings, objective: str) -> dict[str, Any]:
     p["disable_default_eval_metric"] = 1
     p["seed_per_iteration"] = True  # sampling seeded by the global tree index, not the booster's age
     return p
-
-
-def python_objective(objective: str, settings: Settings, split: SplitData, y: np.ndarray, offsets: np.ndarray,
-                     rows: np.ndarray | None = None
-                     ) -> Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]:
-    """``f(margins, global_tree) -> (grad, hess)`` for a Python objective on one node's rows
-    (``y``/``offsets`` of those rows; ``rows``: their indices in ``split``, None = all)."""
-    k, exp_gain = settings.k, settings.metric.gain == "exp2"
-    if objective == "mse":
-        return lambda s, t: mse_grad(s, y)
-    inv = pair_inverse_idcg(y, offsets, k, exp_gain)  # labels are fixed: once per node
-    if objective == "lambdamart":
-        return lambda s, t: lambdarank_grad(s, y, offsets, k=k, exp_gain=exp_gain, inv_idcg=inv)
-    if objective == "ranknet":
-        return lambda s, t: lambdarank_grad(s, y, offsets, k=k, exp_gain=exp_gain, delta="one", inv_idcg=inv)
-    if objective == "sigmoid_pairwise":
-        return lambda s, t: sigmoid_pairwise_grad(s, y, offsets, k=k, gamma=settings.sigmoid_gamma)
-    if objective == "stochastic_ndcg":
-        qid = split.qid if rows is None else split.qid[rows]
-        doc = split.doc if rows is None else split.doc[rows]
-
-        def stochastic(s: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
-            # Noise anneals to 0 at global tree `stochastic_anneal`, and depends only on (seed, tree, qid, doc).
-            noise = settings.stochastic_noise * max(0.0, 1.0 - t / max(settings.stochastic_anneal, 1))
-            eps = document_normal(settings.seed, t, qid, doc) if noise > 0 else None
-            return stochastic_ndcg_grad(s, y, offsets, k=k, noise=noise, eps=eps, exp_gain=exp_gain, inv_idcg=inv)
-        return stochastic
-    if objective == "blend":
-        def blended(s: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
-            g = settings.blend.gamma(t)
-            m = mse_grad(s, y) if g < 1.0 else None
-            r = lambdarank_grad(s, y, offsets, k=k, exp_gain=exp_gain, inv_idcg=inv) if g > 0.0 else None
-            return blend(g, m, r)  # type: ignore[arg-type]
-        return blended
-    raise ValueError(f"{objective!r} is not a Python objective")
 
 
 # ------------------------------------------------------------ states
@@ -322,7 +195,7 @@ class _Worker:
             return self.dfull, None, tr.y, tr.offsets, None
         if self._subset is None or self._subset[0] != data:
             self._subset = None  # free the previous subset first
-            y, qid = tr.y[rows], tr.qid[rows]
+            qid = tr.qid[rows]
             dm = training_matrix(tr, self.ref, self.max_bin, self.nthread, rows=rows, reps=self.reps)
             comp = np.setdiff1d(np.arange(tr.y.size), rows, assume_unique=True).astype(np.int64)
             self._subset = (data, dm, rows, offsets_from_qids(qid), comp)
@@ -423,7 +296,10 @@ class _Worker:
         ev = {name: np.array(getattr(st, name), dtype=np.float32) for name in self.evals}  # own copies
         booster = xgb.Booster(booster_params(s, node.objective), [dtrain])
         builtin = OBJECTIVES[node.objective] is not None
-        obj = None if builtin else python_objective(node.objective, s, self.data.train, y, offsets, rows)
+        tr = self.data.train
+        obj = None if builtin else objective(node.objective, s.objectives, y, offsets,
+                                             tr.qid if rows is None else tr.qid[rows],
+                                             tr.doc if rows is None else tr.doc[rows])
         rows_total = st.rows or int(self.comm.allreduce(np.array([float(dtrain.num_row())]), "sum")[0])
         curve, dists, trees = list(st.curve), list(st.dists), []
         before = dict(self.timing)
@@ -503,113 +379,3 @@ def run_nodes(data: WorkerData, nodes: Iterable[Node], settings: Settings, store
         if waiting[node.key]:
             outputs[node.key] = st
     return w.timing
-
-
-# ------------------------------------------------------------ results
-@dataclass
-class PathResult:
-    """A finished path, assembled on the driver from its nodes' checkpoints (:func:`path_result`)."""
-
-    name: str
-    model: bytes = b""
-    trees: list[int] = field(default_factory=list)
-    vali: list[float] = field(default_factory=list)
-    test: list[float] = field(default_factory=list)
-    runs: list[dict[str, Any]] = field(default_factory=list)
-    score_dists: list[dict[str, Any]] = field(default_factory=list)
-    base_margin: float = 0.0
-    test_qid: list[int] = field(default_factory=list)
-    test_ndcg: list[float] = field(default_factory=list)
-    workers: list[int] = field(default_factory=list)  # workers that wrote each node's output, chain order
-
-
-def path_result(store: CheckpointStore, name: str, chain: Iterable[str], with_model: bool = True) -> PathResult:
-    """Curves, stages, model and per-query test NDCG of a path whose nodes (``chain``) are all done."""
-    metas = []
-    for key in chain:
-        k = store.latest(key)
-        meta = store.meta(key, k) if k is not None else None
-        if meta is None or not meta.get("done"):
-            raise RuntimeError(f"path {name}: node {key} is not finished")
-        metas.append(meta)
-    r = PathResult(name=name, base_margin=float(metas[0]["base"]), workers=[int(m["shards"]) for m in metas])
-    parts = []
-    for meta in metas:
-        node = meta["node"]
-        for point in meta["curve"]:
-            r.trees.append(int(point[0]))
-            r.vali.append(float(point[1]))
-            r.test.append(float(point[2]))
-        r.score_dists += meta["dists"]
-        last = r.runs[-1] if r.runs else None
-        if last and (last["objective"], last["data"]) == (node["objective"], node["data"]):
-            last["trees"] += node["t1"] - node["t0"]  # one stage cut into nodes
-        else:
-            r.runs.append({"objective": node["objective"], "data": node["data"], "first_tree": node["t0"],
-                           "rows": meta["rows"], "builtin": OBJECTIVES[node["objective"]] is not None,
-                           "trees": node["t1"] - node["t0"]})
-        if with_model:
-            parts += [(store.segment(node["key"], a, b), b - a) for a, b in meta["segments"]]
-    if with_model:
-        r.model = concat_models(parts, r.base_margin, r.runs, metas[-1].get("conventions", {}), name)
-    last = metas[-1]
-    shards = store.shards(last["node"]["key"], int(last["tree"]))
-    if shards and "test_query" in shards[0]:
-        q = np.concatenate([s["test_query"] for s in shards])
-        v = np.concatenate([s["test_ndcg"] for s in shards])
-        order = np.argsort(q, kind="stable")
-        r.test_qid, r.test_ndcg = q[order].astype(int).tolist(), v[order].astype(float).tolist()
-    return r
-
-
-# ------------------------------------------------------------ models
-def concat_models(parts: list[tuple[bytes, int]], base_margin: float, stages: list[dict[str, Any]] | None = None,
-                  conventions: dict[str, Any] | None = None, name: str = "") -> bytes:
-    """One XGBoost JSON model from the first ``n`` trees of each part, in order.
-
-    Every part was trained on margins that already include the earlier parts,
-    so the sum of all trees plus ``base_margin`` (stored as the model's
-    base_score) is the path's prediction.
-
-    What was trained is recorded in the model itself, in XGBoost's string
-    attributes (``Booster.attributes()``, kept by ``mlflow.xgboost``):
-    ``ltr_path`` (the path's name), ``ltr_stages`` (JSON: objective, data,
-    first tree and trees of each stage), ``ltr_k`` and ``ltr_gain`` (the NDCG
-    cutoff and gain of the ranking objectives). The model's XGBoost objective
-    is the last stage's: its built-in name, ``reg:squarederror`` for ``mse``,
-    and for a Python ranking objective ``rank:ndcg`` with the same k and gain,
-    the closest built-in (``blend`` ends as LambdaMART; it only matters to whoever continues training the
-    model with XGBoost; predictions are margins either way).
-    """
-    stages = stages or []
-    conventions = conventions or {}
-    k, gain = int(conventions.get("k", 10)), str(conventions.get("gain", "exp2"))
-    docs = [json.loads(m) for m, _ in parts]
-    out = docs[-1]
-    trees = []
-    for doc, (_, n) in zip(docs, parts, strict=True):
-        trees += doc["learner"]["gradient_booster"]["model"]["trees"][:n]
-    for i, t in enumerate(trees):
-        t["id"] = i
-    gb = out["learner"]["gradient_booster"]["model"]
-    gb["trees"] = trees
-    gb["tree_info"] = [0] * len(trees)
-    gb["iteration_indptr"] = list(range(len(trees) + 1))
-    gb["gbtree_model_param"]["num_trees"] = str(len(trees))
-    lmp = out["learner"]["learner_model_param"]
-    lmp["base_score"] = f"[{float(np.float32(base_margin)):.9E}]"
-    lmp["boost_from_average"] = "0"
-    last = stages[-1]["objective"] if stages else "lambdamart"
-    builtin = OBJECTIVES.get(last) or ("reg:squarederror" if last == "mse" else "rank:ndcg")
-    if builtin.startswith("rank:"):
-        out["learner"]["objective"] = {"name": builtin, "lambdarank_param": {
-            "lambdarank_bias_norm": "1", "lambdarank_normalization": "1", "lambdarank_num_pair_per_sample": str(k),
-            "lambdarank_pair_method": "topk", "lambdarank_score_normalization": "1", "lambdarank_unbiased": "0",
-            "ndcg_exp_gain": "1" if gain == "exp2" else "0"}}
-    else:
-        out["learner"]["objective"] = {"name": builtin, "reg_loss_param": {"scale_pos_weight": "1"}}
-    out["learner"]["attributes"] = {
-        "ltr_path": name, "ltr_k": str(k), "ltr_gain": gain,
-        "ltr_stages": json.dumps([{key: s[key] for key in ("objective", "data", "first_tree", "trees")}
-                                  for s in stages])}
-    return json.dumps(out).encode()

@@ -10,7 +10,8 @@ from pipelines.checkpoints import CheckpointStore
 from pipelines.paths import PathError, parse_path
 from pipelines.plan import DONE, PARTIAL, TODO, Plan, build_plan, format_plan, node_states, ready, trees_left
 from pipelines.progress import EventClient, EventServer
-from pipelines.worker_loop import Settings, SplitData, WorkerData, path_result, run_nodes
+from pipelines.results import path_result
+from pipelines.worker_loop import Settings, SplitData, WorkerData, run_nodes
 from udfs.objectives import document_normal
 
 PARAMS = {"tree_method": "hist", "grow_policy": "lossguide", "max_depth": 0, "max_leaves": 8, "eta": 0.1,

@@ -22,7 +22,7 @@ from pipelines.grid import checkpoint_root, plan_fold, run_grid, show_plan
 from pipelines.plan import DONE
 from pipelines.executor import states_of
 from pipelines.tracking import Tracker
-from pipelines.worker_loop import path_result
+from pipelines.results import path_result
 
 ROOT = Path(__file__).resolve().parent.parent
 OVERRIDES = ["grid.experiment=kill", "grid.folds=[1]", "grid.trees=12", "grid.switch_points=[4]",

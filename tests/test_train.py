@@ -22,7 +22,8 @@ from pipelines.checkpoints import CheckpointStore
 from pipelines.executor import Execution, execute_plan
 from pipelines.paths import parse_path
 from pipelines.plan import Plan, build_plan
-from pipelines.worker_loop import PathResult, Settings, SplitData, WorkerData, path_result, run_nodes
+from pipelines.results import PathResult, path_result
+from pipelines.worker_loop import Settings, SplitData, WorkerData, run_nodes
 from udfs import schema
 from udfs.metrics import NdcgSpec, ndcg
 from udfs.objectives import BlendSchedule
@@ -384,7 +385,7 @@ def test_concatenated_model_says_what_was_trained_and_round_trips_through_mlflow
 
 def test_cuda_device_without_a_gpu_is_refused_in_one_line(local_data, monkeypatch):
     """XGBoost only warns and trains on the CPU when no GPU is visible; we refuse instead."""
-    import pipelines.worker_loop as wl
+    import pipelines.worker_env as wl
 
     import shutil
     import subprocess

@@ -34,6 +34,7 @@ are numba kernels over queries; nothing loops per document in Python.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numba
@@ -281,3 +282,53 @@ def blend(gamma: float, mse: tuple[np.ndarray, np.ndarray], rank: tuple[np.ndarr
     g = ((1.0 - gamma) * mse[0] + gamma * rank[0]).astype(np.float32)
     h = ((1.0 - gamma) * mse[1] + gamma * rank[1]).astype(np.float32)
     return g, h
+
+
+# ------------------------------------------------------------ the factory
+@dataclass(frozen=True)
+class ObjectiveSettings:
+    """What the Python objectives need besides a node's rows (from the training config)."""
+
+    k: int = 10
+    exp_gain: bool = True
+    seed: int = 0
+    sigmoid_gamma: float = 1.0
+    stochastic_noise: float = 1.0
+    stochastic_anneal: int = 100  # global tree at which the noise of stochastic_ndcg has annealed to 0
+    blend: BlendSchedule = BlendSchedule("linear", 200, 100)
+
+
+#: The objectives :func:`objective` builds (the others are XGBoost's built-ins).
+PYTHON_OBJECTIVES = ("mse", "lambdamart", "ranknet", "sigmoid_pairwise", "stochastic_ndcg", "blend")
+
+
+def objective(name: str, s: ObjectiveSettings, y: np.ndarray, offsets: np.ndarray, qid: np.ndarray,
+              doc: np.ndarray) -> Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]:
+    """``f(margins, global_tree) -> (grad, hess)`` of objective ``name`` on one node's rows (their labels,
+    query offsets, qids and positions in their queries: ``qid``/``doc`` seed the noise of stochastic_ndcg)."""
+    k = s.k
+    if name == "mse":
+        return lambda m, t: mse_grad(m, y)
+    if name not in PYTHON_OBJECTIVES:
+        raise ValueError(f"{name!r} is not a Python objective (one of {', '.join(PYTHON_OBJECTIVES)})")
+    inv = pair_inverse_idcg(y, offsets, k, s.exp_gain)  # labels are fixed: once per node
+    if name == "lambdamart":
+        return lambda m, t: lambdarank_grad(m, y, offsets, k=k, exp_gain=s.exp_gain, inv_idcg=inv)
+    if name == "ranknet":
+        return lambda m, t: lambdarank_grad(m, y, offsets, k=k, exp_gain=s.exp_gain, delta="one", inv_idcg=inv)
+    if name == "sigmoid_pairwise":
+        return lambda m, t: sigmoid_pairwise_grad(m, y, offsets, k=k, gamma=s.sigmoid_gamma)
+    if name == "stochastic_ndcg":
+        def stochastic(m: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
+            # Noise anneals to 0 at global tree `stochastic_anneal`, and depends only on (seed, tree, qid, doc).
+            noise = s.stochastic_noise * max(0.0, 1.0 - t / max(s.stochastic_anneal, 1))
+            eps = document_normal(s.seed, t, qid, doc) if noise > 0 else None
+            return stochastic_ndcg_grad(m, y, offsets, k=k, noise=noise, eps=eps, exp_gain=s.exp_gain, inv_idcg=inv)
+        return stochastic
+
+    def blended(m: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
+        g = s.blend.gamma(t)
+        a = mse_grad(m, y) if g < 1.0 else None
+        r = lambdarank_grad(m, y, offsets, k=k, exp_gain=s.exp_gain, inv_idcg=inv) if g > 0.0 else None
+        return blend(g, a, r)  # type: ignore[arg-type]
+    return blended
