@@ -135,7 +135,7 @@ def main() -> int:
             print(f"{label} at {q} queries failed (exit {rc}): see {work / 'bench.log'}", file=sys.stderr)
             return 1
         summary = json.loads((run_dir / "model" / "_train.json").read_text())
-        w = summary["training"]["worker_timings"][0]
+        w = summary["training"]["jobs"][0]["worker_timings"][0]
         rows = {s: sum(int(manifest["subsets"][x]["rows"]) for x in manifest["folds"]["1"][s])
                 for s in ("train", "vali", "test")}
         rec = {"commit": commit, "overrides": args.overrides, "trees": args.trees, "rows": rows,
@@ -144,7 +144,7 @@ def main() -> int:
                "worker_load_s": round(w.get("load", 0.0), 2), "worker_dmatrix_s": round(w.get("dmatrix", 0.0), 2),
                "s_per_tree": round((w["boost"] + w["objective"]) / max(w["trees"], 1), 4),
                "eval_s_per_tree": round(w["eval"] / max(w["trees"], 1), 4),
-               "test_ndcg": summary["final"].get("test_ndcg@10")}
+               "test_ndcg": summary["final"].get("test_ndcg_at_10")}
         results.setdefault(label, {})[str(q)] = rec
         results_path.write_text(json.dumps(results, indent=2))
         print(f"{label} {q:>6} queries ({sum(rows.values()):,} rows): tree {rec['peak_tree_gib']:.2f} GiB, "

@@ -121,7 +121,7 @@ MAX_RETRY_DELAY = timedelta(seconds=_env_number("LTR_MAX_RETRY_DELAY_S", 900))
 #: spark-submits of every study at once. Empty: ``default_pool`` (a pool that does not exist would leave the
 #: tasks scheduled forever: Airflow only logs it).
 TRAINING_POOL = os.environ.get("LTR_TRAINING_POOL", "") or "default_pool"
-#: Training applications of one study at once (each loads a fold: ~12 GiB at MSLR-WEB30K's size today).
+#: Training applications of one study at once (memory per application at MSLR-WEB30K's size: benchmarks/RESULTS.md, "Memory").
 TRAINING_SLOTS = int(_env_number("LTR_TRAINING_SLOTS", 2))
 
 

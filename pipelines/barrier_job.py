@@ -164,9 +164,7 @@ def resolve_workers(spark: SparkSession, cfg: TrainConfig, parallel: int = 1) ->
     of concurrent tasks, ``spark.task.cpus`` honoured: :func:`pipelines.session.task_slots`)
     shared among the parallel jobs; on a local master one worker with its share of the cores,
     because workers on one machine only add XGBoost's histogram all-reduce over
-    loopback (measured on 2 cores: 1.39x the per-tree time of in-process
-    ``xgb.train`` with 2 single-thread workers, 1.03x with 1 worker x 2 threads,
-    on 500,000 rows; 87 vs 34 ms per tree on 45,000 rows). More workers than
+    loopback (benchmarks/RESULTS.md, "Training"). More workers than
     task slots is refused (barrier tasks must all run at once). On a cluster
     (``local-cluster[...]`` included) a worker is one barrier task and runs
     ``spark.task.cpus`` threads: for multi-threaded workers submit with

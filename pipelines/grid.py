@@ -339,6 +339,31 @@ def _refuse_other_code(tracker: Tracker, study_key: str, grid_key: str, code: di
                 "start a new parent run for this code (results of two code versions never share a table)")
 
 
+@dataclass
+class _Study:
+    """What :func:`run_grid` sets up before anything trains: the data, every fold's plan and curricula,
+    the parent run, and the live children of the folds this process sets up."""
+
+    data: str
+    ds: Dataset
+    folds: list[int]  # the study's (grid.folds)
+    run_folds: list[int]  # the folds trained now
+    plans: dict[int, FoldPlan]
+    curricula: dict[int, dict[str, Curriculum]]
+    only: list[str] | None
+    tracker: Tracker
+    parent: str
+    resumed: bool
+    store: CheckpointStore
+    lives: dict[int, LiveChildren]
+    train_keys: dict[int, set[str] | None]  # per fold, the nodes trained here (None: all the fold needs)
+    existing: dict[str, tuple[str, str]]  # the child runs as they were at setup
+
+    def summary(self, finished: bool, folds: list[int], **counts: int) -> dict[str, Any]:
+        return {"parent_run_id": self.parent, "experiment": self.tracker.experiment, "tracking_uri": self.tracker.uri,
+                "resumed": self.resumed, "folds": folds, "finished": finished, **counts}
+
+
 def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | None = None, parallel: int = 1,
              only: list[str] | None = None, resume_hint: str = "ltr grid", new_parent: bool = False,
              setup_only: bool = False, units: list[tuple[int, int]] | None = None) -> dict[str, Any]:
@@ -356,6 +381,41 @@ def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | Non
     ``setup_only``: find or create the parent run, compute the difficulty scores
     and every fold's curricula, train nothing (``ltr grid --setup-only``).
     """
+    s = _set_up(spark, cfg, folds, data, only, new_parent, setup_only, units)
+    if setup_only:
+        finished = _study_finished(s.plans, s.existing)
+        s.tracker.finish(s.parent, "FINISHED" if finished else "RUNNING")
+        return s.summary(finished, s.folds, trained=0, skipped=0, trees_built=0)
+    workers, nthread = resolve_workers(spark, cfg.train, parallel)
+    settings = make_settings(cfg.train, cfg.metric, s.ds, nthread)
+    how = Execution(workers, nthread, parallel, cfg.train.job_retries, cfg.train.tracker_timeout, resume_hint,
+                    cfg.train.lease_ttl, cfg.train.lease_wait)
+    counts = {"trained": 0, "skipped": 0, "trees_built": 0}
+    live = None
+    try:
+        for f in s.run_folds:
+            live = s.lives[f]
+            _train_fold(spark, cfg, s, f, settings, how, counts)
+        finished = _finish(cfg, s)
+    except (LeaseHeld, LeaseLost):
+        # another process trains these nodes (and streams into the same child runs): nothing failed, nothing
+        # to mark; the parent stays as it is (RUNNING) and this command exits 75 for a later retry
+        raise
+    except BaseException as e:
+        if live is not None:
+            live.fail_started(str(e).splitlines()[0] if str(e) else type(e).__name__)
+        s.tracker.finish(s.parent, "FAILED")
+        raise
+    log.info("grid %s done: %d children trained (%d trees built), %d skipped (finished before); "
+             "mlflow ui --backend-store-uri %s", cfg.grid.experiment, counts["trained"], counts["trees_built"],
+             counts["skipped"], s.tracker.uri)
+    return s.summary(finished, s.run_folds, **counts)
+
+
+def _set_up(spark, cfg: Config, folds: list[int] | None, data: str | None, only: list[str] | None,
+            new_parent: bool, setup_only: bool, units: list[tuple[int, int]] | None) -> _Study:
+    """Check the folds and node keys asked for, build (or find) the difficulty scores and curricula, plan
+    every fold, find or create the parent run and make every child run of the folds set up here, once."""
     data, ds, study = _grid_data(cfg, data)
     run_folds = list(dict.fromkeys(folds)) if folds else study
     outside = [f for f in run_folds if f not in study]
@@ -412,63 +472,46 @@ def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | Non
                                     train_keys[f])
             made += lives[f].create_missing()
     log.info("grid %s: parent run %s (%s), %d children already finished, %d child runs created", cfg.grid.experiment,
-             parent, "resumed" if resumed else "new", sum(s == "FINISHED" for _, s in existing.values()), made)
-    if setup_only:
-        finished = _study_finished(plans, existing)
-        tracker.finish(parent, "FINISHED" if finished else "RUNNING")
-        return {"parent_run_id": parent, "experiment": cfg.grid.experiment, "tracking_uri": tracker.uri,
-                "resumed": resumed, "folds": study, "finished": finished, "trained": 0, "skipped": 0,
-                "trees_built": 0}
-    workers, nthread = resolve_workers(spark, cfg.train, parallel)
-    settings = make_settings(cfg.train, cfg.metric, ds, nthread)
-    how = Execution(workers, nthread, parallel, cfg.train.job_retries, cfg.train.tracker_timeout, resume_hint,
-                    cfg.train.lease_ttl, cfg.train.lease_wait)
-    counts = {"trained": 0, "skipped": 0, "trees_built": 0}
-    live = None
-    try:
-        for f in run_folds:
-            fp = plans[f]
-            record_plan(store, cfg.grid.experiment, fp)
-            live = lives[f]
-            todo = live.todo()
-            counts["skipped"] += len(live.owned()) - len(todo)
-            keys = sorted(train_keys[f] if train_keys[f] is not None  # else what its unfinished children need
-                          else {k for e in todo for k in fp.plan.chains[e.path.label]})
-            if not keys:
-                log.info("fold %d: all %d children finished already", f, len(fp.children))
-                continue
-            with task_errors():
-                info = execute_plan(spark, fp.plan, ds, curricula[f], settings, store, how, on_event=live.on_event,
-                                    only=keys)
-            counts["trees_built"] += info["trees"]
-            counts["trained"] += live.finish_done()
-        partial = run_folds != study or only is not None
-        if partial:  # other folds or nodes may run in other processes: see what MLflow holds now
-            existing = tracker.child_runs(parent)
-            # and the other folds' plans as they stand now: their curricula may have been built meanwhile
-            # (keyed provisionally before), so that their child keys match the runs their tasks finished
-            plans.update({f: plan_fold(cfg, ds, f) for f in study if f not in run_folds})
-        finished = _study_finished(plans, existing)
-        tracker.finish(parent, "FINISHED" if finished else "RUNNING")
-        if not finished and partial and _study_finished(plans, tracker.child_runs(parent)):
-            # a concurrent fold or node task finished its children meanwhile and may have read ours as
-            # unfinished: whoever writes last looks again, so the study never stays RUNNING once all is done
-            finished = True
-            tracker.finish(parent, "FINISHED")
-    except (LeaseHeld, LeaseLost):
-        # another process trains these nodes (and streams into the same child runs): nothing failed, nothing
-        # to mark; the parent stays as it is (RUNNING) and this command exits 75 for a later retry
-        raise
-    except BaseException as e:
-        if live is not None:
-            live.fail_started(str(e).splitlines()[0] if str(e) else type(e).__name__)
-        tracker.finish(parent, "FAILED")
-        raise
-    log.info("grid %s done: %d children trained (%d trees built), %d skipped (finished before); "
-             "mlflow ui --backend-store-uri %s", cfg.grid.experiment, counts["trained"], counts["trees_built"],
-             counts["skipped"], tracker.uri)
-    return {"parent_run_id": parent, "experiment": cfg.grid.experiment, "tracking_uri": tracker.uri,
-            "resumed": resumed, "folds": run_folds, "finished": finished, **counts}
+             parent, "resumed" if resumed else "new", sum(st == "FINISHED" for _, st in existing.values()), made)
+    return _Study(data, ds, study, run_folds, plans, curricula, only, tracker, parent, resumed, store, lives,
+                  train_keys, existing)
+
+
+def _train_fold(spark, cfg: Config, s: _Study, f: int, settings, how: Execution, counts: dict[str, int]) -> None:
+    """Train what fold ``f``'s unfinished children (or the nodes asked for) need; finish the children done."""
+    fp, live = s.plans[f], s.lives[f]
+    record_plan(s.store, cfg.grid.experiment, fp)
+    todo = live.todo()
+    counts["skipped"] += len(live.owned()) - len(todo)
+    keys = sorted(s.train_keys[f] if s.train_keys[f] is not None  # else what its unfinished children need
+                  else {k for e in todo for k in fp.plan.chains[e.path.label]})
+    if not keys:
+        log.info("fold %d: all %d children finished already", f, len(fp.children))
+        return
+    with task_errors():
+        info = execute_plan(spark, fp.plan, s.ds, s.curricula[f], settings, s.store, how, on_event=live.on_event,
+                            only=keys)
+    counts["trees_built"] += info["trees"]
+    counts["trained"] += live.finish_done()
+
+
+def _finish(cfg: Config, s: _Study) -> bool:
+    """End the parent run FINISHED once every child of the study is, else leave it RUNNING; True if finished."""
+    existing, plans = s.existing, s.plans
+    partial = s.run_folds != s.folds or s.only is not None
+    if partial:  # other folds or nodes may run in other processes: see what MLflow holds now
+        existing = s.tracker.child_runs(s.parent)
+        # and the other folds' plans as they stand now: their curricula may have been built meanwhile
+        # (keyed provisionally before), so that their child keys match the runs their tasks finished
+        plans = {**plans, **{f: plan_fold(cfg, s.ds, f) for f in s.folds if f not in s.run_folds}}
+    finished = _study_finished(plans, existing)
+    s.tracker.finish(s.parent, "FINISHED" if finished else "RUNNING")
+    if not finished and partial and _study_finished(plans, s.tracker.child_runs(s.parent)):
+        # a concurrent fold or node task finished its children meanwhile and may have read ours as
+        # unfinished: whoever writes last looks again, so the study never stays RUNNING once all is done
+        finished = True
+        s.tracker.finish(s.parent, "FINISHED")
+    return finished
 
 
 def unfinished_units(fp: FoldPlan, existing: dict[str, tuple[str, str]]) -> list[list[str]]:

@@ -56,8 +56,8 @@ def openmp_threads(n: int) -> list[str]:
 
     PySpark starts Python workers with ``OMP_NUM_THREADS=1`` (one per task
     slot), and XGBoost caps ``nthread`` at ``omp_get_max_threads()``, so inside
-    a Spark task ``nthread=2`` silently ran on one thread (measured: 0.126 vs
-    0.074 s per tree). Raise the limit of every OpenMP runtime already loaded,
+    a Spark task ``nthread=2`` silently ran on one thread (benchmarks/RESULTS.md,
+    "Figures moved out of the code"). Raise the limit of every OpenMP runtime already loaded,
     and the environment for any loaded later.
     """
     import ctypes

@@ -272,8 +272,8 @@ def _write_atomic(table: pa.Table, dir_uri: str, name: str, compression: str) ->
     fs, path = pafs.FileSystem.from_uri(dir_uri)
     fs.create_dir(path, recursive=True)
     tmp = f"{path}/.{name}.{uuid.uuid4().hex}.tmp"
-    # No dictionary encoding: float features rarely repeat, and trying it made
-    # writing 2.5x slower and the files larger (measured on MSLR-shaped data).
+    # No dictionary encoding: float features rarely repeat; it made writing slower and the files
+    # larger on MSLR-shaped data (benchmarks/RESULTS.md, "Figures moved out of the code").
     pq.write_table(table, tmp, filesystem=fs, compression=compression, use_dictionary=False,
                    row_group_size=max(table.num_rows, 1), write_statistics=True)
     fs.move(tmp, f"{path}/{name}")

@@ -1,22 +1,21 @@
 """Adding one XGBoost tree's output to margins, for per-tree evaluation curves.
 
 XGBoost's CPU predictor fills a dense feature vector for every row on every
-call, so even a one-tree (incremental) prediction of 80,000 rows x 136
-features costs about 15 ms. Walking only the new tree's path per row costs
-about 4 ms and gives bit-identical float32 margins (tested), which keeps
-NDCG-after-every-tree curves at a few percent of training time.
+call, even for a one-tree (incremental) prediction; walking only the new tree's
+path per row is several times cheaper and gives bit-identical float32 margins
+(tested), which keeps NDCG-after-every-tree curves a small share of training
+(benchmarks/RESULTS.md, "Curves over bin codes" and "Figures moved out of the code").
 
 Semantics are XGBoost's for numerical splits: go left if ``x < split_condition``,
 follow ``default_left`` for NaN; a leaf's value is its ``split_condition``.
 
 **Bin codes.** The walk is bound by memory bandwidth: a 64-leaf tree reads most of each
-row's cache lines, so 750,000 rows x 136 float32 features (408 MB) take about 33 ms on
-2 cores. XGBoost's ``hist`` trees split only at the training matrix's quantile cuts
+row's cache lines. XGBoost's ``hist`` trees split only at the training matrix's quantile cuts
 (``QuantileDMatrix.get_quantile_cut``), so with ``b(x)`` = the number of a feature's
 cuts ``<= x``, ``x < cuts[j]`` holds exactly when ``b(x) <= j``. :func:`bin_codes` stores
 ``b(x)`` as uint16 (NaN: :data:`MISSING`) once per matrix; :func:`tree_arrays` with the
-cuts adds each split's cut index; the walk over codes reads half the bytes and is about
-2.4x faster on real rows, with the same leaves, hence bit-identical margins (tested). A tree with a
+cuts adds each split's cut index; the walk over codes reads half the bytes (faster: RESULTS.md),
+with the same leaves, hence bit-identical margins (tested). A tree with a
 split that is not a cut (another tree method, cuts of another matrix) walks the floats.
 """
 
