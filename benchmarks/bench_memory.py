@@ -28,39 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from proctree import kill_tree, tree_pids  # noqa: E402
+from proctree import kill_tree, tree_memory  # noqa: E402
 
 GIB = 2**30
-
-
-def _rss(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:")), 0)
-    except OSError:
-        return 0
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def sample(root: int) -> dict[str, int]:
-    """RSS (bytes) of the tree, its JVM(s) and its largest PySpark Python process."""
-    tree = jvm = worker = 0
-    for p in tree_pids(root):
-        r = _rss(p)
-        tree += r
-        cmd = _cmdline(p)
-        if "java" in cmd.split(" ", 1)[0]:
-            jvm += r
-        elif "pyspark" in cmd:
-            worker = max(worker, r)
-    return {"tree": tree, "jvm": jvm, "worker": worker}
 
 
 def run_sampled(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[int, float, dict[str, int]]:
@@ -72,7 +42,7 @@ def run_sampled(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> tu
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=out, start_new_session=True)
         try:
             while proc.poll() is None:
-                for k, v in sample(proc.pid).items():
+                for k, v in tree_memory(proc.pid).items():
                     peak[k] = max(peak[k], v)
                 time.sleep(0.2)
         except BaseException:

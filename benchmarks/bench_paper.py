@@ -17,7 +17,7 @@ Steps, each skipped when its output exists (run the same command again after any
 
 ``WORK/state.json`` keeps every step's and every attempt's wall seconds, trees committed
 before and after, and peak memory (the summed RSS of the step's process tree: driver,
-JVM, Python workers, sampled every 2 s); it is rewritten every 30 s, so an attempt stopped
+JVM, Python workers; of its JVM; and of its largest Python worker: sampled every 2 s); it is rewritten every 30 s, so an attempt stopped
 from outside loses at most that much of its record. At the end it adds the committed trees'
 cost read from the checkpoints (rank 0's boost, objective, curve and checkpoint seconds)
 and prints the summary. ``--status`` prints the state and the plan's progress, runs nothing.
@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling scripts, run as `python benchmarks/...`
 
 from bench_resume import built_trees  # noqa: E402
-from proctree import kill_tree, tree_rss  # noqa: E402
+from proctree import kill_tree, tree_memory  # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -78,10 +78,14 @@ def watch(cmd: list[str], log: Path, record: dict, state: State, env: dict,
         err.flush()
         proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=err, stderr=err, start_new_session=True)
         t0, saved = time.perf_counter(), 0.0
-        record.update(started=_now(), seconds=0.0, peak_rss_gib=0.0, ended="running (or stopped from outside)")
+        record.update(started=_now(), seconds=0.0, peak_rss_gib=0.0, peak_jvm_gib=0.0, peak_worker_gib=0.0,
+                      ended="running (or stopped from outside)")
         try:
             while proc.poll() is None:
-                record["peak_rss_gib"] = max(record["peak_rss_gib"], round(tree_rss(proc.pid) / 2**30, 2))
+                mem = tree_memory(proc.pid)
+                for k, v in (("peak_rss_gib", mem["tree"]), ("peak_jvm_gib", mem["jvm"]),
+                             ("peak_worker_gib", mem["worker"])):
+                    record[k] = max(record.get(k, 0.0), round(v / 2**30, 2))
                 record["seconds"] = round(time.perf_counter() - t0, 1)
                 if stop_when is not None and stop_when():
                     kill_tree(proc.pid)

@@ -30,16 +30,41 @@ def tree_pids(root: int) -> list[int]:
     return seen
 
 
+def rss(pid: int) -> int:
+    """Resident memory (bytes) of one process; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:")), 0)
+    except OSError:
+        return 0
+
+
 def tree_rss(root: int) -> int:
     """Summed resident memory (bytes) of ``root``'s tree."""
-    total = 0
+    return sum(rss(p) for p in tree_pids(root))
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def tree_memory(root: int) -> dict[str, int]:
+    """RSS (bytes) of ``root``'s tree, of its JVM(s), and of its largest PySpark Python process (the
+    training worker, when one trains)."""
+    tree = jvm = worker = 0
     for p in tree_pids(root):
-        try:
-            with open(f"/proc/{p}/status") as f:
-                total += next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:")), 0)
-        except OSError:
-            pass
-    return total
+        r = rss(p)
+        tree += r
+        cmd = _cmdline(p)
+        if "java" in cmd.split(" ", 1)[0]:
+            jvm += r
+        elif "pyspark" in cmd:
+            worker = max(worker, r)
+    return {"tree": tree, "jvm": jvm, "worker": worker}
 
 
 def kill_tree(root: int) -> None:

@@ -55,7 +55,7 @@ class SparkConfig:
     master: str = ""
     app_name: str = "ltr"
     shuffle_partitions: int = 8
-    driver_memory: str = "4g"
+    driver_memory: str = "1g"
     arrow_max_records_per_batch: int = 10000
     ui: bool = False
     log_level: str = "WARN"

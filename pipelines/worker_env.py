@@ -2,8 +2,9 @@
 
 :class:`XgbComm` all-reduces small evaluation sums on XGBoost's collective (XGBoost all-reduces the
 histograms itself); :class:`LocalComm` is the world of one worker the tests' local twin runs in.
-:func:`openmp_threads` lets XGBoost use the threads a Spark task slot has; :func:`check_device`
-refuses a CUDA device that would silently fall back to the CPU.
+:func:`openmp_threads` lets XGBoost use the threads a Spark task slot has; :func:`return_freed_memory`
+makes the C allocator give large freed buffers back to the OS; :func:`check_device` refuses a CUDA
+device that would silently fall back to the CPU.
 """
 
 from __future__ import annotations
@@ -78,6 +79,31 @@ def openmp_threads(n: int) -> list[str]:
         except (OSError, AttributeError):
             continue
     return done
+
+
+#: Buffers from this size up get their own pages from the OS, which go back to it when freed.
+MMAP_THRESHOLD = 1 << 20
+
+
+def return_freed_memory(threshold: int = MMAP_THRESHOLD) -> bool:
+    """Have glibc's malloc give every freed buffer of ``threshold`` bytes or more back to the OS at once.
+
+    A worker's rows stream in as thousands of batch-sized buffers (a few MB each) that are freed once
+    joined, and XGBoost frees its build buffers after the quantised matrix is made. glibc serves such
+    sizes from its heap once its adaptive threshold has risen (up to 32 MiB) and keeps what is freed
+    there: the process then holds its data twice, about a gigabyte more at paper scale (RESULTS.md,
+    "Memory"). A fixed threshold of 1 MiB sends them to ``mmap`` instead; smaller allocations are
+    unaffected. Returns False where the C library has no ``mallopt`` (not glibc: nothing changes).
+    """
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        m_mmap_threshold = -3  # glibc's malloc.h
+        return bool(libc.mallopt(m_mmap_threshold, int(threshold)))
+    except (OSError, AttributeError):
+        return False
 
 
 def check_device(device: str, probe: bool = True) -> None:
