@@ -347,8 +347,8 @@ def test_two_processes_on_one_node_one_trains_the_other_waits_or_stops(spark, sm
             os.killpg(proc.pid, signal.SIGKILL)
     assert b["training"]["trees"] == 0  # B found the node done: nothing trained twice
     assert not list(ckpt.glob("*/_lease.json"))  # released at the end
-    clean = run_train(spark, small_dataset, 1, path, [], cfg.train, cfg.metric, str(tmp_path / "c"),
-                      str(tmp_path / "clean"))
+    run_train(spark, small_dataset, 1, path, [], cfg.train, cfg.metric, str(tmp_path / "c"),
+              str(tmp_path / "clean"))
     models = [(tmp_path / d / "model.json").read_bytes() for d in ("a", "b", "c")]
     assert models[0] == models[1] == models[2]
 
