@@ -17,8 +17,10 @@ This module is the whole data path of a training worker, and where its memory go
    without the floats, and :func:`walkable` raises instead of guessing.
 
 After loading, a worker holds: the codes of its three splits (2 bytes a value), XGBoost's
-quantised training matrix (1 byte a value with at most 256 bins), labels, qids, offsets and
-margins. RESULTS.md ("Memory") has the measured figures.
+quantised training matrix (about 2 bytes a value with at most 256 bins: a row-wise and a
+column-wise bin index), labels, qids, offsets and margins. The per-batch buffers freed while
+loading go back to the OS because each barrier task first fixes glibc's mmap threshold
+(:func:`pipelines.worker_env.return_freed_memory`). RESULTS.md ("Memory") has the measured figures.
 """
 
 from __future__ import annotations
