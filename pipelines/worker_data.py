@@ -10,15 +10,16 @@ This module is the whole data path of a training worker, and where its memory go
    by a ``DataIter`` that decodes one chunk of whole queries at a time into each bin's
    representative value (a value that falls in that bin: the cut below it). The matrix's bins,
    and so the trees, are those of the original floats (tested); the float chunk is freed
-   after XGBoost has binned it. Curriculum subsets get their matrix the same way.
+   after XGBoost has binned it. Curriculum subsets get their matrix the same way; the boosting
+   loop keeps one training matrix at a time (:meth:`pipelines.worker_loop._Worker.training_matrix`).
 3. Vali, test and a subset's complement are walked as codes by :func:`udfs.trees.add_tree`.
    Every split of a ``hist`` tree on the fold's cuts is at a cut, so the codes decide it
    exactly; a tree with a split that is not a cut (not ``hist``, other cuts) cannot be walked
    without the floats, and :func:`walkable` raises instead of guessing.
 
 After loading, a worker holds: the codes of its three splits (2 bytes a value), XGBoost's
-quantised training matrix (about 2 bytes a value with at most 256 bins: a row-wise and a
-column-wise bin index), labels, qids, offsets and margins. The per-batch buffers freed while
+quantised training matrix of the node it trains, all rows or a subset's (about 2 bytes a value
+with at most 256 bins: a row-wise and a column-wise bin index), labels, qids, offsets and margins. The per-batch buffers freed while
 loading go back to the OS because each barrier task first fixes glibc's mmap threshold
 (:func:`pipelines.worker_env.return_freed_memory`). RESULTS.md ("Memory") has the measured figures.
 """

@@ -163,6 +163,45 @@ def test_resume_after_a_crash_is_bit_identical(data, tmp_path):
     assert store.cost([n.key for n in plan.nodes])["trees"] == plan.trees
 
 
+CURRICULUM = ["lambdamart@cur.0:2,lambdamart:4", "lambdamart@cur.0:4,lambdamart:2", "lambdamart:6"]
+
+
+def test_one_training_matrix_at_a_time_and_the_same_trees(data, tmp_path, monkeypatch):
+    """A curriculum at two switch points: the subset chain runs before the full-data continuations, the
+    worker never holds two training matrices at once, and the models equal node-by-node plan order's."""
+    import gc
+    import weakref
+
+    import pipelines.worker_loop as wl
+
+    plan = build_plan([parse_path(p, p) for p in CURRICULUM], fold=1, curriculum_keys={"cur": "c"})
+    assert [n.data for n in plan.nodes] == ["cur.0", "all", "cur.0", "all", "all"]  # DFS: alternating
+    assert [n.data for n in wl.matrix_order(list(plan.nodes))] == ["cur.0", "cur.0", "all", "all", "all"]
+    alive: list[weakref.ref] = []
+    built = []
+
+    def counted(*args, **kw):
+        gc.collect()
+        built.append(sum(r() is not None for r in alive))  # matrices still alive when the next one is built
+        dm = real(*args, **kw)
+        alive.append(weakref.ref(dm))
+        return dm
+
+    real = wl.training_matrix
+    s = Settings(params=PARAMS, checkpoint_every=1)
+    monkeypatch.setattr(wl, "training_matrix", counted)
+    together = CheckpointStore(str(tmp_path / "together"))
+    timing = run_nodes(data, plan.nodes, s, together)
+    assert built == [0, 0] and timing["matrices"] == 2  # the subset's, then the full one: each built once
+    monkeypatch.setattr(wl, "training_matrix", real)
+    apart = CheckpointStore(str(tmp_path / "apart"))
+    for n in plan.nodes:  # plan order, one call per node (each parent's output read back from the store)
+        run_nodes(data, [n], s, apart)
+    for p in CURRICULUM:
+        ra, rb = path_result(together, p, plan.chains[p]), path_result(apart, p, plan.chains[p])
+        assert ra.model == rb.model and ra.test == rb.test and ra.vali == rb.vali, p
+
+
 def test_stochastic_noise_depends_on_tree_query_document_only():
     qid, doc = np.array([5, 5, 5, 9]), np.array([0, 1, 2, 0])
     a = document_normal(3, 10, qid, doc)
