@@ -3,13 +3,16 @@ the Python worker alone, for the code of this checkout or of another (side by si
 
     python benchmarks/bench_memory.py [--sizes 600,6000,31531] [--trees 40] [--work bench-out/memory]
                                       [--code DIR --label NAME] [--set KEY=VALUE ...]
+                                      [--path 'lambdamart@l_hrel:20,lambdamart:20' --curriculum DIR]
 
 For each size (queries), a generated dataset (``ltr generate`` + ``ltr ingest``, made once under
 ``WORK/data-N`` and shared by every code version) is trained with ``ltr train --fold 1 --path
 lambdamart:T`` (local master, defaults), the code taken from ``--code`` (a ``git worktree`` of an
 older commit, for the side-by-side figures; default: this checkout). Every 0.2 s the script reads
 /proc: the summed RSS of the job's process tree, the RSS of its JVM and of its largest PySpark
-Python process (the training worker). ``WORK/results.json`` keeps every run under its label; the
+Python process (the training worker). ``--path`` trains another path instead (a curriculum's
+subset nodes then the full data: ``--curriculum`` is the ``ltr curriculum`` directory it names,
+built on ``WORK/data-N``; one size at a time). ``WORK/results.json`` keeps every run under its label; the
 table printed at the end gives each label's peaks, their growth per million rows, and the training
 worker's own timings (matrices, seconds per tree) read from the job's summary.
 """
@@ -80,7 +83,14 @@ def main() -> int:
     ap.add_argument("--label", default="", help="name of this code's runs in results.json (default: its commit)")
     ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE",
                     help="config overrides for ltr train (e.g. spark.driver_memory=1g)")
+    ap.add_argument("--path", default="", help="training path (default: lambdamart:TREES)")
+    ap.add_argument("--curriculum", action="append", default=[], metavar="DIR",
+                    help="curriculum the path names (ltr curriculum's output on WORK/data-N)")
     args = ap.parse_args()
+    path = args.path or f"lambdamart:{args.trees}"
+    curricula = [a for c in args.curriculum for a in ("--curriculum", str(Path(c).resolve()))]
+    if curricula and "," in args.sizes:
+        ap.error("--curriculum is built on one dataset: give one size")
     work, code = Path(args.work).resolve(), Path(args.code).resolve()
     work.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=code, capture_output=True, text=True
@@ -99,7 +109,7 @@ def main() -> int:
         run_dir.mkdir(parents=True)
         sets = [a for o in [f"work_dir={run_dir}", *args.overrides] for a in ("--set", o)]
         cmd = [sys.executable, "-m", "pipelines.cli", "train", "--data", str(data), "--fold", "1",
-               "--path", f"lambdamart:{args.trees}", "--out", str(run_dir / "model"), *sets]
+               "--path", path, *curricula, "--out", str(run_dir / "model"), *sets]
         rc, wall, peak = run_sampled(cmd, code, env_code, work / "bench.log")
         if rc != 0:
             print(f"{label} at {q} queries failed (exit {rc}): see {work / 'bench.log'}", file=sys.stderr)
@@ -108,10 +118,12 @@ def main() -> int:
         w = summary["training"]["jobs"][0]["worker_timings"][0]
         rows = {s: sum(int(manifest["subsets"][x]["rows"]) for x in manifest["folds"]["1"][s])
                 for s in ("train", "vali", "test")}
-        rec = {"commit": commit, "overrides": args.overrides, "trees": args.trees, "rows": rows,
+        trees = sum(int(w.get("trees", 0)) for w in summary["training"]["jobs"][0]["worker_timings"][:1])
+        rec = {"commit": commit, "overrides": args.overrides, "path": path, "trees": trees, "rows": rows,
                "wall_s": round(wall, 1), "peak_tree_gib": round(peak["tree"] / GIB, 3),
                "peak_jvm_gib": round(peak["jvm"] / GIB, 3), "peak_worker_gib": round(peak["worker"] / GIB, 3),
                "worker_load_s": round(w.get("load", 0.0), 2), "worker_dmatrix_s": round(w.get("dmatrix", 0.0), 2),
+               "worker_matrices": w.get("matrices"),
                "s_per_tree": round((w["boost"] + w["objective"]) / max(w["trees"], 1), 4),
                "eval_s_per_tree": round(w["eval"] / max(w["trees"], 1), 4),
                "test_ndcg": summary["final"].get("test_ndcg_at_10")}
