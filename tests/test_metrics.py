@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import xgboost as xgb
 
-from udfs.metrics import NdcgSpec, dcg, idcg, ndcg, offsets_from_qids
+from udfs.metrics import NdcgSpec, dcg, idcg, inverse_idcg, ndcg, ndcg_fast, offsets_from_qids
 
 
 def test_arithmetic_single_query():
@@ -99,3 +99,24 @@ def test_equals_xgboost(seed, metric, empty):
     xgb_value = float(booster.eval(d).split(":")[1])
     ours = ndcg(offsets_from_qids(qid), labels, scores, NdcgSpec(k=k, empty=empty)).mean()
     assert ours == pytest.approx(xgb_value, abs=1e-6)
+
+
+@pytest.mark.parametrize("ties", ["input", "worst"])
+@pytest.mark.parametrize("gain, k", [("exp2", 10), ("linear", 3), ("exp2", 1)])
+def test_fast_path_equals_the_evaluator(ties, gain, k):
+    """ndcg_fast (the training curves' kernel: top-k selection, queries in parallel, float32 as given)
+    == ndcg (to rounding: it multiplies by 1/IDCG where ndcg divides), with many tied scores, float32
+    and float64 inputs and empty queries; the same bits whatever the input's float type."""
+    rng = np.random.default_rng(7)
+    sizes = rng.integers(1, 60, 500)
+    qid = np.repeat(np.arange(sizes.size), sizes)
+    labels = (rng.integers(0, 5, qid.size) * (rng.random(qid.size) < 0.5)).astype(np.float32)
+    labels[qid % 9 == 0] = 0
+    scores = np.round(rng.normal(size=qid.size), 1).astype(np.float32)  # many ties within a query
+    off, spec = offsets_from_qids(qid), NdcgSpec(k=k, gain=gain, ties=ties, empty=0.5)
+    want = ndcg(off, labels, scores, spec)
+    got = ndcg_fast(off, labels, scores, spec)
+    np.testing.assert_allclose(got, want, rtol=1e-14, atol=0)
+    for lab, sc in ((labels.astype(np.float64), scores.astype(np.float64)), (labels.astype(np.int64), scores)):
+        np.testing.assert_array_equal(ndcg_fast(off, lab, sc, spec), got)
+        np.testing.assert_array_equal(ndcg_fast(off, lab, sc, spec, inverse_idcg(off, labels, spec)), got)

@@ -156,16 +156,16 @@ def ndcg(offsets: np.ndarray, labels: np.ndarray, scores: np.ndarray, spec: Ndcg
 
 
 # ------------------------------------------------ fast path for training curves
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, parallel=True)
 def _ndcg_topk_kernel(offsets, labels, scores, k, exp_gain, worst_ties, inv_idcg, empty, out):
-    """NDCG@k per query by top-k selection (O(n·k), no full sort)."""
-    top = np.empty(k, dtype=np.int64)
-    for q in range(offsets.size - 1):
+    """NDCG@k per query by top-k selection (O(n·k), no full sort); queries in parallel."""
+    for q in numba.prange(offsets.size - 1):
         a = offsets[q]
         n = offsets[q + 1] - a
         if inv_idcg[q] == 0.0:
             out[q] = empty
             continue
+        top = np.empty(k, dtype=np.int64)
         m = 0  # documents held in `top`, best first
         for j in range(n):
             s = scores[a + j]
@@ -216,9 +216,15 @@ def ndcg_fast(offsets: np.ndarray, labels: np.ndarray, scores: np.ndarray, spec:
     if spec.ties == "average":
         return ndcg(offsets, labels, scores, spec)
     offsets = np.asarray(offsets, dtype=np.int64)
-    lab = np.ascontiguousarray(labels, dtype=np.float64)
-    inv = inverse_idcg(offsets, lab, spec) if inv_idcg is None else inv_idcg
+    inv = inverse_idcg(offsets, labels, spec) if inv_idcg is None else inv_idcg
     out = np.empty(offsets.size - 1, dtype=np.float64)
-    _ndcg_topk_kernel(offsets, lab, np.ascontiguousarray(scores, dtype=np.float64), spec.k, spec.gain == "exp2",
-                      spec.ties == "worst", np.ascontiguousarray(inv, dtype=np.float64), float(spec.empty), out)
+    # float32 labels and scores as they are (no float64 copy per call): every float32 is exact in
+    # float64, so comparisons and gains are the same
+    _ndcg_topk_kernel(offsets, _floats(labels), _floats(scores), spec.k, spec.gain == "exp2", spec.ties == "worst",
+                      np.ascontiguousarray(inv, dtype=np.float64), float(spec.empty), out)
     return out
+
+
+def _floats(a: np.ndarray) -> np.ndarray:
+    a = np.asarray(a)
+    return np.ascontiguousarray(a if a.dtype in (np.float32, np.float64) else a.astype(np.float64))
