@@ -19,8 +19,8 @@ Steps, each skipped when its output exists (run the same command again after any
 before and after, and peak memory (the summed RSS of the step's process tree: driver,
 JVM, Python workers; of its JVM; and of its largest Python worker: sampled every 2 s); it is rewritten every 30 s, so an attempt stopped
 from outside loses at most that much of its record. At the end it adds the committed trees'
-cost read from the checkpoints (rank 0's boost, objective, curve and checkpoint seconds)
-and prints the summary. ``--status`` prints the state and the plan's progress, runs nothing.
+cost read from the checkpoints (rank 0's boost, objective, curve and checkpoint seconds; in all and
+by kind of node: objective on all rows or on a curriculum subset) and prints the summary. ``--status`` prints the state and the plan's progress, runs nothing.
 
 The node keys hold the code identity (the content of ``pipelines/`` and ``udfs/`` and the library
 versions; pipelines/keys.py): run every attempt with the same computing code (a ``git worktree`` of
@@ -200,8 +200,23 @@ def main() -> int:
     rep = {"report": str(Path(cfg.report.out or work / "run" / "report") / "report.md")}
     from pipelines.checkpoints import CheckpointStore
 
-    cost = CheckpointStore(ckpt_root).cost([n.key for n in plan.nodes])
+    store = CheckpointStore(ckpt_root)
+    cost = store.cost([n.key for n in plan.nodes])
     train = cost["boost"] + cost["objective"]
+    kinds: dict[str, list] = {}  # a curve point costs the same on every node: its share differs by kind
+    for n in plan.nodes:
+        kinds.setdefault(f"{n.objective} on {'all rows' if n.data == 'all' else 'a curriculum subset'}",
+                         []).append(n.key)
+    by_kind = {}
+    for kind, keys in kinds.items():
+        c = store.cost(keys)
+        tr = c.get("boost", 0.0) + c.get("objective", 0.0)
+        if c.get("trees") and tr:
+            by_kind[kind] = {"nodes": len(keys), "trees": int(c["trees"]),
+                             "training_per_tree": round(tr / c["trees"], 3),
+                             "curves_per_tree": round(c.get("eval", 0.0) / c["trees"], 4),
+                             "curves_share": round(c.get("eval", 0.0) / tr, 4),
+                             "checkpoints_share": round(c.get("checkpoint", 0.0) / tr, 4)}
     attempts = state.doc["attempts"]
     summary = {
         "trees_built": int(cost["trees"]), "trees_planned": plan.trees,
@@ -213,7 +228,7 @@ def main() -> int:
         "checkpoints_share_of_training": round(cost["checkpoint"] / train, 4),
         "peak_rss_gib": max([a.get("peak_rss_gib", 0) for a in attempts] +
                             [s.get("peak_rss_gib", 0) for s in steps.values()]),
-        "cost_seconds": {k: round(v, 1) for k, v in cost.items()}, **rep}
+        "cost_seconds": {k: round(v, 1) for k, v in cost.items()}, "by_kind": by_kind, **rep}
     state.doc["summary"] = summary
     state.save()
     print(json.dumps(state.doc, indent=2))
