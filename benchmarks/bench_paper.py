@@ -200,6 +200,9 @@ def main() -> int:
     rep = {"report": str(Path(cfg.report.out or work / "run" / "report") / "report.md")}
     from pipelines.checkpoints import CheckpointStore
 
+    # the plan again: before the grid's first attempt the curricula did not exist, and a curriculum
+    # node's key holds its curriculum's content (read before, only the all-row nodes' costs matched)
+    _, plan, ckpt_root = plan_info(work, data, args.fold, args.overrides)
     store = CheckpointStore(ckpt_root)
     cost = store.cost([n.key for n in plan.nodes])
     train = cost["boost"] + cost["objective"]
