@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import xgboost as xgb
 
+from udfs import metrics
 from udfs.metrics import NdcgSpec, dcg, idcg, inverse_idcg, ndcg, ndcg_fast, offsets_from_qids
 
 
@@ -101,12 +102,14 @@ def test_equals_xgboost(seed, metric, empty):
     assert ours == pytest.approx(xgb_value, abs=1e-6)
 
 
+@pytest.mark.parametrize("parallel", [False, True])
 @pytest.mark.parametrize("ties", ["input", "worst"])
 @pytest.mark.parametrize("gain, k", [("exp2", 10), ("linear", 3), ("exp2", 1)])
-def test_fast_path_equals_the_evaluator(ties, gain, k):
-    """ndcg_fast (the training curves' kernel: top-k selection, queries in parallel, float32 as given)
-    == ndcg (to rounding: it multiplies by 1/IDCG where ndcg divides), with many tied scores, float32
-    and float64 inputs and empty queries; the same bits whatever the input's float type."""
+def test_fast_path_equals_the_evaluator(ties, gain, k, parallel, monkeypatch):
+    """ndcg_fast (the training curves' kernel: top-k selection, queries serially or in parallel,
+    float32 as given) == ndcg (to rounding: it multiplies by 1/IDCG where ndcg divides), with many tied
+    scores, float32 and float64 inputs and empty queries; the same bits whatever the input's float type."""
+    monkeypatch.setattr(metrics, "PARALLEL_MIN_ROWS", 0 if parallel else 10**9)
     rng = np.random.default_rng(7)
     sizes = rng.integers(1, 60, 500)
     qid = np.repeat(np.arange(sizes.size), sizes)
@@ -120,3 +123,5 @@ def test_fast_path_equals_the_evaluator(ties, gain, k):
     for lab, sc in ((labels.astype(np.float64), scores.astype(np.float64)), (labels.astype(np.int64), scores)):
         np.testing.assert_array_equal(ndcg_fast(off, lab, sc, spec), got)
         np.testing.assert_array_equal(ndcg_fast(off, lab, sc, spec, inverse_idcg(off, labels, spec)), got)
+    monkeypatch.setattr(metrics, "PARALLEL_MIN_ROWS", 10**9 if parallel else 0)
+    np.testing.assert_array_equal(ndcg_fast(off, labels, scores, spec), got)  # the other path: the same bits

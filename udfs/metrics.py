@@ -156,46 +156,63 @@ def ndcg(offsets: np.ndarray, labels: np.ndarray, scores: np.ndarray, spec: Ndcg
 
 
 # ------------------------------------------------ fast path for training curves
-@numba.njit(cache=True, nogil=True, parallel=True)
-def _ndcg_topk_kernel(offsets, labels, scores, k, exp_gain, worst_ties, inv_idcg, empty, out):
-    """NDCG@k per query by top-k selection (O(n·k), no full sort); queries in parallel."""
-    for q in numba.prange(offsets.size - 1):
-        a = offsets[q]
-        n = offsets[q + 1] - a
-        if inv_idcg[q] == 0.0:
-            out[q] = empty
-            continue
-        top = np.empty(k, dtype=np.int64)
-        m = 0  # documents held in `top`, best first
-        for j in range(n):
-            s = scores[a + j]
-            # insertion position: after every held document that ranks above j
-            pos = m
-            while pos > 0:
-                h = top[pos - 1]
-                sh = scores[a + h]
-                if sh > s:
+@numba.njit(cache=True, nogil=True, inline="always")
+def _ndcg_topk_query(q, offsets, labels, scores, k, exp_gain, worst_ties, inv_idcg, empty, top):
+    """NDCG@k of query ``q`` by top-k selection (O(n·k), no full sort); ``top``: k int64 of scratch."""
+    a = offsets[q]
+    n = offsets[q + 1] - a
+    if inv_idcg[q] == 0.0:
+        return empty
+    m = 0  # documents held in `top`, best first
+    for j in range(n):
+        s = scores[a + j]
+        # insertion position: after every held document that ranks above j
+        pos = m
+        while pos > 0:
+            h = top[pos - 1]
+            sh = scores[a + h]
+            if sh > s:
+                break
+            if sh == s:
+                # ties: input order (earlier first) or worst (less relevant first, then input order)
+                if not worst_ties or labels[a + h] < labels[a + j]:
                     break
-                if sh == s:
-                    # ties: input order (earlier first) or worst (less relevant first, then input order)
-                    if not worst_ties or labels[a + h] < labels[a + j]:
-                        break
-                    if labels[a + h] == labels[a + j]:
-                        break
-                pos -= 1
-            if pos >= k:
-                continue
-            end = m if m < k else k - 1
-            for r in range(end, pos, -1):
-                top[r] = top[r - 1]
-            top[pos] = j
-            if m < k:
-                m += 1
-        d = 0.0
-        for r in range(m):
-            y = labels[a + top[r]]
-            d += ((2.0 ** y - 1.0) if exp_gain else y) / math.log2(r + 2.0)
-        out[q] = d * inv_idcg[q]
+                if labels[a + h] == labels[a + j]:
+                    break
+            pos -= 1
+        if pos >= k:
+            continue
+        end = m if m < k else k - 1
+        for r in range(end, pos, -1):
+            top[r] = top[r - 1]
+        top[pos] = j
+        if m < k:
+            m += 1
+    d = 0.0
+    for r in range(m):
+        y = labels[a + top[r]]
+        d += ((2.0 ** y - 1.0) if exp_gain else y) / math.log2(r + 2.0)
+    return d * inv_idcg[q]
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _ndcg_topk_parallel(offsets, labels, scores, k, exp_gain, worst_ties, inv_idcg, empty, out):
+    for q in numba.prange(offsets.size - 1):
+        top = np.empty(k, dtype=np.int64)
+        out[q] = _ndcg_topk_query(q, offsets, labels, scores, k, exp_gain, worst_ties, inv_idcg, empty, top)
+
+
+@numba.njit(cache=True, nogil=True)
+def _ndcg_topk_serial(offsets, labels, scores, k, exp_gain, worst_ties, inv_idcg, empty, out):
+    top = np.empty(k, dtype=np.int64)
+    for q in range(offsets.size - 1):
+        out[q] = _ndcg_topk_query(q, offsets, labels, scores, k, exp_gain, worst_ties, inv_idcg, empty, top)
+
+
+# Queries in parallel where a split is large, serially where it is small: on small splits the parallel
+# kernel is faster alone but made the main job (600 queries) slower beside XGBoost's OpenMP threads
+# (RESULTS.md, "The main job"). Both run the same per-query code: the same bits.
+PARALLEL_MIN_ROWS = 100_000
 
 
 def inverse_idcg(offsets: np.ndarray, labels: np.ndarray, spec: NdcgSpec) -> np.ndarray:
@@ -220,7 +237,8 @@ def ndcg_fast(offsets: np.ndarray, labels: np.ndarray, scores: np.ndarray, spec:
     out = np.empty(offsets.size - 1, dtype=np.float64)
     # float32 labels and scores as they are (no float64 copy per call): every float32 is exact in
     # float64, so comparisons and gains are the same
-    _ndcg_topk_kernel(offsets, _floats(labels), _floats(scores), spec.k, spec.gain == "exp2", spec.ties == "worst",
+    kernel = _ndcg_topk_parallel if offsets[-1] >= PARALLEL_MIN_ROWS else _ndcg_topk_serial
+    kernel(offsets, _floats(labels), _floats(scores), spec.k, spec.gain == "exp2", spec.ties == "worst",
                       np.ascontiguousarray(inv, dtype=np.float64), float(spec.empty), out)
     return out
 
