@@ -20,7 +20,8 @@ before and after, and peak memory (the summed RSS of the step's process tree: dr
 JVM, Python workers; of its JVM; and of its largest Python worker: sampled every 2 s); it is rewritten every 30 s, so an attempt stopped
 from outside loses at most that much of its record. At the end it adds the committed trees'
 cost read from the checkpoints (rank 0's boost, objective, curve and checkpoint seconds; in all and
-by kind of node: objective on all rows or on a curriculum subset) and prints the summary. ``--status`` prints the state and the plan's progress, runs nothing.
+by kind of node: objective on all rows or on a curriculum subset) and prints the summary.
+``--status`` prints the state and the plan's progress, runs nothing.
 
 The node keys hold the code identity (the content of ``pipelines/`` and ``udfs/`` and the library
 versions; pipelines/keys.py): run every attempt with the same computing code (a ``git worktree`` of
@@ -204,15 +205,15 @@ def main() -> int:
     # node's key holds its curriculum's content (read before, only the all-row nodes' costs matched)
     _, plan, ckpt_root = plan_info(work, data, args.fold, args.overrides)
     store = CheckpointStore(ckpt_root)
-    cost = store.cost([n.key for n in plan.nodes])
-    train = cost["boost"] + cost["objective"]
     kinds: dict[str, list] = {}  # a curve point costs the same on every node: its share differs by kind
     for n in plan.nodes:
         kinds.setdefault(f"{n.objective} on {'all rows' if n.data == 'all' else 'a curriculum subset'}",
                          []).append(n.key)
-    by_kind = {}
+    by_kind, cost = {}, {}
     for kind, keys in kinds.items():
-        c = store.cost(keys)
+        c = store.cost(keys)  # each node's checkpoints read once; the fold's total is the kinds' sum
+        for k, v in c.items():
+            cost[k] = cost.get(k, 0.0) + v
         tr = c.get("boost", 0.0) + c.get("objective", 0.0)
         if c.get("trees") and tr:
             by_kind[kind] = {"nodes": len(keys), "trees": int(c["trees"]),
@@ -220,6 +221,12 @@ def main() -> int:
                              "curves_per_tree": round(c.get("eval", 0.0) / c["trees"], 4),
                              "curves_share": round(c.get("eval", 0.0) / tr, 4),
                              "checkpoints_share": round(c.get("checkpoint", 0.0) / tr, 4)}
+    if cost.get("trees", 0) < plan.trees:
+        print(f"the checkpoints under {ckpt_root} hold {int(cost.get('trees', 0))} of this plan's {plan.trees} "
+              "trees: the computing code changed since the grid ran (node keys hold it); run this script "
+              "from the grid's code (its worktree)", file=sys.stderr)
+        return 1
+    train = cost["boost"] + cost["objective"]
     attempts = state.doc["attempts"]
     summary = {
         "trees_built": int(cost["trees"]), "trees_planned": plan.trees,

@@ -239,7 +239,7 @@ def ndcg_fast(offsets: np.ndarray, labels: np.ndarray, scores: np.ndarray, spec:
     # float64, so comparisons and gains are the same
     kernel = _ndcg_topk_parallel if offsets[-1] >= PARALLEL_MIN_ROWS else _ndcg_topk_serial
     kernel(offsets, _floats(labels), _floats(scores), spec.k, spec.gain == "exp2", spec.ties == "worst",
-                      np.ascontiguousarray(inv, dtype=np.float64), float(spec.empty), out)
+           np.ascontiguousarray(inv, dtype=np.float64), float(spec.empty), out)
     return out
 
 
