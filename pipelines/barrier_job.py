@@ -46,7 +46,7 @@ from pipelines.cuts import FoldCuts, reference_matrix
 from pipelines.plan import Node
 from pipelines.session import task_slots
 from pipelines.worker_data import SPLIT_COL, SPLITS, DataError, WorkerData, from_batches, matrix_cuts
-from pipelines.worker_env import XgbComm, check_device, return_freed_memory
+from pipelines.worker_env import XgbComm, check_device, returning_freed_memory
 from pipelines.worker_loop import Settings, run_nodes
 from udfs import schema
 from udfs.letor_chunks import to_uri
@@ -320,11 +320,11 @@ def run_nodes_distributed(spark: SparkSession, df: DataFrame, n_features: int, n
             raise StaleAttemptError("Spark retried the barrier stage, whose XGBoost tracker is spent: "
                              "the driver restarts the job from the last checkpoints instead")
         check_same_code(driver_code)
-        return_freed_memory()  # the batches' buffers, once joined, leave the process (pipelines.worker_env)
         t0 = time.perf_counter()
-        ref = reference_matrix(cuts, int(settings.params.get("nthread") or 0))  # outside the collective
-        # rows stream in as Arrow batches and are kept as bin codes (pipelines.worker_data)
-        data = from_batches(batches, n_features, matrix_cuts(ref), cur_meta)
+        with returning_freed_memory():  # the batches' buffers, once joined, leave the process
+            ref = reference_matrix(cuts, int(settings.params.get("nthread") or 0))  # outside the collective
+            # rows stream in as Arrow batches and are kept as bin codes (pipelines.worker_data)
+            data = from_batches(batches, n_features, matrix_cuts(ref), cur_meta)
         _check_queries(ctx, data)
         load = time.perf_counter() - t0
         client = EventClient(*events) if events and ctx.partitionId() == 0 else None

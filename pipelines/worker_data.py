@@ -19,9 +19,9 @@ This module is the whole data path of a training worker, and where its memory go
 
 After loading, a worker holds: the codes of its three splits (2 bytes a value), XGBoost's
 quantised training matrix of the node it trains, all rows or a subset's (about 2 bytes a value
-with at most 256 bins: a row-wise and a column-wise bin index), labels, qids, offsets and margins. The per-batch buffers freed while
-loading go back to the OS because each barrier task first fixes glibc's mmap threshold
-(:func:`pipelines.worker_env.return_freed_memory`). RESULTS.md ("Memory") has the measured figures.
+with at most 256 bins: a row-wise and a column-wise bin index), labels, qids, offsets and margins.
+The buffers freed while loading and while a matrix is built go back to the OS: both run inside
+:func:`pipelines.worker_env.returning_freed_memory`. RESULTS.md ("Memory") has the measured figures.
 """
 
 from __future__ import annotations

@@ -2,16 +2,19 @@
 
 :class:`XgbComm` all-reduces small evaluation sums on XGBoost's collective (XGBoost all-reduces the
 histograms itself); :class:`LocalComm` is the world of one worker the tests' local twin runs in.
-:func:`openmp_threads` lets XGBoost use the threads a Spark task slot has; :func:`return_freed_memory`
-makes the C allocator give large freed buffers back to the OS; :func:`check_device` refuses a CUDA
-device that would silently fall back to the CPU.
+:func:`openmp_threads` lets XGBoost use the threads a Spark task slot has; :func:`returning_freed_memory`
+makes the C allocator give large freed buffers back to the OS while matrices are built (and reuse them
+in the boosting loop); :func:`check_device` refuses a CUDA device that would silently fall back to
+the CPU.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Protocol
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
 
 import numpy as np
 import xgboost as xgb
@@ -81,29 +84,53 @@ def openmp_threads(n: int) -> list[str]:
     return done
 
 
-#: Buffers from this size up get their own pages from the OS, which go back to it when freed.
+#: While matrices are built: buffers from this size up get their own pages, which go back to the OS when freed.
 MMAP_THRESHOLD = 1 << 20
+#: Between builds (the boosting loop): glibc's largest mmap threshold, with a trim threshold twice that.
+LOOP_MMAP_THRESHOLD = 32 << 20
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
 
 
-def return_freed_memory(threshold: int = MMAP_THRESHOLD) -> bool:
-    """Have glibc's malloc give every freed buffer of ``threshold`` bytes or more back to the OS at once.
-
-    A worker's rows stream in as thousands of batch-sized buffers (a few MB each) that are freed once
-    joined, and XGBoost frees its build buffers after the quantised matrix is made. glibc serves such
-    sizes from its heap once its adaptive threshold has risen (up to 32 MiB) and keeps what is freed
-    there: the process then holds its data twice, about a gigabyte more at paper scale (RESULTS.md,
-    "Memory"). A fixed threshold of 1 MiB sends them to ``mmap`` instead; smaller allocations are
-    unaffected. Returns False where the C library has no ``mallopt`` (not glibc: nothing changes).
-    """
+def _glibc() -> Any:
     import ctypes
     import ctypes.util
 
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        m_mmap_threshold = -3  # glibc's malloc.h
-        return bool(libc.mallopt(m_mmap_threshold, int(threshold)))
-    except (OSError, AttributeError):
-        return False
+        return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
+
+
+@contextmanager
+def returning_freed_memory(threshold: int = MMAP_THRESHOLD) -> Iterator[bool]:
+    """Inside: glibc's malloc gives every freed buffer of ``threshold`` bytes or more back to the OS at once.
+    After: what is free is given back (``malloc_trim``) and large buffers are reused from the heap again.
+
+    Inside is where a worker's rows stream in as thousands of batch-sized buffers (a few MB each),
+    freed once joined, and where XGBoost builds a quantised matrix and frees its build buffers.
+    With glibc's adaptive threshold (up to 32 MiB) those sizes come from its heap, which keeps
+    what is freed: the process then holds its data twice, about a gigabyte more at paper scale
+    (RESULTS.md, "Memory"). A fixed 1 MiB threshold sends them to ``mmap`` instead.
+
+    The boosting loop is the opposite case: each tree allocates and frees the same few buffers
+    (margins, gradients: megabytes at paper scale). Mapped afresh each time, their pages are
+    faulted in and zeroed every tree, which made the Python objective 13% dearer (RESULTS.md,
+    "The allocator in the boosting loop"). So on leaving, the thresholds are fixed where glibc's
+    adaptive ones end (32 MiB, trim at 64 MiB): those buffers stay in the heap and are reused.
+
+    Yields False, and changes nothing, where the C library is not glibc.
+    """
+    libc = _glibc()
+    if libc is not None:
+        libc.mallopt(_M_MMAP_THRESHOLD, int(threshold))
+    try:
+        yield libc is not None
+    finally:
+        if libc is not None:
+            libc.malloc_trim(0)
+            libc.mallopt(_M_MMAP_THRESHOLD, LOOP_MMAP_THRESHOLD)
+            libc.mallopt(_M_TRIM_THRESHOLD, 2 * LOOP_MMAP_THRESHOLD)
 
 
 def check_device(device: str, probe: bool = True) -> None:

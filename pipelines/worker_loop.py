@@ -35,7 +35,7 @@ from pipelines.paths import OBJECTIVES, REGRESSION
 from pipelines.plan import Node
 from pipelines.worker_data import (SplitData, WorkerData, encode, matrix_cuts, representatives, training_matrix,
                                    walkable)
-from pipelines.worker_env import Comm, LocalComm, XgbComm, check_device, openmp_threads
+from pipelines.worker_env import Comm, LocalComm, XgbComm, check_device, openmp_threads, returning_freed_memory
 from udfs.metrics import NdcgSpec, inverse_idcg, ndcg_fast, offsets_from_qids
 from udfs.objectives import BlendSchedule, ObjectiveSettings, objective
 from udfs.trees import add_tree, tree_arrays
@@ -195,16 +195,17 @@ class _Worker:
         """
         tr = self.data.train
         if self._matrix is None or self._matrix[0] != data:
-            self._matrix = None  # freed before the next one is built
             t0 = time.perf_counter()
-            rows = self.data.rows(data)
-            if rows is None:
-                dm = training_matrix(tr, self.ref, self.max_bin, self.nthread, reps=self.reps)
-                self._matrix = (data, dm, None, tr.offsets, None)
-            else:
-                dm = training_matrix(tr, self.ref, self.max_bin, self.nthread, rows=rows, reps=self.reps)
-                comp = np.setdiff1d(np.arange(tr.y.size), rows, assume_unique=True).astype(np.int64)
-                self._matrix = (data, dm, rows, offsets_from_qids(tr.qid[rows]), comp)
+            with returning_freed_memory():  # the build's buffers leave the process; the loop's stay
+                self._matrix = None  # freed before the next one is built
+                rows = self.data.rows(data)
+                if rows is None:
+                    dm = training_matrix(tr, self.ref, self.max_bin, self.nthread, reps=self.reps)
+                    self._matrix = (data, dm, None, tr.offsets, None)
+                else:
+                    dm = training_matrix(tr, self.ref, self.max_bin, self.nthread, rows=rows, reps=self.reps)
+                    comp = np.setdiff1d(np.arange(tr.y.size), rows, assume_unique=True).astype(np.int64)
+                    self._matrix = (data, dm, rows, offsets_from_qids(tr.qid[rows]), comp)
             self.timing["dmatrix"] += time.perf_counter() - t0
             self.timing["matrices"] += 1
         _, dm, rows, offsets, comp = self._matrix
