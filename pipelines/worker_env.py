@@ -10,6 +10,7 @@ the CPU.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Iterator
@@ -91,6 +92,7 @@ LOOP_MMAP_THRESHOLD = 32 << 20
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
 
 
+@functools.cache  # looked up once a process: find_library may run ldconfig or a compiler
 def _glibc() -> Any:
     import ctypes
     import ctypes.util
