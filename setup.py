@@ -27,6 +27,7 @@ INSTALL_REQUIRES = [
 TEST_REQUIRES = [
     "pytest>=8",
     "pytest-timeout>=2.3",
+    "pytest-xdist>=3.5",  # README's test command runs the suite in 2 processes, each with its own Spark session
 ]
 
 # Airflow 3 and its providers. The Spark provider stays below 6: 6.x depends on pyspark-client,

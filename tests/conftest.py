@@ -16,16 +16,47 @@ def golden(name: str) -> tuple[Path, dict]:
 
 
 @pytest.fixture(scope="session")
-def spark():
-    """local[2], few shuffle partitions, no UI, no task retries (DESIGN.md section 7)."""
-    from pipelines.config import SparkConfig
-    from pipelines.session import build_session
+def spark_holder():
+    """The shared local[2] session's keeper (:mod:`tests.spark_holder`): 2 GiB driver, few shuffle
+    partitions, no UI, no task retries (DESIGN.md section 7); the JVM's output goes to ``.test-logs``.
+    Module- and session-scoped fixtures take their session from it (``spark_holder.get()``)."""
+    from tests.spark_holder import SparkHolder
 
-    cfg = SparkConfig(master="local[2]", shuffle_partitions=2, ui=False, driver_memory="2g",
-                      log_level="ERROR", conf={"spark.task.maxFailures": "1"})
-    session = build_session(cfg)
-    yield session
-    session.stop()
+    holder = SparkHolder()
+    yield holder
+    holder.stop()
+
+
+@pytest.fixture
+def spark(spark_holder, request):
+    """A live shared session for one test: if the JVM died (or a test stopped the session) since the last
+    test, a new one is started and the log says so, so a dead JVM costs one test, not the suite."""
+    session = spark_holder.get()
+    request.node.stash[_JVM_LOG] = (spark_holder, spark_holder.jvm_log, spark_holder.jvm_log_size())
+    return session
+
+
+_JVM_LOG = pytest.StashKey[tuple]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test that used the shared session gets the lines its JVM wrote meanwhile (Spark's own
+    errors, the Python workers' stderr) as a report section, and a line saying whether the JVM is alive."""
+    report = yield
+    seen = item.stash.get(_JVM_LOG, None)
+    if seen is not None and report.failed:
+        holder, path, offset = seen
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                text = f.read()[-20000:].decode("utf-8", "replace")
+        except OSError as e:
+            text = f"(cannot read {path}: {e})"
+        alive = holder.dead_reason() if holder.session is not None else "no session"
+        report.sections.append((f"JVM log ({path}), from this test on",
+                                f"{text}\nsession state after the test: {alive or 'alive'}"))
+    return report
 
 
 @pytest.fixture(scope="session")
@@ -39,23 +70,23 @@ def small_letor(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def small_dataset(spark, small_letor, tmp_path_factory) -> str:
+def small_dataset(spark_holder, small_letor, tmp_path_factory) -> str:
     """``small_letor`` ingested (MSLR rotation, subsets S1..S5)."""
     from pipelines.config import IngestConfig, load_dataset_spec
     from pipelines.ingest import ingest
 
     out = tmp_path_factory.mktemp("ds") / "dataset"
-    ingest(spark, str(small_letor), str(out), load_dataset_spec("mslr"), IngestConfig(chunk_bytes=300_000))
+    ingest(spark_holder.get(), str(small_letor), str(out), load_dataset_spec("mslr"), IngestConfig(chunk_bytes=300_000))
     return str(out)
 
 
 @pytest.fixture(scope="session")
-def small_difficulty(spark, small_dataset, tmp_path_factory) -> str:
+def small_difficulty(spark_holder, small_dataset, tmp_path_factory) -> str:
     """Difficulty scores of ``small_dataset`` with the default conventions."""
     from pipelines.config import DifficultyConfig
     from pipelines.difficulty import run_difficulty
     from udfs.metrics import NdcgSpec
 
     out = tmp_path_factory.mktemp("diff") / "scores"
-    run_difficulty(spark, small_dataset, str(out), DifficultyConfig(), NdcgSpec())
+    run_difficulty(spark_holder.get(), small_dataset, str(out), DifficultyConfig(), NdcgSpec())
     return str(out)

@@ -158,8 +158,9 @@ EASIEST_BM25 = [5, 2, 4, 6]
 
 
 @pytest.fixture(scope="module")
-def tiny(spark, tmp_path_factory):
+def tiny(spark_holder, tmp_path_factory):
     """(dataset, difficulty) of TINY as a one-fold LETOR 4.0 set (labels 0..2; only 0 and 1 occur)."""
+    spark = spark_holder.get()
     from pipelines.config import DifficultyConfig, IngestConfig, load_dataset_spec
     from pipelines.difficulty import run_difficulty
     from pipelines.ingest import ingest

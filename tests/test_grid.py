@@ -51,7 +51,8 @@ def test_children_of_a_fold(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def grid_run(spark, small_dataset, tmp_path_factory):
+def grid_run(spark_holder, small_dataset, tmp_path_factory):
+    spark = spark_holder.get()
     tmp = tmp_path_factory.mktemp("grid")
     cfg = _cfg(tmp)
     summary = run_grid(spark, cfg, data=small_dataset)

@@ -56,7 +56,8 @@ def _histories(cfg, summary):
 
 
 @pytest.fixture(scope="module")
-def straight(spark, small_dataset, tmp_path_factory):
+def straight(spark_holder, small_dataset, tmp_path_factory):
+    spark = spark_holder.get()
     cfg = _cfg(tmp_path_factory.mktemp("straight") / "work")
     summary = run_grid(spark, cfg, data=small_dataset)
     return cfg, summary
@@ -182,11 +183,15 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def _python_workers() -> list[int]:
-    """PIDs of PySpark Python workers forked by an executor's daemon (children of `pyspark.daemon`)."""
+def _python_workers(root: subprocess.Popen) -> list[int]:
+    """PIDs of PySpark Python workers forked by an executor's daemon (children of `pyspark.daemon`) under
+    ``root``: never the shared session's own workers (this test kills its own Spark, not the suite's)."""
     procs = _processes()
-    return [p for p, (cmd, ppid) in procs.items()
-            if "pyspark.daemon" in cmd and "pyspark.daemon" in procs.get(ppid, ("", 0))[0]]
+    tree, new = set(), {root.pid}
+    while new:
+        tree |= new
+        new = {p for p, (_, ppid) in procs.items() if ppid in new} - tree
+    return [p for p in tree if "pyspark.daemon" in procs[p][0] and "pyspark.daemon" in procs.get(procs[p][1], ("", 0))[0]]
 
 
 def test_killed_executor_worker_is_retried_from_checkpoints(spark, small_dataset, tmp_path):
@@ -207,7 +212,7 @@ def test_killed_executor_worker_is_retried_from_checkpoints(spark, small_dataset
         ckpt = work / "checkpoints"
         while time.time() < deadline and proc.poll() is None:
             if not killed and ckpt.is_dir() and len(list(ckpt.glob("*/trees-*.json"))) >= 3:
-                workers = _python_workers()  # the barrier tasks' workers (and idle ones: harmless)
+                workers = _python_workers(proc)  # the barrier tasks' workers (and idle ones: harmless)
                 for pid in workers:
                     try:
                         os.kill(pid, signal.SIGKILL)

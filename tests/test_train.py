@@ -130,8 +130,9 @@ def _write_letor(path: Path, split: SplitData) -> None:
 
 
 @pytest.fixture(scope="module")
-def coarse_dataset(spark, tmp_path_factory):
+def coarse_dataset(spark_holder, tmp_path_factory):
     """One fold of coarse features (fewer distinct values than max_bin: exact quantile cuts)."""
+    spark = spark_holder.get()
     rng = np.random.default_rng(5)
     splits = {"train": _split(rng, 160), "vali": _split(rng, 40), "test": _split(rng, 40)}
     return _ingested(spark, tmp_path_factory.mktemp("coarse"), splits), splits
@@ -210,9 +211,10 @@ def test_two_workers_equal_one_worker_with_python_objectives(spark, coarse_datas
 
 
 @pytest.fixture(scope="module")
-def fine_dataset(spark, tmp_path_factory):
+def fine_dataset(spark_holder, tmp_path_factory):
     """One fold of continuous features (far more distinct values than max_bin): sketches of different
     rows give different cuts, so per-worker cuts would make the trees depend on the worker count."""
+    spark = spark_holder.get()
     rng = np.random.default_rng(9)
     splits = {"train": _split(rng, 150, coarse=False), "vali": _split(rng, 30, coarse=False),
               "test": _split(rng, 30, coarse=False)}
