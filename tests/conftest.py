@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+from tests.spark_holder import QUICK_JVM
+
 GOLDEN = Path(__file__).parent / "data" / "golden"
+
+os.environ.setdefault("SPARK_SUBMIT_OPTS", QUICK_JVM)  # every driver JVM a test's subprocess starts
 
 
 def golden(name: str) -> tuple[Path, dict]:
@@ -90,3 +95,14 @@ def small_difficulty(spark_holder, small_dataset, tmp_path_factory) -> str:
     out = tmp_path_factory.mktemp("diff") / "scores"
     run_difficulty(spark_holder.get(), small_dataset, str(out), DifficultyConfig(), NdcgSpec())
     return str(out)
+
+
+#: Modules that cost minutes (``--durations``), started first: README's test command runs the suite in two
+#: pytest-xdist workers, one module at a time each (``--dist loadfile``: a module's fixtures are built once),
+#: and a long module started last would leave one worker running alone at the end.
+FIRST = ("test_cluster.py", "test_deploy.py", "test_resume.py", "test_keys.py", "test_cli.py", "test_airflow.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))  # stable: the rest keep their order

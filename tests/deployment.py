@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.spark_holder import QUICK_JVM
+
 REPO = Path(__file__).resolve().parent.parent
 PG_BIN_DIRS = ["/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/17/bin"]
 
@@ -206,8 +208,7 @@ class Deployment:
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[1]"}),
             "PATH": self.venv_bin + os.pathsep + env.get("PATH", ""),
-            # the jobs' driver JVMs: no C2 compiler, serial GC (about 40% less CPU per tiny spark-submit)
-            "SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+            "SPARK_SUBMIT_OPTS": QUICK_JVM,  # the jobs' driver JVMs
             "PYTHONUNBUFFERED": "1",
         })
         env.update(self.extra_env)

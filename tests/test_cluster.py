@@ -32,6 +32,7 @@ import pyspark
 import pytest
 
 from pipelines.curriculum import QUERIES
+from tests.spark_holder import QUICK_JVM
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +46,6 @@ COMMON = ["spark.shuffle_partitions=2", "train.workers=2", "train.nthread=1", "t
           "train.max_bin=32", "train.score_dist_trees=[2]", "train.checkpoint_every=2", "train.tracker_timeout=300"]
 #: Left out of the test's archive (``ltr pack --exclude``): PySpark's jars and NCCL (GPU only).
 PACK_EXCLUDE = ["lib/python3.*/site-packages/pyspark/jars/*", "lib/python3.*/site-packages/nvidia/*"]
-#: JVM options of every JVM the test starts (master, workers, drivers, executors): no C2 compiler, serial GC.
-#: Tiny jobs on 2 cores spend more CPU compiling and collecting than computing (measured on the Airflow
-#: test's spark-submits: about 40% less CPU each); the results do not depend on the JIT.
-QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 GRID = ["grid.experiment=cluster", f"grid.folds=[{FOLD}]", "grid.trees=4", "grid.switch_points=[2]",
         "grid.strategies=[q_nrel]", "grid.extra_paths={}", "grid.extra_curricula={}", "grid.log_models=false"]
 

@@ -124,8 +124,7 @@ def _git(repo: Path, *args: str) -> None:
 def _train(repo: Path, data: str, work: Path) -> dict:
     """``ltr train`` run by the code of ``repo`` (its packages first on the path): the trees it built."""
     out = work / "model"
-    # quick JVMs (no C2 compiler, serial GC): tiny jobs, four JVM starts
-    env = {**os.environ, "PYTHONPATH": str(repo), "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+    env = {**os.environ, "PYTHONPATH": str(repo)}  # quick JVMs: SPARK_SUBMIT_OPTS (tests/conftest.py)
     r = subprocess.run([sys.executable, "-m", "pipelines.cli", "train", "--data", data, "--fold", "1",
                         "--path", "mse:2,lambdamart:2", "--out", str(out), "--master", "local[1]",
                         "--set", f"work_dir={work}", "--set", "train.leaves=4", "--set", "train.max_bin=16",

@@ -40,7 +40,8 @@ def test_a_dead_jvm_costs_one_test(tmp_path):
     (tmp_path / "conftest.py").write_text("from tests.conftest import *  # noqa: F403\n"
                                           "from tests.conftest import _JVM_LOG  # noqa: F401\n")
     (tmp_path / "test_inner.py").write_text(INNER)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "LTR_TEST_JVM_LOGS": str(tmp_path / "logs")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS"))}
+    env.update(PYTHONPATH=str(ROOT), LTR_TEST_JVM_LOGS=str(tmp_path / "logs"))  # a plain pytest run, not xdist's
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "log_level=WARNING",
                            "-rA", "test_inner.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=400)
