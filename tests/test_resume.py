@@ -194,6 +194,15 @@ def _python_workers(root: subprocess.Popen) -> list[int]:
     return [p for p in tree if "pyspark.daemon" in procs[p][0] and "pyspark.daemon" in procs.get(procs[p][1], ("", 0))[0]]
 
 
+def _all_executors(cores: int, **conf: str) -> str:
+    """``--set spark.conf=...`` that makes a `local-cluster` application wait (up to 3 minutes) until executors
+    with ``cores`` cores in all have registered: on a loaded machine the second executor may register
+    seconds after the first job is planned, and the automatic worker count would see one barrier slot.
+    (Standalone's ratio counts against ``spark.cores.max``, so that is set too.)"""
+    return "spark.conf=" + json.dumps({"spark.cores.max": str(cores), "spark.scheduler.minRegisteredResourcesRatio":
+                                       "1.0", "spark.scheduler.maxRegisteredResourcesWaitingTime": "180s", **conf})
+
+
 def test_killed_executor_worker_is_retried_from_checkpoints(spark, small_dataset, tmp_path):
     """kill -9 the executors' Python workers mid-node on a two-JVM `local-cluster` master: the job is
     started again from the last checkpoints (nothing hangs), and the results equal an uninterrupted run."""
@@ -202,7 +211,8 @@ def test_killed_executor_worker_is_retried_from_checkpoints(spark, small_dataset
              "grid.mse=false", "train.workers=2", "train.nthread=1", "train.tracker_timeout=120"]
     cmd = [sys.executable, "-m", "pipelines.cli", "grid", "--master", "local-cluster[2,1,1024]", "--data",
            small_dataset, "--log-level", "WARNING",
-           *[a for o in [*OVERRIDES, *extra, f"work_dir={work}", "train.checkpoint_every=5"] for a in ("--set", o)]]
+           *[a for o in [*OVERRIDES, *extra, f"work_dir={work}", "train.checkpoint_every=5", _all_executors(2)]
+             for a in ("--set", o)]]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
@@ -252,7 +262,8 @@ def test_a_two_worker_train_killed_on_a_cluster_resumes_on_one_worker_with_the_s
     work = tmp_path / "work"
     cmd = [sys.executable, "-m", "pipelines.cli", "train", "--master", "local-cluster[2,2,1024]", "--data",
            small_dataset, "--fold", "1", "--path", path, "--out", str(tmp_path / "killed"), "--log-level", "INFO",
-           *[a for o in [*over, f"work_dir={work}", 'spark.conf={"spark.task.cpus": "2"}'] for a in ("--set", o)]]
+           *[a for o in [*over, f"work_dir={work}", _all_executors(4, **{"spark.task.cpus": "2"})]
+             for a in ("--set", o)]]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
