@@ -132,37 +132,32 @@ class SparkHolder:
         return f"this process still holds the JVM's stdin pipe (fd {fd})"
 
     def _forget(self) -> None:
-        """Drop PySpark's process-wide state of the old session (and its JVM if it is dead)."""
+        """Drop PySpark's process-wide state of the old session; a JVM that is dead or does not answer is
+        dropped too (a stopped session on a JVM that answers keeps its JVM: the next context runs there)."""
         from pyspark import SparkContext
         from pyspark.sql import SparkSession
         from pyspark.sql.context import SQLContext
 
         gateway = SparkContext._gateway  # noqa: SLF001
         proc = getattr(gateway, "proc", None)
-        alive = proc is not None and proc.poll() is None
-        if alive:
+        keep_jvm = False
+        if proc is not None and proc.poll() is None:
             try:  # a stopped (or stuck) session on a JVM that still runs: stop it, keep nothing of it
                 self.session.stop()
-            except Exception:  # noqa: BLE001
-                pass
-            try:
                 jsc = self.session.sparkContext._jsc  # noqa: SLF001
-                if jsc is None or jsc.sc().isStopped():
-                    self.session = None
-                    SparkSession._instantiatedSession = SparkSession._activeSession = None  # noqa: SLF001
-                    SQLContext._instantiatedContext = None  # noqa: SLF001
-                    SparkContext._active_spark_context = None  # noqa: SLF001
-                    return  # the same JVM, a new context
-            except Exception:  # noqa: BLE001
+                keep_jvm = jsc is None or jsc.sc().isStopped()
+            except Exception:  # noqa: BLE001 - the JVM does not answer: a new one below
                 pass
-            proc.kill()  # it runs but does not answer: a new JVM
-            proc.wait()
-        if gateway is not None:
-            try:
-                gateway.shutdown()
-            except Exception:  # noqa: BLE001
-                pass
-        SparkContext._gateway = SparkContext._jvm = None  # noqa: SLF001
+            if not keep_jvm:
+                proc.kill()
+                proc.wait()
+        if not keep_jvm:
+            if gateway is not None:
+                try:
+                    gateway.shutdown()
+                except Exception:  # noqa: BLE001
+                    pass
+            SparkContext._gateway = SparkContext._jvm = None  # noqa: SLF001
         SparkContext._active_spark_context = None  # noqa: SLF001
         SparkSession._instantiatedSession = SparkSession._activeSession = None  # noqa: SLF001
         SQLContext._instantiatedContext = None  # noqa: SLF001
