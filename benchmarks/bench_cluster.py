@@ -1,6 +1,6 @@
 """Per-tree cost of a 2-worker ``ltr train`` on a standalone cluster against the same run on ``local[2]``.
 
-    python benchmarks/bench_cluster.py [--work bench-out/cluster] [--queries 2000] [--trees 40] [--repeats 2]
+    python -m benchmarks.bench_cluster [--work bench-out/cluster] [--queries 2000] [--trees 40] [--repeats 2]
 
 Both sides, on the same data and machine, alternately: ``ltr train --workers 2
 --nthread 1`` (two barrier workers of one thread, histograms all-reduced over
@@ -33,8 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling script, run as `python benchmarks/...`
-from bench_parallel import standalone  # noqa: E402
+from benchmarks.bench_parallel import standalone
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,11 +1,12 @@
 """One curve point split into its parts, at the paper fold's shape: reading the new tree, walking the
 bin codes of vali and test, NDCG@10 of both (the parts of the ``eval`` cost that bench_train reports).
 
-    python benchmarks/bench_curve_parts.py [--eval-rows 760000] [--trees 25] [--code DIR]
+    python -m benchmarks.bench_curve_parts [--eval-rows 760000] [--trees 25]
 
 Synthetic data (no dataset needed): 64-leaf lossguide trees trained on 200,000 rows x 136 features whose
 label depends on 60 of them, two eval splits of ``--eval-rows`` rows in queries of 60-180 documents;
-2 threads. ``--code`` imports ``udfs`` from another checkout (side by side).
+2 threads. Side by side with another checkout: ``PYTHONPATH=/other/checkout python -m
+benchmarks.bench_curve_parts`` run from there.
 """
 
 from __future__ import annotations
@@ -13,18 +14,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--eval-rows", type=int, default=760_000)
     ap.add_argument("--trees", type=int, default=25)
-    ap.add_argument("--code", default=str(ROOT))
     args = ap.parse_args()
-    sys.path.insert(0, str(Path(args.code).resolve()))
     import numba
     import numpy as np
     import xgboost as xgb

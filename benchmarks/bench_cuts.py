@@ -1,6 +1,6 @@
 """Global histogram cuts from a sample against cuts sketched from the whole training split, side by side.
 
-    python benchmarks/bench_cuts.py [--queries 31531] [--trees 300] [--samples 200000,0] [--work bench-out]
+    python -m benchmarks.bench_cuts [--queries 31531] [--trees 300] [--samples 200000,0] [--work bench-out]
 
 Before global cuts, each worker sketched its own rows (the workers' sketches merged); on a local
 master (one worker, the default) that is the sketch of the whole training split, which
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench_train import dataset  # the same generated data as bench_train.py (run as a script: benchmarks/ on the path)
+from benchmarks.bench_train import dataset
 from pipelines.barrier_job import make_settings
 from pipelines.checkpoints import CheckpointStore
 from pipelines.config import SparkConfig, TrainConfig

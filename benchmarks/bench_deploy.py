@@ -8,7 +8,7 @@ the units, the report). Reported per P: the DAG run's wall time (trigger to end)
 memory of everything started (services and their task processes, spark-submits, Spark's Python workers),
 sampled every 0.5 s, and its peak during training.
 
-    python benchmarks/bench_deploy.py [--parallelism 1,2,3] [--queries 200] [--folds 1] [--trees 30]
+    python -m benchmarks.bench_deploy [--parallelism 1,2,3] [--queries 200] [--folds 1] [--trees 30]
 
 Baseline: P = 1 (units one after another) on the same machine in the same run. Needs what
 ``tests/test_deploy.py`` needs (PostgreSQL's binaries, the [airflow,deploy] extras).
@@ -21,13 +21,10 @@ import json
 import sys
 import threading
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from proctree import tree_rss  # noqa: E402
-from tests.deployment import Deployment, missing  # noqa: E402
+from pipelines.proctree import tree_rss
+from tests.deployment import Deployment, missing
 
 
 def one(p: int, queries: int, folds: list[int], trees: int) -> dict:

@@ -1,6 +1,6 @@
 """Difficulty scoring speed, side by side on the same dataset and Spark session.
 
-    python benchmarks/bench_difficulty.py --data DATASET [--repeat 2]
+    python -m benchmarks.bench_difficulty --data DATASET [--repeat 2]
 
 ``DATASET`` is an ``ltr ingest`` output (the full-scale one: ``bench_ingest.py
 --full-scale`` writes ``<work>/web30k_ds``). Contenders, alternating:

@@ -1,7 +1,7 @@
 """Ingest throughput, side by side on the same file and machine.
 
-    python benchmarks/bench_ingest.py [--rows 500000] [--work bench-out] [--repeat 3]
-    python benchmarks/bench_ingest.py --full-scale [--work bench-out]
+    python -m benchmarks.bench_ingest [--rows 500000] [--work bench-out] [--repeat 3]
+    python -m benchmarks.bench_ingest --full-scale [--work bench-out]
 
 Default mode: one MSLR-shaped LETOR file of at least ``--rows`` rows (the five
 test files of a generated dataset, concatenated), its bytes warm in the page
@@ -43,8 +43,7 @@ from pipelines.generate import generate, query_plan
 from pipelines.ingest import ingest
 from pipelines.session import build_session
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling module, run as `python benchmarks/...`
-from proctree import tree_rss  # noqa: E402
+from pipelines.proctree import tree_rss
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,6 +1,6 @@
 """The main job's duration, as README states it: ``ltr run`` from nothing, timed by this script.
 
-    python benchmarks/bench_main.py [--repeats 3] [--work bench-out/main]
+    python -m benchmarks.bench_main [--repeats 3] [--work bench-out/main]
 
 Each repeat runs README's main command's job (``ltr run``, default config: generate 600
 queries, ingest, difficulty, curricula, the default grid, the report) as a fresh process in

@@ -1,7 +1,7 @@
 """Peak memory of one training job as the data grows: the whole process tree, the driver JVM and
 the Python worker alone, for the code of this checkout or of another (side by side).
 
-    python benchmarks/bench_memory.py [--sizes 600,6000,31531] [--trees 40] [--work bench-out/memory]
+    python -m benchmarks.bench_memory [--sizes 600,6000,31531] [--trees 40] [--work bench-out/memory]
                                       [--code DIR --label NAME] [--set KEY=VALUE ...]
                                       [--path 'lambdamart@l_hrel:20,lambdamart:20' --curriculum DIR]
 
@@ -29,9 +29,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from proctree import kill_tree, tree_memory  # noqa: E402
+from pipelines.proctree import kill_tree, tree_memory
 
 GIB = 2**30
 

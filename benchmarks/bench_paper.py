@@ -1,6 +1,6 @@
 """One fold of the paper's protocol at full scale, in the background, resumable across sessions.
 
-    python benchmarks/bench_paper.py [--work bench-out/paper] [--queries 31531] [--fold 1]
+    python -m benchmarks.bench_paper [--work bench-out/paper] [--queries 31531] [--fold 1]
                                      [--interrupt-at 0.1] [--keep-letor] [--status]
 
 Steps, each skipped when its output exists (run the same command again after any stop):
@@ -43,11 +43,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling scripts, run as `python benchmarks/...`
 
-from bench_resume import built_trees  # noqa: E402
-from proctree import kill_tree, tree_memory  # noqa: E402
+from benchmarks.bench_resume import built_trees
+from pipelines.proctree import kill_tree, tree_memory
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

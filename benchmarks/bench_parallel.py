@@ -1,6 +1,6 @@
 """``ltr grid --parallel 2`` against ``--parallel 1``, side by side on the same data and machine.
 
-    python benchmarks/bench_parallel.py [--work bench-out/parallel] [--data DIR] [--standalone] [--no-local]
+    python -m benchmarks.bench_parallel [--work bench-out/parallel] [--data DIR] [--standalone] [--no-local]
 
 Local (default master ``local[*]``): the default grid with ``--parallel 1`` (one
 job per fold, one worker with all the cores) and with ``--parallel 2`` (ready

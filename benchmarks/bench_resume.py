@@ -1,6 +1,6 @@
 """Crash and restart of a grid, side by side with an uninterrupted grid on the same machine.
 
-    python benchmarks/bench_resume.py [--work bench-out/resume] [--kill-at 0.6] [--queries 600]
+    python -m benchmarks.bench_resume [--work bench-out/resume] [--kill-at 0.6] [--queries 600]
 
 1. ``ltr run``'s data (``--queries``, generated and ingested once, reused);
 2. the default grid uninterrupted (``ltr grid``, fresh work directory): wall time T0;
@@ -26,8 +26,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling module, run as `python benchmarks/...`
-from proctree import kill_tree  # noqa: E402
+from pipelines.proctree import kill_tree
 
 
 def ltr(*args: str) -> list[str]:

@@ -1,6 +1,6 @@
 """Training speed, side by side on the same fold, data and machine.
 
-    python benchmarks/bench_train.py [--queries 7000] [--trees 60] [--work bench-out]
+    python -m benchmarks.bench_train [--queries 7000] [--trees 60] [--work bench-out]
                                      [--grid | --grid-only | --costs-only]
 
 Data: a generated MSLR-shaped dataset (``--queries``, fold 1: about 3/5 of the

@@ -1,6 +1,6 @@
 """1, 2 and 3 barrier workers on a `local-cluster` master: the same trees on the fold's global cuts.
 
-    python benchmarks/bench_workers.py [--queries 2000] [--path mse:20,lambdamart:40]
+    python -m benchmarks.bench_workers [--queries 2000] [--path mse:20,lambdamart:40]
                                        [--sample-rows 50000] [--work bench-out]
 
 Trains the same path with 1, 2 and 3 single-thread workers (``local-cluster[3,1,1536]``: three
@@ -14,7 +14,7 @@ local checkpoint store: take, renew (what every checkpoint does) and release, ti
 The same script runs on the code before global cuts, for the side by side (per-worker sketches;
 no sample, no lease)::
 
-    git worktree add /tmp/old 82ddc6d && cd /tmp/old && PYTHONPATH=/tmp/old python /path/to/benchmarks/bench_workers.py
+    git worktree add /tmp/old 82ddc6d && cd /tmp/old && PYTHONPATH=/tmp/old python -m benchmarks.bench_workers
 """
 
 from __future__ import annotations

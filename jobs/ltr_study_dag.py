@@ -165,11 +165,13 @@ class LtrSubmitOperator(SparkSubmitOperator):
         self.application_args = [str(b) for a in self.application_args or []
                                  for b in (a if isinstance(a, (list, tuple)) else [a])]
         hook = self._hook = self._get_hook()
+        self._tree = None
         printed: list[str] = []
         process_log = hook._process_spark_submit_log
 
         def tee(lines):
             for line in lines:
+                self._remember_tree()
                 if line.lstrip().startswith("{"):
                     printed.append(line.strip())
                 yield line
@@ -197,26 +199,27 @@ class LtrSubmitOperator(SparkSubmitOperator):
         self._kill_tree()
         super().on_kill()
 
-    def _kill_tree(self) -> None:
-        """SIGKILL spark-submit's whole process tree (its JVM, the Python driver, PySpark's workers: these run in
-        process groups of their own, so the tree is walked), so that neither a timed-out nor a killed task
-        leaves a driver training, and holding the leases of its nodes, beside its retry."""
-        import psutil
+    def _remember_tree(self) -> None:
+        """Record spark-submit's process tree (at most every 2 s, while its log is read), so that a kill also
+        reaches processes whose parent already died (:class:`pipelines.proctree.ProcessTree`)."""
+        from pipelines.proctree import ProcessTree
 
         sp = getattr(getattr(self, "_hook", None), "_submit_sp", None)
-        if sp is None or sp.poll() is not None:
+        if sp is None:
             return
-        try:
-            procs = [psutil.Process(sp.pid)]
-            procs += procs[0].children(recursive=True)
-        except psutil.NoSuchProcess:
-            return
-        for p in procs:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(procs, timeout=30)
+        if getattr(self, "_tree", None) is None or self._tree.root != sp.pid:
+            self._tree = ProcessTree(sp.pid)
+        self._tree.remember(every=2.0)
+
+    def _kill_tree(self) -> None:
+        """Freeze, then SIGKILL spark-submit's whole process tree (its JVM, the Python driver, PySpark's workers:
+        these run in process groups of their own, so the tree is walked) and the processes remembered from it,
+        so that neither a timed-out nor a killed task leaves a driver training, and holding the leases of its
+        nodes, beside its retry (:func:`pipelines.proctree.kill_tree`)."""
+        self._remember_tree()
+        tree = getattr(self, "_tree", None)
+        if tree is not None:
+            tree.kill()
 
 
 # ----------------------------------------------------------------- decisions (no Spark)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pipelines.proctree import kill_tree, tree_pids
 from tests.spark_holder import QUICK_JVM
 
 REPO = Path(__file__).resolve().parent.parent
@@ -58,29 +58,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _tree(pid: int) -> list[Any]:
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-
-
-def kill_tree(pid: int, sig: int = signal.SIGKILL) -> int:
-    """Send ``sig`` to ``pid`` and every descendant (children first found, then signalled); returns how many."""
-    import psutil
-
-    procs = _tree(pid)
-    for p in procs:
-        try:
-            p.send_signal(sig)
-        except psutil.NoSuchProcess:
-            pass
-    return len(procs)
 
 
 class Deployment:
@@ -313,7 +290,7 @@ class Deployment:
         for name in ("scheduler", "dag-processor", "api-server", "mlflow"):
             p = self.procs.get(name)
             if p is not None:
-                kill_tree(p.pid, signal.SIGKILL)
+                kill_tree(p.pid)
         for name in ("scheduler", "dag-processor", "api-server", "mlflow"):
             p = self.procs.get(name)
             if p is not None:
@@ -325,7 +302,7 @@ class Deployment:
         import psutil
 
         pg = self.procs.get("postgres")
-        keep = {p.pid for p in _tree(pg.pid)} if pg is not None else set()
+        keep = set(tree_pids(pg.pid)) if pg is not None else set()
         for p in psutil.process_iter(["pid", "cmdline", "cwd"]):
             try:
                 text = " ".join(p.info["cmdline"] or [])

@@ -32,6 +32,7 @@ import pyspark
 import pytest
 
 from pipelines.curriculum import QUERIES
+from pipelines.proctree import kill_tree, signal_tree
 from tests.spark_holder import QUICK_JVM
 
 log = logging.getLogger(__name__)
@@ -51,24 +52,16 @@ GRID = ["grid.experiment=cluster", f"grid.folds=[{FOLD}]", "grid.trees=4", "grid
 
 
 def _stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    """SIGTERM the process group of ``proc`` (a JVM and whatever it started), SIGKILL after ``grace`` s."""
-    if proc.poll() is not None:
+    """SIGTERM ``proc``'s tree (a JVM shuts down cleanly), then after ``grace`` s freeze and SIGKILL whatever is
+    left of it (:func:`pipelines.proctree.kill_tree`: an executor's PySpark daemon runs in a process group of
+    its own, which a group kill would miss), and reap it."""
+    if proc.poll() is None:
+        signal_tree(proc.pid, sig=signal.SIGTERM)
         try:
-            os.killpg(proc.pid, signal.SIGKILL)  # stragglers of a group whose leader ended
-        except (ProcessLookupError, PermissionError):
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
             pass
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        pass
-    except ProcessLookupError:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    kill_tree(proc.pid)
     proc.wait()
 
 
@@ -85,7 +78,7 @@ def _cluster_env(conf_dir: Path) -> dict[str, str]:
 
 
 class StandaloneCluster:
-    """``spark-class`` master + workers on loopback; :meth:`stop` ends every process group it started."""
+    """``spark-class`` master + workers on loopback; :meth:`stop` ends every process tree it started."""
 
     def __init__(self, root: Path, workers: int = 2) -> None:
         self.root = root

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.deployment import Deployment, kill_tree, missing
+from pipelines.proctree import kill_tree
+from tests.deployment import Deployment, missing
 
 pytestmark = pytest.mark.skipif(bool(missing()), reason=missing() or "ok")
 
@@ -97,7 +98,7 @@ class Killer:
             cmd = p.info["cmdline"] or []
             if "org.apache.spark.deploy.SparkSubmit" in cmd and f"1:{self.unit}" in cmd and str(self.work) in " ".join(cmd):
                 task = p.parent()  # the Airflow task process that ran spark-submit
-                self.killed = kill_tree(task.pid)
+                self.killed = len(kill_tree(task.pid))
                 self.done_at = latest
                 return
 

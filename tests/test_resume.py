@@ -20,6 +20,7 @@ from pipelines.checkpoints import CheckpointStore
 from pipelines.config import load_config
 from pipelines.grid import checkpoint_root, plan_fold, run_grid, show_plan
 from pipelines.plan import DONE
+from pipelines.proctree import kill_tree, python_workers, signal_tree
 from pipelines.executor import states_of
 from pipelines.tracking import Tracker
 from pipelines.results import path_result
@@ -140,58 +141,12 @@ def test_plan_command_prints_states_without_training(straight, small_dataset, ca
     assert "--node 0123456789abcdef0123: no plan node of fold(s) [1] has this key" in err and "ltr grid --plan" in err
 
 
-def _processes() -> dict[int, tuple[str, int]]:
-    """pid -> (command line, parent pid) of every process, from /proc."""
-    procs = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        procs[int(d.name)] = (cmd, ppid)
-    return procs
-
-
 def _kill_tree(proc: subprocess.Popen) -> None:
-    """SIGKILL ``proc`` and every process descending from it, and wait until all of them are gone.
-
-    Killing the process group is not enough: PySpark's daemon puts itself and the Python workers it
-    forks in a process group of their own (``os.setpgid(0, 0)`` in ``pyspark/daemon.py``), so a
-    worker inside a barrier task outlives the driver by a moment and may commit one more checkpoint
-    after the test has read the states (seen in CI: 34 trees left to build instead of 36). The tree
-    is frozen with SIGSTOP first (a stopped process forks nothing and keeps its parent), then killed."""
-    tree = _signal_tree(proc, signal.SIGSTOP)
-    for pid in tree:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    """Freeze, then SIGKILL ``proc``'s whole tree (:func:`pipelines.proctree.kill_tree`: PySpark's daemon runs
+    its workers in a process group of their own, so a worker inside a barrier task would outlive a group kill
+    by a moment and could commit one more checkpoint after the test has read the states), and reap it."""
+    kill_tree(proc.pid)
     proc.wait()
-    deadline = time.time() + 30
-    while time.time() < deadline and any(_alive(p) for p in tree):
-        time.sleep(0.05)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
-def _python_workers(root: subprocess.Popen) -> list[int]:
-    """PIDs of PySpark Python workers forked by an executor's daemon (children of `pyspark.daemon`) under
-    ``root``: never the shared session's own workers (this test kills its own Spark, not the suite's)."""
-    procs = _processes()
-    tree, new = set(), {root.pid}
-    while new:
-        tree |= new
-        new = {p for p, (_, ppid) in procs.items() if ppid in new} - tree
-    return [p for p in tree if "pyspark.daemon" in procs[p][0] and "pyspark.daemon" in procs.get(procs[p][1], ("", 0))[0]]
 
 
 def _all_executors(cores: int, **conf: str) -> str:
@@ -222,7 +177,7 @@ def test_killed_executor_worker_is_retried_from_checkpoints(spark, small_dataset
         ckpt = work / "checkpoints"
         while time.time() < deadline and proc.poll() is None:
             if not killed and ckpt.is_dir() and len(list(ckpt.glob("*/trees-*.json"))) >= 3:
-                workers = _python_workers(proc)  # the barrier tasks' workers (and idle ones: harmless)
+                workers = python_workers(proc.pid)  # the barrier tasks' workers (and idle ones: harmless)
                 for pid in workers:
                     try:
                         os.kill(pid, signal.SIGKILL)
@@ -329,7 +284,7 @@ def test_two_processes_on_one_node_one_trains_the_other_waits_or_stops(spark, sm
         while time.time() < deadline and proc.poll() is None and not list(ckpt.glob("*/t*/_checkpoint.json")):
             time.sleep(0.05)  # A holds the lease and has committed its first checkpoint
         assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
-        frozen = _signal_tree(proc, signal.SIGSTOP)  # A mid-node, for as long as B's first try takes
+        frozen = signal_tree(proc.pid, sig=signal.SIGSTOP)  # A mid-node, for as long as B's first try takes
         try:
             before = {p: p.stat().st_mtime_ns for p in ckpt.rglob("*")}
             with pytest.raises(LeaseHeld, match=rf"node \w+ is being written by another process: host \S+ pid "
@@ -367,23 +322,6 @@ def test_two_processes_on_one_node_one_trains_the_other_waits_or_stops(spark, sm
               str(tmp_path / "clean"))
     models = [(tmp_path / d / "model.json").read_bytes() for d in ("a", "b", "c")]
     assert models[0] == models[1] == models[2]
-
-
-def _signal_tree(proc: subprocess.Popen, sig: int) -> set[int]:
-    """Send ``sig`` to ``proc`` and every process descending from it (walked until no new one appears; with
-    SIGSTOP the walk is complete, a stopped process forks nothing); returns their pids."""
-    tree: set[int] = set()
-    while True:
-        procs = _processes()
-        new = ({p for p, (_, ppid) in procs.items() if ppid in tree | {proc.pid}} | {proc.pid}) - tree
-        if not new:
-            return tree
-        for pid in new:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        tree |= new
 
 
 def replace_train(cfg, **changes):
