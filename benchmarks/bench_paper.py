@@ -112,11 +112,12 @@ def overrides(work: Path, fold: int) -> list[str]:
 def plan_info(work: Path, data: str, fold: int, extra: list[str]):
     from pipelines.config import load_config
     from pipelines.dataset import open_dataset
-    from pipelines.grid import checkpoint_root, plan_fold
+    from pipelines.layout import Layout
+    from pipelines.study import plan_fold
 
     cfg = load_config(ROOT / "conf" / "paper.yaml", [*overrides(work, fold), *extra])
     fp = plan_fold(cfg, open_dataset(data), fold)
-    return cfg, fp.plan, checkpoint_root(cfg)
+    return cfg, fp.plan, Layout.of(cfg).checkpoints
 
 
 def main() -> int:

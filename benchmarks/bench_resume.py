@@ -52,7 +52,8 @@ def results(work: Path, data: str) -> tuple[dict, int]:
     """(label -> (final test NDCG, model bytes) of fold 1, trees the fold's plan builds)."""
     from pipelines.config import load_config
     from pipelines.dataset import open_dataset
-    from pipelines.grid import fold_results, plan_fold
+    from pipelines.grid import fold_results
+    from pipelines.study import plan_fold
 
     cfg = load_config(None, [f"work_dir={work}"])
     total = plan_fold(cfg, open_dataset(data), 1).plan.trees

@@ -86,7 +86,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from datetime import timedelta
 from typing import Any
 
@@ -97,8 +96,6 @@ from pipelines.config import jobs_dir
 
 #: The jobs' scripts: the installed package's (or ``$LTR_JOBS_DIR``), wherever this file was copied.
 JOBS = str(jobs_dir())
-#: Written next to the data by ``record_ingest``: what the current dataset was ingested from.
-INGEST_KEY = "_ingest_key.json"
 #: A job's exit code for bad input or configuration (``pipelines.cli``): retrying cannot help.
 EXIT_USAGE = 2
 
@@ -236,6 +233,7 @@ def resolve_study(params: dict[str, Any], run_id: str | None = None) -> dict[str
     ``params``, ``run_id``: the run's params and id (Airflow passes them to a task callable by these names).
     """
     from pipelines.config import ConfigError, load_config
+    from pipelines.layout import Layout
 
     conf, overrides, src = params.get("conf") or "", list(params.get("set") or []), params.get("src") or ""
     try:
@@ -245,20 +243,18 @@ def resolve_study(params: dict[str, Any], run_id: str | None = None) -> dict[str
     if not cfg.grid.folds:
         raise _fail("grid.folds is empty: the study has no fold to train")
     common = (["--conf", conf] if conf else []) + [a for o in overrides for a in ("--set", o)]
-    work = cfg.work_dir
-    letor = os.path.join(work, "letor")
-    data = cfg.grid.data or os.path.join(work, "dataset")
-    difficulty = cfg.grid.difficulty or os.path.join(work, "difficulty")
+    layout = Layout.of(cfg)
+    work, letor, data, difficulty = cfg.work_dir, layout.letor, layout.data, layout.difficulty
     timeouts = {k: params.get(k) for k in ("train_timeout_base_s", "train_timeout_per_tree_s")}
     bad = {k: v for k, v in timeouts.items() if not isinstance(v, (int, float)) or v < 0}
     if bad:
         raise _fail(f"params {bad}: expected seconds >= 0 (0: no limit)")
     # where grid_setup writes its summary (the parent run id) for the tasks after it, whatever the deploy mode
-    setup_record = os.path.join(work, "airflow", re.sub(r"[^A-Za-z0-9_.-]", "_", run_id or "manual"),
-                                "grid_setup.json")
+    setup_record = layout.airflow_record(run_id, "grid_setup.json")
     return {
         "conf": conf, "set": overrides, "work_dir": work, "generate": not src, "src": src or letor,
         "data": data, "difficulty": difficulty, "folds": list(cfg.grid.folds), "setup_record": setup_record,
+        "ingest_record": layout.ingest_key,
         **timeouts,
         "generate_args": ["--out", letor, *common],
         "ingest_args": ["--src", src or letor, "--out", data, *common],
@@ -306,18 +302,18 @@ def _listing(src: str) -> list[list[Any]]:
 
 def ingest_key(study: dict[str, Any]) -> str:
     """Hash of what determines the dataset: source listing, ingest and dataset settings, output, format."""
-    import hashlib
     from dataclasses import asdict
 
     from pipelines.config import load_dataset_spec
     from pipelines.ingest import FORMAT_VERSION
+    from pipelines.keys import ingest_key as key_of
     from udfs.letor_chunks import to_uri
 
     cfg = _load(study)
     doc = {"src": to_uri(study["src"]), "files": _listing(study["src"]), "out": to_uri(study["data"]),
            "ingest": asdict(cfg.ingest), "dataset": asdict(load_dataset_spec(cfg.dataset)),
            "format_version": FORMAT_VERSION}
-    return "sha256:" + hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+    return key_of(doc)
 
 
 def _dataset_fingerprint(data: str) -> str | None:
@@ -333,7 +329,7 @@ def ingest_needed(study: dict[str, Any]) -> str:
     """The key of the ingest's inputs (:func:`ingest_key`) when the dataset must be (re)written; "" (skip)
     when it was ingested from exactly these inputs and still has the fingerprint recorded then.
     The key is taken before the ingest starts, so a source that changes while it runs is ingested again."""
-    path = os.path.join(study["work_dir"], INGEST_KEY)
+    path = study["ingest_record"]
     try:
         with open(path) as f:
             done = json.load(f)
@@ -351,26 +347,25 @@ def ingest_needed(study: dict[str, Any]) -> str:
 def record_ingest(study: dict[str, Any], key: str) -> dict[str, Any]:
     """After a successful ingest, write ``<work_dir>/_ingest_key.json`` (atomically): the inputs' ``key``
     and the dataset's content fingerprint."""
+    from pipelines.storage import write_file_atomic
+
     fp = _dataset_fingerprint(study["data"])
     if fp is None:
         raise RuntimeError(f"ingest succeeded but {study['data']} has no readable _manifest.json")
     doc = {"key": key, "fingerprint": fp, "src": study["src"], "data": study["data"]}
-    os.makedirs(study["work_dir"], exist_ok=True)
-    path = os.path.join(study["work_dir"], INGEST_KEY)
-    with open(path + ".tmp", "w") as f:
-        json.dump(doc, f, indent=2, sort_keys=True)
-    os.replace(path + ".tmp", path)
+    write_file_atomic(study["ingest_record"], json.dumps(doc, indent=2, sort_keys=True).encode())
     return doc
 
 
 def difficulty_needed(study: dict[str, Any]) -> bool:
-    """False when the stored scores carry the key ``ltr grid`` checks (:func:`pipelines.grid.ensure_difficulty`)."""
+    """False when the stored scores carry the key ``ltr grid`` checks (:func:`pipelines.prepare.ensure_difficulty`)."""
     from pipelines.dataset import open_dataset
-    from pipelines.difficulty import difficulty_key, stored_summary
+    from pipelines.difficulty import difficulty_inputs, stored_summary
+    from pipelines.keys import difficulty_key
 
     cfg = _load(study)
-    return stored_summary(study["difficulty"], difficulty_key(open_dataset(study["data"]), cfg.difficulty,
-                                                              cfg.metric)) is None
+    key = difficulty_key(**difficulty_inputs(open_dataset(study["data"]), cfg.difficulty, cfg.metric))
+    return stored_summary(study["difficulty"], key) is None
 
 
 def study_parent(study: dict[str, Any], setup: dict[str, Any] | None) -> dict[str, Any]:
@@ -409,7 +404,7 @@ def unit_args(study: dict[str, Any], parent: dict[str, Any]) -> list[dict[str, A
     past it is killed (its whole process tree) and retried from its checkpoints.
     """
     from pipelines.dataset import open_dataset
-    from pipelines.grid import plan_fold, unfinished_units
+    from pipelines.study import plan_fold, unfinished_units
     from pipelines.tracking import Tracker
 
     if parent.get("finished"):  # every child of every fold FINISHED

@@ -37,7 +37,6 @@ import io
 import json
 import logging
 import re
-import uuid
 import zipfile
 from collections.abc import Mapping
 from typing import Any
@@ -46,7 +45,7 @@ import numpy as np
 import pyarrow.fs as pafs
 
 from pipelines.lease import verify_token
-from udfs.letor_chunks import to_uri
+from pipelines.storage import put_atomic, resolve
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +62,7 @@ class CheckpointStore:
 
     def __init__(self, root: str) -> None:
         self.root = root.rstrip("/")
-        self.fs, self.path = pafs.FileSystem.from_uri(to_uri(self.root))
+        self.fs, self.path = resolve(self.root)
 
     def __reduce__(self) -> tuple[Any, ...]:  # pickled into Spark tasks by its root only
         return (CheckpointStore, (self.root,))
@@ -102,31 +101,12 @@ class CheckpointStore:
     # -- writing (inside the barrier tasks) ------------------------------
     def write_file(self, rel: str, data: bytes) -> None:
         """Write ``ROOT/rel`` whole (see :meth:`_put`): for small files kept beside the checkpoints."""
-        path = f"{self.path}/{rel}"
-        self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-        self._put(path, data)
+        self._put(f"{self.path}/{rel}", data)
 
     def _put(self, path: str, data: bytes) -> None:
-        """Write ``data`` to ``path`` whole: under a temporary name in its directory, then renamed into place."""
-        d, name = path.rsplit("/", 1)
-        tmp = f"{d}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
-        try:
-            with self.fs.open_output_stream(tmp) as f:
-                f.write(data)
-            try:
-                self.fs.move(tmp, path)  # replaces ``path`` on local filesystems (rename) and object stores
-            except OSError:
-                if self.fs.get_file_info(path).type != pafs.FileType.File:
-                    raise
-                # HDFS renames onto no existing file: this one is a crashed attempt's (same content: bit-identical)
-                self.fs.delete_file(path)
-                self.fs.move(tmp, path)
-        except BaseException:
-            try:
-                self.fs.delete_file(tmp)
-            except OSError:
-                pass
-            raise
+        """Write ``data`` to ``path`` whole (:func:`pipelines.storage.put_atomic`: a crashed attempt's file is
+        replaced; its content is the same, training being bit-identical)."""
+        put_atomic(self.fs, path, data)
 
     def write_shard(self, key: str, tree: int, rank: int, arrays: Mapping[str, np.ndarray], *,
                     lease_token: str | None = None) -> None:
@@ -136,16 +116,13 @@ class CheckpointStore:
             verify_token(self, key, lease_token)
         buf = io.BytesIO()
         np.savez(buf, **arrays)
-        d = self._dir(key, tree)
-        self.fs.create_dir(d, recursive=True)
-        self._put(f"{d}/shard-{rank:05d}.npz", buf.getvalue())
+        self._put(f"{self._dir(key, tree)}/shard-{rank:05d}.npz", buf.getvalue())
 
     def write_segment(self, key: str, t_start: int, t_end: int, model: bytes, *,
                       lease_token: str | None = None) -> None:
         """The trees ``t_start..t_end`` of a node (a booster's XGBoost JSON); ``lease_token`` as for shards."""
         if lease_token is not None:
             verify_token(self, key, lease_token)
-        self.fs.create_dir(self._dir(key), recursive=True)
         self._put(f"{self._dir(key)}/trees-{t_start:06d}-{t_end:06d}.json", model)
 
     def commit(self, key: str, tree: int, meta: Mapping[str, Any], *, lease_token: str | None = None) -> None:
@@ -168,9 +145,7 @@ class CheckpointStore:
         """
         if lease_token is not None:
             verify_token(self, key, lease_token)
-        d = self._dir(key, tree)
-        self.fs.create_dir(d, recursive=True)
-        self._put(f"{d}/{MARKER}", json.dumps({**meta, "tree": tree}, sort_keys=True).encode())
+        self._put(f"{self._dir(key, tree)}/{MARKER}", json.dumps({**meta, "tree": tree}, sort_keys=True).encode())
         older = [t for t in self.trees(key) if t < tree]
         for old in older[:-1]:  # keep the previous checkpoint: a reader may be loading it
             self.delete(key, old)

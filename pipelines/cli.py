@@ -19,10 +19,10 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from pipelines.config import Config, ConfigError, load_config, load_dataset_spec
 from pipelines.dataset import DatasetError
+from pipelines.layout import Layout
 
 log = logging.getLogger("ltr")
 
@@ -227,7 +227,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     cfg = resolve_config(args, {"queries": "generate.queries", "seed": "generate.seed",
                                 "workers": "generate.workers"})
-    out = args.out or str(Path(cfg.work_dir) / "letor")
+    out = args.out or Layout.of(cfg).letor
     s = generate(out, cfg.generate.queries, cfg.generate.seed, cfg.generate.workers)
     log.info("wrote %s: %d queries, %d rows", s.out, s.queries, s.rows)
     return 0
@@ -311,7 +311,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                                 "device": "train.device", "eta": "train.eta", "leaves": "train.leaves",
                                 "k": "train.k"})
     run_train(_session(cfg), args.data, args.fold, cfg.train.path, args.curriculum, cfg.train, cfg.metric, args.out,
-              os.path.join(cfg.work_dir, "checkpoints"))
+              Layout.of(cfg).checkpoints)
     return 0
 
 
@@ -330,7 +330,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
     if args.parallel < 1:
         raise UsageError(f"--parallel must be >= 1, got {args.parallel}")
     if args.plan:
-        from pipelines.grid import show_plan
+        from pipelines.study import show_plan
 
         print(show_plan(cfg))
         return 0
@@ -369,7 +369,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UsageError("--run-id is empty: give the grid's parent run id (what `ltr grid --setup-only` prints), "
                          "or leave --run-id out to report the experiment's latest FINISHED grid")
     cfg = resolve_config(args, {"out": "report.out"})
-    out = cfg.report.out or os.path.join(cfg.work_dir, "report")
+    out = Layout.of(cfg).report
     # an existing experiment only: a mistyped --experiment is an error (exit 2), never a new empty one
     r = build_report(open_tracker(cfg, args.experiment), out, args.run_id, cfg.metric.name,
                      cfg.report.permutations, cfg.report.seed, cfg.report.table2_sizes)
@@ -389,26 +389,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     from pipelines.tracking import Tracker
 
     cfg = resolve_config(args, {"queries": "generate.queries"})
-    work = Path(cfg.work_dir)
+    layout = Layout.of(cfg)
     t0 = time.perf_counter()
     steps = 6 if not args.src else 5
     step = iter(range(1, steps + 1))
     src = args.src
     if not src:
-        src = str(work / "letor")
+        src = layout.letor
         log.info("[%d/%d] generate %d MSLR-shaped queries -> %s", next(step), steps, cfg.generate.queries, src)
         generate(src, cfg.generate.queries, cfg.generate.seed, cfg.generate.workers)
     spec = load_dataset_spec(cfg.dataset)
     spark = _session(cfg)
-    data = str(work / "dataset")
+    data = layout.run_dataset
     log.info("[%d/%d] ingest %s -> %s", next(step), steps, src, data)
     ingest(spark, src, data, spec, cfg.ingest)
-    difficulty = str(work / "difficulty")
+    difficulty = layout.difficulty  # where run_grid reads them (grid.difficulty, else <work_dir>/difficulty)
     log.info("[%d/%d] difficulty scores -> %s", next(step), steps, difficulty)
     run_difficulty(spark, data, difficulty, cfg.difficulty, cfg.metric)
     log.info("[%d/%d] curricula and the grid (%s) -> MLflow", next(step), steps, cfg.grid.experiment)
     g = run_grid(spark, cfg, data=data)
-    out = cfg.report.out or str(work / "report")
+    out = layout.report
     log.info("[%d/%d] report -> %s", next(step), steps, out)
     r = build_report(Tracker.for_config(cfg), out, g["parent_run_id"], cfg.metric.name, cfg.report.permutations,
                      cfg.report.seed, cfg.report.table2_sizes)

@@ -31,7 +31,6 @@ from __future__ import annotations
 import io
 import logging
 import time
-import uuid
 import warnings
 import zipfile
 from dataclasses import dataclass
@@ -169,11 +168,9 @@ def compute_cuts(spark: Any, ds: Any, fold: int, max_bin: int, sample_rows: int,
 
 # ------------------------------------------------------------ stored under their key
 def _path(root: str, key: str) -> tuple[Any, str]:
-    import pyarrow.fs as pafs
+    from pipelines.storage import resolve
 
-    from udfs.letor_chunks import to_uri
-
-    fs, base = pafs.FileSystem.from_uri(to_uri(root.rstrip("/")))
+    fs, base = resolve(root)
     return fs, f"{base}/{CUTS_DIR}/{key}.npz"
 
 
@@ -193,22 +190,12 @@ def load_cuts(root: str, key: str) -> FoldCuts | None:
 
 
 def save_cuts(root: str, cuts: FoldCuts) -> None:
-    """Write under a temporary name, then rename: a reader sees the whole file or none. Two processes
-    computing a fold's cuts at once compute the same bytes: whichever renames second finds the file
-    there (HDFS does not rename onto a file) and leaves it."""
-    import pyarrow.fs as pafs
+    """Write the cuts whole (:func:`pipelines.storage.put_atomic`). Two processes computing a fold's cuts at
+    once compute the same bytes: whichever renames second keeps the file it finds."""
+    from pipelines.storage import put_atomic
 
     fs, path = _path(root, cuts.key)
-    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-    tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
-    with fs.open_output_stream(tmp) as f:
-        f.write(cuts.to_bytes())
-    try:
-        fs.move(tmp, path)
-    except OSError:
-        if fs.get_file_info(path).type != pafs.FileType.File:
-            raise
-        fs.delete_file(tmp)
+    put_atomic(fs, path, cuts.to_bytes(), replace=False)
 
 
 def fold_cuts(spark: Any, root: str, ds: Any, fold: int, max_bin: int, sample_rows: int,

@@ -27,6 +27,7 @@ from pyspark.sql import functions as F
 
 from pipelines.config import DifficultyConfig
 from pipelines.dataset import Dataset, DatasetError, open_dataset
+from pipelines.keys import difficulty_key
 from pipelines.storage import atomic_output
 from udfs import schema
 from udfs.difficulty import DIFFICULTY_DDL, difficulty_frame
@@ -69,17 +70,9 @@ def difficulty_inputs(ds: Dataset, cfg: DifficultyConfig, spec: NdcgSpec) -> dic
             "metric": spec.to_dict(), "code": code_identity()}
 
 
-def difficulty_key(ds: Dataset, cfg: DifficultyConfig, spec: NdcgSpec) -> str:
-    """The key of :func:`difficulty_inputs`, recorded in the summary: stored scores are reused only
-    by a run whose key matches (``ltr grid``)."""
-    from pipelines.keys import difficulty_key as key_of
-
-    return key_of(**difficulty_inputs(ds, cfg, spec))
-
-
 def stored_summary(path: str, key: str) -> dict[str, Any] | None:
     """The summary of the scores stored at ``path`` when they were computed from the inputs whose
-    :func:`difficulty_key` is ``key``; None when missing, unreadable or computed from other inputs
+    :func:`pipelines.keys.difficulty_key` is ``key``; None when missing, unreadable or computed from other inputs
     (what ``ltr grid`` and the Airflow DAG both check before they compute the scores again)."""
     from pipelines.storage import read_json
 
@@ -123,7 +116,7 @@ def run_difficulty(spark: SparkSession, data: str, out: str, cfg: DifficultyConf
                           F.sum((F.col("n_rel") == 0).cast("int")).alias("no_rel")).first()
         per_subset = {r[schema.SUBSET]: r["count"] for r in written.groupBy(schema.SUBSET).count().collect()}
         summary = {
-            "key": difficulty_key(ds, cfg, spec), "content_fingerprint": content_fingerprint(written),
+            "key": difficulty_key(**difficulty_inputs(ds, cfg, spec)), "content_fingerprint": content_fingerprint(written),
             "dataset": data, "dataset_fingerprint": ds.fingerprint,
             "feature_roles": {"bm25": roles.bm25, "pagerank": roles.pagerank},
             "conventions": {**spec.to_dict(), "description": spec.describe()},

@@ -39,7 +39,7 @@ from pipelines.checkpoints import CheckpointStore
 from pipelines.cuts import FoldCuts, fold_cuts
 from pipelines.dataset import Dataset, DatasetError
 from pipelines.lease import LeaseHeld, LeaseLost, hold
-from pipelines.plan import DONE, Node, Plan, node_states, pending
+from pipelines.plan import DONE, Node, Plan, pending, states_of
 from pipelines.progress import EventServer, ProgressDisplay
 from pipelines.worker_loop import Settings
 
@@ -66,10 +66,6 @@ class Execution:
     resume_hint: str = "run the same command again"
     lease_ttl: float = 120.0  # seconds; renewed every ttl/3 while the job runs
     lease_wait: float = 0.0  # how long to wait for another process's lease on a node before stopping
-
-
-def states_of(plan: Plan, store: CheckpointStore) -> dict[str, Any]:
-    return node_states(plan, store.latest_all([n.key for n in plan.nodes]))
 
 
 def execute_plan(spark: SparkSession, plan: Plan, ds: Dataset, curricula: dict[str, Curriculum],

@@ -34,6 +34,9 @@ INPUTS: dict[str, tuple[str, ...]] = {
     # an ingested dataset (its fingerprint): the Parquet schema, the fold layout, and per subset its
     # row count and order-independent sum of row hashes, so chunking and file layout do not matter
     "dataset": ("schema", "folds", "subsets"),
+    # what the Airflow DAG ingested a dataset from (its ingest? task): the source's listing (names, sizes,
+    # modification times), the output, the ingest and dataset settings and the ingest's format version
+    "ingest": ("src", "files", "out", "ingest", "dataset", "format_version"),
     # per-query difficulty scores (pipelines.difficulty)
     "difficulty": ("dataset", "roles", "settings", "metric", "code"),
     # a curriculum's build: its settings, the fold, the difficulty inputs, and the scores' own content
@@ -208,6 +211,15 @@ def dataset_key(doc: Mapping[str, Any]) -> str:
     if set(doc) != want:
         raise KeyError_(f"dataset key: inputs {sorted(set(doc) ^ want)} differ from the declared ones")
     return "sha256:" + hashlib.sha256(json.dumps(dict(doc), sort_keys=True).encode()).hexdigest()
+
+
+def ingest_key(doc: Mapping[str, Any]) -> str:
+    """What a dataset was ingested from (``sha256:`` + 64 hex digits, unprefixed by a kind like
+    :func:`dataset_key`, so that the records of existing deployments keep matching)."""
+    want = set(INPUTS["ingest"])
+    if set(doc) != want:
+        raise KeyError_(f"ingest key: inputs {sorted(set(doc) ^ want)} differ from the declared ones")
+    return "sha256:" + hashlib.sha256(json.dumps(dict(doc), sort_keys=True, default=str).encode()).hexdigest()
 
 
 # ------------------------------------------------------------ explaining a changed key

@@ -1,4 +1,4 @@
-"""One writer per plan node: a lease file in the checkpoint store.
+"""One writer per plan node: a lease file in the checkpoint root.
 
 Two processes must never train one node at once (an Airflow retry while the
 previous attempt still runs, two grids sharing a prefix in one ``work_dir``):
@@ -61,12 +61,9 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
-
 import pyarrow.fs as pafs
 
-if TYPE_CHECKING:
-    from pipelines.checkpoints import CheckpointStore
+from pipelines.storage import FsRoot
 
 log = logging.getLogger(__name__)
 
@@ -165,12 +162,12 @@ class LeaseLost(RuntimeError):
         return err
 
 
-def _local(store: CheckpointStore) -> bool:
-    return isinstance(store.fs, pafs.LocalFileSystem)
+def _local(root: FsRoot) -> bool:
+    return isinstance(root.fs, pafs.LocalFileSystem)
 
 
-def _path(store: CheckpointStore, key: str) -> str:
-    return f"{store.path}/{key}/{LEASE}"
+def _path(root: FsRoot, key: str) -> str:
+    return f"{root.path}/{key}/{LEASE}"
 
 
 def _aside(path: str, why: str) -> str:
@@ -190,46 +187,46 @@ def _parse(key: str, raw: bytes, mtime: float | None) -> LeaseInfo | None:
         return LeaseInfo(key, "?", -1, "", "unreadable lease file", mtime, mtime, mtime + DEFAULT_TTL, DEFAULT_TTL)
 
 
-def _read_once(store: CheckpointStore, path: str, key: str, last: bool) -> tuple[bool, LeaseInfo | None]:
+def _read_once(root: FsRoot, path: str, key: str, last: bool) -> tuple[bool, LeaseInfo | None]:
     """``(settled, info)``: ``info`` None if there is no lease file; ``settled`` False if it should be read again."""
     try:
-        if _local(store):
+        if _local(root):
             with open(path, "rb") as f:
                 raw, mtime = f.read(), os.fstat(f.fileno()).st_mtime
         else:
-            with store.fs.open_input_stream(path) as f:
+            with root.fs.open_input_stream(path) as f:
                 raw = f.read()
-            mt = store.fs.get_file_info(path).mtime
+            mt = root.fs.get_file_info(path).mtime
             mtime = mt.timestamp() if mt is not None else time.time()
     except FileNotFoundError:
         return True, None
     except OSError:
-        if not _local(store) and store.fs.get_file_info(path).type == pafs.FileType.NotFound:
+        if not _local(root) and root.fs.get_file_info(path).type == pafs.FileType.NotFound:
             return True, None
         raise
     info = _parse(key, raw, mtime if last else None)
     return info is not None, info
 
 
-def read_lease(store: CheckpointStore, key: str, path: str | None = None) -> LeaseInfo | None:
+def read_lease(root: FsRoot, key: str, path: str | None = None) -> LeaseInfo | None:
     """The lease of node ``key`` (None: nobody holds it). A lease being replaced is read again."""
-    path = path or _path(store, key)
+    path = path or _path(root, key)
     for i in range(_READ_TRIES):
-        ok, info = _read_once(store, path, key, last=i == _READ_TRIES - 1)
+        ok, info = _read_once(root, path, key, last=i == _READ_TRIES - 1)
         if ok:
             return info
         time.sleep(_READ_PAUSE)
     return info
 
 
-def _read_ours(store: CheckpointStore, key: str) -> LeaseInfo | None:
+def _read_ours(root: FsRoot, key: str) -> LeaseInfo | None:
     """The lease of ``key``, read again briefly if it is missing (a takeover attempt puts a live lease back)."""
-    info = read_lease(store, key)
+    info = read_lease(root, key)
     for _ in range(_READ_TRIES - 1):
         if info is not None:
             break
         time.sleep(_READ_PAUSE)
-        info = read_lease(store, key)
+        info = read_lease(root, key)
     return info
 
 
@@ -298,17 +295,17 @@ def _remove_local_if(path: str, key: str,
 
 
 # -- generic pyarrow filesystems: write, settle, read back -----------------
-def _write_remote(store: CheckpointStore, path: str, info: LeaseInfo) -> None:
-    store.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-    with store.fs.open_output_stream(path) as f:
+def _write_remote(root: FsRoot, path: str, info: LeaseInfo) -> None:
+    root.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    with root.fs.open_output_stream(path) as f:
         f.write(_bytes(info))
 
 
 class Lease:
     """Our lease of one node. Made by :func:`acquire`; ``token`` identifies the owner (pass it to the writers)."""
 
-    def __init__(self, store: CheckpointStore, info: LeaseInfo) -> None:
-        self.store, self.info = store, info
+    def __init__(self, root: FsRoot, info: LeaseInfo) -> None:
+        self.root, self.info = root, info
         self.key, self.token = info.key, info.token
         self._lock = threading.Lock()
 
@@ -317,7 +314,7 @@ class Lease:
 
     def check(self) -> bool:
         """Whether the lease file still names us (and has not expired)."""
-        cur = _read_ours(self.store, self.key)
+        cur = _read_ours(self.root, self.key)
         return cur is not None and cur.token == self.token and not cur.expired()
 
     def renew(self) -> None:
@@ -330,49 +327,49 @@ class Lease:
             expired. The caller must stop writing the node.
         """
         with self._lock:
-            path = _path(self.store, self.key)
-            cur = _read_ours(self.store, self.key)
+            path = _path(self.root, self.key)
+            cur = _read_ours(self.root, self.key)
             if cur is None or cur.token != self.token:
                 raise LeaseLost(self.key, cur, "while renewing it")
             info = _record(self.key, self.token, self.info.desc, self.info.ttl, taken=self.info.taken)
-            if _local(self.store):
+            if _local(self.root):
                 tmp = _aside(path, "tmp")
                 with open(tmp, "wb") as f:
                     f.write(_bytes(info))
                 os.replace(tmp, path)
             else:
-                _write_remote(self.store, path, info)
+                _write_remote(self.root, path, info)
             self.info = info
 
     def release(self) -> None:
         """Remove the lease file if it still names us (else leave the new owner's lease alone)."""
         with self._lock:
-            path = _path(self.store, self.key)
-            if _local(self.store):
+            path = _path(self.root, self.key)
+            if _local(self.root):
                 removed, cur = _remove_local_if(path, self.key, lambda i: i is not None and i.token == self.token)
             else:
-                cur = read_lease(self.store, self.key)
+                cur = read_lease(self.root, self.key)
                 removed = cur is not None and cur.token == self.token
                 if removed:
-                    self.store.fs.delete_file(path)
+                    self.root.fs.delete_file(path)
             if removed:
                 log.debug("node %s: lease released", self.key)
             elif cur is not None:
                 log.warning("node %s: not releasing its lease: %s holds it now", self.key, cur.owner())
 
 
-def _try_take(store: CheckpointStore, key: str, desc: str, ttl: float, token: str) -> Lease | LeaseInfo:
+def _try_take(root: FsRoot, key: str, desc: str, ttl: float, token: str) -> Lease | LeaseInfo:
     """One attempt: our :class:`Lease`, or the live lease of another owner."""
-    path = _path(store, key)
+    path = _path(root, key)
     for _ in range(8):  # each round ends in a lease, a live holder, or a lost race that changed the file
-        cur = read_lease(store, key)
+        cur = read_lease(root, key)
         if cur is not None and cur.token != token and not cur.expired():
             return cur
         if cur is not None and cur.token == token:  # ours already (taken again by the same owner)
-            lease = Lease(store, cur)
+            lease = Lease(root, cur)
             lease.renew()
             return lease
-        if _local(store):
+        if _local(root):
             if cur is not None:  # expired: rename it away if it is still the expired one, then create
                 removed, old = _remove_local_if(path, key, lambda i: i is None or i.expired())
                 if removed and old is not None:
@@ -380,30 +377,30 @@ def _try_take(store: CheckpointStore, key: str, desc: str, ttl: float, token: st
                                 key, old.owner(), _when(old.expires))
             info = _record(key, token, desc, ttl)
             if _create_local(path, info):
-                return Lease(store, info)
+                return Lease(root, info)
         else:
             if cur is not None:
                 log.warning("node %s: taking over the lease of %s, expired at %s (its owner died or stalled)",
                             key, cur.owner(), _when(cur.expires))
             info = _record(key, token, desc, ttl)
-            _write_remote(store, path, info)
+            _write_remote(root, path, info)
             time.sleep(SETTLE_S)
-            now = read_lease(store, key)
+            now = read_lease(root, key)
             if now is not None and now.token == token:
-                return Lease(store, now)
+                return Lease(root, now)
             if now is not None and not now.expired():
                 return now
     raise RuntimeError(f"node {key}: the lease file {path} keeps changing; is something rewriting it?")
 
 
-def acquire(store: CheckpointStore, key: str, owner_desc: str, *, ttl: float = DEFAULT_TTL, wait: float = 0.0,
+def acquire(root: FsRoot, key: str, owner_desc: str, *, ttl: float = DEFAULT_TTL, wait: float = 0.0,
             poll: float = DEFAULT_POLL, token: str | None = None) -> Lease:
     """Take the lease of node ``key``.
 
     Parameters
     ----------
-    store
-        The checkpoint store holding the node.
+    root
+        The checkpoint root holding the node.
     key
         The node's content key.
     owner_desc
@@ -432,7 +429,7 @@ def acquire(store: CheckpointStore, key: str, owner_desc: str, *, ttl: float = D
     token = token or uuid.uuid4().hex
     deadline = time.monotonic() + wait
     while True:
-        got = _try_take(store, key, owner_desc, ttl, token)
+        got = _try_take(root, key, owner_desc, ttl, token)
         if isinstance(got, Lease):
             log.debug("node %s: lease taken (ttl %.0f s)", key, ttl)
             return got
@@ -487,7 +484,7 @@ class HeldLeases:
 
 
 @contextmanager
-def hold(store: CheckpointStore, keys: Iterable[str], owner_desc: str, *, ttl: float = DEFAULT_TTL,
+def hold(root: FsRoot, keys: Iterable[str], owner_desc: str, *, ttl: float = DEFAULT_TTL,
          wait: float = 0.0, poll: float = DEFAULT_POLL, heartbeat: bool = True) -> Iterator[HeldLeases]:
     """Hold the leases of nodes ``keys`` (all or none) while the block runs.
 
@@ -513,7 +510,7 @@ def hold(store: CheckpointStore, keys: Iterable[str], owner_desc: str, *, ttl: f
         beat.start()
     try:
         for key in sorted(set(keys)):
-            held.add(acquire(store, key, owner_desc, ttl=ttl, wait=max(deadline - time.monotonic(), 0.0),
+            held.add(acquire(root, key, owner_desc, ttl=ttl, wait=max(deadline - time.monotonic(), 0.0),
                              poll=poll, token=token))
         yield held
     finally:
@@ -541,8 +538,8 @@ def _release_quietly(lease: Lease) -> None:
         log.warning("node %s: could not release its lease (it expires by itself): %s", lease.key, e)
 
 
-def verify_token(store: CheckpointStore, key: str, token: str) -> None:
+def verify_token(root: FsRoot, key: str, token: str) -> None:
     """Raise :class:`LeaseLost` unless the lease of node ``key`` names ``token`` (the fence of commits)."""
-    cur = _read_ours(store, key)
+    cur = _read_ours(root, key)
     if cur is None or cur.token != token:
         raise LeaseLost(key, cur, "before committing a checkpoint")

@@ -17,13 +17,13 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pipelines.checkpoints import CheckpointStore
-from pipelines.executor import states_of
 from pipelines.keys import code_identity
 from pipelines.lease import hold
 from pipelines.paths import TrainingPath
-from pipelines.plan import DONE
+from pipelines.plan import DONE, states_of
 from pipelines.provenance import code_version
 from pipelines.results import PathResult, path_result
+from pipelines.study import Child, FoldPlan
 from pipelines.tracking import (
     TAG_CHILD_KEY,
     TAG_FOLD,
@@ -37,11 +37,10 @@ from pipelines.tracking import (
     pyplot,
 )
 
-if TYPE_CHECKING:  # the grid's types (pipelines.grid imports this module)
+if TYPE_CHECKING:  # types only (the training side is not imported by the MLflow side)
     from pipelines.barrier_job import Curriculum
     from pipelines.config import Config
     from pipelines.dataset import Dataset
-    from pipelines.grid import Child, FoldPlan
 
 
 #: Seconds a process waits for another's :func:`children_lock` (making a study's runs, finishing one run).

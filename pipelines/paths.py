@@ -1,4 +1,4 @@
-"""Training paths: typed stages, their shorthand, and the prefix-sharing plan.
+"""Training paths: typed stages and their shorthand (the plan that shares their prefixes: :mod:`pipelines.plan`).
 
 A training path is a list of segments ``(objective, data, trees)``; segment
 ``i+1`` continues from the model after segment ``i``, and the tree count is
@@ -15,7 +15,7 @@ global (segment 2 starts at tree ``t``). Shorthand::
 a curriculum passed to ``ltr train --curriculum`` and STAGE its stage index
 (default 0) or ``*``.
 
-Paths that start alike share their common prefix (:func:`build_plan`): MSE-100,
+Paths that start alike share their common prefix (:func:`pipelines.plan.build_plan`): MSE-100,
 -200, -300 and -400 with T = 500 train one MSE run of 400 trees and continue
 each slice, 1,400 trees instead of 2,000.
 """
@@ -23,7 +23,7 @@ each slice, 1,400 trees instead of 2,000.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 #: Objective name -> XGBoost objective for the built-in fast path, or None (Python).
 OBJECTIVES: dict[str, str | None] = {
@@ -149,50 +149,3 @@ def resolve(path: TrainingPath, stages: dict[str, int]) -> TrainingPath:
                 raise PathError(f"path {path.shorthand()!r}: {name} has stages 0..{n - 1}, not {st}")
             out.append(s)
     return TrainingPath(tuple(out), path.name)
-
-
-# ------------------------------------------------------------------- plan
-@dataclass
-class PlanNode:
-    """One training run of ``length`` trees shared by several paths.
-
-    After ``l`` trees (for each ``l`` in ``stops``) the paths listed in
-    ``ends[l]`` are complete and ``children[l]`` continue from that state.
-    """
-
-    objective: str
-    data: str
-    length: int
-    stops: list[int] = field(default_factory=list)
-    ends: dict[int, list[str]] = field(default_factory=dict)
-    children: dict[int, list[PlanNode]] = field(default_factory=dict)
-
-
-def build_plan(paths: list[TrainingPath]) -> list[PlanNode]:
-    """A forest of runs in which paths with a common prefix share it (see module docstring)."""
-    labels = [p.label for p in paths]
-    dup = {x for x in labels if labels.count(x) > 1}
-    if dup:
-        raise PathError(f"training paths must have distinct names; repeated: {sorted(dup)}")
-    return _build([(p.label, p.segments) for p in paths])
-
-
-def _build(items: list[tuple[str, tuple[Segment, ...]]]) -> list[PlanNode]:
-    groups: dict[tuple[str, str], list[tuple[str, tuple[Segment, ...]]]] = {}
-    for name, segs in items:
-        groups.setdefault((segs[0].objective, segs[0].data), []).append((name, segs))
-    nodes = []
-    for (obj, data), members in groups.items():
-        stops = sorted({segs[0].trees for _, segs in members})
-        node = PlanNode(obj, data, stops[-1], stops)
-        for stop in stops:
-            here = [(n, segs[1:]) for n, segs in members if segs[0].trees == stop]
-            node.ends[stop] = [n for n, rest in here if not rest]
-            node.children[stop] = _build([(n, rest) for n, rest in here if rest])
-        nodes.append(node)
-    return nodes
-
-
-def plan_trees(nodes: list[PlanNode]) -> int:
-    """Trees the plan builds (shared prefixes counted once)."""
-    return sum(n.length + sum(plan_trees(c) for c in n.children.values()) for n in nodes)

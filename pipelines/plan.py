@@ -230,6 +230,12 @@ def node_states(plan: Plan, latest: Mapping[str, int | None]) -> dict[str, NodeS
     return out
 
 
+def states_of(plan: Plan, store: Any) -> dict[str, NodeState]:
+    """State of every node from the checkpoints in ``store`` (a :class:`pipelines.checkpoints.CheckpointStore`:
+    its ``latest_all``)."""
+    return node_states(plan, store.latest_all([n.key for n in plan.nodes]))
+
+
 def ready(plan: Plan, states: Mapping[str, NodeState]) -> list[Node]:
     """Nodes not done whose parent is done (or that have none), in plan order."""
     return [n for n in plan.nodes if states[n.key].state != DONE

@@ -58,9 +58,9 @@ from typing import Any
 
 import numpy as np
 
+from pipelines.layout import mlflow_uri
+from pipelines.study import BASELINE, MSE
 from pipelines.tracking import (
-    BASELINE,
-    MSE,
     TAG_CHILD_KEY,
     TAG_FOLD,
     TAG_KIND,
@@ -69,7 +69,6 @@ from pipelines.tracking import (
     TAG_SWITCH,
     Tracker,
     UnknownExperiment,
-    default_uri,
     png_bytes,
     pyplot,
 )
@@ -496,7 +495,7 @@ def _ensure_store(uri: str) -> None:
 
 def open_tracker(cfg: Any, experiment: str | None = None) -> Tracker:
     """The report's tracker: an existing experiment only (default ``grid.experiment``), never a new one."""
-    _ensure_store(cfg.tracking.uri or default_uri(cfg.work_dir))
+    _ensure_store(cfg.tracking.uri or mlflow_uri(cfg.work_dir))
     try:
         return Tracker.for_config(cfg, experiment, create=False)
     except UnknownExperiment as e:

@@ -1,5 +1,18 @@
-"""Atomic directory outputs: write to a hidden temporary directory, then rename into place.
+"""The filesystem module: URI handling, and the one atomic writer of files and of directories.
 
+Paths may be local or any URI ``pyarrow.fs`` understands (:func:`resolve`). Two writers, one rule each:
+
+* :func:`atomic_file` / :func:`write_file_atomic` / :func:`put_atomic`: one file written under a temporary
+  name in its folder, then renamed into place (:func:`rename_into_place`: a local rename replaces the old
+  file; HDFS does not rename onto an existing file, so there the old one is deleted first, or kept when
+  ``replace=False``; on object stores the rename is a copy of a whole object). Checkpoints, cuts, run
+  records, the generated LETOR files, ``ltr pack``'s archive and the DAG's ingest record go through it.
+* :func:`atomic_output`: a directory output (below).
+
+Apart on purpose: the lease's exclusive create (:mod:`pipelines.lease`, which needs ``O_EXCL``, not a
+rename) and ``udfs/letor_chunks``' writer (``udfs`` does not import ``pipelines``).
+
+Atomic directory outputs: write to a hidden temporary directory, then rename into place.
 Every step that writes a directory (a dataset, difficulty scores, a curriculum,
 a model) goes through :func:`atomic_output`, so a reader never sees a
 half-written result, a failed run leaves no debris, and an existing output is
@@ -16,13 +29,79 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any, Protocol
 
 import pyarrow.fs as pafs
 
 from udfs.letor_chunks import to_uri
 
 log = logging.getLogger(__name__)
+
+
+def resolve(path: str) -> tuple[pafs.FileSystem, str]:
+    """The filesystem of ``path`` (a local path or a URI) and the path on it (no trailing ``/``)."""
+    return pafs.FileSystem.from_uri(to_uri(path.rstrip("/") or "/"))
+
+
+class FsRoot(Protocol):
+    """A folder on a filesystem: what the lease needs of the checkpoint store (its filesystem and path)."""
+
+    fs: pafs.FileSystem
+    path: str
+
+
+def rename_into_place(fs: pafs.FileSystem, tmp: str, path: str, *, replace: bool = True) -> None:
+    """Move the finished file ``tmp`` to ``path``. Where the filesystem does not rename onto an existing file
+    (HDFS), the existing one is deleted first (``replace``) or kept and ``tmp`` removed (``not replace``: two
+    writers of the same bytes, such as two processes computing a fold's cuts)."""
+    try:
+        fs.move(tmp, path)  # replaces ``path`` on local filesystems (rename) and object stores (a copy)
+    except OSError:
+        if fs.get_file_info(path).type != pafs.FileType.File:
+            raise
+        if replace:  # a crashed attempt's file, or an older record
+            fs.delete_file(path)
+            fs.move(tmp, path)
+        else:
+            fs.delete_file(tmp)
+
+
+def _discard(fs: pafs.FileSystem, path: str) -> None:
+    try:
+        fs.delete_file(path)
+    except OSError:
+        pass
+
+
+@contextmanager
+def atomic_file(path: str, *, replace: bool = True, fs: pafs.FileSystem | None = None) -> Iterator[IO[bytes]]:
+    """A binary stream to write ``path`` (local path or URI; with ``fs``, a path on that filesystem) whole: a
+    reader sees the old content or the new, never a part. Its folder is created; on an error nothing is left
+    (the temporary file is removed) and the old file stays."""
+    if fs is None:
+        fs, path = resolve(path)
+    parent, name = path.rsplit("/", 1)
+    fs.create_dir(parent, recursive=True)
+    tmp = f"{parent}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
+    try:
+        with fs.open_output_stream(tmp) as f:
+            yield f
+        rename_into_place(fs, tmp, path, replace=replace)
+    except BaseException:
+        _discard(fs, tmp)
+        raise
+
+
+def write_file_atomic(path: str, data: bytes, *, replace: bool = True) -> None:
+    """Write ``data`` to ``path`` (local path or URI) whole (:func:`atomic_file`)."""
+    with atomic_file(path, replace=replace) as f:
+        f.write(data)
+
+
+def put_atomic(fs: pafs.FileSystem, path: str, data: bytes, *, replace: bool = True) -> None:
+    """:func:`write_file_atomic` with the filesystem already resolved (``path`` is a path on ``fs``)."""
+    with atomic_file(path, replace=replace, fs=fs) as f:
+        f.write(data)
 
 
 class OutputError(ValueError):
@@ -57,7 +136,7 @@ def _check_replaceable(fs: pafs.FileSystem, path: str, shown: str, marker: str) 
 
 def read_json(path: str, name: str) -> Any:
     """``path/name`` parsed as JSON (``path`` local or a URI); FileNotFoundError if it is missing."""
-    fs, p = pafs.FileSystem.from_uri(to_uri(path.rstrip("/")))
+    fs, p = resolve(path)
     with fs.open_input_stream(f"{p}/{name}") as f:
         return json.loads(f.read().decode())
 
@@ -102,14 +181,3 @@ def atomic_output(out: str, marker: str) -> Iterator[Output]:
         raise
 
 
-def write_file_atomic(path: str, data: bytes) -> None:
-    """Write one file (local path or URI) under a temporary name, then rename it into place: a reader sees
-    the old content or the new, never a part (on object stores, where a rename is a copy, the put itself is
-    whole). Its folder is created."""
-    fs, p = pafs.FileSystem.from_uri(to_uri(path))
-    parent = p.rsplit("/", 1)[0]
-    fs.create_dir(parent, recursive=True)
-    tmp = f"{parent}/.{p.rsplit('/', 1)[-1]}.{uuid.uuid4().hex[:8]}.tmp"
-    with fs.open_output_stream(tmp) as f:
-        f.write(data)
-    fs.move(tmp, p)

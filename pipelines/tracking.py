@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import io
 import json
 import logging
@@ -30,6 +29,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+from pipelines.layout import Layout
 
 log = logging.getLogger(__name__)
 
@@ -46,27 +47,13 @@ TAG_SWITCH = "ltr.switch_point"
 TAG_FOLD = "ltr.fold"
 TAG_PATH = "ltr.path"
 
-#: ``ltr.strategy`` of the baseline (LambdaMART, T trees) and of MSE-t children.
-BASELINE = "lambdamart"
-MSE = "mse"
-
-
 class UnknownExperiment(LookupError):
     """``Tracker(..., create=False)`` of an experiment that does not exist."""
-
-
-def config_hash(doc: Any) -> str:
-    """Stable short hash of a JSON-able document (sorted keys)."""
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def is_server(uri: str) -> bool:
     """A tracking server (REST), as opposed to a store the process opens itself (SQLite, a database URL)."""
     return uri.split("://", 1)[0].lower() in ("http", "https", "databricks")
-
-
-def default_uri(work_dir: str) -> str:
-    return f"sqlite:///{os.path.abspath(os.path.join(work_dir, 'mlflow.db'))}"
 
 
 @contextmanager
@@ -143,8 +130,9 @@ class Tracker:
         Artifacts: ``tracking.artifacts`` when set; else, with a tracking server (``http(s)://``), the server's
         choice (``mlflow-artifacts:/...`` with ``mlflow server --serve-artifacts``: every task reaches it
         through the server, wherever it runs); else ``<work_dir>/mlartifacts``."""
-        uri = cfg.tracking.uri or default_uri(cfg.work_dir)
-        artifacts = cfg.tracking.artifacts or ("" if is_server(uri) else os.path.join(cfg.work_dir, "mlartifacts"))
+        layout = Layout.of(cfg)
+        uri = cfg.tracking.uri or layout.mlflow_uri
+        artifacts = cfg.tracking.artifacts or ("" if is_server(uri) else layout.mlartifacts)
         return cls(uri, experiment or cfg.grid.experiment, artifacts, create)
 
     # -- runs -----------------------------------------------------------

@@ -283,9 +283,9 @@ def _child_finals(work: Path) -> dict[str, float]:
     """Final test NDCG of every child run of the grid, from MLflow."""
     from mlflow.tracking import MlflowClient
 
-    from pipelines.tracking import default_uri
+    from pipelines.layout import mlflow_uri
 
-    client = MlflowClient(default_uri(str(work)))
+    client = MlflowClient(mlflow_uri(str(work)))
     exp = client.get_experiment_by_name("cluster")
     return {r.data.tags["mlflow.runName"]: r.data.metrics["ndcg_at_10_test"]
             for r in client.search_runs([exp.experiment_id]) if "ndcg_at_10_test" in r.data.metrics}

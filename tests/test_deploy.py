@@ -75,7 +75,7 @@ class Killer:
                 return
             from pipelines.config import load_config
             from pipelines.dataset import open_dataset
-            from pipelines.grid import plan_fold
+            from pipelines.study import plan_fold
 
             try:
                 fp = plan_fold(load_config(None, [f"work_dir={self.work}", *STUDY]), open_dataset(

@@ -12,7 +12,8 @@ from scipy import stats
 
 from pipelines.config import load_config
 from pipelines.dataset import open_dataset
-from pipelines.grid import grid_children, plan_fold, run_grid, unfinished_units
+from pipelines.grid import run_grid
+from pipelines.study import grid_children, plan_fold, unfinished_units
 from pipelines.report import (
     Record,
     ReportError,

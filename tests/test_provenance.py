@@ -9,6 +9,7 @@ import os
 import pytest
 
 import pipelines.grid as grid
+import pipelines.prepare as prepare
 from pipelines.config import load_config
 from pipelines.dataset import open_dataset
 from pipelines.difficulty import SUMMARY
@@ -31,43 +32,47 @@ def _no(what):
 def test_difficulty_and_curricula_are_rebuilt_when_their_inputs_change(spark, small_dataset, tmp_path, monkeypatch):
     diff = str(tmp_path / "difficulty")
     cfg = _cfg(tmp_path)
-    first = grid.ensure_difficulty(spark, cfg, small_dataset, diff)
+    first = prepare.ensure_difficulty(spark, cfg, small_dataset, diff)
     assert first["key"].startswith("sha256:") and first["content_fingerprint"].startswith("sha256:")
-    cur = grid.ensure_curricula(spark, cfg, small_dataset, diff, 1, {"q_bm25"})
+    cur = prepare.ensure_curricula(spark, cfg, small_dataset, diff, 1, {"q_bm25"})
     with monkeypatch.context() as m:  # same inputs: both reused, nothing computed
-        m.setattr(grid, "run_difficulty", _no("difficulty"))
-        m.setattr(grid, "build_curriculum", _no("curriculum"))
-        assert grid.ensure_difficulty(spark, cfg, small_dataset, diff) == first
-        again = grid.ensure_curricula(spark, cfg, small_dataset, diff, 1, {"q_bm25"})
+        m.setattr(prepare, "run_difficulty", _no("difficulty"))
+        m.setattr(prepare, "build_curriculum", _no("curriculum"))
+        assert prepare.ensure_difficulty(spark, cfg, small_dataset, diff) == first
+        again = prepare.ensure_curricula(spark, cfg, small_dataset, diff, 1, {"q_bm25"})
         assert again[0].summary == cur[0].summary
 
     # metric.empty=0 (or another BM25 id): new difficulty scores, and the curriculum follows them
     for over in ("metric.empty=0", "difficulty.bm25_feature=111"):
-        other = grid.ensure_difficulty(spark, _cfg(tmp_path, over), small_dataset, diff)
+        other = prepare.ensure_difficulty(spark, _cfg(tmp_path, over), small_dataset, diff)
         assert other["key"] != first["key"], over
-        rebuilt = grid.ensure_curricula(spark, _cfg(tmp_path, over), small_dataset, diff, 1, {"q_bm25"})
+        rebuilt = prepare.ensure_curricula(spark, _cfg(tmp_path, over), small_dataset, diff, 1, {"q_bm25"})
         assert rebuilt[0].summary["key"] != cur[0].summary["key"], over
     assert other["content_fingerprint"] != first["content_fingerprint"]
 
     # scores recomputed into the same folder with another result (ltr run, ltr difficulty): the
     # curriculum is rebuilt although its settings did not change
-    grid.ensure_difficulty(spark, cfg, small_dataset, diff)
-    grid.ensure_curricula(spark, cfg, small_dataset, diff, 1, {"q_bm25"})
+    prepare.ensure_difficulty(spark, cfg, small_dataset, diff)
+    prepare.ensure_curricula(spark, cfg, small_dataset, diff, 1, {"q_bm25"})
     path = os.path.join(diff, SUMMARY)
     doc = json.loads(open(path).read())
     doc["content_fingerprint"] = "sha256:0000000000000000"
     open(path, "w").write(json.dumps(doc))
     calls = []
-    real = grid.build_curriculum
-    monkeypatch.setattr(grid, "build_curriculum", lambda *a, **k: calls.append(1) or real(*a, **k))
-    grid.ensure_curricula(spark, cfg, small_dataset, diff, 1, {"q_bm25"})
+    real = prepare.build_curriculum
+    monkeypatch.setattr(prepare, "build_curriculum", lambda *a, **k: calls.append(1) or real(*a, **k))
+    prepare.ensure_curricula(spark, cfg, small_dataset, diff, 1, {"q_bm25"})
     assert calls == [1]
 
 
 def test_difficulty_key_covers_roles_conventions_and_code(small_dataset, monkeypatch):
     from pipelines.config import DifficultyConfig
-    from pipelines.difficulty import difficulty_key
+    from pipelines.difficulty import difficulty_inputs
+    from pipelines.keys import difficulty_key as key_of
     from udfs.metrics import NdcgSpec
+
+    def difficulty_key(*args):
+        return key_of(**difficulty_inputs(*args))
 
     ds = open_dataset(small_dataset)
     base = difficulty_key(ds, DifficultyConfig(), NdcgSpec())

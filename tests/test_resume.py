@@ -18,7 +18,9 @@ import pytest
 
 from pipelines.checkpoints import CheckpointStore
 from pipelines.config import load_config
-from pipelines.grid import checkpoint_root, plan_fold, run_grid, show_plan
+from pipelines.grid import run_grid
+from pipelines.layout import Layout
+from pipelines.study import plan_fold, show_plan
 from pipelines.plan import DONE
 from pipelines.proctree import kill_tree, python_workers, signal_tree
 from pipelines.executor import states_of
@@ -39,7 +41,7 @@ def _cfg(work: Path, *extra: str):
 def _plan(cfg, ds_path):
     from pipelines.dataset import open_dataset
 
-    return plan_fold(cfg, open_dataset(ds_path), 1), CheckpointStore(checkpoint_root(cfg))
+    return plan_fold(cfg, open_dataset(ds_path), 1), CheckpointStore(Layout.of(cfg).checkpoints)
 
 
 def _results(cfg, ds_path):

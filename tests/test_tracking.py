@@ -11,7 +11,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 
-from pipelines.tracking import TAG_CHILD_KEY, TAG_PARENT, Tracker, default_uri
+from pipelines.layout import mlflow_uri
+from pipelines.tracking import TAG_CHILD_KEY, TAG_PARENT, Tracker
 
 WRITERS = 4
 CHECKPOINTS = 12
@@ -73,14 +74,14 @@ def _check(uri: str, artifacts: str, results: list[tuple[int, str, str]]) -> Non
 def test_concurrent_processes_open_a_fresh_store(tmp_path):
     """Four processes open a store no one has made yet: one schema, one experiment, one parent run."""
     work = tmp_path / "work"
-    uri, artifacts = default_uri(str(work)), str(work / "mlartifacts")
+    uri, artifacts = mlflow_uri(str(work)), str(work / "mlartifacts")
     assert not os.path.exists(work)
     _check(uri, artifacts, _run_writers(uri, artifacts))
 
 
 def test_concurrent_tasks_stream_curves_into_one_store(tmp_path):
     """The DAG's case: ``grid_setup`` made the store and the parent; the mapped tasks then write at once."""
-    uri, artifacts = default_uri(str(tmp_path)), str(tmp_path / "mlartifacts")
+    uri, artifacts = mlflow_uri(str(tmp_path)), str(tmp_path / "mlartifacts")
     t = Tracker(uri, "concurrent", artifacts)
     parent, resumed = t.find_or_create_parent("grid-key", "study", {"folds": [1, 2]})
     assert not resumed
