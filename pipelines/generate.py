@@ -45,6 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.dataset import MSLR_ROTATION
+from pipelines.storage import atomic_file, write_file_atomic
 
 log = logging.getLogger(__name__)
 
@@ -218,8 +219,7 @@ def _write_subset(args: tuple[str, int, np.ndarray, np.ndarray, int]) -> tuple[i
     """Write one subset's queries (in qid order) to ``path``; return (rows, queries)."""
     path, subset, qids, n_docs, seed = args
     rows = 0
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as fh:
+    with atomic_file(path) as fh:
         for b, start in enumerate(range(0, qids.size, BATCH_QUERIES)):
             q = qids[start:start + BATCH_QUERIES]
             n = n_docs[start:start + BATCH_QUERIES]
@@ -227,7 +227,6 @@ def _write_subset(args: tuple[str, int, np.ndarray, np.ndarray, int]) -> tuple[i
             labels, X = simulate_batch(rng, n)
             fh.write(format_letor(labels, np.repeat(q, n), X))
             rows += int(n.sum())
-    os.replace(tmp, path)
     return rows, int(qids.size)
 
 
@@ -256,20 +255,18 @@ def generate(out: str, queries: int, seed: int, workers: int = 0) -> GenerateSum
         done = [_write_subset(j) for j in jobs]
     for f, d in MSLR_ROTATION.items():
         _link_or_copy(test_of[d["vali"][0]], root / f"Fold{f}" / "vali.txt")
-        tmp = root / f"Fold{f}" / "train.txt.tmp"
-        with open(tmp, "wb") as fh:
+        with atomic_file(str(root / f"Fold{f}" / "train.txt")) as fh:
             for s in d["train"]:
                 with open(test_of[s], "rb") as src:
                     shutil.copyfileobj(src, fh, 16 << 20)
-        os.replace(tmp, root / f"Fold{f}" / "train.txt")
     summary = GenerateSummary(
         out=str(root), queries=queries, rows=sum(r for r, _ in done), seed=seed,
         subset_rows={f"S{k + 1}": done[k][0] for k in range(5)},
         subset_queries={f"S{k + 1}": done[k][1] for k in range(5)},
         seconds=round(time.perf_counter() - t0, 2))
-    (root / "generate.json").write_text(json.dumps(
+    write_file_atomic(str(root / "generate.json"), json.dumps(
         {**summary.__dict__, "generator": "ltr generate (MSLR-shaped synthetic data)",
-         "n_features": N_FEATURES, "label_thresholds": LABEL_THRESHOLDS.tolist()}, indent=2))
+         "n_features": N_FEATURES, "label_thresholds": LABEL_THRESHOLDS.tolist()}, indent=2).encode())
     log.info("generated %d queries, %d rows under %s in %.1f s", queries, summary.rows, out, summary.seconds)
     return summary
 

@@ -44,6 +44,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow.fs as pafs
+
+from pipelines.storage import rename_into_place
+
 log = logging.getLogger(__name__)
 
 #: Archive formats both venv-pack and Spark's ``--archives`` unpacking handle. Zip is left out: it
@@ -220,7 +224,7 @@ def pack(out: str, *, source: str | Path | None = None, constraints: str | Path 
         except venv_pack.VenvPackException as e:
             raise PackFailed(f"venv-pack could not pack {env}: {e}") from e
         partial.chmod(0o644)  # mkstemp's 0600 would keep other users (YARN, a shared cluster) from reading it
-        os.replace(partial, target)
+        rename_into_place(pafs.LocalFileSystem(), str(partial), str(target))  # pipelines.storage's one rename
         size = target.stat().st_size
         linked = os.path.join(python_prefix, "bin", os.path.basename(base)) if python_prefix else base
         log.info("pack: wrote %s (%.0f MiB) in %.0f s; its bin/python links to %s, which every executor needs "
