@@ -9,9 +9,11 @@ pick up something that does not change the result (a path, a worker count).
 Code identity (:func:`code_identity`) is the *content* of the code that computes:
 a hash of the installed ``pipelines/`` and ``udfs/`` sources, read from the
 packages themselves (the same in a checkout, an editable install, a wheel and a
-packed archive), plus the versions of the libraries whose arithmetic the results
-depend on. A documentation-only commit leaves it unchanged; any edit of the
-computing code changes it, committed or not. The git commit stays provenance
+packed archive), each reduced to its syntax tree without docstrings
+(:func:`canonical_source`: comments, docstrings and formatting do not compute),
+plus the versions of the libraries whose arithmetic the results depend on. A
+documentation-only or formatting-only commit leaves it unchanged; any edit of the
+computing code (a constant, an operator, a statement) changes it, committed or not. The git commit stays provenance
 (:func:`pipelines.provenance.code_version`), recorded on MLflow runs, never keyed.
 
 Not in any key, because they do not change a result: where inputs are read
@@ -22,6 +24,7 @@ are written, retries and timeouts.
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import json
@@ -107,13 +110,48 @@ def _source_files(package: str) -> list[tuple[str, bytes]]:
     return sorted(out)
 
 
-def sources_hash(packages: tuple[str, ...] = PACKAGES) -> str:
-    """sha256 (20 hex digits) over the path and bytes of every source file of ``packages``."""
+def _canonical(node: Any) -> Any:
+    """A syntax tree as nested lists: node type and its fields, without positions, without the fields that are
+    empty or None (so that a field a newer Python adds, such as ``type_params``, changes nothing), and without
+    statements that are only a string (docstrings: they do not compute)."""
+    if isinstance(node, ast.AST):
+        out: list[Any] = [type(node).__name__]
+        for name, value in ast.iter_fields(node):
+            if isinstance(value, list):
+                value = [v for v in value if not (isinstance(v, ast.Expr) and isinstance(v.value, ast.Constant)
+                                                  and isinstance(v.value.value, str))]
+            if value is None or value == [] or isinstance(value, ast.expr_context):
+                continue
+            out.append([name, _canonical(value)])
+        return out
+    if isinstance(node, list):
+        return [_canonical(v) for v in node]
+    if isinstance(node, (bytes, complex)):
+        return [type(node).__name__, repr(node)]
+    return node
+
+
+def canonical_source(data: bytes) -> bytes:
+    """What of a Python source computes: its syntax tree without docstrings, comments, positions or formatting,
+    serialised (JSON) the same way on every supported Python. A file that does not parse is taken as it is."""
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError):
+        return data
+    return json.dumps(_canonical(tree), separators=(",", ":"), default=repr).encode()
+
+
+def hash_sources(files: list[tuple[str, bytes]]) -> str:
+    """sha256 (20 hex digits) over the path and canonical source (:func:`canonical_source`) of each file."""
     h = hashlib.sha256()
-    for pkg in packages:
-        for rel, data in _source_files(pkg):
-            h.update(rel.encode() + b"\0" + hashlib.sha256(data).digest())
+    for rel, data in sorted(files):
+        h.update(rel.encode() + b"\0" + hashlib.sha256(canonical_source(data)).digest())
     return h.hexdigest()[:20]
+
+
+def sources_hash(packages: tuple[str, ...] = PACKAGES) -> str:
+    """:func:`hash_sources` over every source file of ``packages``."""
+    return hash_sources([f for pkg in packages for f in _source_files(pkg)])
 
 
 def library_versions() -> dict[str, str]:

@@ -136,9 +136,10 @@ def _train(repo: Path, data: str, work: Path) -> dict:
 
 
 def test_a_docs_commit_resumes_and_every_edit_of_the_computing_code_retrains(small_dataset, tmp_path):
-    """In a git copy of the repository: train; commit a README change -> nothing retrained; edit a file of
-    udfs/ without committing -> retrained; edit it again -> retrained again (git HEAD, the old key, saw
-    neither the README commit as harmless nor the second uncommitted edit as a change)."""
+    """In a git copy of the repository: train; commit a README change and edit a comment and a docstring of
+    udfs/ without committing -> nothing retrained; edit a statement of udfs/ without committing -> retrained;
+    edit it again -> retrained again (git HEAD, the old key, saw neither the README commit as harmless nor the
+    second uncommitted edit as a change)."""
     repo = tmp_path / "repo"
     repo.mkdir()
     for name in ("pipelines", "udfs", "conf"):
@@ -155,9 +156,76 @@ def test_a_docs_commit_resumes_and_every_edit_of_the_computing_code_retrains(sma
     assert trees_built() == 4
     (repo / "README.md").write_text((repo / "README.md").read_text() + "\nA typo fixed.\n")
     _git(repo, "commit", "-q", "-am", "docs")
-    assert trees_built() == 0  # a documentation commit: same code identity, the checkpoints are reused
     target = repo / "udfs" / "metrics.py"
-    target.write_text(target.read_text() + "\n# an edit, not committed\n")
+    text = target.read_text()
+    assert '"""' in text and "\n#" in text
+    target.write_text(text.replace('"""', '"""A docstring edited. ', 1) + "\n# a comment, not committed\n")
+    assert trees_built() == 0  # documentation only: same code identity, the checkpoints are reused
+    target.write_text(target.read_text() + "\n_EDITED = 1  # a statement, not committed\n")
     assert trees_built() == 4
-    target.write_text(target.read_text() + "# a second edit, not committed either\n")
+    target.write_text(target.read_text() + "_EDITED_AGAIN = 2\n")
     assert trees_built() == 4
+
+
+# ------------------------------------------------------------ code identity: what computes, not how it reads
+BASE = '''"""A module."""
+import numpy as np
+
+LIMIT = 10  # a comment
+
+
+def gain(label, k=LIMIT):
+    """The gain of a label."""
+    return (2 ** label - 1) / np.log2(k + 1)
+'''
+
+SAME = {
+    "a comment": BASE.replace("# a comment", "# another comment\n# and a second line"),
+    "a docstring": BASE.replace('"""The gain of a label."""', '"""Exponential gain.\n\n    More text."""'),
+    "the module docstring removed": BASE.replace('"""A module."""\n', ""),
+    "a string statement": BASE.replace("LIMIT = 10", 'LIMIT = 10\n"""The cut-off."""'),
+    "reformatting": BASE.replace("return (2 ** label - 1) / np.log2(k + 1)",
+                                 "return (\n        (2**label - 1)\n        / np.log2(k + 1)\n    )")
+                        .replace("def gain(label, k=LIMIT):", "def gain(\n    label,\n    k=LIMIT,\n):"),
+}
+
+CHANGED = {
+    "a constant": BASE.replace("LIMIT = 10", "LIMIT = 11"),
+    "a constant's type": BASE.replace("LIMIT = 10", "LIMIT = 10.0"),
+    "an operator": BASE.replace("2 ** label - 1", "2 ** label + 1"),
+    "a statement": BASE.replace("    return", "    label = label + 0\n    return"),
+    "a default": BASE.replace("k=LIMIT", "k=5"),
+    "a name": BASE.replace("np.log2", "np.log"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(SAME))
+def test_code_identity_ignores_what_does_not_compute(what):
+    assert keys.canonical_source(SAME[what].encode()) == keys.canonical_source(BASE.encode()), what
+    files = [("udfs/metrics.py", BASE.encode()), ("udfs/__init__.py", b"")]
+    other = [("udfs/metrics.py", SAME[what].encode()), ("udfs/__init__.py", b"")]
+    assert keys.hash_sources(other) == keys.hash_sources(files)
+
+
+@pytest.mark.parametrize("what", sorted(CHANGED))
+def test_code_identity_changes_with_what_computes(what):
+    files = [("udfs/metrics.py", BASE.encode())]
+    assert keys.hash_sources([("udfs/metrics.py", CHANGED[what].encode())]) != keys.hash_sources(files), what
+
+
+def test_code_identity_of_the_packages_reads_python_sources_only(tmp_path, monkeypatch):
+    """The identity hashes ``pipelines/`` and ``udfs/`` only: a README beside them changes nothing, a file moved
+    to another name does (its path is hashed)."""
+    import importlib.resources as resources
+
+    pkg = tmp_path / "fakepkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "m.py").write_text(BASE)
+    monkeypatch.setattr(resources, "files", lambda name: pkg)
+    base = keys.sources_hash(("fakepkg",))
+    (pkg / "README.md").write_text("# notes")
+    (pkg / "m.py").write_text(SAME["a docstring"])
+    assert keys.sources_hash(("fakepkg",)) == base
+    (pkg / "m.py").rename(pkg / "n.py")
+    assert keys.sources_hash(("fakepkg",)) != base
