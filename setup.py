@@ -28,6 +28,11 @@ TEST_REQUIRES = [
     "pytest>=8",
     "pytest-timeout>=2.3",
     "pytest-xdist>=3.5",  # README's test command runs the suite in 2 processes, each with its own Spark session
+    # the guard rails README's test command runs before the tests (README, "Contributing")
+    "ruff>=0.15",  # lint and format (ruff.toml)
+    "import-linter>=2.1",  # import contracts: layers and no cycles (.importlinter)
+    "mypy>=1.15",  # types of pipelines/ and udfs/ (mypy.ini), new errors only (mypy-baseline.txt)
+    "mypy-baseline>=0.7",
 ]
 
 # Airflow 3 and its providers. The Spark provider stays below 6: 6.x depends on pyspark-client,

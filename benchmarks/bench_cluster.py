@@ -45,9 +45,27 @@ def ltr(*args: str) -> list[str]:
 def train(master: str, data: Path, work: Path, trees: int, env: dict[str, str]) -> dict[str, float]:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    cmd = ltr("train", "--master", master, "--data", str(data), "--fold", "1", "--path", f"lambdamart:{trees}",
-              "--workers", "2", "--nthread", "1", "--out", str(work / "model"), "--set", f"work_dir={work}",
-              "--set", "spark.conf={spark.executor.memory: 2g}")
+    cmd = ltr(
+        "train",
+        "--master",
+        master,
+        "--data",
+        str(data),
+        "--fold",
+        "1",
+        "--path",
+        f"lambdamart:{trees}",
+        "--workers",
+        "2",
+        "--nthread",
+        "1",
+        "--out",
+        str(work / "model"),
+        "--set",
+        f"work_dir={work}",
+        "--set",
+        "spark.conf={spark.executor.memory: 2g}",
+    )
     t0 = time.perf_counter()
     with open(work / "ltr.log", "w") as log:
         subprocess.run(cmd, check=True, env=env, cwd=ROOT, stderr=log)
@@ -55,11 +73,14 @@ def train(master: str, data: Path, work: Path, trees: int, env: dict[str, str]) 
     doc = json.loads((work / "model" / "_train.json").read_text())
     job = doc["training"]["jobs"][0]
     rank0 = job["worker_timings"][0]
-    out = {"process_seconds": round(wall, 1), "job_seconds": round(job["seconds"], 2),
-           "job_seconds_per_tree": round(job["seconds_per_tree"], 4),
-           "trees_seconds_per_tree": round((rank0["boost"] + rank0["objective"]) / rank0["trees"], 4),
-           "eval_seconds_per_tree": round(rank0["eval"] / rank0["trees"], 4),
-           "final_test": doc["final"]["test_ndcg_at_10"]}
+    out = {
+        "process_seconds": round(wall, 1),
+        "job_seconds": round(job["seconds"], 2),
+        "job_seconds_per_tree": round(job["seconds_per_tree"], 4),
+        "trees_seconds_per_tree": round((rank0["boost"] + rank0["objective"]) / rank0["trees"], 4),
+        "eval_seconds_per_tree": round(rank0["eval"] / rank0["trees"], 4),
+        "final_test": doc["final"]["test_ndcg_at_10"],
+    }
     print(f"{work.name}: {out}", file=sys.stderr, flush=True)
     return out
 
@@ -72,34 +93,48 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
     work = Path(args.work).absolute()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable,
-           "PYSPARK_DRIVER_PYTHON": sys.executable}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
     data = work / "data" / "dataset"
     if not (data / "_manifest.json").is_file():
         letor = work / "data" / "letor"
-        subprocess.run(ltr("generate", "--out", str(letor), "--queries", str(args.queries), "--seed", "1"),
-                       check=True, env=env, cwd=ROOT)
+        subprocess.run(
+            ltr("generate", "--out", str(letor), "--queries", str(args.queries), "--seed", "1"),
+            check=True,
+            env=env,
+            cwd=ROOT,
+        )
         subprocess.run(ltr("ingest", "--src", str(letor), "--out", str(data)), check=True, env=env, cwd=ROOT)
     manifest = json.loads((data / "_manifest.json").read_text())
-    url, procs = standalone(work / "cluster")
+    cluster = standalone(work / "cluster")
+    url = cluster.url
     runs: dict[str, list[dict[str, float]]] = {"standalone": [], "local2": []}
     try:
         for i in range(args.repeats):
             runs["standalone"].append(train(url, data, work / f"standalone-{i}", args.trees, env))
             runs["local2"].append(train("local[2]", data, work / f"local2-{i}", args.trees, env))
     finally:
-        for p in reversed(procs):
-            p.terminate()
-        for p in procs:
-            p.wait(timeout=30)
+        cluster.stop()
     models = {side: (work / f"{side}-0" / "model" / "model.json").read_text() for side in runs}
     med = {side: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for side, rs in runs.items()}
-    out = {"machine": f"{platform.machine()}, {os.cpu_count()} cores", "rows": manifest["rows"],
-           "queries": manifest["queries"], "trees": args.trees, "repeats": args.repeats, "median": med,
-           "ratio_standalone_over_local2": {
-               k: round(med["standalone"][k] / med["local2"][k], 3)
-               for k in ("job_seconds_per_tree", "trees_seconds_per_tree")},
-           "identical_models": models["standalone"] == models["local2"], "runs": runs}
+    out = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "rows": manifest["rows"],
+        "queries": manifest["queries"],
+        "trees": args.trees,
+        "repeats": args.repeats,
+        "median": med,
+        "ratio_standalone_over_local2": {
+            k: round(med["standalone"][k] / med["local2"][k], 3)
+            for k in ("job_seconds_per_tree", "trees_seconds_per_tree")
+        },
+        "identical_models": models["standalone"] == models["local2"],
+        "runs": runs,
+    }
     print(json.dumps(out, indent=2))
     return 0
 

@@ -38,8 +38,14 @@ def main() -> int:
     w[rng.choice(f, 60, replace=False)] = rng.normal(size=60)
     y = np.clip(np.round(X @ w / 3 + 2 + rng.normal(size=n_tr)), 0, 4).astype(np.float32)
     ref = reference_matrix(cuts_of(X, 256, nthread=2), 2)
-    params = {"tree_method": "hist", "grow_policy": "lossguide", "max_depth": 0, "max_leaves": 64, "eta": 0.05,
-              "nthread": 2}
+    params = {
+        "tree_method": "hist",
+        "grow_policy": "lossguide",
+        "max_depth": 0,
+        "max_leaves": 64,
+        "eta": 0.05,
+        "nthread": 2,
+    }
     b = xgb.train(params, xgb.QuantileDMatrix(X, y, ref=ref, nthread=2), args.trees)
     cuts = matrix_cuts(ref)
     sizes = rng.integers(60, 180, args.eval_rows // 60)
@@ -69,8 +75,10 @@ def main() -> int:
         t["walk"] += t2 - t1
         t["ndcg"] += t3 - t2
     parts = ", ".join(f"{k} {v / args.trees * 1000:.1f} ms" for k, v in t.items())
-    print(f"{args.code}: per tree, 2 eval splits of {off[-1]:,} rows: {parts}; "
-          f"total {sum(t.values()) / args.trees * 1000:.1f} ms")
+    print(
+        f"{args.code}: per tree, 2 eval splits of {off[-1]:,} rows: {parts}; "
+        f"total {sum(t.values()) / args.trees * 1000:.1f} ms"
+    )
     return 0
 
 

@@ -55,8 +55,13 @@ def main() -> int:
     ds = open_dataset(data)
     train_rows = sum(int(ds.manifest["subsets"][s]["rows"]) for s in ds.subsets(1, "train"))
     samples = [int(x) or ALL_ROWS for x in args.samples.split(",")]
-    out: dict = {"machine": f"{platform.node()} {platform.machine()}, {threads} cores", "queries": args.queries,
-                 "train_rows": train_rows, "trees": args.trees, "runs": {}}
+    out: dict = {
+        "machine": f"{platform.node()} {platform.machine()}, {threads} cores",
+        "queries": args.queries,
+        "train_rows": train_rows,
+        "trees": args.trees,
+        "runs": {},
+    }
     full = None
     for rows in sorted(samples, reverse=True):  # the whole split first: the others are compared with it
         t0 = time.perf_counter()
@@ -69,18 +74,32 @@ def main() -> int:
         settings = make_settings(cfg, NdcgSpec(), ds, threads)
         with tempfile.TemporaryDirectory(prefix="bench-cuts-") as d:
             t0 = time.perf_counter()
-            res, info = train_paths(spark, ds, 1, [parse_path(f"lambdamart:{args.trees}", "p")], settings,
-                                    Execution(1, threads, retries=0), CheckpointStore(d))
+            res, info = train_paths(
+                spark,
+                ds,
+                1,
+                [parse_path(f"lambdamart:{args.trees}", "p")],
+                settings,
+                Execution(1, threads, retries=0),
+                CheckpointStore(d),
+            )
             wall = time.perf_counter() - t0
         w0 = info["worker_timings"][0]
         n = w0["trees"]
         name = "whole split" if rows >= train_rows else f"sample {rows}"
         out["runs"][name] = {
-            "sample_rows": min(rows, train_rows), "cuts_rows": cuts.rows, "cuts_seconds": round(cut_seconds, 2),
-            "cut_values": int(cuts.values.size), "cut_values_differing_from_whole_split": differ,
-            "wall_seconds": round(wall, 1), "per_tree": round((w0["boost"] + w0["objective"]) / n, 4),
-            "eval_per_tree": round(w0["eval"] / n, 4), "dmatrix_seconds": round(w0["dmatrix"], 2),
-            "final_vali_ndcg_at_10": res["p"].vali[-1], "final_test_ndcg_at_10": res["p"].test[-1]}
+            "sample_rows": min(rows, train_rows),
+            "cuts_rows": cuts.rows,
+            "cuts_seconds": round(cut_seconds, 2),
+            "cut_values": int(cuts.values.size),
+            "cut_values_differing_from_whole_split": differ,
+            "wall_seconds": round(wall, 1),
+            "per_tree": round((w0["boost"] + w0["objective"]) / n, 4),
+            "eval_per_tree": round(w0["eval"] / n, 4),
+            "dmatrix_seconds": round(w0["dmatrix"], 2),
+            "final_vali_ndcg_at_10": res["p"].vali[-1],
+            "final_test_ndcg_at_10": res["p"].test[-1],
+        }
         print(json.dumps({name: out["runs"][name]}), flush=True)
     print(json.dumps(out, indent=2))
     spark.stop()

@@ -22,14 +22,15 @@ import sys
 import threading
 import time
 
-
 from pipelines.proctree import tree_rss
 from tests.deployment import Deployment, missing
 
 
 def one(p: int, queries: int, folds: list[int], trees: int) -> dict:
-    d = Deployment(parallelism=p, env={"LTR_TRAINING_SLOTS": str(p), "LTR_TASK_RETRIES": "0",
-                                       "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
+    d = Deployment(
+        parallelism=p,
+        env={"LTR_TRAINING_SLOTS": str(p), "LTR_TASK_RETRIES": "0", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+    )
     peak = {"all": 0, "training": 0}
     stop = threading.Event()
     training = threading.Event()
@@ -40,23 +41,38 @@ def one(p: int, queries: int, folds: list[int], trees: int) -> dict:
             peak["all"] = max(peak["all"], rss)
             if training.is_set():
                 peak["training"] = max(peak["training"], rss)
+
     try:
         d.start()
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         work = d.root / "work"
-        study = [f"work_dir={work}", f"generate.queries={queries}", "generate.workers=1", "spark.shuffle_partitions=2",
-                 f"grid.folds={json.dumps(folds)}", f"grid.trees={trees}", f"grid.switch_points=[{trees // 3}]",
-                 "grid.strategies=[q_nrel]", "grid.extra_paths={}", "grid.extra_curricula={}",
-                 "grid.log_models=false", "train.leaves=8", "report.permutations=200",
-                 f"report.table2_sizes=[{trees // 3}]", f"tracking.uri={d.mlflow_uri}"]
+        study = [
+            f"work_dir={work}",
+            f"generate.queries={queries}",
+            "generate.workers=1",
+            "spark.shuffle_partitions=2",
+            f"grid.folds={json.dumps(folds)}",
+            f"grid.trees={trees}",
+            f"grid.switch_points=[{trees // 3}]",
+            "grid.strategies=[q_nrel]",
+            "grid.extra_paths={}",
+            "grid.extra_curricula={}",
+            "grid.log_models=false",
+            "train.leaves=8",
+            "report.permutations=200",
+            f"report.table2_sizes=[{trees // 3}]",
+            f"tracking.uri={d.mlflow_uri}",
+        ]
         t0 = time.monotonic()
         d.trigger("bench", {"set": study})
 
         def watch() -> None:
-            if not training.is_set() and any(t["task_id"] == "train" and t["start_date"]
-                                              for t in d.task_instances("bench")):
+            if not training.is_set() and any(
+                t["task_id"] == "train" and t["start_date"] for t in d.task_instances("bench")
+            ):
                 training.set()
+
         state = d.wait_run("bench", 3600, on_poll=watch)
         wall = time.monotonic() - t0
         tis = d.task_instances("bench")
@@ -64,9 +80,16 @@ def one(p: int, queries: int, folds: list[int], trees: int) -> dict:
         spans = [(t["start_date"], t["end_date"]) for t in trains]
         at_once = max(sum(1 for a, b in spans if a <= s < b) for s, _ in spans)
         train_s = (max(b for _, b in spans) - min(a for a, _ in spans)).total_seconds()
-        return {"parallelism": p, "state": state, "wall_s": round(wall, 1), "training_s": round(train_s, 1),
-                "units": len(trains), "at_once": at_once, "peak_rss_gib": round(peak["all"] / 2**30, 2),
-                "peak_rss_training_gib": round(peak["training"] / 2**30, 2)}
+        return {
+            "parallelism": p,
+            "state": state,
+            "wall_s": round(wall, 1),
+            "training_s": round(train_s, 1),
+            "units": len(trains),
+            "at_once": at_once,
+            "peak_rss_gib": round(peak["all"] / 2**30, 2),
+            "peak_rss_training_gib": round(peak["training"] / 2**30, 2),
+        }
     finally:
         stop.set()
         d.stop()

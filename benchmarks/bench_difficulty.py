@@ -58,7 +58,8 @@ def main() -> int:
     def baseline():
         df = spark.read.parquet(ds.path).select(*cols)
         return df.groupBy(schema.SUBSET, schema.QID).applyInPandas(
-            lambda pdf: difficulty_one_query(pdf, bm25, pr, spec), DIFFICULTY_DDL)
+            lambda pdf: difficulty_one_query(pdf, bm25, pr, spec), DIFFICULTY_DDL
+        )
 
     def timed(make) -> float:
         t0 = time.perf_counter()
@@ -78,15 +79,24 @@ def main() -> int:
     b = baseline().toPandas().sort_values([schema.SUBSET, schema.QID]).reset_index(drop=True)
     pd.testing.assert_frame_equal(a, b, check_dtype=False, rtol=1e-9)
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(json.dumps({
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-        "dataset": args.data, "rows": ds.manifest["rows"], "queries": ds.manifest["queries"],
-        "seconds": {k: [round(x, 2) for x in v] for k, v in times.items()} | {"ltr_difficulty_cold": round(cold, 2)},
-        "median_seconds": {k: round(v, 2) for k, v in med.items()},
-        "speedup_vs_per_query": round(med["per_query_applyInPandas"] / med["ltr_difficulty"], 2),
-        "ltr_difficulty_end_to_end_seconds": round(end_to_end, 2),
-        "results_equal": True, "queries_scored": summary["queries"],
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+                "dataset": args.data,
+                "rows": ds.manifest["rows"],
+                "queries": ds.manifest["queries"],
+                "seconds": {k: [round(x, 2) for x in v] for k, v in times.items()}
+                | {"ltr_difficulty_cold": round(cold, 2)},
+                "median_seconds": {k: round(v, 2) for k, v in med.items()},
+                "speedup_vs_per_query": round(med["per_query_applyInPandas"] / med["ltr_difficulty"], 2),
+                "ltr_difficulty_end_to_end_seconds": round(end_to_end, 2),
+                "results_equal": True,
+                "queries_scored": summary["queries"],
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

@@ -41,9 +41,8 @@ from pathlib import Path
 from pipelines.config import IngestConfig, SparkConfig, load_dataset_spec
 from pipelines.generate import generate, query_plan
 from pipelines.ingest import ingest
-from pipelines.session import build_session
-
 from pipelines.proctree import tree_rss
+from pipelines.session import build_session
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -117,8 +116,7 @@ def run_spark_split_cast(spark, path: Path, out: Path, n_features: int) -> float
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
     tok = F.split(F.col("value"), " ")
-    cols = [tok[0].cast("tinyint").alias("label"),
-            F.split(tok[1], ":")[1].cast("int").alias("qid")]
+    cols = [tok[0].cast("tinyint").alias("label"), F.split(tok[1], ":")[1].cast("int").alias("qid")]
     cols += [F.split(tok[i + 1], ":")[1].cast("float").alias(f"f{i}") for i in range(1, n_features + 1)]
     spark.read.text(str(path)).select(*cols).write.parquet(str(out))
     return time.perf_counter() - t0
@@ -149,7 +147,9 @@ def bench_file(args: argparse.Namespace) -> dict:
     mbs = {k: size / 1e6 / v for k, v in med.items()}
     return {
         "machine": f"{platform.machine()}, {threads} cores, {platform.python_version()}",
-        "file": str(path), "bytes": size, "rows": rows,
+        "file": str(path),
+        "bytes": size,
+        "rows": rows,
         "seconds": {k: [round(x, 3) for x in v] for k, v in times.items()} | {"ltr_ingest_cold": round(cold, 3)},
         "median_seconds": {k: round(v, 3) for k, v in med.items()},
         "MB_per_s": {k: round(v, 1) for k, v in mbs.items()} | {"ltr_ingest_cold": round(size / 1e6 / cold, 1)},
@@ -166,15 +166,24 @@ def bench_full(args: argparse.Namespace) -> dict:
     with PeakRss() as mem:
         t0 = time.perf_counter()
         s = generate(str(src), queries=31531, seed=2018)
-        res["generate"] = {"seconds": round(time.perf_counter() - t0, 1), "rows": s.rows, "queries": s.queries,
-                           "bytes_on_disk_all_files": sum(p.stat().st_size for p in src.glob("Fold*/*.txt"))}
+        res["generate"] = {
+            "seconds": round(time.perf_counter() - t0, 1),
+            "rows": s.rows,
+            "queries": s.queries,
+            "bytes_on_disk_all_files": sum(p.stat().st_size for p in src.glob("Fold*/*.txt")),
+        }
     res["generate"]["peak_rss_GiB"] = round(mem.peak / 2**30, 2)
     spark = build_session(SparkConfig(driver_memory="4g", log_level="ERROR"))
     with PeakRss() as mem:
         t0 = time.perf_counter()
         m = ingest(spark, str(src), str(work / "web30k_ds"), load_dataset_spec("mslr"), IngestConfig())
-        res["ingest"] = {"seconds": round(time.perf_counter() - t0, 1), "rows": m["rows"], "queries": m["queries"],
-                         "layout": m["layout"], "fingerprint": m["fingerprint"]}
+        res["ingest"] = {
+            "seconds": round(time.perf_counter() - t0, 1),
+            "rows": m["rows"],
+            "queries": m["queries"],
+            "layout": m["layout"],
+            "fingerprint": m["fingerprint"],
+        }
     res["ingest"]["peak_rss_GiB"] = round(mem.peak / 2**30, 2)
     return res
 

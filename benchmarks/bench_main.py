@@ -54,20 +54,28 @@ def main() -> int:
         work.mkdir(parents=True)
         cmd = [sys.executable, "-m", "pipelines.cli", "run", "--set", f"work_dir={work}"]
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
-                              text=True)
+        proc = subprocess.run(
+            cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True
+        )
         wall = time.perf_counter() - t0
         (work / "ltr-run.log").write_text(proc.stderr)
         if proc.returncode != 0:
             print(proc.stderr[-3000:], file=sys.stderr)
             return proc.returncode
-        runs.append({"wall_seconds": round(wall, 1),
-                     "grid_seconds": _seconds(proc.stderr, "curricula and the grid", "report ->")})
+        runs.append(
+            {
+                "wall_seconds": round(wall, 1),
+                "grid_seconds": _seconds(proc.stderr, "curricula and the grid", "report ->"),
+            }
+        )
         print(f"run {i + 1}/{args.repeats}: {runs[-1]}", file=sys.stderr)
-    out = {"machine": f"{platform.machine()}, {os.cpu_count()} cores", "command": "ltr run (default config)",
-           "median_wall_seconds": statistics.median(r["wall_seconds"] for r in runs),
-           "median_grid_seconds": statistics.median(r["grid_seconds"] for r in runs if r["grid_seconds"]),
-           "runs": runs}
+    out = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "command": "ltr run (default config)",
+        "median_wall_seconds": statistics.median(r["wall_seconds"] for r in runs),
+        "median_grid_seconds": statistics.median(r["grid_seconds"] for r in runs if r["grid_seconds"]),
+        "runs": runs,
+    }
     print(json.dumps(out, indent=2))
     return 0
 

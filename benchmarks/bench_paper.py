@@ -17,7 +17,8 @@ Steps, each skipped when its output exists (run the same command again after any
 
 ``WORK/state.json`` keeps every step's and every attempt's wall seconds, trees committed
 before and after, and peak memory (the summed RSS of the step's process tree: driver,
-JVM, Python workers; of its JVM; and of its largest Python worker: sampled every 2 s); it is rewritten every 30 s, so an attempt stopped
+JVM, Python workers; of its JVM; and of its largest Python worker: sampled every 2 s); it is rewritten
+every 30 s, so an attempt stopped
 from outside loses at most that much of its record. At the end it adds the committed trees'
 cost read from the checkpoints (rank 0's boost, objective, curve and checkpoint seconds; in all and
 by kind of node: objective on all rows or on a curriculum subset) and prints the summary.
@@ -42,10 +43,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-
 from benchmarks.bench_resume import built_trees
 from pipelines.proctree import kill_tree, tree_memory
+
+ROOT = Path(__file__).resolve().parent.parent
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -69,21 +70,29 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def watch(cmd: list[str], log: Path, record: dict, state: State, env: dict,
-          stop_when=None) -> int | None:
+def watch(cmd: list[str], log: Path, record: dict, state: State, env: dict, stop_when=None) -> int | None:
     """Run ``cmd`` (stderr to ``log``), sampling its tree's RSS into ``record``; ``stop_when()`` true: kill it."""
     with open(log, "ab") as err:
         err.write(f"\n==== {_now()} {' '.join(cmd)}\n".encode())
         err.flush()
         proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=err, stderr=err, start_new_session=True)
         t0, saved = time.perf_counter(), 0.0
-        record.update(started=_now(), seconds=0.0, peak_rss_gib=0.0, peak_jvm_gib=0.0, peak_worker_gib=0.0,
-                      ended="running (or stopped from outside)")
+        record.update(
+            started=_now(),
+            seconds=0.0,
+            peak_rss_gib=0.0,
+            peak_jvm_gib=0.0,
+            peak_worker_gib=0.0,
+            ended="running (or stopped from outside)",
+        )
         try:
             while proc.poll() is None:
                 mem = tree_memory(proc.pid)
-                for k, v in (("peak_rss_gib", mem["tree"]), ("peak_jvm_gib", mem["jvm"]),
-                             ("peak_worker_gib", mem["worker"])):
+                for k, v in (
+                    ("peak_rss_gib", mem["tree"]),
+                    ("peak_jvm_gib", mem["jvm"]),
+                    ("peak_worker_gib", mem["worker"]),
+                ):
                     record[k] = max(record.get(k, 0.0), round(v / 2**30, 2))
                 record["seconds"] = round(time.perf_counter() - t0, 1)
                 if stop_when is not None and stop_when():
@@ -99,8 +108,11 @@ def watch(cmd: list[str], log: Path, record: dict, state: State, env: dict,
         except BaseException:
             kill_tree(proc.pid)
             raise
-        record.update(seconds=round(time.perf_counter() - t0, 1), rc=proc.returncode,
-                      ended="finished" if proc.returncode == 0 else f"failed (exit {proc.returncode})")
+        record.update(
+            seconds=round(time.perf_counter() - t0, 1),
+            rc=proc.returncode,
+            ended="finished" if proc.returncode == 0 else f"failed (exit {proc.returncode})",
+        )
         state.save()
         return proc.returncode
 
@@ -125,18 +137,29 @@ def main() -> int:
     ap.add_argument("--work", default=str(ROOT / "bench-out" / "paper"))
     ap.add_argument("--queries", type=int, default=31531)
     ap.add_argument("--fold", type=int, default=1)
-    ap.add_argument("--interrupt-at", type=float, default=0.1,
-                    help="share of the fold's trees committed when the grid is killed once on purpose (0: never)")
+    ap.add_argument(
+        "--interrupt-at",
+        type=float,
+        default=0.1,
+        help="share of the fold's trees committed when the grid is killed once on purpose (0: never)",
+    )
     ap.add_argument("--keep-letor", action="store_true", help="keep the generated LETOR text after ingest")
-    ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE",
-                    help="more config overrides for the grid and the report (e.g. a small smoke run)")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        dest="overrides",
+        metavar="KEY=VALUE",
+        help="more config overrides for the grid and the report (e.g. a small smoke run)",
+    )
     ap.add_argument("--status", action="store_true", help="print the state and the plan's progress; run nothing")
     args = ap.parse_args()
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     state = State(work / "state.json")
-    state.doc.setdefault("machine", f"{platform.machine()}, {os.cpu_count()} cores, "
-                                    f"{os.sysconf('SC_PHYS_PAGES') * PAGE / 2**30:.0f} GiB")
+    state.doc.setdefault(
+        "machine", f"{platform.machine()}, {os.cpu_count()} cores, {os.sysconf('SC_PHYS_PAGES') * PAGE / 2**30:.0f} GiB"
+    )
     letor, data, log = work / "letor", str(work / "dataset"), work / "bench.log"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     steps = state.doc["steps"]
@@ -151,21 +174,38 @@ def main() -> int:
         if not steps.get("generate", {}).get("rc") == 0:
             shutil.rmtree(letor, ignore_errors=True)
             steps["generate"] = {}
-            if watch(ltr("generate", "--out", str(letor), "--queries", str(args.queries), "--seed", "4242"),
-                     log, steps["generate"], state, env) != 0:
+            if (
+                watch(
+                    ltr("generate", "--out", str(letor), "--queries", str(args.queries), "--seed", "4242"),
+                    log,
+                    steps["generate"],
+                    state,
+                    env,
+                )
+                != 0
+            ):
                 print(f"generate failed: see {log}", file=sys.stderr)
                 return 1
         steps["ingest"] = {}
-        if watch(ltr("ingest", "--src", str(letor), "--out", data, "--dataset", "mslr"),
-                 log, steps["ingest"], state, env) != 0:
+        if (
+            watch(
+                ltr("ingest", "--src", str(letor), "--out", data, "--dataset", "mslr"), log, steps["ingest"], state, env
+            )
+            != 0
+        ):
             print(f"ingest failed: see {log}", file=sys.stderr)
             return 1
         if not args.keep_letor:
             shutil.rmtree(letor, ignore_errors=True)
     cfg, plan, ckpt_root = plan_info(work, data, args.fold, args.overrides)
     ckpt = Path(ckpt_root)
-    state.doc["plan"] = {"fold": args.fold, "nodes": len(plan.nodes), "trees": plan.trees,
-                         "paths": len(plan.chains), "checkpoint_every": cfg.train.checkpoint_every}
+    state.doc["plan"] = {
+        "fold": args.fold,
+        "nodes": len(plan.nodes),
+        "trees": plan.trees,
+        "paths": len(plan.chains),
+        "checkpoint_every": cfg.train.checkpoint_every,
+    }
     sets = [a for o in [*overrides(work, args.fold), *args.overrides] for a in ("--set", o)]
     grid = ltr("grid", "--conf", str(ROOT / "conf" / "paper.yaml"), "--data", data, *sets)
     while True:
@@ -174,10 +214,11 @@ def main() -> int:
             break
         rec: dict = {"trees_before": before}
         state.doc["attempts"].append(rec)
-        on_purpose = args.interrupt_at > 0 and not state.doc.get("interrupted") and \
-            before < args.interrupt_at * plan.trees
+        on_purpose = (
+            args.interrupt_at > 0 and not state.doc.get("interrupted") and before < args.interrupt_at * plan.trees
+        )
 
-        def stop_when() -> bool:
+        def stop_when(on_purpose: bool = on_purpose, rec: dict = rec) -> bool:
             if not on_purpose:
                 return False
             n = built_trees(ckpt) if ckpt.is_dir() else 0
@@ -195,8 +236,14 @@ def main() -> int:
             print(f"ltr grid failed (exit {rc}): see {log}", file=sys.stderr)
             return 1
     with open(log, "ab") as err:
-        subprocess.run(ltr("report", "--conf", str(ROOT / "conf" / "paper.yaml"), *sets), env=env, cwd=ROOT,
-                       stdout=err, stderr=err, check=True)
+        subprocess.run(
+            ltr("report", "--conf", str(ROOT / "conf" / "paper.yaml"), *sets),
+            env=env,
+            cwd=ROOT,
+            stdout=err,
+            stderr=err,
+            check=True,
+        )
     rep = {"report": str(Path(cfg.report.out or work / "run" / "report") / "report.md")}
     from pipelines.checkpoints import CheckpointStore
 
@@ -206,8 +253,9 @@ def main() -> int:
     store = CheckpointStore(ckpt_root)
     kinds: dict[str, list] = {}  # a curve point costs the same on every node: its share differs by kind
     for n in plan.nodes:
-        kinds.setdefault(f"{n.objective} on {'all rows' if n.data == 'all' else 'a curriculum subset'}",
-                         []).append(n.key)
+        kinds.setdefault(f"{n.objective} on {'all rows' if n.data == 'all' else 'a curriculum subset'}", []).append(
+            n.key
+        )
     by_kind, cost = {}, {}
     for kind, keys in kinds.items():
         c = store.cost(keys)  # each node's checkpoints read once; the fold's total is the kinds' sum
@@ -215,29 +263,40 @@ def main() -> int:
             cost[k] = cost.get(k, 0.0) + v
         tr = c.get("boost", 0.0) + c.get("objective", 0.0)
         if c.get("trees") and tr:
-            by_kind[kind] = {"nodes": len(keys), "trees": int(c["trees"]),
-                             "training_per_tree": round(tr / c["trees"], 3),
-                             "curves_per_tree": round(c.get("eval", 0.0) / c["trees"], 4),
-                             "curves_share": round(c.get("eval", 0.0) / tr, 4),
-                             "checkpoints_share": round(c.get("checkpoint", 0.0) / tr, 4)}
+            by_kind[kind] = {
+                "nodes": len(keys),
+                "trees": int(c["trees"]),
+                "training_per_tree": round(tr / c["trees"], 3),
+                "curves_per_tree": round(c.get("eval", 0.0) / c["trees"], 4),
+                "curves_share": round(c.get("eval", 0.0) / tr, 4),
+                "checkpoints_share": round(c.get("checkpoint", 0.0) / tr, 4),
+            }
     if cost.get("trees", 0) < plan.trees:
-        print(f"the checkpoints under {ckpt_root} hold {int(cost.get('trees', 0))} of this plan's {plan.trees} "
-              "trees: the computing code changed since the grid ran (node keys hold it); run this script "
-              "from the grid's code (its worktree)", file=sys.stderr)
+        print(
+            f"the checkpoints under {ckpt_root} hold {int(cost.get('trees', 0))} of this plan's {plan.trees} "
+            "trees: the computing code changed since the grid ran (node keys hold it); run this script "
+            "from the grid's code (its worktree)",
+            file=sys.stderr,
+        )
         return 1
     train = cost["boost"] + cost["objective"]
     attempts = state.doc["attempts"]
     summary = {
-        "trees_built": int(cost["trees"]), "trees_planned": plan.trees,
+        "trees_built": int(cost["trees"]),
+        "trees_planned": plan.trees,
         "grid_wall_seconds": round(sum(a["seconds"] for a in attempts), 1),
         "grid_attempts": len(attempts),
         "per_tree_seconds_wall": round(sum(a["seconds"] for a in attempts) / plan.trees, 3),
         "per_tree_seconds_training": round(train / cost["trees"], 3),
         "curves_share_of_training": round(cost["eval"] / train, 4),
         "checkpoints_share_of_training": round(cost["checkpoint"] / train, 4),
-        "peak_rss_gib": max([a.get("peak_rss_gib", 0) for a in attempts] +
-                            [s.get("peak_rss_gib", 0) for s in steps.values()]),
-        "cost_seconds": {k: round(v, 1) for k, v in cost.items()}, "by_kind": by_kind, **rep}
+        "peak_rss_gib": max(
+            [a.get("peak_rss_gib", 0) for a in attempts] + [s.get("peak_rss_gib", 0) for s in steps.values()]
+        ),
+        "cost_seconds": {k: round(v, 1) for k, v in cost.items()},
+        "by_kind": by_kind,
+        **rep,
+    }
     state.doc["summary"] = summary
     state.save()
     print(json.dumps(state.doc, indent=2))

@@ -25,8 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
 from pipelines.proctree import kill_tree
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def ltr(*args: str) -> list[str]:
@@ -73,31 +74,50 @@ def main() -> int:
     data = str(data_dir / "dataset")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if not (Path(data) / "_manifest.json").exists():
-        subprocess.run(ltr("generate", "--out", str(data_dir / "letor"), "--queries", str(args.queries)),
-                       check=True, env=env, cwd=ROOT)
+        subprocess.run(
+            ltr("generate", "--out", str(data_dir / "letor"), "--queries", str(args.queries)),
+            check=True,
+            env=env,
+            cwd=ROOT,
+        )
         subprocess.run(ltr("ingest", "--src", str(data_dir / "letor"), "--out", data), check=True, env=env, cwd=ROOT)
     runs = {}
     for name in ("straight", "killed"):
         shutil.rmtree(work / name, ignore_errors=True)
     t0 = time.perf_counter()
-    subprocess.run(ltr("grid", "--data", data, "--set", f"work_dir={work / 'straight'}"), check=True, env=env,
-                   cwd=ROOT, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        ltr("grid", "--data", data, "--set", f"work_dir={work / 'straight'}"),
+        check=True,
+        env=env,
+        cwd=ROOT,
+        stderr=subprocess.DEVNULL,
+    )
     runs["straight_seconds"] = round(time.perf_counter() - t0, 1)
     _, total = results(work / "straight", data)
-    proc = subprocess.Popen(ltr("grid", "--data", data, "--set", f"work_dir={work / 'killed'}"), env=env, cwd=ROOT,
-                            start_new_session=True, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        ltr("grid", "--data", data, "--set", f"work_dir={work / 'killed'}"),
+        env=env,
+        cwd=ROOT,
+        start_new_session=True,
+        stderr=subprocess.DEVNULL,
+    )
     t0 = time.perf_counter()
     ckpt = work / "killed" / "checkpoints"
     while proc.poll() is None and built_trees(ckpt) < args.kill_at * total:
         time.sleep(0.2)
     kill_tree(proc.pid)  # the whole tree: PySpark's daemon runs its workers in their own process group,
-    proc.wait()          # and a surviving barrier task could commit one more checkpoint after the count
+    proc.wait()  # and a surviving barrier task could commit one more checkpoint after the count
     runs["killed_after_seconds"] = round(time.perf_counter() - t0, 1)
     runs["trees_committed_at_kill"] = built_trees(ckpt)
     runs["trees_planned"] = total
     t0 = time.perf_counter()
-    subprocess.run(ltr("grid", "--data", data, "--set", f"work_dir={work / 'killed'}"), check=True, env=env,
-                   cwd=ROOT, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        ltr("grid", "--data", data, "--set", f"work_dir={work / 'killed'}"),
+        check=True,
+        env=env,
+        cwd=ROOT,
+        stderr=subprocess.DEVNULL,
+    )
     runs["restart_seconds"] = round(time.perf_counter() - t0, 1)
     runs["restart_over_straight"] = round(runs["restart_seconds"] / runs["straight_seconds"], 3)
     a, _ = results(work / "straight", data)

@@ -43,23 +43,22 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import xgboost as xgb
 
+from pipelines.barrier_job import make_settings
+from pipelines.checkpoints import CheckpointStore
 from pipelines.config import IngestConfig, SparkConfig, TrainConfig, load_dataset_spec
 from pipelines.dataset import load_split, open_dataset
+from pipelines.executor import Execution, train_paths
 from pipelines.generate import generate
 from pipelines.ingest import ingest
 from pipelines.paths import parse_path
 from pipelines.session import build_session
-import tempfile
-
-from pipelines.barrier_job import make_settings
-from pipelines.checkpoints import CheckpointStore
-from pipelines.executor import Execution, train_paths
 from udfs import schema
 from udfs.metrics import NdcgSpec
 
@@ -84,9 +83,20 @@ def reference(spark, data: str, trees: int, threads: int, objective: str = "rank
     t0 = time.perf_counter()
     d = xgb.QuantileDMatrix(X, y, qid=qid, max_bin=256, nthread=threads)
     build = time.perf_counter() - t0
-    params = {"objective": objective, "lambdarank_pair_method": "topk", "lambdarank_num_pair_per_sample": 10,
-              "tree_method": "hist", "grow_policy": "lossguide", "max_depth": 0, "max_leaves": 64, "eta": 0.05,
-              "max_bin": 256, "nthread": threads, "base_score": 0.0, "disable_default_eval_metric": 1}
+    params = {
+        "objective": objective,
+        "lambdarank_pair_method": "topk",
+        "lambdarank_num_pair_per_sample": 10,
+        "tree_method": "hist",
+        "grow_policy": "lossguide",
+        "max_depth": 0,
+        "max_leaves": 64,
+        "eta": 0.05,
+        "max_bin": 256,
+        "nthread": threads,
+        "base_score": 0.0,
+        "disable_default_eval_metric": 1,
+    }
     if not objective.startswith("rank:"):
         del params["lambdarank_pair_method"], params["lambdarank_num_pair_per_sample"]
     b = xgb.Booster(params, [d])
@@ -95,8 +105,14 @@ def reference(spark, data: str, trees: int, threads: int, objective: str = "rank
         t0 = time.perf_counter()
         b.update(d, i)
         per_tree.append(time.perf_counter() - t0)
-    return {"objective": objective, "rows": int(y.size), "threads": threads, "dmatrix_seconds": round(build, 3),
-            "per_tree_median": statistics.median(per_tree), "per_tree_mean": float(np.mean(per_tree))}
+    return {
+        "objective": objective,
+        "rows": int(y.size),
+        "threads": threads,
+        "dmatrix_seconds": round(build, 3),
+        "per_tree_median": statistics.median(per_tree),
+        "per_tree_mean": float(np.mean(per_tree)),
+    }
 
 
 def ours(spark, data: str, path: str, trees_eval: int, workers: int, nthread: int) -> dict:
@@ -108,12 +124,22 @@ def ours(spark, data: str, path: str, trees_eval: int, workers: int, nthread: in
     wall = time.perf_counter() - t0
     w0 = info["worker_timings"][0]
     n = w0["trees"]
-    return {"path": path, "workers": workers, "threads_per_worker": nthread, "wall_seconds": round(wall, 2),
-            "trees": n, "per_tree": (w0["boost"] + w0["objective"]) / n, "objective_per_tree": w0["objective"] / n,
-            "eval_per_tree": w0["eval"] / n, "load_seconds": round(w0["load"], 2),
-            "dmatrix_seconds": round(w0["dmatrix"], 2), "checkpoint_per_tree": w0["checkpoint"] / n,
-            "checkpoint_share_of_training": round(w0["checkpoint"] / (w0["boost"] + w0["objective"]), 4),
-            "checkpoint_every": settings.checkpoint_every, "final_test_ndcg": res["p"].test[-1]}
+    return {
+        "path": path,
+        "workers": workers,
+        "threads_per_worker": nthread,
+        "wall_seconds": round(wall, 2),
+        "trees": n,
+        "per_tree": (w0["boost"] + w0["objective"]) / n,
+        "objective_per_tree": w0["objective"] / n,
+        "eval_per_tree": w0["eval"] / n,
+        "load_seconds": round(w0["load"], 2),
+        "dmatrix_seconds": round(w0["dmatrix"], 2),
+        "checkpoint_per_tree": w0["checkpoint"] / n,
+        "checkpoint_share_of_training": round(w0["checkpoint"] / (w0["boost"] + w0["objective"]), 4),
+        "checkpoint_every": settings.checkpoint_every,
+        "final_test_ndcg": res["p"].test[-1],
+    }
 
 
 def _train(spark, ds, paths, settings, workers: int, nthread: int):
@@ -139,10 +165,15 @@ def grid(spark, data: str, threads: int) -> dict:
         alone.update(r)
     separate = time.perf_counter() - t0
     same = all(together[p.label].test[-1] == alone[p.label].test[-1] for p in paths)
-    return {"trees_built_shared": info["trees_built"], "trees_built_separate": 2000,
-            "seconds_shared": round(shared, 1), "seconds_separate": round(separate, 1),
-            "speedup": round(separate / shared, 2), "identical_final_ndcg": same,
-            "final_test_ndcg": {p.label: together[p.label].test[-1] for p in paths}}
+    return {
+        "trees_built_shared": info["trees_built"],
+        "trees_built_separate": 2000,
+        "seconds_shared": round(shared, 1),
+        "seconds_separate": round(separate, 1),
+        "speedup": round(separate / shared, 2),
+        "identical_final_ndcg": same,
+        "final_test_ndcg": {p.label: together[p.label].test[-1] for p in paths},
+    }
 
 
 def main() -> int:
@@ -152,9 +183,12 @@ def main() -> int:
     p.add_argument("--work", default=str(ROOT / "bench-out"))
     p.add_argument("--grid", action="store_true")
     p.add_argument("--grid-only", action="store_true", help="run only the switch-point grid")
-    p.add_argument("--costs-only", action="store_true",
-                   help="only what curves (NDCG after every tree) and checkpoints cost, relative to training "
-                        "(Python lambdamart, one worker with all the cores, train.checkpoint_every's default)")
+    p.add_argument(
+        "--costs-only",
+        action="store_true",
+        help="only what curves (NDCG after every tree) and checkpoints cost, relative to training "
+        "(Python lambdamart, one worker with all the cores, train.checkpoint_every's default)",
+    )
     args = p.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -190,7 +224,8 @@ def main() -> int:
             "ratio_builtin_lambdamart_vs_xgb_train": round(per_tree["builtin_lambdamart"] / ref["per_tree_mean"], 3),
             "ratio_builtin_mse_vs_xgb_train": round(per_tree["builtin_mse"] / ref_mse["per_tree_mean"], 3),
             "ratio_python_lambdamart_vs_xgb_train_rank_ndcg": round(
-                per_tree["python_lambdamart"] / ref["per_tree_mean"], 3),
+                per_tree["python_lambdamart"] / ref["per_tree_mean"], 3
+            ),
             "curves_cost_share_of_training": round(c["eval_per_tree"] / c["per_tree"], 3),
         }
     if args.grid:

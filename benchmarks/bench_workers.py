@@ -50,14 +50,28 @@ def _trees(model: bytes) -> list[dict]:
 def compare(a: bytes, b: bytes) -> dict:
     ta, tb = _trees(a), _trees(b)
     same_splits = len(ta) == len(tb) and all(
-        x["split_indices"] == y["split_indices"] and x["left_children"] == y["left_children"]
-        and np.array_equal(np.asarray(x["split_conditions"])[np.asarray(x["left_children"]) >= 0],
-                           np.asarray(y["split_conditions"])[np.asarray(y["left_children"]) >= 0])
-        for x, y in zip(ta, tb))
-    leaf = max((float(np.max(np.abs(np.asarray(x["base_weights"]) - np.asarray(y["base_weights"]))))
-                for x, y in zip(ta, tb) if len(x["base_weights"]) == len(y["base_weights"])), default=float("nan"))
-    return {"trees": len(ta), "same_splits_every_tree": same_splits, "max_leaf_difference": leaf,
-            "bit_identical": a == b}
+        x["split_indices"] == y["split_indices"]
+        and x["left_children"] == y["left_children"]
+        and np.array_equal(
+            np.asarray(x["split_conditions"])[np.asarray(x["left_children"]) >= 0],
+            np.asarray(y["split_conditions"])[np.asarray(y["left_children"]) >= 0],
+        )
+        for x, y in zip(ta, tb)
+    )
+    leaf = max(
+        (
+            float(np.max(np.abs(np.asarray(x["base_weights"]) - np.asarray(y["base_weights"]))))
+            for x, y in zip(ta, tb)
+            if len(x["base_weights"]) == len(y["base_weights"])
+        ),
+        default=float("nan"),
+    )
+    return {
+        "trees": len(ta),
+        "same_splits_every_tree": same_splits,
+        "max_leaf_difference": leaf,
+        "bit_identical": a == b,
+    }
 
 
 def lease_cost(n: int = 200) -> dict:
@@ -88,8 +102,14 @@ def main() -> int:
     args = p.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    spark = build_session(SparkConfig(master="local-cluster[3,1,1536]", driver_memory="2g", log_level="ERROR",
-                                      conf={"spark.executor.memory": "1g"}))
+    spark = build_session(
+        SparkConfig(
+            master="local-cluster[3,1,1536]",
+            driver_memory="2g",
+            log_level="ERROR",
+            conf={"spark.executor.memory": "1g"},
+        )
+    )
     data = work / f"workers_bench_{args.queries}"
     if not (data / "_manifest.json").exists():
         src = work / f"workers_bench_{args.queries}_letor"
@@ -97,27 +117,42 @@ def main() -> int:
         ingest(spark, str(src), str(data), load_dataset_spec("mslr"), IngestConfig())
     ds = open_dataset(str(data))
     train_rows = sum(int(ds.manifest["subsets"][s]["rows"]) for s in ds.subsets(1, "train"))
-    out: dict = {"machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} cores",
-                 "master": "local-cluster[3,1,1536]", "queries": args.queries, "train_rows": train_rows,
-                 "path": args.path, "sample_rows": args.sample_rows, "runs": {}}
+    out: dict = {
+        "machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} cores",
+        "master": "local-cluster[3,1,1536]",
+        "queries": args.queries,
+        "train_rows": train_rows,
+        "path": args.path,
+        "sample_rows": args.sample_rows,
+        "runs": {},
+    }
     models = {}
     global_cuts = hasattr(TrainConfig, "cuts_sample_rows")  # False: the code before global cuts
     out["global_cuts"] = global_cuts
     for w in (1, 2, 3):
-        cfg = TrainConfig(workers=w, nthread=1, eval_every=1, score_dist_trees=[],
-                          **({"cuts_sample_rows": args.sample_rows} if global_cuts else {}))
+        cfg = TrainConfig(
+            workers=w,
+            nthread=1,
+            eval_every=1,
+            score_dist_trees=[],
+            **({"cuts_sample_rows": args.sample_rows} if global_cuts else {}),
+        )
         settings = make_settings(cfg, NdcgSpec(), ds, 1)
         with tempfile.TemporaryDirectory(prefix="bench-workers-") as d:
             t0 = time.perf_counter()
-            res, info = train_paths(spark, ds, 1, [parse_path(args.path, "p")], settings,
-                                    Execution(w, 1, retries=0), CheckpointStore(d))
+            res, info = train_paths(
+                spark, ds, 1, [parse_path(args.path, "p")], settings, Execution(w, 1, retries=0), CheckpointStore(d)
+            )
             wall = time.perf_counter() - t0
         w0 = info["worker_timings"][0]
         models[w] = res["p"].model
         out["runs"][f"{w} workers"] = {
-            "wall_seconds": round(wall, 1), "per_tree": round((w0["boost"] + w0["objective"]) / w0["trees"], 4),
-            "final_vali_ndcg_at_10": res["p"].vali[-1], "final_test_ndcg_at_10": res["p"].test[-1],
-            **({} if w == 1 else {"against_1_worker": compare(models[1], models[w])})}
+            "wall_seconds": round(wall, 1),
+            "per_tree": round((w0["boost"] + w0["objective"]) / w0["trees"], 4),
+            "final_vali_ndcg_at_10": res["p"].vali[-1],
+            "final_test_ndcg_at_10": res["p"].test[-1],
+            **({} if w == 1 else {"against_1_worker": compare(models[1], models[w])}),
+        }
         print(json.dumps({f"{w} workers": out["runs"][f"{w} workers"]}), flush=True)
     spark.stop()
     if global_cuts:

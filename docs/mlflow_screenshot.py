@@ -52,17 +52,33 @@ class Chromium:
             os.dup2(to_chrome_r, 3)
             os.dup2(from_chrome_w, 4)
 
-        self.proc = subprocess.Popen([binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                                      "--remote-debugging-pipe", f"--window-size={width},{height}", "about:blank"],
-                                     pass_fds=(3, 4), preexec_fn=fds, start_new_session=True,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                binary,
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                "--remote-debugging-pipe",
+                f"--window-size={width},{height}",
+                "about:blank",
+            ],
+            pass_fds=(3, 4),
+            preexec_fn=fds,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         os.close(to_chrome_r)
         os.close(from_chrome_w)
         self._buf, self._id = b"", 0
         target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
         self.session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-        self.call("Emulation.setDeviceMetricsOverride",
-                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}, self.session)
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+            self.session,
+        )
 
     def call(self, method: str, params: dict | None = None, session: str | None = None) -> dict:
         self._id += 1
@@ -84,8 +100,11 @@ class Chromium:
                 return reply.get("result", {})
 
     def js(self, expression: str):
-        return self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True},
-                         self.session).get("result", {}).get("value")
+        return (
+            self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True}, self.session)
+            .get("result", {})
+            .get("value")
+        )
 
     def wait_js(self, expression: str, seconds: float) -> None:
         deadline = time.time() + seconds
@@ -125,8 +144,11 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tracking-uri", default="sqlite:///work/mlflow.db")
     p.add_argument("--experiment", default="ltr-default")
-    p.add_argument("--filter", default="tags.`ltr.strategy` = 'mse'",
-                   help="MLflow search filter of the runs shown (default: the MSE-t children, one per switch point)")
+    p.add_argument(
+        "--filter",
+        default="tags.`ltr.strategy` = 'mse'",
+        help="MLflow search filter of the runs shown (default: the MSE-t children, one per switch point)",
+    )
     p.add_argument("--out", default=str(Path(__file__).with_name("mlflow-ui.png")))
     p.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser") or "chromium")
     p.add_argument("--size", default="1600,1000")
@@ -139,9 +161,21 @@ def main() -> int:
         print(f"no experiment {args.experiment!r} at {args.tracking_uri}", file=sys.stderr)
         return 2
     port = free_port()
-    server = subprocess.Popen([str(Path(sys.executable).with_name("mlflow")), "ui", "--backend-store-uri",
-                               args.tracking_uri, "--host", "127.0.0.1", "--port", str(port)],
-                              start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("mlflow")),
+            "ui",
+            "--backend-store-uri",
+            args.tracking_uri,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     browser = None
     try:
         base = f"http://127.0.0.1:{port}"

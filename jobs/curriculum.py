@@ -1,6 +1,6 @@
 """spark-submit entry point of `ltr curriculum` (options: `ltr curriculum --help`).
 
-    spark-submit jobs/curriculum.py [options]
+spark-submit jobs/curriculum.py [options]
 """
 
 import sys

@@ -1,6 +1,6 @@
 """spark-submit entry point of `ltr difficulty` (options: `ltr difficulty --help`).
 
-    spark-submit jobs/difficulty.py [options]
+spark-submit jobs/difficulty.py [options]
 """
 
 import sys

@@ -1,6 +1,6 @@
 """spark-submit entry point of `ltr generate` (options: `ltr generate --help`).
 
-    spark-submit jobs/generate.py [options]
+spark-submit jobs/generate.py [options]
 """
 
 import sys

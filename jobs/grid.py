@@ -1,6 +1,6 @@
 """spark-submit entry point of `ltr grid` (options: `ltr grid --help`).
 
-    spark-submit jobs/grid.py [options]
+spark-submit jobs/grid.py [options]
 """
 
 import sys

@@ -1,6 +1,6 @@
 """spark-submit entry point of `ltr ingest` (options: `ltr ingest --help`).
 
-    spark-submit jobs/ingest.py [options]
+spark-submit jobs/ingest.py [options]
 """
 
 import sys

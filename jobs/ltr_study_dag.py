@@ -118,7 +118,8 @@ MAX_RETRY_DELAY = timedelta(seconds=_env_number("LTR_MAX_RETRY_DELAY_S", 900))
 #: spark-submits of every study at once. Empty: ``default_pool`` (a pool that does not exist would leave the
 #: tasks scheduled forever: Airflow only logs it).
 TRAINING_POOL = os.environ.get("LTR_TRAINING_POOL", "") or "default_pool"
-#: Training applications of one study at once (memory per application at MSLR-WEB30K's size: benchmarks/RESULTS.md, "Memory").
+#: Training applications of one study at once (memory per application at MSLR-WEB30K's size:
+#: benchmarks/RESULTS.md, "Memory").
 TRAINING_SLOTS = int(_env_number("LTR_TRAINING_SLOTS", 2))
 
 
@@ -140,10 +141,17 @@ class LtrSubmitOperator(SparkSubmitOperator):
     """
 
     #: run params passed to spark-submit (empty or null: the Spark connection's or spark-defaults' value)
-    SUBMIT_PARAMS = {"archives": "_archives", "py_files": "py_files", "files": "files", "jars": "jars",
-                     "driver_memory": "_driver_memory", "executor_memory": "_executor_memory",
-                     "executor_cores": "_executor_cores", "num_executors": "_num_executors",
-                     "total_executor_cores": "_total_executor_cores"}
+    SUBMIT_PARAMS = {
+        "archives": "_archives",
+        "py_files": "py_files",
+        "files": "files",
+        "jars": "jars",
+        "driver_memory": "_driver_memory",
+        "executor_memory": "_executor_memory",
+        "executor_cores": "_executor_cores",
+        "num_executors": "_num_executors",
+        "total_executor_cores": "_total_executor_cores",
+    }
 
     def __init__(self, *, unit_label: str = "", timeout_s: float | None = None, **kwargs: Any) -> None:
         if timeout_s:  # a unit's own limit (mapped: one per unit)
@@ -159,8 +167,9 @@ class LtrSubmitOperator(SparkSubmitOperator):
             if params.get(name) not in (None, ""):
                 setattr(self, attr, params[name])
         # an argument that is a list (an XCom of arguments) is spliced in
-        self.application_args = [str(b) for a in self.application_args or []
-                                 for b in (a if isinstance(a, (list, tuple)) else [a])]
+        self.application_args = [
+            str(b) for a in self.application_args or [] for b in (a if isinstance(a, (list, tuple)) else [a])
+        ]
         hook = self._hook = self._get_hook()
         self._tree = None
         printed: list[str] = []
@@ -180,8 +189,10 @@ class LtrSubmitOperator(SparkSubmitOperator):
             self._kill_tree()
             sp = getattr(hook, "_submit_sp", None)
             if sp is not None and sp.returncode == EXIT_USAGE:
-                raise _fail(f"{os.path.basename(self.application)} exited with code {EXIT_USAGE} (bad input or "
-                            f"configuration, see the log above): not retried") from e
+                raise _fail(
+                    f"{os.path.basename(self.application)} exited with code {EXIT_USAGE} (bad input or "
+                    f"configuration, see the log above): not retried"
+                ) from e
             raise
         for line in reversed(printed):
             try:
@@ -252,8 +263,15 @@ def resolve_study(params: dict[str, Any], run_id: str | None = None) -> dict[str
     # where grid_setup writes its summary (the parent run id) for the tasks after it, whatever the deploy mode
     setup_record = layout.airflow_record(run_id, "grid_setup.json")
     return {
-        "conf": conf, "set": overrides, "work_dir": work, "generate": not src, "src": src or letor,
-        "data": data, "difficulty": difficulty, "folds": list(cfg.grid.folds), "setup_record": setup_record,
+        "conf": conf,
+        "set": overrides,
+        "work_dir": work,
+        "generate": not src,
+        "src": src or letor,
+        "data": data,
+        "difficulty": difficulty,
+        "folds": list(cfg.grid.folds),
+        "setup_record": setup_record,
         "ingest_record": layout.ingest_key,
         **timeouts,
         "generate_args": ["--out", letor, *common],
@@ -296,8 +314,7 @@ def _listing(src: str) -> list[list[Any]]:
     if info.type == pafs.FileType.File:
         return [[info.base_name, info.size, info.mtime_ns]]
     files = fs.get_file_info(pafs.FileSelector(root, recursive=True))
-    return sorted([f.path[len(root):].lstrip("/"), f.size, f.mtime_ns] for f in files
-                  if f.type == pafs.FileType.File)
+    return sorted([f.path[len(root) :].lstrip("/"), f.size, f.mtime_ns] for f in files if f.type == pafs.FileType.File)
 
 
 def ingest_key(study: dict[str, Any]) -> str:
@@ -310,9 +327,14 @@ def ingest_key(study: dict[str, Any]) -> str:
     from udfs.letor_chunks import to_uri
 
     cfg = _load(study)
-    doc = {"src": to_uri(study["src"]), "files": _listing(study["src"]), "out": to_uri(study["data"]),
-           "ingest": asdict(cfg.ingest), "dataset": asdict(load_dataset_spec(cfg.dataset)),
-           "format_version": FORMAT_VERSION}
+    doc = {
+        "src": to_uri(study["src"]),
+        "files": _listing(study["src"]),
+        "out": to_uri(study["data"]),
+        "ingest": asdict(cfg.ingest),
+        "dataset": asdict(load_dataset_spec(cfg.dataset)),
+        "format_version": FORMAT_VERSION,
+    }
     return key_of(doc)
 
 
@@ -379,8 +401,10 @@ def study_parent(study: dict[str, Any], setup: dict[str, Any] | None) -> dict[st
         try:
             doc = read_json(os.path.dirname(study["setup_record"]), os.path.basename(study["setup_record"]))
         except (OSError, ValueError) as e:
-            raise _fail(f"grid_setup printed no parent run id and its record {study['setup_record']} cannot be "
-                        f"read ({e}): is work_dir storage the Airflow workers reach?") from None
+            raise _fail(
+                f"grid_setup printed no parent run id and its record {study['setup_record']} cannot be "
+                f"read ({e}): is work_dir storage the Airflow workers reach?"
+            ) from None
     if not str(doc.get("parent_run_id") or "").strip():
         raise _fail(f"grid_setup recorded no parent run id ({doc})")
     return {"parent_run_id": str(doc["parent_run_id"]), "finished": bool(doc.get("finished"))}
@@ -419,16 +443,24 @@ def unit_args(study: dict[str, Any], parent: dict[str, Any]) -> list[dict[str, A
         for unit in unfinished_units(plans[f], existing):
             i = every.index(unit)
             base, per_tree = study["train_timeout_base_s"], study["train_timeout_per_tree_s"]
-            out.append({"application_args": ["--unit", f"{f}:{i}", *study["grid_args"]],
-                        "unit_label": plans[f].unit_label(i)[:240],  # Airflow keeps 250 characters
-                        "timeout_s": (base + per_tree * plans[f].unit_trees(i)) if base or per_tree else None})
+            out.append(
+                {
+                    "application_args": ["--unit", f"{f}:{i}", *study["grid_args"]],
+                    "unit_label": plans[f].unit_label(i)[:240],  # Airflow keeps 250 characters
+                    "timeout_s": (base + per_tree * plans[f].unit_trees(i)) if base or per_tree else None,
+                }
+            )
     return out
 
 
 # ----------------------------------------------------------------------------- the DAG
 def _submit(step: str, **kwargs: Any) -> dict[str, Any]:
-    return {"application": os.path.join(JOBS, f"{step}.py"), "name": f"ltr-{step}", "conn_id": "spark_default",
-            **kwargs}
+    return {
+        "application": os.path.join(JOBS, f"{step}.py"),
+        "name": f"ltr-{step}",
+        "conn_id": "spark_default",
+        **kwargs,
+    }
 
 
 with DAG(
@@ -439,18 +471,34 @@ with DAG(
     max_active_runs=1,
     tags=["ltr", "spark", "mlflow"],
     doc_md=__doc__,
-    default_args={"retries": RETRIES, "retry_delay": RETRY_DELAY, "retry_exponential_backoff": True,
-                  "max_retry_delay": MAX_RETRY_DELAY},
+    default_args={
+        "retries": RETRIES,
+        "retry_delay": RETRY_DELAY,
+        "retry_exponential_backoff": True,
+        "max_retry_delay": MAX_RETRY_DELAY,
+    },
     params={
         "conf": Param("", type="string", description="YAML config; empty: conf/default.yaml"),
-        "set": Param([], type="array", items={"type": "string"},
-                     description="section.key=value overrides, passed as --set to every step"),
+        "set": Param(
+            [],
+            type="array",
+            items={"type": "string"},
+            description="section.key=value overrides, passed as --set to every step",
+        ),
         "src": Param("", type="string", description="LETOR folder to ingest; empty: generate data as `ltr run`"),
         "spark_conn_id": Param("spark_default", type="string", description="Airflow Spark connection"),
-        "spark_conf": Param({}, type="object", description="Spark properties passed as --conf to every spark-submit "
-                            "(e.g. spark.pyspark.python, spark.task.cpus, spark.executor.memoryOverhead)"),
-        "archives": Param("", type="string", description="--archives of every spark-submit, e.g. "
-                          "hdfs:///apps/ltr-env.tar.gz#env (the packed environment: `ltr pack`)"),
+        "spark_conf": Param(
+            {},
+            type="object",
+            description="Spark properties passed as --conf to every spark-submit "
+            "(e.g. spark.pyspark.python, spark.task.cpus, spark.executor.memoryOverhead)",
+        ),
+        "archives": Param(
+            "",
+            type="string",
+            description="--archives of every spark-submit, e.g. "
+            "hdfs:///apps/ltr-env.tar.gz#env (the packed environment: `ltr pack`)",
+        ),
         "py_files": Param("", type="string", description="--py-files of every spark-submit"),
         "files": Param("", type="string", description="--files of every spark-submit"),
         "jars": Param("", type="string", description="--jars of every spark-submit"),
@@ -458,36 +506,54 @@ with DAG(
         "executor_memory": Param("", type="string", description="--executor-memory"),
         "executor_cores": Param(None, type=["null", "integer"], description="--executor-cores"),
         "num_executors": Param(None, type=["null", "integer"], description="--num-executors (YARN, Kubernetes)"),
-        "total_executor_cores": Param(None, type=["null", "integer"],
-                                      description="--total-executor-cores (standalone)"),
-        "train_timeout_base_s": Param(3600, type="number", minimum=0,
-                                      description="each training task's time limit: this many seconds..."),
-        "train_timeout_per_tree_s": Param(30, type="number", minimum=0,
-                                          description="...plus this many per tree of its unit (both 0: no limit)"),
+        "total_executor_cores": Param(
+            None, type=["null", "integer"], description="--total-executor-cores (standalone)"
+        ),
+        "train_timeout_base_s": Param(
+            3600, type="number", minimum=0, description="each training task's time limit: this many seconds..."
+        ),
+        "train_timeout_per_tree_s": Param(
+            30, type="number", minimum=0, description="...plus this many per tree of its unit (both 0: no limit)"
+        ),
     },
 ) as dag:
     study = task(resolve_study, task_id="study", multiple_outputs=True)()
-    gen_check = task.short_circuit(generate_needed, task_id="generate_needed",
-                                   ignore_downstream_trigger_rules=False)(study)
+    gen_check = task.short_circuit(generate_needed, task_id="generate_needed", ignore_downstream_trigger_rules=False)(
+        study
+    )
     generate = LtrSubmitOperator(task_id="generate", **_submit("generate", application_args=study["generate_args"]))
-    ingest_check = task.short_circuit(ingest_needed, task_id="ingest_needed", ignore_downstream_trigger_rules=False,
-                                      trigger_rule="none_failed")(study)
+    ingest_check = task.short_circuit(
+        ingest_needed, task_id="ingest_needed", ignore_downstream_trigger_rules=False, trigger_rule="none_failed"
+    )(study)
     ingest = LtrSubmitOperator(task_id="ingest", **_submit("ingest", application_args=study["ingest_args"]))
     recorded = task(record_ingest, task_id="record_ingest")(study, ingest_check)
-    diff_check = task.short_circuit(difficulty_needed, task_id="difficulty_needed",
-                                    ignore_downstream_trigger_rules=False, trigger_rule="none_failed")(study)
-    difficulty = LtrSubmitOperator(task_id="difficulty",
-                                   **_submit("difficulty", application_args=study["difficulty_args"]))
-    setup = LtrSubmitOperator(task_id="grid_setup", trigger_rule="none_failed",
-                              **_submit("grid", application_args=study["setup_args"]))
+    diff_check = task.short_circuit(
+        difficulty_needed,
+        task_id="difficulty_needed",
+        ignore_downstream_trigger_rules=False,
+        trigger_rule="none_failed",
+    )(study)
+    difficulty = LtrSubmitOperator(
+        task_id="difficulty", **_submit("difficulty", application_args=study["difficulty_args"])
+    )
+    setup = LtrSubmitOperator(
+        task_id="grid_setup", trigger_rule="none_failed", **_submit("grid", application_args=study["setup_args"])
+    )
     parent = task(study_parent, task_id="parent", multiple_outputs=True)(study, setup.output)
     units = task(unit_args, task_id="units")(study, parent)
     train = LtrSubmitOperator.partial(
-        task_id="train", map_index_template="{{ task.unit_label }}", pool=TRAINING_POOL,
-        max_active_tis_per_dagrun=TRAINING_SLOTS, **_submit("grid")).expand_kwargs(units)
+        task_id="train",
+        map_index_template="{{ task.unit_label }}",
+        pool=TRAINING_POOL,
+        max_active_tis_per_dagrun=TRAINING_SLOTS,
+        **_submit("grid"),
+    ).expand_kwargs(units)
     # none_failed: after a finished study, train is mapped over no unit (skipped) and the report still runs;
     # a unit that failed for good (retries spent) leaves the report upstream_failed: it never reports a part
-    report = LtrSubmitOperator(task_id="report", trigger_rule="none_failed", **_submit("report", application_args=[
-        "--run-id", parent["parent_run_id"], study["report_args"]]))
+    report = LtrSubmitOperator(
+        task_id="report",
+        trigger_rule="none_failed",
+        **_submit("report", application_args=["--run-id", parent["parent_run_id"], study["report_args"]]),
+    )
     gen_check >> generate >> ingest_check >> ingest >> recorded >> diff_check >> difficulty
     difficulty >> setup >> parent >> units >> train >> report

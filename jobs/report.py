@@ -1,6 +1,6 @@
 """spark-submit entry point of `ltr report` (options: `ltr report --help`).
 
-    spark-submit jobs/report.py [options]
+spark-submit jobs/report.py [options]
 """
 
 import sys

@@ -1,6 +1,6 @@
 """spark-submit entry point of `ltr run` (options: `ltr run --help`).
 
-    spark-submit jobs/run.py [options]
+spark-submit jobs/run.py [options]
 """
 
 import sys

@@ -1,6 +1,6 @@
 """spark-submit entry point of `ltr train` (options: `ltr train --help`).
 
-    spark-submit jobs/train.py [options]
+spark-submit jobs/train.py [options]
 """
 
 import sys

@@ -38,11 +38,11 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from pipelines.checkpoints import CheckpointStore
 from pipelines.config import ConfigError, TrainConfig
 from pipelines.curriculum import QUERIES, read_curriculum
-from pipelines.dataset import Dataset, DatasetError, load_split
-from pipelines.checkpoints import CheckpointStore
 from pipelines.cuts import FoldCuts, reference_matrix
+from pipelines.dataset import Dataset, DatasetError, load_split
 from pipelines.plan import Node
 from pipelines.session import task_slots
 from pipelines.worker_data import SPLIT_COL, SPLITS, DataError, WorkerData, from_batches, matrix_cuts
@@ -54,6 +54,7 @@ from udfs.metrics import NdcgSpec
 from udfs.objectives import BlendSchedule
 
 log = logging.getLogger(__name__)
+
 
 class TrainError(ValueError):
     """Training that cannot run as asked (the message says what to change)."""
@@ -108,10 +109,20 @@ def load_curricula(paths: list[str], ds: Dataset, fold: int) -> list[Curriculum]
 # ------------------------------------------------------------ settings
 def make_settings(cfg: TrainConfig, metric: NdcgSpec, ds: Dataset, nthread: int) -> Settings:
     params = {
-        "tree_method": "hist", "grow_policy": "lossguide", "max_depth": 0, "max_leaves": cfg.leaves,
-        "eta": cfg.eta, "max_bin": cfg.max_bin, "min_child_weight": cfg.min_child_weight,
-        "lambda": cfg.reg_lambda, "subsample": cfg.subsample, "colsample_bytree": cfg.colsample_bytree,
-        "seed": cfg.seed, "nthread": nthread, "device": cfg.device, "verbosity": 1,
+        "tree_method": "hist",
+        "grow_policy": "lossguide",
+        "max_depth": 0,
+        "max_leaves": cfg.leaves,
+        "eta": cfg.eta,
+        "max_bin": cfg.max_bin,
+        "min_child_weight": cfg.min_child_weight,
+        "lambda": cfg.reg_lambda,
+        "subsample": cfg.subsample,
+        "colsample_bytree": cfg.colsample_bytree,
+        "seed": cfg.seed,
+        "nthread": nthread,
+        "device": cfg.device,
+        "verbosity": 1,
     }
     lo, hi = ds.manifest.get("label_range", [0, 4])
     try:
@@ -132,17 +143,32 @@ def make_settings(cfg: TrainConfig, metric: NdcgSpec, ds: Dataset, nthread: int)
         try:
             float(cfg.base_margin)
         except ValueError:
-            raise ConfigError(f"train.base_margin must be auto, zero, mean or a number, got {cfg.base_margin!r}"
-                              ) from None
+            raise ConfigError(
+                f"train.base_margin must be auto, zero, mean or a number, got {cfg.base_margin!r}"
+            ) from None
     if cfg.subsample < 1 or cfg.colsample_bytree < 1:
-        log.warning("train.subsample/colsample_bytree < 1: XGBoost's sampler state is not part of a checkpoint, so "
-                    "a resumed run may draw other samples than an uninterrupted one (measured: not bit-identical)")
-    return Settings(params=params, k=cfg.k, metric=metric, eval_every=cfg.eval_every,
-                    score_dist_trees=tuple(cfg.score_dist_trees), score_dist_bins=cfg.score_dist_bins,
-                    base_margin=cfg.base_margin, seed=cfg.seed, min_label=int(lo), max_label=int(hi),
-                    sigmoid_gamma=cfg.sigmoid_gamma, stochastic_noise=cfg.stochastic_noise,
-                    stochastic_anneal=cfg.stochastic_anneal, checkpoint_every=cfg.checkpoint_every, blend=blend,
-                    cuts_sample_rows=cfg.cuts_sample_rows)
+        log.warning(
+            "train.subsample/colsample_bytree < 1: XGBoost's sampler state is not part of a checkpoint, so "
+            "a resumed run may draw other samples than an uninterrupted one (measured: not bit-identical)"
+        )
+    return Settings(
+        params=params,
+        k=cfg.k,
+        metric=metric,
+        eval_every=cfg.eval_every,
+        score_dist_trees=tuple(cfg.score_dist_trees),
+        score_dist_bins=cfg.score_dist_bins,
+        base_margin=cfg.base_margin,
+        seed=cfg.seed,
+        min_label=int(lo),
+        max_label=int(hi),
+        sigmoid_gamma=cfg.sigmoid_gamma,
+        stochastic_noise=cfg.stochastic_noise,
+        stochastic_anneal=cfg.stochastic_anneal,
+        checkpoint_every=cfg.checkpoint_every,
+        blend=blend,
+        cuts_sample_rows=cfg.cuts_sample_rows,
+    )
 
 
 def is_local(master: str) -> bool:
@@ -153,8 +179,10 @@ def is_local(master: str) -> bool:
 def check_barrier_conf(conf: Any) -> None:
     """Spark settings barrier jobs cannot run under, refused up front in one line (``conf``: a SparkConf)."""
     if str(conf.get("spark.dynamicAllocation.enabled", "false")).lower() == "true":
-        raise TrainError("training runs as Spark barrier jobs, which dynamic allocation does not support: "
-                         "submit with --conf spark.dynamicAllocation.enabled=false and a fixed number of executors")
+        raise TrainError(
+            "training runs as Spark barrier jobs, which dynamic allocation does not support: "
+            "submit with --conf spark.dynamicAllocation.enabled=false and a fixed number of executors"
+        )
 
 
 def resolve_workers(spark: SparkSession, cfg: TrainConfig, parallel: int = 1) -> tuple[int, int]:
@@ -179,18 +207,26 @@ def resolve_workers(spark: SparkSession, cfg: TrainConfig, parallel: int = 1) ->
     if workers < 1:
         raise TrainError(f"--workers must be >= 1, got {workers}")
     if workers * parallel > slots:
-        raise TrainError(f"--workers {workers} x --parallel {parallel} needs {workers * parallel} tasks running at "
-                         f"once (barrier mode), but the session has {slots} task slots (spark.task.cpus="
-                         f"{spark.conf.get('spark.task.cpus', '1')}); use fewer workers or parallel jobs, or more "
-                         "cores/executors")
+        raise TrainError(
+            f"--workers {workers} x --parallel {parallel} needs {workers * parallel} tasks running at "
+            f"once (barrier mode), but the session has {slots} task slots (spark.task.cpus="
+            f"{spark.conf.get('spark.task.cpus', '1')}); use fewer workers or parallel jobs, or more "
+            "cores/executors"
+        )
     if cfg.nthread:
         nthread = cfg.nthread
     elif local:  # one machine: share its cores among the workers
         nthread = max(1, int(spark.sparkContext.defaultParallelism) // (workers * parallel))
     else:
         nthread = int(spark.conf.get("spark.task.cpus", "1"))  # a cluster: the cores of the task slot
-    log.info("training on %d workers x %d threads (%s; %d barrier task slots, %d parallel jobs)", workers, nthread,
-             "train.workers" if cfg.workers else "auto", slots, parallel)
+    log.info(
+        "training on %d workers x %d threads (%s; %d barrier task slots, %d parallel jobs)",
+        workers,
+        nthread,
+        "train.workers" if cfg.workers else "auto",
+        slots,
+        parallel,
+    )
     return workers, nthread
 
 
@@ -207,7 +243,8 @@ def training_frame(spark: SparkSession, ds: Dataset, fold: int, curricula: list[
         df = df.unionByName(p)
     for c in curricula:
         st = spark.read.parquet(f"{c.path}/{QUERIES}").select(
-            schema.SUBSET, schema.QID, F.col("first_stage").alias(c.column))
+            schema.SUBSET, schema.QID, F.col("first_stage").alias(c.column)
+        )
         df = df.join(F.broadcast(st), on=[schema.SUBSET, schema.QID], how="left")
     return df
 
@@ -237,26 +274,32 @@ def check_same_code(driver: dict[str, str]) -> None:
     here = dict(code_identity())
     if here != driver:
         other = sorted(k for k in set(here) | set(driver) if here.get(k) != driver.get(k))
-        raise TrainError(f"executor {socket.gethostname()} runs other code than the driver ({', '.join(other)}: "
-                         f"{code_label(here)} here, {code_label(driver)} on the driver); ship the driver's "
-                         "environment to the executors (ltr pack, spark-submit --archives) or install the same "
-                         "code and libraries everywhere")
+        raise TrainError(
+            f"executor {socket.gethostname()} runs other code than the driver ({', '.join(other)}: "
+            f"{code_label(here)} here, {code_label(driver)} on the driver); ship the driver's "
+            "environment to the executors (ltr pack, spark-submit --archives) or install the same "
+            "code and libraries everywhere"
+        )
 
 
 def _check_queries(ctx, data: WorkerData) -> None:
     """Every worker sends its qid sets; every worker raises the same error if one is split."""
-    mine = {name: base64.b64encode(np.unique(getattr(data, name).qid).astype(np.int32).tobytes()).decode()
-            for name in SPLITS}
+    mine = {
+        name: base64.b64encode(np.unique(getattr(data, name).qid).astype(np.int32).tobytes()).decode()
+        for name in SPLITS
+    }
     msgs = [json.loads(m) for m in ctx.allGather(json.dumps({"rank": ctx.partitionId(), "qids": mine}))]
     sets = {m["rank"]: {s: np.frombuffer(base64.b64decode(q), np.int32) for s, q in m["qids"].items()} for m in msgs}
     ranks = sorted(sets)
     for name in SPLITS:
         for i, a in enumerate(ranks):
-            for b in ranks[i + 1:]:
+            for b in ranks[i + 1 :]:
                 both = np.intersect1d(sets[a][name], sets[b][name])
                 if both.size:
-                    raise SplitQueryError(f"query {int(both[0])} of the {name} split is on workers {a} and {b} "
-                                          f"({both.size} queries split); every query must be on one worker")
+                    raise SplitQueryError(
+                        f"query {int(both[0])} of the {name} split is on workers {a} and {b} "
+                        f"({both.size} queries split); every query must be on one worker"
+                    )
     empty = [r for r in ranks if sets[r]["train"].size == 0]
     if empty:
         raise TrainError(f"workers {empty} received no training query; use fewer --workers")
@@ -283,11 +326,21 @@ def _start_tracker(spark: SparkSession, workers: int, timeout: int = 0) -> dict[
     return dict(tracker.worker_args())
 
 
-def run_nodes_distributed(spark: SparkSession, df: DataFrame, n_features: int, nodes: list[Node],
-                          settings: Settings, workers: int, curricula: list[Curriculum], store: CheckpointStore,
-                          cuts: FoldCuts, events: tuple[str, int] | None = None,
-                          arrange: Callable[[DataFrame, int], DataFrame] = arrange_by_qid,
-                          tracker_timeout: int = 0, lease_token: str | None = None) -> dict[str, Any]:
+def run_nodes_distributed(
+    spark: SparkSession,
+    df: DataFrame,
+    n_features: int,
+    nodes: list[Node],
+    settings: Settings,
+    workers: int,
+    curricula: list[Curriculum],
+    store: CheckpointStore,
+    cuts: FoldCuts,
+    events: tuple[str, int] | None = None,
+    arrange: Callable[[DataFrame, int], DataFrame] = arrange_by_qid,
+    tracker_timeout: int = 0,
+    lease_token: str | None = None,
+) -> dict[str, Any]:
     """Train ``nodes`` (plan order) on ``df`` (see :func:`training_frame`) with ``workers`` barrier tasks.
 
     Every worker builds its training matrix on the fold's global ``cuts`` (:mod:`pipelines.cuts`), so
@@ -305,8 +358,10 @@ def run_nodes_distributed(spark: SparkSession, df: DataFrame, n_features: int, n
     args = _start_tracker(spark, workers, tracker_timeout)
     job = uuid.uuid4().hex  # this job's token: its tasks check in once with the driver
     driver_code = dict(code_identity())
-    cur_meta = [{"name": c.name, "column": c.column,
-                 "label_filters": {str(k): v for k, v in c.label_filters().items()}} for c in curricula]
+    cur_meta = [
+        {"name": c.name, "column": c.column, "label_filters": {str(k): v for k, v in c.label_filters().items()}}
+        for c in curricula
+    ]
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import BarrierTaskContext
@@ -317,8 +372,10 @@ def run_nodes_distributed(spark: SparkSession, df: DataFrame, n_features: int, n
         ctx = BarrierTaskContext.get()
         fresh = EventClient(*events).hello(job, ctx.partitionId()) if events else None
         if ctx.attemptNumber() > 0 or fresh is False:
-            raise StaleAttemptError("Spark retried the barrier stage, whose XGBoost tracker is spent: "
-                             "the driver restarts the job from the last checkpoints instead")
+            raise StaleAttemptError(
+                "Spark retried the barrier stage, whose XGBoost tracker is spent: "
+                "the driver restarts the job from the last checkpoints instead"
+            )
         check_same_code(driver_code)
         t0 = time.perf_counter()
         with returning_freed_memory():  # the batches' buffers, once joined, leave the process
@@ -330,25 +387,40 @@ def run_nodes_distributed(spark: SparkSession, df: DataFrame, n_features: int, n
         client = EventClient(*events) if events and ctx.partitionId() == 0 else None
         try:
             with CommunicatorContext(dmlc_task_id=str(ctx.partitionId()), **args):
-                timing = run_nodes(data, nodes, settings, store, XgbComm(), client.send if client else None, ref,
-                                   lease_token)
+                timing = run_nodes(
+                    data, nodes, settings, store, XgbComm(), client.send if client else None, ref, lease_token
+                )
         finally:
             if client:
                 client.close()
         timing = {**timing, "load": load, "rows": int(data.train.y.size), "rank": ctx.partitionId()}
-        yield pa.RecordBatch.from_pylist([{"rank": ctx.partitionId(), "payload": json.dumps(timing)}],
-                                         schema=pa.schema([("rank", pa.int32()), ("payload", pa.string())]))
+        yield pa.RecordBatch.from_pylist(
+            [{"rank": ctx.partitionId(), "payload": json.dumps(timing)}],
+            schema=pa.schema([("rank", pa.int32()), ("payload", pa.string())]),
+        )
 
     t0 = time.perf_counter()
     out = arrange(df, workers).mapInArrow(run, "rank int, payload string", barrier=True).toArrow().to_pylist()
     wall = time.perf_counter() - t0
     timings = sorted((json.loads(r["payload"]) for r in out), key=lambda t: t["rank"])
     trees = sum(n.trees for n in nodes)
-    info = {"workers": workers, "nthread": settings.params.get("nthread"), "seconds": wall,
-            "trees_built": timings[0]["trees"] if timings else 0, "trees_planned": trees,
-            "seconds_per_tree": wall / max(timings[0]["trees"] if timings else 1, 1), "worker_timings": timings}
-    log.info("trained %d nodes (%d trees) on %d workers x %s threads in %.1f s", len(nodes), info["trees_built"],
-             workers, info["nthread"], wall)
+    info = {
+        "workers": workers,
+        "nthread": settings.params.get("nthread"),
+        "seconds": wall,
+        "trees_built": timings[0]["trees"] if timings else 0,
+        "trees_planned": trees,
+        "seconds_per_tree": wall / max(timings[0]["trees"] if timings else 1, 1),
+        "worker_timings": timings,
+    }
+    log.info(
+        "trained %d nodes (%d trees) on %d workers x %s threads in %.1f s",
+        len(nodes),
+        info["trees_built"],
+        workers,
+        info["nthread"],
+        wall,
+    )
     return info
 
 
@@ -369,5 +441,3 @@ def task_errors() -> Iterator[None]:
         if "LeaseLost: " in text:
             raise LeaseLost.relayed(text.split("LeaseLost: ", 1)[1].splitlines()[0]) from None
         raise
-
-

@@ -82,8 +82,11 @@ class CheckpointStore:
                 out = []
                 for info in infos:
                     m = _TREE_DIR.match(info.base_name)
-                    if m and info.type == pafs.FileType.Directory and \
-                            self.fs.get_file_info(f"{info.path}/{MARKER}").type == pafs.FileType.File:
+                    if (
+                        m
+                        and info.type == pafs.FileType.Directory
+                        and self.fs.get_file_info(f"{info.path}/{MARKER}").type == pafs.FileType.File
+                    ):
                         out.append(int(m.group(1)))
                 return sorted(out)
             except FileNotFoundError:
@@ -108,8 +111,9 @@ class CheckpointStore:
         replaced; its content is the same, training being bit-identical)."""
         put_atomic(self.fs, path, data)
 
-    def write_shard(self, key: str, tree: int, rank: int, arrays: Mapping[str, np.ndarray], *,
-                    lease_token: str | None = None) -> None:
+    def write_shard(
+        self, key: str, tree: int, rank: int, arrays: Mapping[str, np.ndarray], *, lease_token: str | None = None
+    ) -> None:
         """Worker ``rank``'s margins (and qids) after tree ``tree`` of node ``key`` (refused, like a commit,
         when ``lease_token`` no longer holds the node's lease: a writer taken over writes nothing more)."""
         if lease_token is not None:
@@ -118,8 +122,9 @@ class CheckpointStore:
         np.savez(buf, **arrays)
         self._put(f"{self._dir(key, tree)}/shard-{rank:05d}.npz", buf.getvalue())
 
-    def write_segment(self, key: str, t_start: int, t_end: int, model: bytes, *,
-                      lease_token: str | None = None) -> None:
+    def write_segment(
+        self, key: str, t_start: int, t_end: int, model: bytes, *, lease_token: str | None = None
+    ) -> None:
         """The trees ``t_start..t_end`` of a node (a booster's XGBoost JSON); ``lease_token`` as for shards."""
         if lease_token is not None:
             verify_token(self, key, lease_token)
@@ -166,11 +171,14 @@ class CheckpointStore:
             if self.fs.get_file_info(f"{self._dir(key, tree)}/{MARKER}").type != pafs.FileType.File:
                 newer = [t for t in self.trees(key) if t > tree]
                 if newer:
-                    raise CheckpointError(f"checkpoint {self._where(key, tree)} is gone: it was replaced by a newer "
-                                          f"checkpoint of the node (tree {newer[-1]}) after it was listed; list the "
-                                          "checkpoints again (store.latest) and read the newest") from None
-                raise CheckpointError(f"checkpoint {self._where(key, tree)} does not exist (not committed, or the "
-                                      "node was deleted)") from None
+                    raise CheckpointError(
+                        f"checkpoint {self._where(key, tree)} is gone: it was replaced by a newer "
+                        f"checkpoint of the node (tree {newer[-1]}) after it was listed; list the "
+                        "checkpoints again (store.latest) and read the newest"
+                    ) from None
+                raise CheckpointError(
+                    f"checkpoint {self._where(key, tree)} does not exist (not committed, or the node was deleted)"
+                ) from None
             raise CheckpointError(f"checkpoint {self._where(key, tree)}: {name} is unreadable: {e}") from None
 
     def meta(self, key: str, tree: int) -> dict[str, Any]:
@@ -196,8 +204,10 @@ class CheckpointStore:
             with self.fs.open_input_stream(path) as f:
                 return f.read()
         except OSError as e:
-            raise CheckpointError(f"segment {self.root}/{key}/trees-{t_start:06d}-{t_end:06d}.json of node {key} is "
-                                  f"unreadable (is the node's checkpoint still there? list again): {e}") from None
+            raise CheckpointError(
+                f"segment {self.root}/{key}/trees-{t_start:06d}-{t_end:06d}.json of node {key} is "
+                f"unreadable (is the node's checkpoint still there? list again): {e}"
+            ) from None
 
     def shards(self, key: str, tree: int) -> list[dict[str, np.ndarray]]:
         """Every worker's shard of a checkpoint, in rank order."""
@@ -209,8 +219,9 @@ class CheckpointStore:
                 with np.load(io.BytesIO(raw)) as z:
                     out.append({k: z[k] for k in z.files})
             except (OSError, ValueError, zipfile.BadZipFile) as e:
-                raise CheckpointError(f"checkpoint {self._where(key, tree)}: shard-{r:05d}.npz is unreadable: "
-                                      f"{e}") from None
+                raise CheckpointError(
+                    f"checkpoint {self._where(key, tree)}: shard-{r:05d}.npz is unreadable: {e}"
+                ) from None
         return out
 
 
@@ -227,8 +238,10 @@ def take_rows(shards: list[dict[str, np.ndarray]], split: str, qid: np.ndarray) 
     mine = np.isin(all_q, np.unique(qid))
     got_q = all_q[mine]
     if got_q.size != qid.size:
-        raise CheckpointError(f"the checkpoint holds {got_q.size} {split} rows of this worker's queries, the data "
-                              f"{qid.size}: it was written for other data")
+        raise CheckpointError(
+            f"the checkpoint holds {got_q.size} {split} rows of this worker's queries, the data "
+            f"{qid.size}: it was written for other data"
+        )
     order = np.argsort(got_q, kind="stable")  # shards are qid ranges; a worker's queries are sorted by qid
     if not np.array_equal(got_q[order], qid):
         raise CheckpointError(f"the checkpoint's {split} rows do not match this worker's queries")

@@ -36,18 +36,28 @@ USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, DatasetError, Usage
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from pipelines.ingest import IngestError
-    from pipelines.paths import PathError
-    from pipelines.report import ReportError
-    from pipelines.storage import OutputError
     from pipelines.barrier_job import SplitQueryError, TrainError
     from pipelines.cuts import CutsError
     from pipelines.executor import UnknownNode
     from pipelines.grid import CodeChanged
+    from pipelines.ingest import IngestError
     from pipelines.pack import PackError
+    from pipelines.paths import PathError
+    from pipelines.report import ReportError
+    from pipelines.storage import OutputError
 
-    return USER_ERRORS + (IngestError, PathError, TrainError, SplitQueryError, ReportError, OutputError,
-                          CodeChanged, PackError, UnknownNode, CutsError)
+    return USER_ERRORS + (
+        IngestError,
+        PathError,
+        TrainError,
+        SplitQueryError,
+        ReportError,
+        OutputError,
+        CodeChanged,
+        PackError,
+        UnknownNode,
+        CutsError,
+    )
 
 
 def _busy_errors() -> tuple[type[BaseException], ...]:
@@ -62,8 +72,14 @@ def _busy_errors() -> tuple[type[BaseException], ...]:
 def _common(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("common options")
     g.add_argument("--conf", metavar="PATH", help="YAML config (default: conf/default.yaml)")
-    g.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
-                   help="override a config value, e.g. --set ingest.chunk_bytes=8388608 (repeatable)")
+    g.add_argument(
+        "--set",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        dest="overrides",
+        help="override a config value, e.g. --set ingest.chunk_bytes=8388608 (repeatable)",
+    )
     g.add_argument("--master", metavar="URL", help="Spark master (default: spark-submit's, else local[*])")
     g.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
@@ -81,8 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("ingest", help="LETOR text -> partitioned Parquet with a manifest")
-    p.add_argument("--src", required=True,
-                   help="MSLR-style folder (Fold*/), one-fold folder (train.txt ...) or one file")
+    p.add_argument(
+        "--src", required=True, help="MSLR-style folder (Fold*/), one-fold folder (train.txt ...) or one file"
+    )
     p.add_argument("--out", required=True, help="dataset directory to write (replaced atomically)")
     p.add_argument("--dataset", help="conf/datasets/<NAME>.yaml: feature count, label range, feature roles")
     p.add_argument("--n-features", type=int, help="number of features (default: the dataset's)")
@@ -112,8 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stages", type=int, help="stages of a paced curriculum")
     p.add_argument("--delta", type=float, help="share of the first paced stage")
     p.add_argument("--seed", type=int, help="seed of the random strategy")
-    p.add_argument("--empty-queries", help="queries without a relevant document: last (default), exclude "
-                   "(only in the last stage) or as_metric (scored metric.empty); sets difficulty.empty_queries")
+    p.add_argument(
+        "--empty-queries",
+        help="queries without a relevant document: last (default), exclude "
+        "(only in the last stage) or as_metric (scored metric.empty); sets difficulty.empty_queries",
+    )
     p.add_argument("--out", required=True, help="directory for the curriculum (replaced atomically)")
     _common(p)
     p.set_defaults(func=cmd_curriculum)
@@ -122,10 +142,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="dataset written by `ltr ingest`")
     p.add_argument("--fold", type=int, required=True)
     p.add_argument("--path", help="training path, e.g. mse:200,lambdamart:300 or lambdamart@q_bm25:200,lambdamart:300")
-    p.add_argument("--curriculum", action="append", default=[], metavar="DIR",
-                   help="curriculum written by `ltr curriculum` (repeatable; referenced by its strategy name)")
-    p.add_argument("--workers", type=int, help="barrier tasks (default 0 = auto: one with all the cores "
-                   "on a local master, one per task slot on a cluster)")
+    p.add_argument(
+        "--curriculum",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="curriculum written by `ltr curriculum` (repeatable; referenced by its strategy name)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="barrier tasks (default 0 = auto: one with all the cores "
+        "on a local master, one per task slot on a cluster)",
+    )
     p.add_argument("--nthread", type=int, help="threads per worker (default: its share of the cores)")
     p.add_argument("--device", help="cpu (default) or cuda")
     p.add_argument("--eta", type=float, help="learning rate (0.05)")
@@ -138,28 +167,59 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("grid", help="the experiment grid over folds, tracked in MLflow (resumable)")
     p.add_argument("--folds", help="comma-separated folds (default: grid.folds)")
     p.add_argument("--data", help="dataset (default: grid.data or <work_dir>/dataset)")
-    p.add_argument("--plan", action="store_true",
-                   help="print every fold's plan of nodes (trees, state) and exit without training")
-    p.add_argument("--parallel", type=int, default=1, metavar="N",
-                   help="run up to N ready plan nodes as concurrent Spark jobs (default 1: one job per fold)")
-    p.add_argument("--node", action="append", default=[], metavar="KEY",
-                   help="train only this plan node (repeatable; its parent must be done): a retry or scheduler task; "
-                        "a key the plan does not hold is an error (exit 2)")
-    p.add_argument("--unit", action="append", default=[], metavar="FOLD:INDEX",
-                   help="train the INDEX-th unit (0-based, `ltr grid --plan` order) of fold FOLD's plan, its keys "
-                        "computed here, by the code that trains (repeatable): what a scheduler task passes")
-    p.add_argument("--fold", action="append", type=int, default=[], metavar="F",
-                   help="train only fold F of the study (grid.folds), under the study's one parent run "
-                        "(repeatable): one scheduler task per fold")
-    p.add_argument("--setup-only", action="store_true",
-                   help="find or create the study's parent run, compute difficulty and every fold's curricula, "
-                        "train nothing; prints the parent run id as JSON")
-    p.add_argument("--result", metavar="PATH",
-                   help="also write the summary (parent run id, experiment, tracking URI, folds, finished) as JSON to "
-                        "PATH (any path pyarrow writes): how a scheduler learns the parent run in cluster deploy mode")
-    p.add_argument("--new-parent", action="store_true",
-                   help="start a new MLflow parent run where an unfinished grid of this study was started by "
-                        "other code (without it: refused)")
+    p.add_argument(
+        "--plan", action="store_true", help="print every fold's plan of nodes (trees, state) and exit without training"
+    )
+    p.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run up to N ready plan nodes as concurrent Spark jobs (default 1: one job per fold)",
+    )
+    p.add_argument(
+        "--node",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="train only this plan node (repeatable; its parent must be done): a retry or scheduler task; "
+        "a key the plan does not hold is an error (exit 2)",
+    )
+    p.add_argument(
+        "--unit",
+        action="append",
+        default=[],
+        metavar="FOLD:INDEX",
+        help="train the INDEX-th unit (0-based, `ltr grid --plan` order) of fold FOLD's plan, its keys "
+        "computed here, by the code that trains (repeatable): what a scheduler task passes",
+    )
+    p.add_argument(
+        "--fold",
+        action="append",
+        type=int,
+        default=[],
+        metavar="F",
+        help="train only fold F of the study (grid.folds), under the study's one parent run "
+        "(repeatable): one scheduler task per fold",
+    )
+    p.add_argument(
+        "--setup-only",
+        action="store_true",
+        help="find or create the study's parent run, compute difficulty and every fold's curricula, "
+        "train nothing; prints the parent run id as JSON",
+    )
+    p.add_argument(
+        "--result",
+        metavar="PATH",
+        help="also write the summary (parent run id, experiment, tracking URI, folds, finished) as JSON to "
+        "PATH (any path pyarrow writes): how a scheduler learns the parent run in cluster deploy mode",
+    )
+    p.add_argument(
+        "--new-parent",
+        action="store_true",
+        help="start a new MLflow parent run where an unfinished grid of this study was started by "
+        "other code (without it: refused)",
+    )
     _common(p)
     p.set_defaults(func=cmd_grid)
 
@@ -177,21 +237,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(
-        "pack", help="the project's environment as a relocatable archive for spark-submit --archives",
+        "pack",
+        help="the project's environment as a relocatable archive for spark-submit --archives",
         description="Build a fresh virtual environment with this interpreter, install the project from its source "
-                    "tree non-editable with the lock file (pip -c constraints.txt), pack it with venv-pack and remove "
-                    "it. Use it as: spark-submit --archives ltr-env.tar.gz#env --conf "
-                    "spark.pyspark.python=./env/bin/python jobs/<step>.py ... The archive holds no Python "
-                    "interpreter: its bin/python links to the base interpreter it was built with, which must exist "
-                    "at the same path on every executor (or at --python-prefix), on the same OS and architecture.")
+        "tree non-editable with the lock file (pip -c constraints.txt), pack it with venv-pack and remove "
+        "it. Use it as: spark-submit --archives ltr-env.tar.gz#env --conf "
+        "spark.pyspark.python=./env/bin/python jobs/<step>.py ... The archive holds no Python "
+        "interpreter: its bin/python links to the base interpreter it was built with, which must exist "
+        "at the same path on every executor (or at --python-prefix), on the same OS and architecture.",
+    )
     p.add_argument("--out", required=True, help="archive to write (.tar.gz or .tgz); its directory must exist")
     p.add_argument("--source", help="the project's source tree (default: the checkout `ltr` runs from)")
     p.add_argument("--constraints", help="lock file for pip -c (default: <source>/constraints.txt)")
-    p.add_argument("--python-prefix", metavar="PREFIX",
-                   help="prefix of the executors' interpreter if it differs from here (e.g. /usr for /usr/bin/python3)")
-    p.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
-                   help="leave out files matching this venv-pack pattern, relative to the environment (repeatable), "
-                        "e.g. 'lib/python3.*/site-packages/pyspark/jars/*' where the cluster's Spark has the jars")
+    p.add_argument(
+        "--python-prefix",
+        metavar="PREFIX",
+        help="prefix of the executors' interpreter if it differs from here (e.g. /usr for /usr/bin/python3)",
+    )
+    p.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="leave out files matching this venv-pack pattern, relative to the environment (repeatable), "
+        "e.g. 'lib/python3.*/site-packages/pyspark/jars/*' where the cluster's Spark has the jars",
+    )
     p.add_argument("--compress-level", type=int, default=4, help="gzip level 0-9 (default 4)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=cmd_pack)
@@ -225,8 +295,7 @@ def _session(cfg: Config):
 def cmd_generate(args: argparse.Namespace) -> int:
     from pipelines.generate import generate
 
-    cfg = resolve_config(args, {"queries": "generate.queries", "seed": "generate.seed",
-                                "workers": "generate.workers"})
+    cfg = resolve_config(args, {"queries": "generate.queries", "seed": "generate.seed", "workers": "generate.workers"})
     out = args.out or Layout.of(cfg).letor
     s = generate(out, cfg.generate.queries, cfg.generate.seed, cfg.generate.workers)
     log.info("wrote %s: %d queries, %d rows", s.out, s.queries, s.rows)
@@ -244,19 +313,39 @@ def _check_flags(args: argparse.Namespace, minimum: dict[str, tuple[str, int, st
 def cmd_ingest(args: argparse.Namespace) -> int:
     from pipelines.ingest import ingest, line_spec
 
-    _check_flags(args, {"n_features": ("--n-features", 1, "the number of features; leave it out for the dataset's"),
-                        "chunk_bytes": ("--chunk-bytes", 1, "nominal text bytes per Spark task")})
+    _check_flags(
+        args,
+        {
+            "n_features": ("--n-features", 1, "the number of features; leave it out for the dataset's"),
+            "chunk_bytes": ("--chunk-bytes", 1, "nominal text bytes per Spark task"),
+        },
+    )
     if args.min_label is not None and args.max_label is not None and args.min_label > args.max_label:
         raise UsageError(f"--min-label {args.min_label} > --max-label {args.max_label}: no label would be valid")
-    cfg = resolve_config(args, {"dataset": "dataset", "n_features": "ingest.n_features",
-                                "min_label": "ingest.min_label", "max_label": "ingest.max_label",
-                                "strict": "ingest.strict", "chunk_bytes": "ingest.chunk_bytes"})
+    cfg = resolve_config(
+        args,
+        {
+            "dataset": "dataset",
+            "n_features": "ingest.n_features",
+            "min_label": "ingest.min_label",
+            "max_label": "ingest.max_label",
+            "strict": "ingest.strict",
+            "chunk_bytes": "ingest.chunk_bytes",
+        },
+    )
     spec = load_dataset_spec(cfg.dataset)
     line_spec(spec, cfg.ingest)  # feature count and label range, checked before Spark starts
     spark = _session(cfg)
     m = ingest(spark, args.src, args.out, spec, cfg.ingest)
-    log.info("dataset %s: %d rows, %d queries, %d quarantined lines, layout %s, %s",
-             args.out, m["rows"], m["queries"], m["quarantine"]["lines"], m["layout"], m["fingerprint"])
+    log.info(
+        "dataset %s: %d rows, %d queries, %d quarantined lines, layout %s, %s",
+        args.out,
+        m["rows"],
+        m["queries"],
+        m["quarantine"]["lines"],
+        m["layout"],
+        m["fingerprint"],
+    )
     return 0
 
 
@@ -266,13 +355,21 @@ def cmd_difficulty(args: argparse.Namespace) -> int:
     overrides = []
     if args.dataset:  # roles of a named dataset config
         spec = load_dataset_spec(args.dataset)
-        overrides += [f"difficulty.bm25_feature={spec.bm25_feature}",
-                      f"difficulty.pagerank_feature={spec.pagerank_feature}"]
+        overrides += [
+            f"difficulty.bm25_feature={spec.bm25_feature}",
+            f"difficulty.pagerank_feature={spec.pagerank_feature}",
+        ]
     args.overrides = overrides + list(args.overrides)
-    _check_flags(args, {f"{r}_feature": (f"--{r}-feature", 1, "a feature id; leave it out for the dataset's")
-                        for r in ("bm25", "pagerank")})
-    cfg = resolve_config(args, {"bm25_feature": "difficulty.bm25_feature",
-                                "pagerank_feature": "difficulty.pagerank_feature"})
+    _check_flags(
+        args,
+        {
+            f"{r}_feature": (f"--{r}-feature", 1, "a feature id; leave it out for the dataset's")
+            for r in ("bm25", "pagerank")
+        },
+    )
+    cfg = resolve_config(
+        args, {"bm25_feature": "difficulty.bm25_feature", "pagerank_feature": "difficulty.pagerank_feature"}
+    )
     run_difficulty(_session(cfg), args.data, args.out, cfg.difficulty, cfg.metric)
     return 0
 
@@ -287,31 +384,70 @@ def cmd_curriculum(args: argparse.Namespace) -> int:
         if v is not None and not 0.0 < v <= 1.0:
             raise UsageError(f"{flag} must be in (0, 1] (a share of the training queries), got {v}")
     if args.empty_queries is not None and args.empty_queries not in EMPTY_QUERY_POLICIES:
-        raise UsageError(f"--empty-queries must be one of {', '.join(EMPTY_QUERY_POLICIES)}, "
-                         f"got {args.empty_queries!r}")
-    cfg = resolve_config(args, {"strategy": "curriculum.strategy", "fraction": "curriculum.fraction",
-                                "pacing": "curriculum.pacing", "stages": "curriculum.stages",
-                                "delta": "curriculum.delta", "seed": "curriculum.seed",
-                                "empty_queries": "difficulty.empty_queries"})
+        raise UsageError(
+            f"--empty-queries must be one of {', '.join(EMPTY_QUERY_POLICIES)}, got {args.empty_queries!r}"
+        )
+    cfg = resolve_config(
+        args,
+        {
+            "strategy": "curriculum.strategy",
+            "fraction": "curriculum.fraction",
+            "pacing": "curriculum.pacing",
+            "stages": "curriculum.stages",
+            "delta": "curriculum.delta",
+            "seed": "curriculum.seed",
+            "empty_queries": "difficulty.empty_queries",
+        },
+    )
     ds = open_dataset(args.data)
     ds.subsets(args.fold, "train")  # settings, fold and labels checked before Spark starts
     check_curriculum(cfg.curriculum, ds, cfg.difficulty.empty_queries)
-    s = build_curriculum(_session(cfg), args.data, args.difficulty, args.fold, cfg.curriculum, args.out,
-                         empty_queries=cfg.difficulty.empty_queries)
+    s = build_curriculum(
+        _session(cfg),
+        args.data,
+        args.difficulty,
+        args.fold,
+        cfg.curriculum,
+        args.out,
+        empty_queries=cfg.difficulty.empty_queries,
+    )
     for st in s["stages"]:
-        log.info("stage %d: %d queries, %d documents%s", st["stage"], st["queries"], st["documents"],
-                 f", labels {st['label_filter']}" if st["label_filter"] else "")
+        log.info(
+            "stage %d: %d queries, %d documents%s",
+            st["stage"],
+            st["queries"],
+            st["documents"],
+            f", labels {st['label_filter']}" if st["label_filter"] else "",
+        )
     return 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from pipelines.train import run_train
 
-    cfg = resolve_config(args, {"path": "train.path", "workers": "train.workers", "nthread": "train.nthread",
-                                "device": "train.device", "eta": "train.eta", "leaves": "train.leaves",
-                                "k": "train.k"})
-    run_train(_session(cfg), args.data, args.fold, cfg.train.path, args.curriculum, cfg.train, cfg.metric, args.out,
-              Layout.of(cfg).checkpoints)
+    cfg = resolve_config(
+        args,
+        {
+            "path": "train.path",
+            "workers": "train.workers",
+            "nthread": "train.nthread",
+            "device": "train.device",
+            "eta": "train.eta",
+            "leaves": "train.leaves",
+            "k": "train.k",
+        },
+    )
+    run_train(
+        _session(cfg),
+        args.data,
+        args.fold,
+        cfg.train.path,
+        args.curriculum,
+        cfg.train,
+        cfg.metric,
+        args.out,
+        Layout.of(cfg).checkpoints,
+    )
     return 0
 
 
@@ -346,10 +482,17 @@ def cmd_grid(args: argparse.Namespace) -> int:
             raise UsageError(f"--unit {text!r}: expected FOLD:INDEX, e.g. 1:0") from None
         units.append((fold, index))
     folds = list(dict.fromkeys([*args.fold, *(f for f, _ in units)]))
-    g = run_grid(_session(cfg), cfg, folds=folds or None, parallel=args.parallel, only=args.node or None,
-                 units=units or None,
-                 new_parent=args.new_parent, setup_only=args.setup_only,
-                 resume_hint="ltr " + " ".join(sys.argv[1:]) if sys.argv[1:] else "ltr grid")
+    g = run_grid(
+        _session(cfg),
+        cfg,
+        folds=folds or None,
+        parallel=args.parallel,
+        only=args.node or None,
+        units=units or None,
+        new_parent=args.new_parent,
+        setup_only=args.setup_only,
+        resume_hint="ltr " + " ".join(sys.argv[1:]) if sys.argv[1:] else "ltr grid",
+    )
     summary = {k: g[k] for k in ("parent_run_id", "experiment", "tracking_uri", "folds", "finished")}
     if args.setup_only:
         print(json.dumps(summary))
@@ -362,24 +505,31 @@ def cmd_grid(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
 
-
     from pipelines.report import build_report, open_tracker
 
     if args.run_id is not None and not args.run_id.strip():  # a scheduler's template that found no parent
-        raise UsageError("--run-id is empty: give the grid's parent run id (what `ltr grid --setup-only` prints), "
-                         "or leave --run-id out to report the experiment's latest FINISHED grid")
+        raise UsageError(
+            "--run-id is empty: give the grid's parent run id (what `ltr grid --setup-only` prints), "
+            "or leave --run-id out to report the experiment's latest FINISHED grid"
+        )
     cfg = resolve_config(args, {"out": "report.out"})
     out = Layout.of(cfg).report
     # an existing experiment only: a mistyped --experiment is an error (exit 2), never a new empty one
-    r = build_report(open_tracker(cfg, args.experiment), out, args.run_id, cfg.metric.name,
-                     cfg.report.permutations, cfg.report.seed, cfg.report.table2_sizes)
+    r = build_report(
+        open_tracker(cfg, args.experiment),
+        out,
+        args.run_id,
+        cfg.metric.name,
+        cfg.report.permutations,
+        cfg.report.seed,
+        cfg.report.table2_sizes,
+    )
     log.info("report: %s%s", os.path.join(r["out"], "report.html"), " (unfinished grid)" if r["problems"] else "")
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """generate -> ingest -> difficulty -> curricula + grid (MLflow) -> report."""
-
 
     from pipelines.difficulty import run_difficulty
     from pipelines.generate import generate
@@ -410,12 +560,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     g = run_grid(spark, cfg, data=data)
     out = layout.report
     log.info("[%d/%d] report -> %s", next(step), steps, out)
-    r = build_report(Tracker.for_config(cfg), out, g["parent_run_id"], cfg.metric.name, cfg.report.permutations,
-                     cfg.report.seed, cfg.report.table2_sizes)
+    r = build_report(
+        Tracker.for_config(cfg),
+        out,
+        g["parent_run_id"],
+        cfg.metric.name,
+        cfg.report.permutations,
+        cfg.report.seed,
+        cfg.report.table2_sizes,
+    )
     uri = g["tracking_uri"]
-    print(f"\nDone in {time.perf_counter() - t0:.0f} s.\n"
-          f"  report:    {os.path.abspath(os.path.join(r['out'], 'report.html'))}\n"
-          f"  MLflow UI: mlflow ui --backend-store-uri {uri}\n", file=sys.stderr)
+    print(
+        f"\nDone in {time.perf_counter() - t0:.0f} s.\n"
+        f"  report:    {os.path.abspath(os.path.join(r['out'], 'report.html'))}\n"
+        f"  MLflow UI: mlflow ui --backend-store-uri {uri}\n",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -423,10 +583,19 @@ def cmd_pack(args: argparse.Namespace) -> int:
     """A relocatable archive of the project's environment (see :mod:`pipelines.pack`)."""
     from pipelines.pack import pack
 
-    r = pack(args.out, source=args.source, constraints=args.constraints, python_prefix=args.python_prefix,
-             exclude=tuple(args.exclude), compress_level=args.compress_level)
-    print(json.dumps({"out": r.out, "bytes": r.bytes, "python": r.python, "packages": r.packages,
-                      "seconds": round(r.seconds, 1)}))
+    r = pack(
+        args.out,
+        source=args.source,
+        constraints=args.constraints,
+        python_prefix=args.python_prefix,
+        exclude=tuple(args.exclude),
+        compress_level=args.compress_level,
+    )
+    print(
+        json.dumps(
+            {"out": r.out, "bytes": r.bytes, "python": r.python, "packages": r.packages, "seconds": round(r.seconds, 1)}
+        )
+    )
     return 0
 
 
@@ -445,8 +614,13 @@ class _StderrHandler(logging.StreamHandler):
 
 
 def setup_logging(level: str) -> None:
-    logging.basicConfig(level=getattr(logging, level), handlers=[_StderrHandler()],
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S", force=True)
+    logging.basicConfig(
+        level=getattr(logging, level),
+        handlers=[_StderrHandler()],
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        force=True,
+    )
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 

@@ -89,22 +89,31 @@ class IngestConfig:
 
     def __post_init__(self) -> None:
         if self.chunk_bytes < 1:
-            raise ConfigError(f"ingest.chunk_bytes (--chunk-bytes) must be >= 1 (nominal text bytes per "
-                              f"Spark task, e.g. 33554432), got {self.chunk_bytes}")
+            raise ConfigError(
+                f"ingest.chunk_bytes (--chunk-bytes) must be >= 1 (nominal text bytes per "
+                f"Spark task, e.g. 33554432), got {self.chunk_bytes}"
+            )
         if self.n_features < 0:
-            raise ConfigError(f"ingest.n_features (--n-features) must be >= 1, or 0 for the dataset's, "
-                              f"got {self.n_features}")
+            raise ConfigError(
+                f"ingest.n_features (--n-features) must be >= 1, or 0 for the dataset's, got {self.n_features}"
+            )
         for key in ("min_label", "max_label"):
             v = getattr(self, key)
             if v is not None and not LABEL_MIN <= v <= LABEL_MAX:
-                raise ConfigError(f"ingest.{key} (--{key.replace('_', '-')}) must lie in [{LABEL_MIN}, {LABEL_MAX}] "
-                                  f"(labels are stored as int8), got {v}")
+                raise ConfigError(
+                    f"ingest.{key} (--{key.replace('_', '-')}) must lie in [{LABEL_MIN}, {LABEL_MAX}] "
+                    f"(labels are stored as int8), got {v}"
+                )
         if self.min_label is not None and self.max_label is not None and self.min_label > self.max_label:
-            raise ConfigError(f"ingest.min_label (--min-label) {self.min_label} > ingest.max_label (--max-label) "
-                              f"{self.max_label}: no label would be valid")
+            raise ConfigError(
+                f"ingest.min_label (--min-label) {self.min_label} > ingest.max_label (--max-label) "
+                f"{self.max_label}: no label would be valid"
+            )
         if self.compression not in PARQUET_CODECS:
-            raise ConfigError(f"ingest.compression {self.compression!r} is not a Parquet codec both pyarrow and "
-                              f"Spark write; expected one of {', '.join(PARQUET_CODECS)}")
+            raise ConfigError(
+                f"ingest.compression {self.compression!r} is not a Parquet codec both pyarrow and "
+                f"Spark write; expected one of {', '.join(PARQUET_CODECS)}"
+            )
         if self.max_examples < 0:
             raise ConfigError(f"ingest.max_examples must be >= 0, got {self.max_examples}")
 
@@ -134,11 +143,15 @@ class DifficultyConfig:
     def __post_init__(self) -> None:
         for key in ("bm25_feature", "pagerank_feature"):
             if getattr(self, key) < 0:
-                raise ConfigError(f"difficulty.{key} (--{key.replace('_', '-')}) must be a feature id >= 1, "
-                                  f"or 0 for the dataset's, got {getattr(self, key)}")
+                raise ConfigError(
+                    f"difficulty.{key} (--{key.replace('_', '-')}) must be a feature id >= 1, "
+                    f"or 0 for the dataset's, got {getattr(self, key)}"
+                )
         if self.empty_queries not in EMPTY_QUERY_POLICIES:
-            raise ConfigError(f"difficulty.empty_queries (--empty-queries) must be one of "
-                              f"{', '.join(EMPTY_QUERY_POLICIES)}, got {self.empty_queries!r}")
+            raise ConfigError(
+                f"difficulty.empty_queries (--empty-queries) must be one of "
+                f"{', '.join(EMPTY_QUERY_POLICIES)}, got {self.empty_queries!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -163,14 +176,18 @@ class CurriculumConfig:
         # The dataset's label range is checked when a curriculum is built (pipelines.curriculum.check_hrel_labels).
         labels = list(self.hrel_labels)
         if not labels:
-            raise ConfigError("curriculum.hrel_labels is empty: l_hrel's first stage would hold no document; "
-                              "list the labels it keeps, e.g. [0, 3, 4]")
+            raise ConfigError(
+                "curriculum.hrel_labels is empty: l_hrel's first stage would hold no document; "
+                "list the labels it keeps, e.g. [0, 3, 4]"
+            )
         dup = sorted({v for v in labels if labels.count(v) > 1})
         if dup:
             raise ConfigError(f"curriculum.hrel_labels {labels} lists label {dup[0]} twice")
         if max(labels) <= 0:
-            raise ConfigError(f"curriculum.hrel_labels {labels} holds no relevant label (> 0): l_hrel's first "
-                              "stage would have no relevant document, so no ranking gradient; add one, e.g. [0, 3, 4]")
+            raise ConfigError(
+                f"curriculum.hrel_labels {labels} holds no relevant label (> 0): l_hrel's first "
+                "stage would have no relevant document, so no ranking gradient; add one, e.g. [0, 3, 4]"
+            )
 
 
 @dataclass(frozen=True)
@@ -237,14 +254,18 @@ class GridConfig:
     baseline: bool = True
     mse: bool = True
     objectives: str = "python"
-    extra_paths: dict[str, str] = field(default_factory=lambda: {
-        "paced_root_n": "lambdamart@paced.*:40,lambdamart:60",
-        "blend_linear": "blend:100",
-        "mse_on_q_nrel": "mse@q_nrel:40,lambdamart:60",
-    })
-    extra_curricula: dict[str, dict[str, Any]] = field(default_factory=lambda: {
-        "paced": {"strategy": "q_nrel", "pacing": "root_n", "stages": 4, "delta": 0.25},
-    })
+    extra_paths: dict[str, str] = field(
+        default_factory=lambda: {
+            "paced_root_n": "lambdamart@paced.*:40,lambdamart:60",
+            "blend_linear": "blend:100",
+            "mse_on_q_nrel": "mse@q_nrel:40,lambdamart:60",
+        }
+    )
+    extra_curricula: dict[str, dict[str, Any]] = field(
+        default_factory=lambda: {
+            "paced": {"strategy": "q_nrel", "pacing": "root_n", "stages": 4, "delta": 0.25},
+        }
+    )
     data: str = ""
     difficulty: str = ""
     log_models: bool = True
@@ -491,7 +512,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], cls: type | None
                 node[part] = value
                 break
             if typing.get_origin(ftp) is dict:
-                node.setdefault(part, {})[".".join(path[i + 1:])] = value
+                node.setdefault(part, {})[".".join(path[i + 1 :])] = value
                 break
             if not dataclasses.is_dataclass(ftp):
                 raise ConfigError(f"--set {text!r}: '{'.'.join(path[: i + 1])}' is a value, not a section")

@@ -87,8 +87,10 @@ def shares_for(cfg: CurriculumConfig) -> np.ndarray:
         return np.array([1.0])
     if cfg.strategy == "l_hrel":
         if cfg.pacing:
-            raise ConfigError("l_hrel is a document label filter, not a query order, so it takes no --pacing: "
-                              "it always has two stages (the filtered documents, then all)")
+            raise ConfigError(
+                "l_hrel is a document label filter, not a query order, so it takes no --pacing: "
+                "it always has two stages (the filtered documents, then all)"
+            )
         return np.array([1.0, 1.0])
     try:
         if cfg.pacing:
@@ -106,26 +108,39 @@ def check_hrel_labels(labels: list[int], ds: Dataset) -> None:
     bad = [v for v in labels if not lo <= v <= hi]
     if bad:
         name = ds.manifest.get("dataset", "?")
-        raise ConfigError(f"curriculum.hrel_labels {list(labels)}: label {bad[0]} is outside the label range "
-                          f"{lo}..{hi} of {ds.path} (dataset {name}, conf/datasets/{name}.yaml); choose labels "
-                          f"in {lo}..{hi}, e.g. --set curriculum.hrel_labels=[{lo},{hi}]")
+        raise ConfigError(
+            f"curriculum.hrel_labels {list(labels)}: label {bad[0]} is outside the label range "
+            f"{lo}..{hi} of {ds.path} (dataset {name}, conf/datasets/{name}.yaml); choose labels "
+            f"in {lo}..{hi}, e.g. --set curriculum.hrel_labels=[{lo},{hi}]"
+        )
 
 
-def check_curriculum(cfg: CurriculumConfig, ds: Dataset,
-                     empty_queries: str = DifficultyConfig.empty_queries) -> np.ndarray:
+def check_curriculum(
+    cfg: CurriculumConfig, ds: Dataset, empty_queries: str = DifficultyConfig.empty_queries
+) -> np.ndarray:
     """Check a curriculum's settings against the dataset (no Spark needed); return its stage shares."""
     shares = shares_for(cfg)
     if empty_queries not in EMPTY_QUERY_POLICIES:
-        raise ConfigError(f"difficulty.empty_queries must be one of {', '.join(EMPTY_QUERY_POLICIES)}, "
-                          f"got {empty_queries!r}")
+        raise ConfigError(
+            f"difficulty.empty_queries must be one of {', '.join(EMPTY_QUERY_POLICIES)}, got {empty_queries!r}"
+        )
     if cfg.strategy == "l_hrel":
         check_hrel_labels(cfg.hrel_labels, ds)
     return shares
 
 
-def build_curriculum(spark: SparkSession, data: str, difficulty: str, fold: int, cfg: CurriculumConfig,
-                     out: str, name: str = "", key: str = "", *,
-                     empty_queries: str = DifficultyConfig.empty_queries) -> dict[str, Any]:
+def build_curriculum(
+    spark: SparkSession,
+    data: str,
+    difficulty: str,
+    fold: int,
+    cfg: CurriculumConfig,
+    out: str,
+    name: str = "",
+    key: str = "",
+    *,
+    empty_queries: str = DifficultyConfig.empty_queries,
+) -> dict[str, Any]:
     """Select the stages of fold ``fold``'s training queries; write ``out``; return the summary.
 
     ``name``: what training paths call it (default: the strategy); ``key``: an
@@ -138,16 +153,25 @@ def build_curriculum(spark: SparkSession, data: str, difficulty: str, fold: int,
     train_parts = ds.subsets(fold, "train")
     diff_meta = _read_json(difficulty, DIFFICULTY_SUMMARY)
     if diff_meta.get("dataset_fingerprint") != ds.fingerprint:
-        raise DatasetError(f"{difficulty} was computed for another dataset (fingerprint "
-                           f"{str(diff_meta.get('dataset_fingerprint'))[:19]}, {data} has {ds.fingerprint[:19]}); "
-                           "rerun `ltr difficulty`")
+        raise DatasetError(
+            f"{difficulty} was computed for another dataset (fingerprint "
+            f"{str(diff_meta.get('dataset_fingerprint'))[:19]}, {data} has {ds.fingerprint[:19]}); "
+            "rerun `ltr difficulty`"
+        )
     # One row per training query: small enough for the driver (31,531 rows for all of MSLR-WEB30K).
-    pdf = (spark.read.parquet(to_uri(difficulty)).where(F.col(schema.SUBSET).isin(train_parts))
-           .toPandas().sort_values([schema.QID, schema.SUBSET], kind="stable").reset_index(drop=True))
+    pdf = (
+        spark.read.parquet(to_uri(difficulty))
+        .where(F.col(schema.SUBSET).isin(train_parts))
+        .toPandas()
+        .sort_values([schema.QID, schema.SUBSET], kind="stable")
+        .reset_index(drop=True)
+    )
     dup = pdf[schema.QID].duplicated()
     if dup.any():
-        raise DatasetError(f"fold {fold}: qid {int(pdf[schema.QID][dup].iloc[0])} appears in several training "
-                           "subsets; queries must be unique within a split")
+        raise DatasetError(
+            f"fold {fold}: qid {int(pdf[schema.QID][dup].iloc[0])} appears in several training "
+            "subsets; queries must be unique within a split"
+        )
     n = len(pdf)
     if n == 0:
         raise DatasetError(f"fold {fold}: the training split has no queries in {difficulty}")
@@ -155,9 +179,11 @@ def build_curriculum(spark: SparkSession, data: str, difficulty: str, fold: int,
     empty = pdf["n_rel"].to_numpy() == 0
     held = empty if empty_queries == "exclude" and cfg.strategy != "none" else None
     if held is not None and held.all():
-        raise DatasetError(f"fold {fold}: none of the {n} training queries has a relevant document, so with "
-                           "difficulty.empty_queries=exclude every stage but the last would be empty; "
-                           "use last or as_metric")
+        raise DatasetError(
+            f"fold {fold}: none of the {n} training queries has a relevant document, so with "
+            "difficulty.empty_queries=exclude every stage but the last would be empty; "
+            "use last or as_metric"
+        )
     sizes = stage_sizes(n if held is None else int((~held).sum()), shares)  # held-back queries: last stage
     if cfg.strategy in SCORE_OF:
         score = pdf[SCORE_OF[cfg.strategy]].to_numpy(np.float64)
@@ -174,27 +200,50 @@ def build_curriculum(spark: SparkSession, data: str, difficulty: str, fold: int,
     label_filter = list(cfg.hrel_labels) if cfg.strategy == "l_hrel" else None
     stages = _stage_summaries(spark, ds, fold, pdf, first, score, empty, shares, label_filter)
     summary = {
-        "name": name or cfg.strategy, "key": key,
-        "strategy": cfg.strategy, "fold": fold, "train_subsets": train_parts,
+        "name": name or cfg.strategy,
+        "key": key,
+        "strategy": cfg.strategy,
+        "fold": fold,
+        "train_subsets": train_parts,
         "pacing": cfg.pacing or ("two_stage" if len(shares) == 2 else "none"),
         "fraction": cfg.fraction if not cfg.pacing else None,
-        "delta": cfg.delta if cfg.pacing else None, "root_n": cfg.root_n if cfg.pacing == "root_n" else None,
+        "delta": cfg.delta if cfg.pacing else None,
+        "root_n": cfg.root_n if cfg.pacing == "root_n" else None,
         "seed": cfg.seed if cfg.strategy == "random" else None,
-        "score": SCORE_OF.get(cfg.strategy), "order": _order_text(cfg.strategy, empty_queries),
-        "empty_queries": empty_queries, "queries_without_relevant": int(empty.sum()),
-        "stages": stages, "n_stages": len(stages), "queries": n,
-        "dataset": data, "dataset_fingerprint": ds.fingerprint, "difficulty": difficulty,
+        "score": SCORE_OF.get(cfg.strategy),
+        "order": _order_text(cfg.strategy, empty_queries),
+        "empty_queries": empty_queries,
+        "queries_without_relevant": int(empty.sum()),
+        "stages": stages,
+        "n_stages": len(stages),
+        "queries": n,
+        "dataset": data,
+        "dataset_fingerprint": ds.fingerprint,
+        "difficulty": difficulty,
         "difficulty_conventions": diff_meta.get("conventions"),
     }
-    table = pa.table({schema.SUBSET: pa.array(pdf[schema.SUBSET].astype(str)),
-                      schema.QID: pa.array(qid.astype(np.int32)),
-                      "first_stage": pa.array(first), "score": pa.array(score)})
+    table = pa.table(
+        {
+            schema.SUBSET: pa.array(pdf[schema.SUBSET].astype(str)),
+            schema.QID: pa.array(qid.astype(np.int32)),
+            "first_stage": pa.array(first),
+            "score": pa.array(score),
+        }
+    )
     with atomic_output(out, SUMMARY) as tmp:
         pq.write_table(table, f"{tmp.path}/{QUERIES}", filesystem=tmp.fs)
         tmp.write_json(SUMMARY, summary)
-    log.info("curriculum %s fold %d (empty queries: %s, %d of %d): %d stages, queries per stage %s, in %.1f s",
-             cfg.strategy, fold, empty_queries, int(empty.sum()), n, len(stages),
-             [s["queries"] for s in stages], time.perf_counter() - t0)
+    log.info(
+        "curriculum %s fold %d (empty queries: %s, %d of %d): %d stages, queries per stage %s, in %.1f s",
+        cfg.strategy,
+        fold,
+        empty_queries,
+        int(empty.sum()),
+        n,
+        len(stages),
+        [s["queries"] for s in stages],
+        time.perf_counter() - t0,
+    )
     return summary
 
 
@@ -205,41 +254,69 @@ def _order_text(strategy: str, empty_queries: str) -> str:
     if strategy == "random":
         return "seeded random permutation" + tail
     if strategy not in SCORE_OF:  # none, l_hrel
-        return ("every query with a relevant document in every stage" + tail if held
-                else "no order: every query in every stage")
+        return (
+            "every query with a relevant document in every stage" + tail
+            if held
+            else "no order: every query in every stage"
+        )
     first = "queries without a relevant document last, then " if empty_queries == "last" else ""
     return f"{first}score descending, then qid ascending{tail}"
 
 
-def _stage_summaries(spark: SparkSession, ds: Dataset, fold: int, pdf, first: np.ndarray, score: np.ndarray,
-                     empty: np.ndarray, shares: np.ndarray, label_filter: list[int] | None) -> list[dict]:
+def _stage_summaries(
+    spark: SparkSession,
+    ds: Dataset,
+    fold: int,
+    pdf,
+    first: np.ndarray,
+    score: np.ndarray,
+    empty: np.ndarray,
+    shares: np.ndarray,
+    label_filter: list[int] | None,
+) -> list[dict]:
     n_docs = pdf["n_docs"].to_numpy()
     out = []
     for i, share in enumerate(shares):
         sel = first <= i
-        st: dict[str, Any] = {"stage": i, "share": float(share), "queries": int(sel.sum()),
-                              "queries_without_relevant": int(empty[sel].sum()),
-                              "documents": int(n_docs[sel].sum()), "label_filter": None}
+        st: dict[str, Any] = {
+            "stage": i,
+            "share": float(share),
+            "queries": int(sel.sum()),
+            "queries_without_relevant": int(empty[sel].sum()),
+            "documents": int(n_docs[sel].sum()),
+            "label_filter": None,
+        }
         if np.isfinite(score[sel]).any():
             st["score_min"], st["score_max"] = float(np.nanmin(score[sel])), float(np.nanmax(score[sel]))
         out.append(st)
     if label_filter is not None:
         # Per query: documents the filter keeps, and how many of them are relevant (one row per query).
         lab = F.col(schema.LABEL)
-        kept = (load_split(spark, ds, fold, "train", [schema.QID, schema.LABEL]).where(lab.isin(label_filter))
-                .groupBy(schema.SUBSET, schema.QID)
-                .agg(F.count("*").alias("kept"), F.sum((lab > 0).cast("int")).alias("kept_rel")).toPandas())
+        kept = (
+            load_split(spark, ds, fold, "train", [schema.QID, schema.LABEL])
+            .where(lab.isin(label_filter))
+            .groupBy(schema.SUBSET, schema.QID)
+            .agg(F.count("*").alias("kept"), F.sum((lab > 0).cast("int")).alias("kept_rel"))
+            .toPandas()
+        )
         per_q = pdf[[schema.SUBSET, schema.QID]].merge(kept, on=[schema.SUBSET, schema.QID], how="left")
         sel = first == 0
         rel = int(per_q["kept_rel"].fillna(0).to_numpy()[sel].sum())
         if rel == 0:
-            labels = sorted(r[0] for r in load_split(spark, ds, fold, "train", [schema.LABEL])
-                            .select(schema.LABEL).distinct().collect())
-            raise ConfigError(f"fold {fold}: no training document has a relevant label (> 0) in "
-                              f"curriculum.hrel_labels {label_filter}, so l_hrel's first stage would hold no "
-                              f"relevant document; the training labels are {labels}")
-        out[0].update(label_filter=label_filter, documents=int(per_q["kept"].fillna(0).to_numpy()[sel].sum()),
-                      relevant_documents=rel)
+            labels = sorted(
+                r[0]
+                for r in load_split(spark, ds, fold, "train", [schema.LABEL]).select(schema.LABEL).distinct().collect()
+            )
+            raise ConfigError(
+                f"fold {fold}: no training document has a relevant label (> 0) in "
+                f"curriculum.hrel_labels {label_filter}, so l_hrel's first stage would hold no "
+                f"relevant document; the training labels are {labels}"
+            )
+        out[0].update(
+            label_filter=label_filter,
+            documents=int(per_q["kept"].fillna(0).to_numpy()[sel].sum()),
+            relevant_documents=rel,
+        )
     return out
 
 

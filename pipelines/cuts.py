@@ -67,8 +67,15 @@ class FoldCuts:
 
     def to_bytes(self) -> bytes:
         buf = io.BytesIO()
-        np.savez(buf, ptr=self.ptr, values=self.values, lo=self.lo, hi=self.hi,
-                 meta=np.array([self.rows, self.max_bin], np.int64), key=np.array(self.key))
+        np.savez(
+            buf,
+            ptr=self.ptr,
+            values=self.values,
+            lo=self.lo,
+            hi=self.hi,
+            meta=np.array([self.rows, self.max_bin], np.int64),
+            key=np.array(self.key),
+        )
         return buf.getvalue()
 
     @classmethod
@@ -89,8 +96,9 @@ def cuts_of(X: np.ndarray, max_bin: int, key: str = "", nthread: int = 0) -> Fol
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN feature: NaN bounds, on purpose
         lo = np.nanmin(X, axis=0).astype(np.float32) if X.shape[0] else np.full(X.shape[1], np.nan, np.float32)
         hi = np.nanmax(X, axis=0).astype(np.float32) if X.shape[0] else np.full(X.shape[1], np.nan, np.float32)
-    return FoldCuts(key, np.asarray(ptr, np.uint64), np.asarray(values, np.float32), lo, hi, int(X.shape[0]),
-                    int(max_bin))
+    return FoldCuts(
+        key, np.asarray(ptr, np.uint64), np.asarray(values, np.float32), lo, hi, int(X.shape[0]), int(max_bin)
+    )
 
 
 def reference_matrix(cuts: FoldCuts, nthread: int = 0) -> Any:
@@ -104,15 +112,17 @@ def reference_matrix(cuts: FoldCuts, nthread: int = 0) -> Any:
     for j in range(m):
         if np.isnan(cuts.lo[j]):
             continue
-        inner = cuts.values[int(cuts.ptr[j]) + 1:int(cuts.ptr[j + 1]) - 1]
+        inner = cuts.values[int(cuts.ptr[j]) + 1 : int(cuts.ptr[j + 1]) - 1]
         col = np.concatenate([[cuts.lo[j]], inner, [cuts.hi[j]]]).astype(np.float32)
-        R[:col.size, j] = col
+        R[: col.size, j] = col
     ref = xgb.QuantileDMatrix(R, max_bin=cuts.max_bin, nthread=nthread)
     ptr, values = ref.get_quantile_cut()
     if not (np.array_equal(np.asarray(ptr, np.uint64), cuts.ptr) and np.array_equal(values, cuts.values)):
-        raise CutsError(f"the cuts {cuts.key or '(unkeyed)'} cannot be handed to this XGBoost {xgb.__version__} "
-                        "exactly (its sketch changed?); delete the checkpoint store's _cuts folder to compute them "
-                        "again with this version")
+        raise CutsError(
+            f"the cuts {cuts.key or '(unkeyed)'} cannot be handed to this XGBoost {xgb.__version__} "
+            "exactly (its sketch changed?); delete the checkpoint store's _cuts folder to compute them "
+            "again with this version"
+        )
     return ref
 
 
@@ -124,8 +134,9 @@ def sample_fraction(train_rows: int, sample_rows: int) -> float:
     return 1.0 if train_rows <= sample_rows else sample_rows / train_rows
 
 
-def compute_cuts(spark: Any, ds: Any, fold: int, max_bin: int, sample_rows: int, key: str,
-                 nthread: int = 0) -> FoldCuts:
+def compute_cuts(
+    spark: Any, ds: Any, fold: int, max_bin: int, sample_rows: int, key: str, nthread: int = 0
+) -> FoldCuts:
     """The cuts of ``fold``'s training split from its deterministic sample, sketched in one Spark task."""
     from pyspark.sql import functions as F
 
@@ -155,14 +166,27 @@ def compute_cuts(spark: Any, ds: Any, fold: int, max_bin: int, sample_rows: int,
     # one task sketches the sample, rows sorted: a shuffle of the sampled rows alone, or, when the sample is
     # the whole split (small data), one task reading it without a shuffle
     one = df.coalesce(1) if frac >= 1.0 else df.repartition(1)
-    out = (one.sortWithinPartitions(schema.QID, schema.DOC)
-           .mapInArrow(sketch, "payload binary").toArrow().column("payload").to_pylist())
+    out = (
+        one.sortWithinPartitions(schema.QID, schema.DOC)
+        .mapInArrow(sketch, "payload binary")
+        .toArrow()
+        .column("payload")
+        .to_pylist()
+    )
     cuts = FoldCuts.from_bytes(out[0])
     if cuts.rows == 0:
-        raise CutsError(f"fold {fold}: the cuts' sample holds no training row (train.cuts_sample_rows={sample_rows}, "
-                        f"{train_rows} training rows: its queries are few and large); raise train.cuts_sample_rows")
-    log.info("fold %d: histogram cuts from %d of %d training rows (%d bins at most) in %.1f s", fold, cuts.rows,
-             train_rows, max_bin, time.perf_counter() - t0)
+        raise CutsError(
+            f"fold {fold}: the cuts' sample holds no training row (train.cuts_sample_rows={sample_rows}, "
+            f"{train_rows} training rows: its queries are few and large); raise train.cuts_sample_rows"
+        )
+    log.info(
+        "fold %d: histogram cuts from %d of %d training rows (%d bins at most) in %.1f s",
+        fold,
+        cuts.rows,
+        train_rows,
+        max_bin,
+        time.perf_counter() - t0,
+    )
     return cuts
 
 
@@ -198,8 +222,7 @@ def save_cuts(root: str, cuts: FoldCuts) -> None:
     put_atomic(fs, path, cuts.to_bytes(), replace=False)
 
 
-def fold_cuts(spark: Any, root: str, ds: Any, fold: int, max_bin: int, sample_rows: int,
-              nthread: int = 0) -> FoldCuts:
+def fold_cuts(spark: Any, root: str, ds: Any, fold: int, max_bin: int, sample_rows: int, nthread: int = 0) -> FoldCuts:
     """The fold's cuts from the store under their key (:func:`pipelines.keys.cuts_key`, the one every node
     key of the fold holds), else computed (:func:`compute_cuts`) and stored."""
     from pipelines.keys import cuts_key

@@ -86,8 +86,7 @@ def open_dataset(path: str) -> Dataset:
     return Dataset(path=to_uri(path), manifest=manifest)
 
 
-def load_split(spark: SparkSession, ds: Dataset, fold: int, split: str,
-               columns: list[str] | None = None) -> DataFrame:
+def load_split(spark: SparkSession, ds: Dataset, fold: int, split: str, columns: list[str] | None = None) -> DataFrame:
     """Rows of ``split`` of ``fold``: a partition filter on ``subset``, reading only ``columns``.
 
     The ``subset`` column is always included (it tells the subsets of a

@@ -53,8 +53,10 @@ def resolve_roles(ds: Dataset, cfg: DifficultyConfig) -> Roles:
     roles = Roles(cfg.bm25_feature or recorded.get("bm25", 0), cfg.pagerank_feature or recorded.get("pagerank", 0))
     for name, fid in (("bm25", roles.bm25), ("pagerank", roles.pagerank)):
         if not 1 <= fid <= ds.n_features:
-            raise DatasetError(f"{ds.path}: no {name} feature id (got {fid}); pass --{name}-feature ID "
-                               f"(1..{ds.n_features}) or set it in conf/datasets/<name>.yaml")
+            raise DatasetError(
+                f"{ds.path}: no {name} feature id (got {fid}); pass --{name}-feature ID "
+                f"(1..{ds.n_features}) or set it in conf/datasets/<name>.yaml"
+            )
     return roles
 
 
@@ -66,8 +68,13 @@ def difficulty_inputs(ds: Dataset, cfg: DifficultyConfig, spec: NdcgSpec) -> dic
     roles = resolve_roles(ds, cfg)
     # the feature ids are in through the resolved roles; the empty-query policy acts on curricula, not scores
     settings = {k: v for k, v in asdict(cfg).items() if k not in ("bm25_feature", "pagerank_feature", "empty_queries")}
-    return {"dataset": ds.fingerprint, "roles": asdict(roles), "settings": settings,
-            "metric": spec.to_dict(), "code": code_identity()}
+    return {
+        "dataset": ds.fingerprint,
+        "roles": asdict(roles),
+        "settings": settings,
+        "metric": spec.to_dict(),
+        "code": code_identity(),
+    }
 
 
 def stored_summary(path: str, key: str) -> dict[str, Any] | None:
@@ -88,8 +95,11 @@ def content_fingerprint(scores: DataFrame) -> str:
     row's xxhash64 (its low and high 32 bits, so no sum can overflow). Curricula record the
     fingerprint of the scores they were built from."""
     h = F.xxhash64(*[F.col(c) for c in sorted(scores.columns)])
-    r = scores.agg(F.count("*").alias("n"), F.sum(h.bitwiseAND(F.lit(0xFFFFFFFF))).alias("lo"),
-                   F.sum(F.shiftright(h, 32)).alias("hi")).first()
+    r = scores.agg(
+        F.count("*").alias("n"),
+        F.sum(h.bitwiseAND(F.lit(0xFFFFFFFF))).alias("lo"),
+        F.sum(F.shiftright(h, 32)).alias("hi"),
+    ).first()
     return "sha256:" + hashlib.sha256(f"{r['n']}:{r['lo'] or 0}:{r['hi'] or 0}".encode()).hexdigest()[:16]
 
 
@@ -98,8 +108,13 @@ def difficulty_scores(spark: SparkSession, ds: Dataset, roles: Roles, spec: Ndcg
     bm25, pr = schema.feature_col(roles.bm25), schema.feature_col(roles.pagerank)
     cols = list(dict.fromkeys([schema.SUBSET, schema.QID, schema.DOC, schema.LABEL, bm25, pr]))
     df = spark.read.parquet(ds.path).select(*cols)
-    return map_queries(df, lambda pdf: difficulty_frame(pdf, bm25, pr, spec), DIFFICULTY_DDL,
-                       keys=(schema.SUBSET, schema.QID), arranged=True)
+    return map_queries(
+        df,
+        lambda pdf: difficulty_frame(pdf, bm25, pr, spec),
+        DIFFICULTY_DDL,
+        keys=(schema.SUBSET, schema.QID),
+        arranged=True,
+    )
 
 
 def run_difficulty(spark: SparkSession, data: str, out: str, cfg: DifficultyConfig, spec: NdcgSpec) -> dict[str, Any]:
@@ -111,26 +126,43 @@ def run_difficulty(spark: SparkSession, data: str, out: str, cfg: DifficultyConf
         scores = difficulty_scores(spark, ds, roles, spec)
         scores.write.mode("overwrite").parquet(tmp.uri)  # tmp is ours and still empty
         written = spark.read.parquet(f"{tmp.uri}/part-*")  # a glob: Spark warns on reading a hidden directory
-        agg = written.agg(F.count("*").alias("queries"), F.sum("n_docs").alias("rows"),
-                          F.avg("ndcg_bm25").alias("bm25"), F.avg("ndcg_pagerank").alias("pagerank"),
-                          F.sum((F.col("n_rel") == 0).cast("int")).alias("no_rel")).first()
+        agg = written.agg(
+            F.count("*").alias("queries"),
+            F.sum("n_docs").alias("rows"),
+            F.avg("ndcg_bm25").alias("bm25"),
+            F.avg("ndcg_pagerank").alias("pagerank"),
+            F.sum((F.col("n_rel") == 0).cast("int")).alias("no_rel"),
+        ).first()
         per_subset = {r[schema.SUBSET]: r["count"] for r in written.groupBy(schema.SUBSET).count().collect()}
         summary = {
-            "key": difficulty_key(**difficulty_inputs(ds, cfg, spec)), "content_fingerprint": content_fingerprint(written),
-            "dataset": data, "dataset_fingerprint": ds.fingerprint,
+            "key": difficulty_key(**difficulty_inputs(ds, cfg, spec)),
+            "content_fingerprint": content_fingerprint(written),
+            "dataset": data,
+            "dataset_fingerprint": ds.fingerprint,
             "feature_roles": {"bm25": roles.bm25, "pagerank": roles.pagerank},
             "conventions": {**spec.to_dict(), "description": spec.describe()},
-            "queries": int(agg["queries"]), "rows": int(agg["rows"] or 0),
+            "queries": int(agg["queries"]),
+            "rows": int(agg["rows"] or 0),
             "queries_without_relevant": int(agg["no_rel"] or 0),
             "queries_per_subset": dict(sorted(per_subset.items())),
-            "mean_ndcg_bm25": agg["bm25"], "mean_ndcg_pagerank": agg["pagerank"],
+            "mean_ndcg_bm25": agg["bm25"],
+            "mean_ndcg_pagerank": agg["pagerank"],
             "columns": DIFFICULTY_DDL,
         }
         if summary["rows"] != ds.manifest["rows"]:
-            raise RuntimeError(f"internal error: difficulty covered {summary['rows']} rows, "
-                               f"the dataset has {ds.manifest['rows']}")
+            raise RuntimeError(
+                f"internal error: difficulty covered {summary['rows']} rows, the dataset has {ds.manifest['rows']}"
+            )
         tmp.write_json(SUMMARY, summary)
-    log.info("difficulty of %d queries (%d rows) in %.1f s: mean %s of BM25 (f%d) %.4f, PageRank (f%d) %.4f",
-             summary["queries"], summary["rows"], time.perf_counter() - t0, spec.name, roles.bm25,
-             summary["mean_ndcg_bm25"], roles.pagerank, summary["mean_ndcg_pagerank"])
+    log.info(
+        "difficulty of %d queries (%d rows) in %.1f s: mean %s of BM25 (f%d) %.4f, PageRank (f%d) %.4f",
+        summary["queries"],
+        summary["rows"],
+        time.perf_counter() - t0,
+        spec.name,
+        roles.bm25,
+        summary["mean_ndcg_bm25"],
+        roles.pagerank,
+        summary["mean_ndcg_pagerank"],
+    )
     return summary

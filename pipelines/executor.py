@@ -68,10 +68,17 @@ class Execution:
     lease_wait: float = 0.0  # how long to wait for another process's lease on a node before stopping
 
 
-def execute_plan(spark: SparkSession, plan: Plan, ds: Dataset, curricula: dict[str, Curriculum],
-                 settings: Settings, store: CheckpointStore, how: Execution,
-                 on_event: Callable[[dict[str, Any]], None] | None = None,
-                 only: list[str] | None = None) -> dict[str, Any]:
+def execute_plan(
+    spark: SparkSession,
+    plan: Plan,
+    ds: Dataset,
+    curricula: dict[str, Curriculum],
+    settings: Settings,
+    store: CheckpointStore,
+    how: Execution,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    only: list[str] | None = None,
+) -> dict[str, Any]:
     """Train every node of ``plan`` that is not done (or only the nodes ``only``); return timings:
     ``trees`` built by this call's jobs, ``trees_planned`` left to build when it started, ``jobs``.
 
@@ -82,16 +89,19 @@ def execute_plan(spark: SparkSession, plan: Plan, ds: Dataset, curricula: dict[s
     want = {n.key for n in plan.nodes} if only is None else set(only)
     unknown = sorted(want - {n.key for n in plan.nodes})
     if unknown:  # a key from another environment or an older plan: never a silent no-op
-        raise UnknownNode(f"fold {plan.fold}: the plan has no node {unknown[0]}"
-                          f"{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''}: it was computed by "
-                          "other code, config or data; list the plan's nodes with `ltr grid --plan` (same config), "
-                          "or give the unit as `--unit`")
+        raise UnknownNode(
+            f"fold {plan.fold}: the plan has no node {unknown[0]}"
+            f"{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''}: it was computed by "
+            "other code, config or data; list the plan's nodes with `ltr grid --plan` (same config), "
+            "or give the unit as `--unit`"
+        )
     if only is not None:
         todo = [n for n in todo if n.key in want]
         for n in todo:
             if n.parent and states[n.parent].state != DONE and n.parent not in want:
-                raise NodeFailed(f"fold {plan.fold}: node {n.key} ({n.describe()}) cannot run yet: its parent "
-                                 f"{n.parent} is not done")
+                raise NodeFailed(
+                    f"fold {plan.fold}: node {n.key} ({n.describe()}) cannot run yet: its parent {n.parent} is not done"
+                )
     info: dict[str, Any] = {"jobs": [], "nodes": len(todo), "trees": sum(states[n.key].trees_left(n) for n in todo)}
     if not todo:
         return info
@@ -105,16 +115,25 @@ def execute_plan(spark: SparkSession, plan: Plan, ds: Dataset, curricula: dict[s
         if on_event is not None:
             on_event(ev)
 
-    cuts = fold_cuts(spark, store.root, ds, plan.fold, int(settings.params.get("max_bin", 256)),
-                     settings.cuts_sample_rows, how.nthread)
+    cuts = fold_cuts(
+        spark,
+        store.root,
+        ds,
+        plan.fold,
+        int(settings.params.get("max_bin", 256)),
+        settings.cuts_sample_rows,
+        how.nthread,
+    )
     try:
         with EventServer(driver_host(spark), callback) as server:
             if how.parallel <= 1:
-                info["jobs"].append(_run_unit(spark, plan, todo, ds, curricula, settings, store, how,
-                                              server.address, cuts))
+                info["jobs"].append(
+                    _run_unit(spark, plan, todo, ds, curricula, settings, store, how, server.address, cuts)
+                )
             else:
-                info["jobs"] += _run_parallel(spark, plan, todo, ds, curricula, settings, store, how, server.address,
-                                              cuts)
+                info["jobs"] += _run_parallel(
+                    spark, plan, todo, ds, curricula, settings, store, how, server.address, cuts
+                )
     finally:
         display.close()
     # what this process built (another process may have finished a node while we waited for its lease)
@@ -122,9 +141,18 @@ def execute_plan(spark: SparkSession, plan: Plan, ds: Dataset, curricula: dict[s
     return info
 
 
-def _run_parallel(spark: SparkSession, plan: Plan, todo: list[Node], ds: Dataset, curricula: dict[str, Curriculum],
-                  settings: Settings, store: CheckpointStore, how: Execution, address: tuple[str, int],
-                  cuts: FoldCuts) -> list[dict[str, Any]]:
+def _run_parallel(
+    spark: SparkSession,
+    plan: Plan,
+    todo: list[Node],
+    ds: Dataset,
+    curricula: dict[str, Curriculum],
+    settings: Settings,
+    store: CheckpointStore,
+    how: Execution,
+    address: tuple[str, int],
+    cuts: FoldCuts,
+) -> list[dict[str, Any]]:
     """Ready nodes as concurrent Spark jobs (one FAIR pool each), up to ``how.parallel`` at a time."""
     left = {n.key: n for n in todo}
     finished: set[str] = {n.key for n in plan.nodes if n.key not in left}
@@ -158,9 +186,18 @@ def _run_parallel(spark: SparkSession, plan: Plan, todo: list[Node], ds: Dataset
     return jobs
 
 
-def _run_unit(spark: SparkSession, plan: Plan, nodes: list[Node], ds: Dataset, curricula: dict[str, Curriculum],
-              settings: Settings, store: CheckpointStore, how: Execution, address: tuple[str, int],
-              cuts: FoldCuts) -> dict[str, Any]:
+def _run_unit(
+    spark: SparkSession,
+    plan: Plan,
+    nodes: list[Node],
+    ds: Dataset,
+    curricula: dict[str, Curriculum],
+    settings: Settings,
+    store: CheckpointStore,
+    how: Execution,
+    address: tuple[str, int],
+    cuts: FoldCuts,
+) -> dict[str, Any]:
     """One Spark barrier job for ``nodes``; a failure is retried from the checkpoints."""
     names = sorted({n.curriculum for n in nodes if n.curriculum})
     missing = [c for c in names if c not in curricula]
@@ -176,19 +213,37 @@ def _run_unit(spark: SparkSession, plan: Plan, nodes: list[Node], ds: Dataset, c
             # after a retry, or a wait for another process's lease: only what is not done yet
             todo = [n for n in nodes if states_of(plan.subplan([n.key]), store)[n.key].state != DONE]
             if not todo:
-                return {"workers": how.workers, "nthread": how.nthread, "seconds": 0.0, "trees_built": 0,
-                        "trees_planned": 0, "worker_timings": []}
+                return {
+                    "workers": how.workers,
+                    "nthread": how.nthread,
+                    "seconds": 0.0,
+                    "trees_built": 0,
+                    "trees_planned": 0,
+                    "worker_timings": [],
+                }
             try:
-                return run_nodes_distributed(spark, df, ds.n_features, todo, s, how.workers, curs, store, cuts,
-                                             events=address, tracker_timeout=how.tracker_timeout,
-                                             lease_token=held.token)
+                return run_nodes_distributed(
+                    spark,
+                    df,
+                    ds.n_features,
+                    todo,
+                    s,
+                    how.workers,
+                    curs,
+                    store,
+                    cuts,
+                    events=address,
+                    tracker_timeout=how.tracker_timeout,
+                    lease_token=held.token,
+                )
             except Exception as e:
                 _retry_or_raise(e, attempt, plan, nodes, store, how)
     raise AssertionError("unreachable")
 
 
-def _retry_or_raise(e: Exception, attempt: int, plan: Plan, nodes: list[Node], store: CheckpointStore,
-                    how: Execution) -> None:
+def _retry_or_raise(
+    e: Exception, attempt: int, plan: Plan, nodes: list[Node], store: CheckpointStore, how: Execution
+) -> None:
     """Return when the failed job is to be started again; else raise: our own errors as themselves
     (a lost lease too: another process writes the node now), the last failure as :class:`NodeFailed`."""
     cause = _one_line(e)
@@ -197,14 +252,23 @@ def _retry_or_raise(e: Exception, attempt: int, plan: Plan, nodes: list[Node], s
     if isinstance(e, (SplitQueryError, DatasetError, LeaseHeld, LeaseLost)) or _is_user_error(str(e)):
         raise e
     if attempt < how.retries:
-        log.warning("fold %d: training failed at node %s (%s): %s; starting again from the last checkpoints "
-                    "(retry %d of %d)", plan.fold, failed.key, failed.describe(), cause, attempt + 1, how.retries)
+        log.warning(
+            "fold %d: training failed at node %s (%s): %s; starting again from the last checkpoints (retry %d of %d)",
+            plan.fold,
+            failed.key,
+            failed.describe(),
+            cause,
+            attempt + 1,
+            how.retries,
+        )
         return
     st = states[failed.key]
     where = f"checkpoint at tree {st.tree}" if st.state != "todo" else "no checkpoint yet"
     paths = [p for p, chain in plan.chains.items() if failed.key in chain]
-    raise NodeFailed(f"fold {plan.fold}: node {failed.key} ({failed.describe()}; {where}; paths "
-                     f"{', '.join(paths)}) failed: {cause}. Resume with: {how.resume_hint}") from e
+    raise NodeFailed(
+        f"fold {plan.fold}: node {failed.key} ({failed.describe()}; {where}; paths "
+        f"{', '.join(paths)}) failed: {cause}. Resume with: {how.resume_hint}"
+    ) from e
 
 
 def _is_user_error(text: str) -> bool:
@@ -229,9 +293,16 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {lines[0] if lines else ''}"[:500]
 
 
-def train_paths(spark: SparkSession, ds: Dataset, fold: int, paths: list[Any], settings: Settings, how: Execution,
-                store: CheckpointStore, curricula: dict[str, Curriculum] | None = None,
-                ) -> tuple[dict[str, Any], dict[str, Any]]:
+def train_paths(
+    spark: SparkSession,
+    ds: Dataset,
+    fold: int,
+    paths: list[Any],
+    settings: Settings,
+    how: Execution,
+    store: CheckpointStore,
+    curricula: dict[str, Curriculum] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Plan ``paths`` (resolved) with no context, train them, and return ``({label: PathResult}, job info)``:
     a library entry point for benchmarks and tests (grids key their plans by :func:`pipelines.keys.plan_context`)."""
     from pipelines.keys import curriculum_content_key
@@ -239,8 +310,9 @@ def train_paths(spark: SparkSession, ds: Dataset, fold: int, paths: list[Any], s
     from pipelines.results import path_result
 
     curricula = curricula or {}
-    plan = build_plan(paths, fold=fold, curriculum_keys={n: curriculum_content_key(c.summary)
-                                                         for n, c in curricula.items()})
+    plan = build_plan(
+        paths, fold=fold, curriculum_keys={n: curriculum_content_key(c.summary) for n, c in curricula.items()}
+    )
     info = execute_plan(spark, plan, ds, curricula, settings, store, how)
     job = info["jobs"][0] if info["jobs"] else {}
     return {p: path_result(store, p, c) for p, c in plan.chains.items()}, job

@@ -61,7 +61,10 @@ LABEL_THRESHOLDS = np.array([0.05, 1.55, 2.75, 3.55])
 
 #: 1-based ids of the features written as integers.
 INT_FEATURES = np.array(
-    list(range(1, 6)) + list(range(11, 16)) + list(range(21, 36)) + list(range(96, 101))
+    list(range(1, 6))
+    + list(range(11, 16))
+    + list(range(21, 36))
+    + list(range(96, 101))
     + [126, 127, 128, 129, 130, 131, 132, 133, 134, 135]
 )
 
@@ -125,8 +128,13 @@ def simulate_batch(rng: np.random.Generator, n_docs: np.ndarray) -> tuple[np.nda
     L[:, 2] = 1 + rng.poisson(7, size=r)
     L[:, 3] = 2 + rng.poisson(5, size=r)
     boost = np.exp(a_text[g][:, None] * zc[:, None] + rng.normal(0.0, 0.7, size=(r, 1)))
-    lam = (L[:, :, None] * _STREAM_BOOST[None, :, None] * p_term[g][:, None, :]
-           * boost[:, :, None] * rng.lognormal(0.0, 0.5, size=(r, 4, MAX_TERMS)))
+    lam = (
+        L[:, :, None]
+        * _STREAM_BOOST[None, :, None]
+        * p_term[g][:, None, :]
+        * boost[:, :, None]
+        * rng.lognormal(0.0, 0.5, size=(r, 4, MAX_TERMS))
+    )
     tf4 = np.minimum(rng.poisson(np.minimum(lam, 1e4)), L[:, :, None])  # a term occurs at most L times
     ok = term_ok[g][:, None, :]  # [r, 1, T]
     tf4 = tf4 * ok
@@ -142,11 +150,11 @@ def simulate_batch(rng: np.random.Generator, n_docs: np.ndarray) -> tuple[np.nda
         s = v.sum(axis=2)
         mean = s / ntr[:, None]
         var = (np.where(ok, v - mean[:, :, None], 0.0) ** 2).sum(axis=2) / ntr[:, None]
-        X[:, first - 1:first + 4] = s
-        X[:, first + 4:first + 9] = big.min(axis=2)
-        X[:, first + 9:first + 14] = np.where(ok, v, -np.inf).max(axis=2)
-        X[:, first + 14:first + 19] = mean
-        X[:, first + 19:first + 24] = var
+        X[:, first - 1 : first + 4] = s
+        X[:, first + 4 : first + 9] = big.min(axis=2)
+        X[:, first + 9 : first + 14] = np.where(ok, v, -np.inf).max(axis=2)
+        X[:, first + 14 : first + 19] = mean
+        X[:, first + 19 : first + 24] = var
 
     covered = ((tf > 0) & ok).sum(axis=2)
     X[:, 0:5] = covered
@@ -161,7 +169,7 @@ def simulate_batch(rng: np.random.Generator, n_docs: np.ndarray) -> tuple[np.nda
     X[:, 95:100] = covered == ntr[:, None]
     qv = idf5 * ok
     num = (tfidf * qv).sum(axis=2)
-    den = np.sqrt((tfidf ** 2).sum(axis=2)) * np.sqrt((qv ** 2).sum(axis=2))
+    den = np.sqrt((tfidf**2).sum(axis=2)) * np.sqrt((qv**2).sum(axis=2))
     X[:, 100:105] = np.divide(num, den, out=np.zeros_like(num), where=den > 0)
     k1, b = 1.2, 0.75
     norm = k1 * (1 - b + b * Lw / _AVG_LEN[None, :])
@@ -170,11 +178,13 @@ def simulate_batch(rng: np.random.Generator, n_docs: np.ndarray) -> tuple[np.nda
     Lm = np.maximum(Lw, 1.0)[:, :, None]
     # log p(term | doc) under absolute-discount, Dirichlet and Jelinek-Mercer smoothing
     # (clipped at 0: the crude unique-term count can push a probability past 1)
-    lmir = [np.log((np.maximum(tf - 0.7, 0) + 0.7 * 0.6 * Lm * p_coll) / Lm),
-            np.log((tf + 2000.0 * p_coll) / (Lm + 2000.0)),
-            np.log(0.9 * tf / Lm + 0.1 * p_coll)]
+    lmir = [
+        np.log((np.maximum(tf - 0.7, 0) + 0.7 * 0.6 * Lm * p_coll) / Lm),
+        np.log((tf + 2000.0 * p_coll) / (Lm + 2000.0)),
+        np.log(0.9 * tf / Lm + 0.1 * p_coll),
+    ]
     for k, lp in enumerate(lmir):
-        X[:, 110 + 5 * k:115 + 5 * k] = (np.minimum(lp, 0.0) * ok).sum(axis=2)
+        X[:, 110 + 5 * k : 115 + 5 * k] = (np.minimum(lp, 0.0) * ok).sum(axis=2)
     # ---- links, quality, clicks
     auth = a_link[g] * zc + rng.normal(0.0, 1.0, size=r)
     slashes = 1 + rng.poisson(np.exp(0.7 - 0.15 * zc))
@@ -189,8 +199,11 @@ def simulate_batch(rng: np.random.Generator, n_docs: np.ndarray) -> tuple[np.nda
     clicks = rng.poisson(np.exp(-1.8 + a_click[g] * zc + rng.normal(0.0, 0.8, size=r)))
     X[:, 133] = clicks
     X[:, 134] = np.floor(np.exp(rng.normal(3.0 + 0.8 * auth, 1.5)))
-    X[:, 135] = np.where(clicks > 0, clicks * np.exp(rng.normal(3.5 + 0.3 * zc, 0.8)),
-                         np.exp(rng.normal(2.0, 1.0, size=r)) * np.log1p(X[:, 134]))
+    X[:, 135] = np.where(
+        clicks > 0,
+        clicks * np.exp(rng.normal(3.5 + 0.3 * zc, 0.8)),
+        np.exp(rng.normal(2.0, 1.0, size=r)) * np.log1p(X[:, 134]),
+    )
     return label, X
 
 
@@ -199,8 +212,11 @@ def format_letor(labels: np.ndarray, qids: np.ndarray, X: np.ndarray) -> memoryv
     """LETOR text of the rows, newline-terminated, built with Arrow's vectorised casts."""
     is_int = np.zeros(N_FEATURES, bool)
     is_int[INT_FEATURES - 1] = True
-    args: list = [pc.cast(pa.array(labels.astype(np.int64)), pa.string()), pa.scalar(" qid:"),
-                  pc.cast(pa.array(qids.astype(np.int64)), pa.string())]
+    args: list = [
+        pc.cast(pa.array(labels.astype(np.int64)), pa.string()),
+        pa.scalar(" qid:"),
+        pc.cast(pa.array(qids.astype(np.int64)), pa.string()),
+    ]
     for j in range(N_FEATURES):
         col = X[:, j]
         if is_int[j]:
@@ -211,7 +227,7 @@ def format_letor(labels: np.ndarray, qids: np.ndarray, X: np.ndarray) -> memoryv
     args.append(pa.scalar("\n"))
     lines = pc.binary_join_element_wise(*args, "")
     offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32, count=len(lines) + 1, offset=lines.offset * 4)
-    return memoryview(lines.buffers()[2])[offsets[0]:offsets[-1]]
+    return memoryview(lines.buffers()[2])[offsets[0] : offsets[-1]]
 
 
 # ------------------------------------------------------------- writing
@@ -221,8 +237,8 @@ def _write_subset(args: tuple[str, int, np.ndarray, np.ndarray, int]) -> tuple[i
     rows = 0
     with atomic_file(path) as fh:
         for b, start in enumerate(range(0, qids.size, BATCH_QUERIES)):
-            q = qids[start:start + BATCH_QUERIES]
-            n = n_docs[start:start + BATCH_QUERIES]
+            q = qids[start : start + BATCH_QUERIES]
+            n = n_docs[start : start + BATCH_QUERIES]
             rng = np.random.default_rng([seed, 1, subset, b])
             labels, X = simulate_batch(rng, n)
             fh.write(format_letor(labels, np.repeat(q, n), X))
@@ -260,13 +276,26 @@ def generate(out: str, queries: int, seed: int, workers: int = 0) -> GenerateSum
                 with open(test_of[s], "rb") as src:
                     shutil.copyfileobj(src, fh, 16 << 20)
     summary = GenerateSummary(
-        out=str(root), queries=queries, rows=sum(r for r, _ in done), seed=seed,
+        out=str(root),
+        queries=queries,
+        rows=sum(r for r, _ in done),
+        seed=seed,
         subset_rows={f"S{k + 1}": done[k][0] for k in range(5)},
         subset_queries={f"S{k + 1}": done[k][1] for k in range(5)},
-        seconds=round(time.perf_counter() - t0, 2))
-    write_file_atomic(str(root / "generate.json"), json.dumps(
-        {**summary.__dict__, "generator": "ltr generate (MSLR-shaped synthetic data)",
-         "n_features": N_FEATURES, "label_thresholds": LABEL_THRESHOLDS.tolist()}, indent=2).encode())
+        seconds=round(time.perf_counter() - t0, 2),
+    )
+    write_file_atomic(
+        str(root / "generate.json"),
+        json.dumps(
+            {
+                **summary.__dict__,
+                "generator": "ltr generate (MSLR-shaped synthetic data)",
+                "n_features": N_FEATURES,
+                "label_thresholds": LABEL_THRESHOLDS.tolist(),
+            },
+            indent=2,
+        ).encode(),
+    )
     log.info("generated %d queries, %d rows under %s in %.1f s", queries, summary.rows, out, summary.seconds)
     return summary
 

@@ -34,8 +34,16 @@ from pipelines.live_children import LiveChildren, children_lock
 from pipelines.prepare import ensure_curricula, ensure_difficulty
 from pipelines.provenance import code_version
 from pipelines.results import PathResult, path_result
-from pipelines.study import (FoldPlan, curricula_needed, grid_children, plan_fold, record_plan, study_data,
-                             study_finished, study_keys)
+from pipelines.study import (
+    FoldPlan,
+    curricula_needed,
+    grid_children,
+    plan_fold,
+    record_plan,
+    study_data,
+    study_finished,
+    study_keys,
+)
 from pipelines.tracking import TAG_GRID_KEY, TAG_STUDY_KEY, Tracker
 
 log = logging.getLogger(__name__)
@@ -45,8 +53,7 @@ class CodeChanged(ValueError):
     """An unfinished grid of the same study was started by other code (a user error: exit 2)."""
 
 
-def _refuse_other_code(tracker: Tracker, study_key: str, grid_key: str, code: dict[str, str],
-                       new_parent: bool) -> None:
+def _refuse_other_code(tracker: Tracker, study_key: str, grid_key: str, code: dict[str, str], new_parent: bool) -> None:
     """Resuming a grid with other code would mix two code versions in one table: refused in one line,
     unless ``new_parent`` (``ltr grid --new-parent``), which starts a parent run of its own. Code is
     its identity (:func:`pipelines.keys.code_identity`: the computing code's content and library
@@ -57,11 +64,12 @@ def _refuse_other_code(tracker: Tracker, study_key: str, grid_key: str, code: di
         if r.data.tags.get(TAG_GRID_KEY) == grid_key:
             return  # this very grid (same code) exists: it resumes
         if r.info.status != "FINISHED":
-            then = {k[len("code."):]: v for k, v in r.data.params.items() if k.startswith("code.")}
+            then = {k[len("code.") :]: v for k, v in r.data.params.items() if k.startswith("code.")}
             raise CodeChanged(
                 f"grid {tracker.experiment!r}: its unfinished parent run {r.info.run_id} was started by code "
                 f"{code_label(then)}, this is {code_label(code)}: finish it with that code, or pass --new-parent to "
-                "start a new parent run for this code (results of two code versions never share a table)")
+                "start a new parent run for this code (results of two code versions never share a table)"
+            )
 
 
 @dataclass
@@ -85,13 +93,29 @@ class _Study:
     existing: dict[str, tuple[str, str]]  # the child runs as they were at setup
 
     def summary(self, finished: bool, folds: list[int], **counts: int) -> dict[str, Any]:
-        return {"parent_run_id": self.parent, "experiment": self.tracker.experiment, "tracking_uri": self.tracker.uri,
-                "resumed": self.resumed, "folds": folds, "finished": finished, **counts}
+        return {
+            "parent_run_id": self.parent,
+            "experiment": self.tracker.experiment,
+            "tracking_uri": self.tracker.uri,
+            "resumed": self.resumed,
+            "folds": folds,
+            "finished": finished,
+            **counts,
+        }
 
 
-def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | None = None, parallel: int = 1,
-             only: list[str] | None = None, resume_hint: str = "ltr grid", new_parent: bool = False,
-             setup_only: bool = False, units: list[tuple[int, int]] | None = None) -> dict[str, Any]:
+def run_grid(
+    spark,
+    cfg: Config,
+    folds: list[int] | None = None,
+    data: str | None = None,
+    parallel: int = 1,
+    only: list[str] | None = None,
+    resume_hint: str = "ltr grid",
+    new_parent: bool = False,
+    setup_only: bool = False,
+    units: list[tuple[int, int]] | None = None,
+) -> dict[str, Any]:
     """Run (or resume) the grid; return a summary with the parent run id and counts.
 
     The study is ``grid.folds``; ``folds``: train only these folds of it now
@@ -113,8 +137,16 @@ def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | Non
         return s.summary(finished, s.folds, trained=0, skipped=0, trees_built=0)
     workers, nthread = resolve_workers(spark, cfg.train, parallel)
     settings = make_settings(cfg.train, cfg.metric, s.ds, nthread)
-    how = Execution(workers, nthread, parallel, cfg.train.job_retries, cfg.train.tracker_timeout, resume_hint,
-                    cfg.train.lease_ttl, cfg.train.lease_wait)
+    how = Execution(
+        workers,
+        nthread,
+        parallel,
+        cfg.train.job_retries,
+        cfg.train.tracker_timeout,
+        resume_hint,
+        cfg.train.lease_ttl,
+        cfg.train.lease_wait,
+    )
     counts = {"trained": 0, "skipped": 0, "trees_built": 0}
     live = None
     try:
@@ -131,14 +163,28 @@ def run_grid(spark, cfg: Config, folds: list[int] | None = None, data: str | Non
             live.fail_started(str(e).splitlines()[0] if str(e) else type(e).__name__)
         s.tracker.finish(s.parent, "FAILED")
         raise
-    log.info("grid %s done: %d children trained (%d trees built), %d skipped (finished before); "
-             "mlflow ui --backend-store-uri %s", cfg.grid.experiment, counts["trained"], counts["trees_built"],
-             counts["skipped"], s.tracker.uri)
+    log.info(
+        "grid %s done: %d children trained (%d trees built), %d skipped (finished before); "
+        "mlflow ui --backend-store-uri %s",
+        cfg.grid.experiment,
+        counts["trained"],
+        counts["trees_built"],
+        counts["skipped"],
+        s.tracker.uri,
+    )
     return s.summary(finished, s.run_folds, **counts)
 
 
-def _set_up(spark, cfg: Config, folds: list[int] | None, data: str | None, only: list[str] | None,
-            new_parent: bool, setup_only: bool, units: list[tuple[int, int]] | None) -> _Study:
+def _set_up(
+    spark,
+    cfg: Config,
+    folds: list[int] | None,
+    data: str | None,
+    only: list[str] | None,
+    new_parent: bool,
+    setup_only: bool,
+    units: list[tuple[int, int]] | None,
+) -> _Study:
     """Check the folds and node keys asked for, build (or find) the difficulty scores and curricula, plan
     every fold, find or create the parent run and make every child run of the folds set up here, once."""
     data, ds, study = study_data(cfg, data)
@@ -160,29 +206,47 @@ def _set_up(spark, cfg: Config, folds: list[int] | None, data: str | None, only:
     for f, index in units or []:
         fold_units = plans[f].plan.units()
         if not 0 <= index < len(fold_units):
-            raise UnknownNode(f"--unit {f}:{index}: fold {f}'s plan has {len(fold_units)} units "
-                              f"(0..{len(fold_units) - 1}); list them with `ltr grid --plan`")
+            raise UnknownNode(
+                f"--unit {f}:{index}: fold {f}'s plan has {len(fold_units)} units "
+                f"(0..{len(fold_units) - 1}); list them with `ltr grid --plan`"
+            )
         only = [*(only or []), *fold_units[index]]
     if only is not None:  # a key no fold of this run plans: exit 2 naming it, never a silent no-op
         known = {n.key for f in run_folds for n in plans[f].plan.nodes}
         unknown = sorted(set(only) - known)
         if unknown:
-            raise UnknownNode(f"--node {unknown[0]}: no plan node of fold(s) {run_folds} has this key (computed by "
-                              "other code, config or data?); list the plan with `ltr grid --plan` and the same "
-                              "config, or name a unit with `--unit FOLD:INDEX`")
+            raise UnknownNode(
+                f"--node {unknown[0]}: no plan node of fold(s) {run_folds} has this key (computed by "
+                "other code, config or data?); list the plan with `ltr grid --plan` and the same "
+                "config, or name a unit with `--unit FOLD:INDEX`"
+            )
     tracker = Tracker.for_config(cfg)
     code = dict(code_identity())
     study_key, grid_key = study_keys(cfg, ds, code)
     _refuse_other_code(tracker, study_key, grid_key, code, new_parent)
-    parent, resumed = tracker.find_or_create_parent(grid_key, cfg.grid.experiment, {
-        "folds": study, "trees": cfg.grid.trees, "switch_points": cfg.grid.switch_points,
-        "strategies": cfg.grid.strategies, "objectives": cfg.grid.objectives, "data": data,
-        "data_fingerprint": ds.fingerprint, "metric": cfg.metric.describe(), "eta": cfg.train.eta,
-        "leaves": cfg.train.leaves, "k": cfg.train.k, "fraction": cfg.curriculum.fraction,
-        "difficulty.empty_queries": cfg.difficulty.empty_queries,
-        "extra_paths": json.dumps(cfg.grid.extra_paths, sort_keys=True),
-        **{f"code.{k}": v for k, v in code.items()}, "code.git": code_version()["git"]},
-        tags={TAG_STUDY_KEY: study_key, "mlflow.source.git.commit": code_version()["git"].split("-")[0]})
+    parent, resumed = tracker.find_or_create_parent(
+        grid_key,
+        cfg.grid.experiment,
+        {
+            "folds": study,
+            "trees": cfg.grid.trees,
+            "switch_points": cfg.grid.switch_points,
+            "strategies": cfg.grid.strategies,
+            "objectives": cfg.grid.objectives,
+            "data": data,
+            "data_fingerprint": ds.fingerprint,
+            "metric": cfg.metric.describe(),
+            "eta": cfg.train.eta,
+            "leaves": cfg.train.leaves,
+            "k": cfg.train.k,
+            "fraction": cfg.curriculum.fraction,
+            "difficulty.empty_queries": cfg.difficulty.empty_queries,
+            "extra_paths": json.dumps(cfg.grid.extra_paths, sort_keys=True),
+            **{f"code.{k}": v for k, v in code.items()},
+            "code.git": code_version()["git"],
+        },
+        tags={TAG_STUDY_KEY: study_key, "mlflow.source.git.commit": code_version()["git"].split("-")[0]},
+    )
     if not resumed:
         tracker.log_dataset(parent, data, os.path.basename(data.rstrip("/")), ds.fingerprint, "grid")
     store = CheckpointStore(Layout.of(cfg).checkpoints)
@@ -193,13 +257,21 @@ def _set_up(spark, cfg: Config, folds: list[int] | None, data: str | None, only:
         existing = tracker.child_runs(parent)
         made = 0
         for f in build:
-            lives[f] = LiveChildren(tracker, parent, plans[f], store, cfg, data, ds, curricula[f], existing,
-                                    train_keys[f])
+            lives[f] = LiveChildren(
+                tracker, parent, plans[f], store, cfg, data, ds, curricula[f], existing, train_keys[f]
+            )
             made += lives[f].create_missing()
-    log.info("grid %s: parent run %s (%s), %d children already finished, %d child runs created", cfg.grid.experiment,
-             parent, "resumed" if resumed else "new", sum(st == "FINISHED" for _, st in existing.values()), made)
-    return _Study(data, ds, study, run_folds, plans, curricula, only, tracker, parent, resumed, store, lives,
-                  train_keys, existing)
+    log.info(
+        "grid %s: parent run %s (%s), %d children already finished, %d child runs created",
+        cfg.grid.experiment,
+        parent,
+        "resumed" if resumed else "new",
+        sum(st == "FINISHED" for _, st in existing.values()),
+        made,
+    )
+    return _Study(
+        data, ds, study, run_folds, plans, curricula, only, tracker, parent, resumed, store, lives, train_keys, existing
+    )
 
 
 def _train_fold(spark, cfg: Config, s: _Study, f: int, settings, how: Execution, counts: dict[str, int]) -> None:
@@ -208,14 +280,18 @@ def _train_fold(spark, cfg: Config, s: _Study, f: int, settings, how: Execution,
     record_plan(s.store, cfg.grid.experiment, fp)
     todo = live.todo()
     counts["skipped"] += len(live.owned()) - len(todo)
-    keys = sorted(s.train_keys[f] if s.train_keys[f] is not None  # else what its unfinished children need
-                  else {k for e in todo for k in fp.plan.chains[e.path.label]})
+    keys = sorted(
+        s.train_keys[f]
+        if s.train_keys[f] is not None  # else what its unfinished children need
+        else {k for e in todo for k in fp.plan.chains[e.path.label]}
+    )
     if not keys:
         log.info("fold %d: all %d children finished already", f, len(fp.children))
         return
     with task_errors():
-        info = execute_plan(spark, fp.plan, s.ds, s.curricula[f], settings, s.store, how, on_event=live.on_event,
-                            only=keys)
+        info = execute_plan(
+            spark, fp.plan, s.ds, s.curricula[f], settings, s.store, how, on_event=live.on_event, only=keys
+        )
     counts["trees_built"] += info["trees"]
     counts["trained"] += live.finish_done()
 

@@ -90,8 +90,11 @@ def discover(src: str) -> Layout:
     if info.type == pafs.FileType.File:
         return Layout("file", (SourceFile(uri, info.base_name, info.size, 1, "train", "train"),))
     entries = {e.base_name: e for e in fs.get_file_info(pafs.FileSelector(root))}
-    fold_dirs = {int(m.group(1)): e for n, e in entries.items()
-                 if e.type == pafs.FileType.Directory and (m := _FOLD_RE.fullmatch(n))}
+    fold_dirs = {
+        int(m.group(1)): e
+        for n, e in entries.items()
+        if e.type == pafs.FileType.Directory and (m := _FOLD_RE.fullmatch(n))
+    }
     if fold_dirs:
         files = []
         for f in sorted(fold_dirs):
@@ -101,8 +104,10 @@ def discover(src: str) -> Layout:
         return Layout("mslr" if complete else "folds", tuple(files))
     if "train.txt" in entries:
         return Layout("one_fold", tuple(_split_files(src, entries, "", 1, lambda split: split)))
-    raise IngestError(f"--src {src}: no LETOR files found; expected Fold1..Fold5/ folders "
-                      "(MSLR layout), or train.txt with optional vali.txt and test.txt, or a single file")
+    raise IngestError(
+        f"--src {src}: no LETOR files found; expected Fold1..Fold5/ folders "
+        "(MSLR layout), or train.txt with optional vali.txt and test.txt, or a single file"
+    )
 
 
 def _split_files(src: str, entries: dict, prefix: str, fold: int, subset_name) -> list[SourceFile]:
@@ -114,8 +119,9 @@ def _split_files(src: str, entries: dict, prefix: str, fold: int, subset_name) -
             if split == "train":
                 raise IngestError(f"--src {src}: {prefix}train.txt is missing")
             continue
-        out.append(SourceFile(f"{root}/{prefix}{split}.txt", f"{prefix}{split}.txt", e.size, fold, split,
-                              subset_name(split)))
+        out.append(
+            SourceFile(f"{root}/{prefix}{split}.txt", f"{prefix}{split}.txt", e.size, fold, split, subset_name(split))
+        )
     return out
 
 
@@ -162,23 +168,37 @@ class _FileResult:
         return dict(zip(uq.tolist(), np.bincount(inv, weights=n).astype(np.int64).tolist(), strict=True))
 
 
-def _tasks(files: list[SourceFile], modes: dict[str, str], tmp: str, spec: LineSpec,
-           cfg: IngestConfig, first_id: int = 0) -> list[ChunkTask]:
+def _tasks(
+    files: list[SourceFile], modes: dict[str, str], tmp: str, spec: LineSpec, cfg: IngestConfig, first_id: int = 0
+) -> list[ChunkTask]:
     tasks = []
     cid = first_id
     for sf in files:
         for start, end in plan_ranges(sf.size, cfg.chunk_bytes):
-            tasks.append(ChunkTask(
-                chunk_id=cid, source=sf.uri, start=start, end=end, subset=sf.subset,
-                mode=modes[sf.uri], out_dir=tmp, quarantine_dir=f"{tmp}/_quarantine_raw",
-                n_features=spec.n_features, min_label=spec.min_label, max_label=spec.max_label,
-                strict=cfg.strict, compression=cfg.compression))
+            tasks.append(
+                ChunkTask(
+                    chunk_id=cid,
+                    source=sf.uri,
+                    start=start,
+                    end=end,
+                    subset=sf.subset,
+                    mode=modes[sf.uri],
+                    out_dir=tmp,
+                    quarantine_dir=f"{tmp}/_quarantine_raw",
+                    n_features=spec.n_features,
+                    min_label=spec.min_label,
+                    max_label=spec.max_label,
+                    strict=cfg.strict,
+                    compression=cfg.compression,
+                )
+            )
             cid += 1
     return tasks
 
 
-def _run(spark: SparkSession, files: list[SourceFile], modes: dict[str, str], tmp: str,
-         spec: LineSpec, cfg: IngestConfig) -> dict[str, _FileResult]:
+def _run(
+    spark: SparkSession, files: list[SourceFile], modes: dict[str, str], tmp: str, spec: LineSpec, cfg: IngestConfig
+) -> dict[str, _FileResult]:
     tasks = _tasks(files, modes, tmp, spec, cfg)
     t0 = time.perf_counter()
     table = run_chunk_tasks(spark, tasks)
@@ -198,8 +218,16 @@ def _run(spark: SparkSession, files: list[SourceFile], modes: dict[str, str], tm
     n_bytes = sum(f.size for f in files)
     dt = time.perf_counter() - t0
     busy = [r["seconds"] for r in rows.values()]
-    log.info("%d files, %d tasks, %.1f MB in %.2f s (%.0f MB/s); task time sum %.2f s, max %.2f s",
-             len(files), len(tasks), n_bytes / 1e6, dt, n_bytes / 1e6 / max(dt, 1e-9), sum(busy), max(busy))
+    log.info(
+        "%d files, %d tasks, %.1f MB in %.2f s (%.0f MB/s); task time sum %.2f s, max %.2f s",
+        len(files),
+        len(tasks),
+        n_bytes / 1e6,
+        dt,
+        n_bytes / 1e6 / max(dt, 1e-9),
+        sum(busy),
+        max(busy),
+    )
     return out
 
 
@@ -216,8 +244,10 @@ def line_spec(dataset: DatasetSpec, cfg: IngestConfig) -> LineSpec:
         where = f"conf/datasets/{dataset.name}.yaml"
         lo_src = "--min-label (ingest.min_label)" if cfg.min_label is not None else f"min_label of {where}"
         hi_src = "--max-label (ingest.max_label)" if cfg.max_label is not None else f"max_label of {where}"
-        raise IngestError(f"{lo_src} = {lo} > {hi_src} = {hi}: no label would be valid; "
-                          f"the labels of dataset {dataset.name} are {dataset.min_label}..{dataset.max_label}")
+        raise IngestError(
+            f"{lo_src} = {lo} > {hi_src} = {hi}: no label would be valid; "
+            f"the labels of dataset {dataset.name} are {dataset.min_label}..{dataset.max_label}"
+        )
     try:
         return LineSpec(n_features=n, min_label=lo, max_label=hi)
     except ValueError as e:  # the IngestConfig / DatasetSpec checks catch these first
@@ -242,8 +272,14 @@ def ingest(spark: SparkSession, src: str, out: str, dataset: DatasetSpec, cfg: I
     spec = line_spec(dataset, cfg)
     t_start = time.perf_counter()
     layout = discover(src)
-    log.info("ingest %s (%s layout, %d files, %.1f MB) -> %s", src, layout.kind, len(layout.files),
-             sum(f.size for f in layout.files) / 1e6, out)
+    log.info(
+        "ingest %s (%s layout, %d files, %.1f MB) -> %s",
+        src,
+        layout.kind,
+        len(layout.files),
+        sum(f.size for f in layout.files) / 1e6,
+        out,
+    )
     try:
         with atomic_output(out, MANIFEST) as tmp:
             manifest = _ingest_into(spark, layout, src, tmp.uri, tmp.fs, tmp.path, spec, dataset, cfg)
@@ -253,25 +289,39 @@ def ingest(spark: SparkSession, src: str, out: str, dataset: DatasetSpec, cfg: I
     except OutputError as e:
         raise IngestError(str(e)) from None
     _drop_stale_quarantine(out)
-    log.info("ingest done in %.1f s: %d rows, %d queries, %d quarantined lines, fingerprint %s",
-             time.perf_counter() - t_start, manifest["rows"], manifest["queries"],
-             manifest["quarantine"]["lines"], manifest["fingerprint"][:19])
+    log.info(
+        "ingest done in %.1f s: %d rows, %d queries, %d quarantined lines, fingerprint %s",
+        time.perf_counter() - t_start,
+        manifest["rows"],
+        manifest["queries"],
+        manifest["quarantine"]["lines"],
+        manifest["fingerprint"][:19],
+    )
     return manifest
 
 
-def _ingest_into(spark: SparkSession, layout: Layout, src: str, tmp: str, fs: pafs.FileSystem,
-                 tmp_path: str, spec: LineSpec, dataset: DatasetSpec, cfg: IngestConfig) -> dict[str, Any]:
+def _ingest_into(
+    spark: SparkSession,
+    layout: Layout,
+    src: str,
+    tmp: str,
+    fs: pafs.FileSystem,
+    tmp_path: str,
+    spec: LineSpec,
+    dataset: DatasetSpec,
+    cfg: IngestConfig,
+) -> dict[str, Any]:
     files = list(layout.files)
     rotation: dict[str, Any] = {"checked": False}
     if layout.kind == "mslr":
         # Fold f's test file is subset S_k; parse those, scan the rest for their qids.
         stored = {f"Fold{f}/test.txt": d["test"][0] for f, d in MSLR_ROTATION.items()}
-        rot_files = [SourceFile(f.uri, f.name, f.size, 0, "", stored[f.name]) if f.name in stored else f
-                     for f in files]
+        rot_files = [SourceFile(f.uri, f.name, f.size, 0, "", stored[f.name]) if f.name in stored else f for f in files]
         modes = {f.uri: ("parse" if f.name in stored else "scan") for f in rot_files}
         results = _run(spark, rot_files, modes, tmp, spec, cfg)
-        file_results = sorted((results[f.uri] for f in rot_files if modes[f.uri] == "parse"),
-                              key=lambda r: r.src.subset)
+        file_results = sorted(
+            (results[f.uri] for f in rot_files if modes[f.uri] == "parse"), key=lambda r: r.src.subset
+        )
         _raise_strict(file_results, spec, cfg)
         ok, detail = _verify_rotation(results, stored)
         rotation = {"checked": True, "verified": ok, "detail": detail}
@@ -290,8 +340,10 @@ def _ingest_into(spark: SparkSession, layout: Layout, src: str, tmp: str, fs: pa
     split_qids = _noncontiguous(file_results)
     if split_qids and cfg.strict:
         ex = split_qids[0]
-        raise IngestError(f"{ex['file']}: qid {ex['qid']} appears in {len(ex['lines'])} separate blocks "
-                          f"(first lines {ex['lines'][:5]}) (--strict; without it such queries are merged)")
+        raise IngestError(
+            f"{ex['file']}: qid {ex['qid']} appears in {len(ex['lines'])} separate blocks "
+            f"(first lines {ex['lines'][:5]}) (--strict; without it such queries are merged)"
+        )
     subset_hash = {r.src.subset: 0 for r in file_results}
     for r in file_results:
         subset_hash[r.src.subset] = (subset_hash[r.src.subset] + r.sum("hash_sum")) % 2**64
@@ -302,8 +354,9 @@ def _ingest_into(spark: SparkSession, layout: Layout, src: str, tmp: str, fs: pa
     subsets = _subset_stats(fs, tmp_path, file_results)
     for sub, st in subsets.items():
         if st["rows"] != st["rows_written"]:
-            raise IngestError(f"internal error: subset {sub}: {st['rows']} good lines but "
-                              f"{st['rows_written']} rows written")
+            raise IngestError(
+                f"internal error: subset {sub}: {st['rows']} good lines but {st['rows_written']} rows written"
+            )
     shared = _qids_in_several_subsets(file_results)
     if shared:
         log.warning("%d qids appear in several stored subsets (e.g. %s)", len(shared), shared[:5])
@@ -325,8 +378,11 @@ def _ingest_into(spark: SparkSession, layout: Layout, src: str, tmp: str, fs: pa
         "queries": sum(s["queries"] for s in subsets.values()),
         "sources": _source_stats(results, file_results),
         "quarantine": quarantine,
-        "non_contiguous_qids": {"count": len(split_qids), "merged_subsets": merged_subsets,
-                                "examples": split_qids[: cfg.max_examples]},
+        "non_contiguous_qids": {
+            "count": len(split_qids),
+            "merged_subsets": merged_subsets,
+            "examples": split_qids[: cfg.max_examples],
+        },
         "qids_in_several_subsets": {"count": len(shared), "examples": shared[: cfg.max_examples]},
         "schema": [{"name": f.name, "type": str(f.type)} for f in schema.arrow_schema(spec.n_features)]
         + [{"name": schema.SUBSET, "type": "string (partition)"}],
@@ -336,8 +392,16 @@ def _ingest_into(spark: SparkSession, layout: Layout, src: str, tmp: str, fs: pa
 
 
 # ------------------------------------------------------------- checks
-def _no_rows(src: str, out: str, fs: pafs.FileSystem, tmp_path: str, manifest: dict[str, Any], spec: LineSpec,
-             dataset: DatasetSpec, cfg: IngestConfig) -> str:
+def _no_rows(
+    src: str,
+    out: str,
+    fs: pafs.FileSystem,
+    tmp_path: str,
+    manifest: dict[str, Any],
+    spec: LineSpec,
+    dataset: DatasetSpec,
+    cfg: IngestConfig,
+) -> str:
     """The one-line reason why ``src`` gave no row; keeps its quarantined lines next to ``out``."""
     stored = [s for s in manifest["sources"] if s["role"] == "stored"]
     lines = sum(s["lines"] for s in stored)
@@ -346,22 +410,30 @@ def _no_rows(src: str, out: str, fs: pafs.FileSystem, tmp_path: str, manifest: d
         _drop_stale_quarantine(out)
         if lines == 0:
             return f"--src {src}: no rows kept: the input is empty ({_files(stored)})"
-        return (f"--src {src}: no rows kept: the input has no data lines ({lines} lines: "
-                f"{sum(s['blank'] for s in stored)} blank, {sum(s['comments'] for s in stored)} comments)")
+        return (
+            f"--src {src}: no rows kept: the input has no data lines ({lines} lines: "
+            f"{sum(s['blank'] for s in stored)} blank, {sum(s['comments'] for s in stored)} comments)"
+        )
     reasons = sorted(q["by_reason"].items(), key=lambda kv: (-kv[1], kv[0]))
     why = "; ".join(f"{q['reasons'][k]}: {v}" for k, v in reasons)
     top = reasons[0][0]
     if top == "index_range" and cfg.n_features:
         hint = f"; is --n-features {spec.n_features} right? (dataset {dataset.name} has {dataset.n_features})"
     elif top == "index_range":
-        hint = (f"; dataset {dataset.name} has {dataset.n_features} features: pass the right --dataset NAME "
-                "or --n-features N")
+        hint = (
+            f"; dataset {dataset.name} has {dataset.n_features} features: pass the right --dataset NAME "
+            "or --n-features N"
+        )
     elif top == "label_range" and (cfg.min_label is not None or cfg.max_label is not None):
-        hint = (f"; are --min-label/--max-label {spec.min_label}..{spec.max_label} right? (dataset "
-                f"{dataset.name} has {dataset.min_label}..{dataset.max_label})")
+        hint = (
+            f"; are --min-label/--max-label {spec.min_label}..{spec.max_label} right? (dataset "
+            f"{dataset.name} has {dataset.min_label}..{dataset.max_label})"
+        )
     elif top == "label_range":
-        hint = (f"; dataset {dataset.name} has labels {dataset.min_label}..{dataset.max_label}: pass the right "
-                "--dataset NAME or --min-label/--max-label")
+        hint = (
+            f"; dataset {dataset.name} has labels {dataset.min_label}..{dataset.max_label}: pass the right "
+            "--dataset NAME or --min-label/--max-label"
+        )
     else:
         hint = ""
     try:
@@ -402,8 +474,10 @@ def _raise_strict(results: list[_FileResult], spec: LineSpec, cfg: IngestConfig)
             if row["first_bad_line"] is not None and row["first_bad_line"] >= 0:
                 line = off + row["first_bad_line"] + 1
                 tok = bytes(row["first_bad_token"]).decode("utf-8", "replace")
-                raise IngestError(f"{r.src.name}:{line}: {spec.reason(row['first_bad_code'])}: "
-                                  f"token {_short(tok)!r} (--strict; without it bad lines are quarantined)")
+                raise IngestError(
+                    f"{r.src.name}:{line}: {spec.reason(row['first_bad_code'])}: "
+                    f"token {_short(tok)!r} (--strict; without it bad lines are quarantined)"
+                )
 
 
 def _short(s: str, n: int = 80) -> str:
@@ -432,8 +506,10 @@ def _verify_rotation(results: dict[str, _FileResult], stored: dict[str, str]) ->
                 diff = set(got) ^ set(expected)
                 if diff:
                     q = min(diff)
-                    return False, (f"{name}: qid {q} is {'missing' if q in expected else 'unexpected'} "
-                                   f"(expected the qids of {'+'.join(splits[split])})")
+                    return False, (
+                        f"{name}: qid {q} is {'missing' if q in expected else 'unexpected'} "
+                        f"(expected the qids of {'+'.join(splits[split])})"
+                    )
                 q = min(k for k in got if got[k] != expected[k])
                 return False, f"{name}: qid {q} has {got[q]} lines, its subset has {expected[q]}"
     return True, "train and vali files of Fold1..Fold5 hold exactly the qids of their subsets"
@@ -448,8 +524,9 @@ def _noncontiguous(results: list[_FileResult]) -> list[dict[str, Any]]:
             continue
         uq, counts = np.unique(q, return_counts=True)
         for qid in uq[counts > 1].tolist():
-            out.append({"file": r.src.name, "subset": r.src.subset, "qid": int(qid),
-                        "lines": first[q == qid].tolist()[:10]})
+            out.append(
+                {"file": r.src.name, "subset": r.src.subset, "qid": int(qid), "lines": first[q == qid].tolist()[:10]}
+            )
     out.sort(key=lambda e: (e["file"], e["lines"][0]))
     return out
 
@@ -464,8 +541,9 @@ def _qids_in_several_subsets(results: list[_FileResult]) -> list[int]:
 
 
 # ------------------------------------------------------------ outputs
-def _finish_quarantine(fs: pafs.FileSystem, tmp_path: str, results: list[_FileResult],
-                       spec: LineSpec, cfg: IngestConfig) -> dict[str, Any]:
+def _finish_quarantine(
+    fs: pafs.FileSystem, tmp_path: str, results: list[_FileResult], spec: LineSpec, cfg: IngestConfig
+) -> dict[str, Any]:
     """Rewrite the tasks' quarantine files with file names and absolute line numbers
     (streaming one chunk at a time), and summarise them for the manifest."""
     raw_dir = f"{tmp_path}/_quarantine_raw"
@@ -483,8 +561,15 @@ def _finish_quarantine(fs: pafs.FileSystem, tmp_path: str, results: list[_FileRe
             src = f"{raw_dir}/chunk-{row['chunk_id']:06d}.parquet"
             t = pq.read_table(src, filesystem=fs)
             line = pc.add(t.column("line_in_chunk"), off + 1)
-            t = pa.table({"file": pa.array([r.src.name] * t.num_rows), "line": line,
-                          "reason": t.column("reason"), "token": t.column("token"), "raw": t.column("raw")})
+            t = pa.table(
+                {
+                    "file": pa.array([r.src.name] * t.num_rows),
+                    "line": line,
+                    "reason": t.column("reason"),
+                    "token": t.column("token"),
+                    "raw": t.column("raw"),
+                }
+            )
             fs.create_dir(f"{tmp_path}/{QUARANTINE}", recursive=True)
             pq.write_table(t, f"{tmp_path}/{QUARANTINE}/part-{row['chunk_id']:06d}.parquet", filesystem=fs)
             for rec in t.slice(0, max(0, cfg.max_examples - len(examples))).to_pylist():
@@ -493,45 +578,69 @@ def _finish_quarantine(fs: pafs.FileSystem, tmp_path: str, results: list[_FileRe
                 examples.append(rec)
     delete_quietly(fs, raw_dir)
     if total:
-        log.warning("quarantined %d bad lines (%s); see %s/", total,
-                    ", ".join(f"{k}: {v}" for k, v in sorted(by_reason.items())), QUARANTINE)
-    return {"lines": total, "by_reason": dict(sorted(by_reason.items())),
-            "path": QUARANTINE if total else None, "examples": examples,
-            "reasons": {REASON_KEYS[c]: spec.reason(c) for c in REASON_KEYS}}
+        log.warning(
+            "quarantined %d bad lines (%s); see %s/",
+            total,
+            ", ".join(f"{k}: {v}" for k, v in sorted(by_reason.items())),
+            QUARANTINE,
+        )
+    return {
+        "lines": total,
+        "by_reason": dict(sorted(by_reason.items())),
+        "path": QUARANTINE if total else None,
+        "examples": examples,
+        "reasons": {REASON_KEYS[c]: spec.reason(c) for c in REASON_KEYS},
+    }
 
 
 def _subset_stats(fs: pafs.FileSystem, tmp_path: str, results: list[_FileResult]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for r in results:
-        st = out.setdefault(r.src.subset, {"source": r.src.name, "rows": 0, "queries": 0, "files": 0,
-                                           "rows_written": 0})
+        st = out.setdefault(
+            r.src.subset, {"source": r.src.name, "rows": 0, "queries": 0, "files": 0, "rows_written": 0}
+        )
         st["rows"] += r.sum("n_rows")
         qids = [np.frombuffer(row["query_qid"] or b"", np.int32) for row in r.rows]
         st["queries"] += int(np.unique(np.concatenate(qids)).size) if qids else 0
     for sub, st in out.items():
         d = f"{tmp_path}/{schema.SUBSET}={sub}"
-        infos = [i for i in fs.get_file_info(pafs.FileSelector(d, allow_not_found=True))
-                 if i.type == pafs.FileType.File and i.base_name.endswith(".parquet")]
+        infos = [
+            i
+            for i in fs.get_file_info(pafs.FileSelector(d, allow_not_found=True))
+            if i.type == pafs.FileType.File and i.base_name.endswith(".parquet")
+        ]
         st["files"] = len(infos)
         st["rows_written"] = sum(pq.read_metadata(i.path, filesystem=fs).num_rows for i in infos)
     return out
 
 
 def _split_stats(folds: dict[str, dict[str, list[str]]], subsets: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    return {f: {split: {"rows": sum(subsets[s]["rows"] for s in parts if s in subsets),
-                        "queries": sum(subsets[s]["queries"] for s in parts if s in subsets)}
-                for split, parts in d.items()} for f, d in folds.items()}
+    return {
+        f: {
+            split: {
+                "rows": sum(subsets[s]["rows"] for s in parts if s in subsets),
+                "queries": sum(subsets[s]["queries"] for s in parts if s in subsets),
+            }
+            for split, parts in d.items()
+        }
+        for f, d in folds.items()
+    }
 
 
 def _source_stats(all_results: dict[str, _FileResult], stored: list[_FileResult]) -> list[dict[str, Any]]:
     stored_names = {r.src.name for r in stored}
     out = []
     for r in all_results.values():
-        st = {"file": r.src.name, "bytes": r.src.size, "lines": r.n_lines,
-              "role": "stored" if r.src.name in stored_names else "verified_against_subsets"}
+        st = {
+            "file": r.src.name,
+            "bytes": r.src.size,
+            "lines": r.n_lines,
+            "role": "stored" if r.src.name in stored_names else "verified_against_subsets",
+        }
         if st["role"] == "stored":
-            st.update(rows=r.sum("n_rows"), blank=r.sum("n_blank"), comments=r.sum("n_comment"),
-                      quarantined=r.sum("n_bad"))
+            st.update(
+                rows=r.sum("n_rows"), blank=r.sum("n_blank"), comments=r.sum("n_comment"), quarantined=r.sum("n_bad")
+            )
         out.append(st)
     return sorted(out, key=lambda s: s["file"])
 
@@ -548,15 +657,19 @@ def _fingerprint(spec: LineSpec, folds: dict, subsets: dict, subset_hash: dict[s
     order-independent sum of row hashes (so chunking and file layout do not matter)."""
     from pipelines.keys import dataset_key
 
-    return dataset_key({"schema": [f"{f.name}:{f.type}" for f in schema.arrow_schema(spec.n_features)],
-                        "folds": folds,
-                        "subsets": {s: [subsets[s]["rows"], format(subset_hash[s] % 2**64, "016x")]
-                                    for s in sorted(subsets)}})
+    return dataset_key(
+        {
+            "schema": [f"{f.name}:{f.type}" for f in schema.arrow_schema(spec.n_features)],
+            "folds": folds,
+            "subsets": {s: [subsets[s]["rows"], format(subset_hash[s] % 2**64, "016x")] for s in sorted(subsets)},
+        }
+    )
 
 
 # ------------------------------------------------------------- merging
-def _merge_subset(spark: SparkSession, fs: pafs.FileSystem, tmp: str, tmp_path: str, subset: str,
-                  n_features: int, compression: str) -> int:
+def _merge_subset(
+    spark: SparkSession, fs: pafs.FileSystem, tmp: str, tmp_path: str, subset: str, n_features: int, compression: str
+) -> int:
     """Rewrite one subset so that every query is contiguous in one file (Spark shuffle).
 
     Rows keep their source order within a query: chunk (file order), then the
@@ -565,22 +678,32 @@ def _merge_subset(spark: SparkSession, fs: pafs.FileSystem, tmp: str, tmp_path: 
     t0 = time.perf_counter()
     part = f"{tmp}/{schema.SUBSET}={subset}"
     df = spark.read.parquet(part).withColumn(
-        "_chunk", F.regexp_extract(F.input_file_name(), r"part-(\d+)\.parquet", 1).cast("int"))
+        "_chunk", F.regexp_extract(F.input_file_name(), r"part-(\d+)\.parquet", 1).cast("int")
+    )
     w = Window.partitionBy(schema.QID).orderBy("_chunk", schema.DOC)
     cols = [schema.QID, schema.LABEL, schema.DOC, *schema.feature_cols(n_features)]
-    merged = (df.withColumn(schema.DOC, (F.row_number().over(w) - 1).cast("int"))
-                .select(*cols)
-                .repartitionByRange(max(1, spark.sparkContext.defaultParallelism), schema.QID)
-                .sortWithinPartitions(schema.QID, schema.DOC))
+    merged = (
+        df.withColumn(schema.DOC, (F.row_number().over(w) - 1).cast("int"))
+        .select(*cols)
+        .repartitionByRange(max(1, spark.sparkContext.defaultParallelism), schema.QID)
+        .sortWithinPartitions(schema.QID, schema.DOC)
+    )
     out = f"{tmp}/_merged/{schema.SUBSET}={subset}"
     merged.write.option("compression", compression).parquet(out)
 
     def hashes(batches):
         for b in batches:
-            X = np.column_stack([b.column(c).to_numpy() for c in schema.feature_cols(n_features)]) \
-                if b.num_rows else np.zeros((0, n_features), np.float32)
-            h = row_hashes_sum(b.column(schema.QID).to_numpy(), b.column(schema.LABEL).to_numpy(),
-                               b.column(schema.DOC).to_numpy(), X.astype(np.float32))
+            X = (
+                np.column_stack([b.column(c).to_numpy() for c in schema.feature_cols(n_features)])
+                if b.num_rows
+                else np.zeros((0, n_features), np.float32)
+            )
+            h = row_hashes_sum(
+                b.column(schema.QID).to_numpy(),
+                b.column(schema.LABEL).to_numpy(),
+                b.column(schema.DOC).to_numpy(),
+                X.astype(np.float32),
+            )
             yield pa.RecordBatch.from_pydict({"h": [str(h)]})
 
     total = sum(int(r["h"]) for r in spark.read.parquet(out).mapInArrow(hashes, "h string").collect()) % 2**64

@@ -62,8 +62,16 @@ INPUTS: dict[str, tuple[str, ...]] = {
 #: TrainConfig fields that do not change the trees: left out of the context of node keys and of studies.
 #: ``workers`` and ``nthread`` are here because the cuts are global (:mod:`pipelines.cuts`): 1, 2 or N
 #: workers build the same trees up to the summation order of histogram sums.
-TRAIN_NOT_IN_KEY = ("path", "workers", "nthread", "checkpoint_every", "tracker_timeout", "job_retries",
-                    "lease_ttl", "lease_wait")
+TRAIN_NOT_IN_KEY = (
+    "path",
+    "workers",
+    "nthread",
+    "checkpoint_every",
+    "tracker_timeout",
+    "job_retries",
+    "lease_ttl",
+    "lease_wait",
+)
 
 #: Libraries whose arithmetic a result depends on (their versions are part of the code identity).
 LIBRARIES = ("xgboost", "pyspark", "numpy", "numba", "pyarrow")
@@ -86,8 +94,10 @@ def make_key(kind: str, doc: Mapping[str, Any], n: int = 20) -> str:
     want = set(INPUTS[kind])
     got = set(doc)
     if got != want:
-        raise KeyError_(f"{kind} key: inputs {sorted(got - want)} are not declared and {sorted(want - got)} are "
-                        "missing (pipelines.keys.INPUTS)")
+        raise KeyError_(
+            f"{kind} key: inputs {sorted(got - want)} are not declared and {sorted(want - got)} are "
+            "missing (pipelines.keys.INPUTS)"
+        )
     return digest({"kind": kind, **doc}, n)
 
 
@@ -118,8 +128,13 @@ def _canonical(node: Any) -> Any:
         out: list[Any] = [type(node).__name__]
         for name, value in ast.iter_fields(node):
             if isinstance(value, list):
-                value = [v for v in value if not (isinstance(v, ast.Expr) and isinstance(v.value, ast.Constant)
-                                                  and isinstance(v.value.value, str))]
+                value = [
+                    v
+                    for v in value
+                    if not (
+                        isinstance(v, ast.Expr) and isinstance(v.value, ast.Constant) and isinstance(v.value.value, str)
+                    )
+                ]
             if value is None or value == [] or isinstance(value, ast.expr_context):
                 continue
             out.append([name, _canonical(value)])
@@ -197,43 +212,97 @@ def child_key(name: str, path: str, last_node: str) -> str:
 
 def cuts_key(dataset: str, fold: int, max_bin: int, sample_rows: int, code: Mapping[str, str] | None = None) -> str:
     """A fold's global histogram cuts (:mod:`pipelines.cuts`)."""
-    return make_key("cuts", {"dataset": dataset, "fold": fold, "max_bin": int(max_bin), "sample_rows": int(sample_rows),
-                             "code": dict(code or code_identity())})
+    return make_key(
+        "cuts",
+        {
+            "dataset": dataset,
+            "fold": fold,
+            "max_bin": int(max_bin),
+            "sample_rows": int(sample_rows),
+            "code": dict(code or code_identity()),
+        },
+    )
 
 
-def plan_context(train: Any, metric: Any, fingerprint: str, fold: int,
-                 code: Mapping[str, str] | None = None) -> dict[str, Any]:
+def plan_context(
+    train: Any, metric: Any, fingerprint: str, fold: int, code: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """What besides a path determines its trees: every node key of the fold holds it."""
     code = dict(code or code_identity())
-    doc = {"train": train_inputs(train), "metric": metric.to_dict(), "dataset": fingerprint, "fold": fold,
-           "cuts": cuts_key(fingerprint, fold, train.max_bin, train.cuts_sample_rows, code), "code": code}
+    doc = {
+        "train": train_inputs(train),
+        "metric": metric.to_dict(),
+        "dataset": fingerprint,
+        "fold": fold,
+        "cuts": cuts_key(fingerprint, fold, train.max_bin, train.cuts_sample_rows, code),
+        "code": code,
+    }
     make_key("context", doc)  # checks the fields
     return doc
 
 
-def node_key(parent: str | None, objective: str, data: str, t0: int, t1: int, curriculum: str | None,
-             context: Mapping[str, Any]) -> str:
-    return make_key("node", {"parent": parent, "objective": objective, "data": data, "t0": t0, "t1": t1,
-                             "curriculum": curriculum, "context": dict(context)})
+def node_key(
+    parent: str | None, objective: str, data: str, t0: int, t1: int, curriculum: str | None, context: Mapping[str, Any]
+) -> str:
+    return make_key(
+        "node",
+        {
+            "parent": parent,
+            "objective": objective,
+            "data": data,
+            "t0": t0,
+            "t1": t1,
+            "curriculum": curriculum,
+            "context": dict(context),
+        },
+    )
 
 
 def curriculum_content_key(summary: Mapping[str, Any]) -> str:
     """What a plan node keys a curriculum by: its build key and what it built, from its summary."""
-    return make_key("curriculum_content", {"build": summary.get("key"), "stages": summary.get("stages"),
-                                           "dataset": summary.get("dataset_fingerprint")})
+    return make_key(
+        "curriculum_content",
+        {"build": summary.get("key"), "stages": summary.get("stages"), "dataset": summary.get("dataset_fingerprint")},
+    )
 
 
-def curriculum_key(settings: Mapping[str, Any], dataset: str, fold: int, name: str, difficulty: str,
-                   empty_queries: str, scores: str) -> str:
+def curriculum_key(
+    settings: Mapping[str, Any], dataset: str, fold: int, name: str, difficulty: str, empty_queries: str, scores: str
+) -> str:
     """A curriculum's build: settings, dataset, fold, name, the difficulty key and the scores' fingerprint."""
-    return make_key("curriculum", {"settings": dict(settings), "dataset": dataset, "fold": fold, "name": name,
-                                   "difficulty": difficulty, "empty_queries": empty_queries, "scores": scores}, 16)
+    return make_key(
+        "curriculum",
+        {
+            "settings": dict(settings),
+            "dataset": dataset,
+            "fold": fold,
+            "name": name,
+            "difficulty": difficulty,
+            "empty_queries": empty_queries,
+            "scores": scores,
+        },
+        16,
+    )
 
 
-def difficulty_key(dataset: str, roles: Mapping[str, Any], settings: Mapping[str, Any], metric: Mapping[str, Any],
-                   code: Mapping[str, str] | None = None) -> str:
-    return "sha256:" + make_key("difficulty", {"dataset": dataset, "roles": dict(roles), "settings": dict(settings),
-                                               "metric": dict(metric), "code": dict(code or code_identity())}, 16)
+def difficulty_key(
+    dataset: str,
+    roles: Mapping[str, Any],
+    settings: Mapping[str, Any],
+    metric: Mapping[str, Any],
+    code: Mapping[str, str] | None = None,
+) -> str:
+    return "sha256:" + make_key(
+        "difficulty",
+        {
+            "dataset": dataset,
+            "roles": dict(roles),
+            "settings": dict(settings),
+            "metric": dict(metric),
+            "code": dict(code or code_identity()),
+        },
+        16,
+    )
 
 
 def study_keys(doc: Mapping[str, Any], code: Mapping[str, str] | None = None) -> tuple[str, str]:

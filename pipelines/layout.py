@@ -40,9 +40,12 @@ class Layout:
     def of(cls, cfg: Any) -> Layout:
         """The layout of a :class:`pipelines.config.Config` (its ``work_dir`` and the overrides it sets)."""
         w = cfg.work_dir
-        return cls(work_dir=w, data=cfg.grid.data or os.path.join(w, "dataset"),
-                   difficulty=cfg.grid.difficulty or os.path.join(w, "difficulty"),
-                   report=cfg.report.out or os.path.join(w, "report"))
+        return cls(
+            work_dir=w,
+            data=cfg.grid.data or os.path.join(w, "dataset"),
+            difficulty=cfg.grid.difficulty or os.path.join(w, "difficulty"),
+            report=cfg.report.out or os.path.join(w, "report"),
+        )
 
     @property
     def letor(self) -> str:

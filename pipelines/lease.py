@@ -61,6 +61,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+
 import pyarrow.fs as pafs
 
 from pipelines.storage import FsRoot
@@ -140,7 +141,8 @@ class LeaseHeld(RuntimeError):
             f"node {key} is being written by another process: {holder.owner()} holds its lease until "
             f"{_when(holder.expires)} (in {max(left, 0.0):.0f} s, renewed while it runs); wait for that process to "
             "finish (or wait longer for the lease) or stop it; a lease whose owner died expires and is then taken "
-            "over automatically")
+            "over automatically"
+        )
 
 
 class LeaseLost(RuntimeError):
@@ -149,9 +151,11 @@ class LeaseLost(RuntimeError):
     def __init__(self, key: str, holder: LeaseInfo | None, what: str = "") -> None:
         self.key, self.holder = key, holder
         now = f"{holder.owner()} holds it now" if holder is not None else "its lease file is gone"
-        super().__init__(f"lost the lease of node {key}{' ' + what if what else ''}: {now}; this process must stop "
-                         "writing the node (its lease expired, e.g. the process was stalled longer than the lease "
-                         "ttl, and another process took the node over)")
+        super().__init__(
+            f"lost the lease of node {key}{' ' + what if what else ''}: {now}; this process must stop "
+            "writing the node (its lease expired, e.g. the process was stalled longer than the lease "
+            "ttl, and another process took the node over)"
+        )
 
     @classmethod
     def relayed(cls, message: str) -> LeaseLost:
@@ -232,8 +236,18 @@ def _read_ours(root: FsRoot, key: str) -> LeaseInfo | None:
 
 def _record(key: str, token: str, desc: str, ttl: float, taken: float | None = None) -> LeaseInfo:
     now = time.time()
-    return LeaseInfo(key=key, host=socket.gethostname(), machine=_machine(), pid=os.getpid(), token=token, desc=desc,
-                     taken=now if taken is None else taken, heartbeat=now, expires=now + ttl, ttl=ttl)
+    return LeaseInfo(
+        key=key,
+        host=socket.gethostname(),
+        machine=_machine(),
+        pid=os.getpid(),
+        token=token,
+        desc=desc,
+        taken=now if taken is None else taken,
+        heartbeat=now,
+        expires=now + ttl,
+        ttl=ttl,
+    )
 
 
 def _bytes(info: LeaseInfo) -> bytes:
@@ -266,8 +280,7 @@ def _create_local(path: str, info: LeaseInfo) -> bool:
         os.unlink(tmp)
 
 
-def _remove_local_if(path: str, key: str,
-                     pred: Callable[[LeaseInfo | None], bool]) -> tuple[bool, LeaseInfo | None]:
+def _remove_local_if(path: str, key: str, pred: Callable[[LeaseInfo | None], bool]) -> tuple[bool, LeaseInfo | None]:
     """Rename the lease away; if ``pred(info)`` holds, delete it, else put it back.
 
     Returns ``(removed, info)``. Renaming first makes the check and the removal one step for other
@@ -287,8 +300,12 @@ def _remove_local_if(path: str, key: str,
         try:
             os.link(aside, path)  # put back; fails if a third process created a lease meanwhile
         except FileExistsError:
-            log.error("node %s: the lease of %s was displaced by a concurrent taker; that owner will find out at its "
-                      "next renewal", key, info.owner() if info else "?")
+            log.error(
+                "node %s: the lease of %s was displaced by a concurrent taker; that owner will find out at its "
+                "next renewal",
+                key,
+                info.owner() if info else "?",
+            )
         return False, info
     finally:
         os.unlink(aside)
@@ -373,15 +390,23 @@ def _try_take(root: FsRoot, key: str, desc: str, ttl: float, token: str) -> Leas
             if cur is not None:  # expired: rename it away if it is still the expired one, then create
                 removed, old = _remove_local_if(path, key, lambda i: i is None or i.expired())
                 if removed and old is not None:
-                    log.warning("node %s: taking over the lease of %s, expired at %s (its owner died or stalled)",
-                                key, old.owner(), _when(old.expires))
+                    log.warning(
+                        "node %s: taking over the lease of %s, expired at %s (its owner died or stalled)",
+                        key,
+                        old.owner(),
+                        _when(old.expires),
+                    )
             info = _record(key, token, desc, ttl)
             if _create_local(path, info):
                 return Lease(root, info)
         else:
             if cur is not None:
-                log.warning("node %s: taking over the lease of %s, expired at %s (its owner died or stalled)",
-                            key, cur.owner(), _when(cur.expires))
+                log.warning(
+                    "node %s: taking over the lease of %s, expired at %s (its owner died or stalled)",
+                    key,
+                    cur.owner(),
+                    _when(cur.expires),
+                )
             info = _record(key, token, desc, ttl)
             _write_remote(root, path, info)
             time.sleep(SETTLE_S)
@@ -393,8 +418,16 @@ def _try_take(root: FsRoot, key: str, desc: str, ttl: float, token: str) -> Leas
     raise RuntimeError(f"node {key}: the lease file {path} keeps changing; is something rewriting it?")
 
 
-def acquire(root: FsRoot, key: str, owner_desc: str, *, ttl: float = DEFAULT_TTL, wait: float = 0.0,
-            poll: float = DEFAULT_POLL, token: str | None = None) -> Lease:
+def acquire(
+    root: FsRoot,
+    key: str,
+    owner_desc: str,
+    *,
+    ttl: float = DEFAULT_TTL,
+    wait: float = 0.0,
+    poll: float = DEFAULT_POLL,
+    token: str | None = None,
+) -> Lease:
     """Take the lease of node ``key``.
 
     Parameters
@@ -484,8 +517,16 @@ class HeldLeases:
 
 
 @contextmanager
-def hold(root: FsRoot, keys: Iterable[str], owner_desc: str, *, ttl: float = DEFAULT_TTL,
-         wait: float = 0.0, poll: float = DEFAULT_POLL, heartbeat: bool = True) -> Iterator[HeldLeases]:
+def hold(
+    root: FsRoot,
+    keys: Iterable[str],
+    owner_desc: str,
+    *,
+    ttl: float = DEFAULT_TTL,
+    wait: float = 0.0,
+    poll: float = DEFAULT_POLL,
+    heartbeat: bool = True,
+) -> Iterator[HeldLeases]:
     """Hold the leases of nodes ``keys`` (all or none) while the block runs.
 
     Leases are taken in key order (so two holders of overlapping nodes cannot each wait for the other
@@ -505,13 +546,17 @@ def hold(root: FsRoot, keys: Iterable[str], owner_desc: str, *, ttl: float = DEF
     stop = threading.Event()
     beat = None
     if heartbeat:  # from the first lease on: those taken stay alive while a later one is waited for
-        beat = threading.Thread(target=_heartbeat, args=(held, stop, ttl / 3.0), daemon=True,
-                                name=f"lease-heartbeat-{token[:8]}")
+        beat = threading.Thread(
+            target=_heartbeat, args=(held, stop, ttl / 3.0), daemon=True, name=f"lease-heartbeat-{token[:8]}"
+        )
         beat.start()
     try:
         for key in sorted(set(keys)):
-            held.add(acquire(root, key, owner_desc, ttl=ttl, wait=max(deadline - time.monotonic(), 0.0),
-                             poll=poll, token=token))
+            held.add(
+                acquire(
+                    root, key, owner_desc, ttl=ttl, wait=max(deadline - time.monotonic(), 0.0), poll=poll, token=token
+                )
+            )
         yield held
     finally:
         stop.set()

@@ -52,8 +52,14 @@ def children_lock(store: CheckpointStore, name: str):
     (:mod:`pipelines.lease`) at ``<checkpoints>/_runs/<name>/``. The checkpoint store is the one place every
     training process of a study reaches by construction; MLflow has no find-or-create and a tracking
     server no lock, so this lease is what makes "look up the run, create or finish it" one step."""
-    return hold(store, [f"_runs/{name}"], f"mlflow runs of {name} (pid {os.getpid()})", ttl=60.0,
-                wait=CHILDREN_LOCK_WAIT, poll=0.05)
+    return hold(
+        store,
+        [f"_runs/{name}"],
+        f"mlflow runs of {name} (pid {os.getpid()})",
+        ttl=60.0,
+        wait=CHILDREN_LOCK_WAIT,
+        poll=0.05,
+    )
 
 
 @dataclass
@@ -124,10 +130,20 @@ class LiveChildren:
 
     def _create(self, e: _Live) -> None:
         t, c = self.tracker, e.child
-        run = t.client.create_run(t.experiment_id, run_name=c.name, tags={
-            TAG_KIND: "child", TAG_PARENT: self.parent, TAG_CHILD_KEY: e.key, TAG_STRATEGY: c.strategy,
-            TAG_SWITCH: "" if c.switch is None else str(c.switch), TAG_FOLD: str(c.fold),
-            TAG_PATH: e.path.shorthand(), "mlflow.source.git.commit": code_version()["git"].split("-")[0]})
+        run = t.client.create_run(
+            t.experiment_id,
+            run_name=c.name,
+            tags={
+                TAG_KIND: "child",
+                TAG_PARENT: self.parent,
+                TAG_CHILD_KEY: e.key,
+                TAG_STRATEGY: c.strategy,
+                TAG_SWITCH: "" if c.switch is None else str(c.switch),
+                TAG_FOLD: str(c.fold),
+                TAG_PATH: e.path.shorthand(),
+                "mlflow.source.git.commit": code_version()["git"].split("-")[0],
+            },
+        )
         run_id = run.info.run_id
         t.log_params(run_id, self._params(e))
         t.log_dataset(run_id, self.data, os.path.basename(self.data.rstrip("/")), self.ds.fingerprint, f"fold{c.fold}")
@@ -140,8 +156,10 @@ class LiveChildren:
         t = self.tracker
         e.run_id = self.existing[e.key][0]  # run_grid made every child's run before training
         t.client.update_run(e.run_id, status="RUNNING")
-        e.logged = {split: max((m.step for m in t.client.get_metric_history(e.run_id, f"{self.metric}_{split}")),
-                               default=0) for split in ("vali", "test")}
+        e.logged = {
+            split: max((m.step for m in t.client.get_metric_history(e.run_id, f"{self.metric}_{split}")), default=0)
+            for split in ("vali", "test")
+        }
         plan = self.fold_plan.plan
         for key in plan.chains[e.path.label]:  # the chain's finished nodes only: no listing of the whole plan
             k = self.store.latest(key)
@@ -151,16 +169,26 @@ class LiveChildren:
 
     def _params(self, e: _Live) -> dict[str, Any]:
         c, cfg = e.child, self.cfg
-        params = {"path": e.path.shorthand(), "fold": c.fold, "strategy": c.strategy, "switch_point": c.switch,
-                  "trees": e.path.trees, "data": self.data, "data_fingerprint": self.ds.fingerprint,
-                  "metric": cfg.metric.describe(), **{f"metric.{k}": v for k, v in cfg.metric.to_dict().items()},
-                  **{f"train.{k}": v for k, v in asdict(cfg.train).items() if k != "path"},
-                  **{f"code.{k}": v for k, v in {**code_version(), **code_identity()}.items()},
-                  "plan_nodes": ",".join(self.fold_plan.plan.chains[e.path.label])}
+        params = {
+            "path": e.path.shorthand(),
+            "fold": c.fold,
+            "strategy": c.strategy,
+            "switch_point": c.switch,
+            "trees": e.path.trees,
+            "data": self.data,
+            "data_fingerprint": self.ds.fingerprint,
+            "metric": cfg.metric.describe(),
+            **{f"metric.{k}": v for k, v in cfg.metric.to_dict().items()},
+            **{f"train.{k}": v for k, v in asdict(cfg.train).items() if k != "path"},
+            **{f"code.{k}": v for k, v in {**code_version(), **code_identity()}.items()},
+            "plan_nodes": ",".join(self.fold_plan.plan.chains[e.path.label]),
+        }
         for n in e.path.curricula:
             s = self.curricula[n].summary
-            params[f"curriculum.{n}"] = json.dumps({k: s.get(k) for k in ("strategy", "pacing", "fraction", "delta",
-                                                                            "n_stages", "seed", "empty_queries")}, sort_keys=True)
+            params[f"curriculum.{n}"] = json.dumps(
+                {k: s.get(k) for k in ("strategy", "pacing", "fraction", "delta", "n_stages", "seed", "empty_queries")},
+                sort_keys=True,
+            )
         return params
 
     def _log_points(self, e: _Live, curve: list[list[float]]) -> None:
@@ -210,8 +238,12 @@ class LiveChildren:
                     e.finished = True
                     self.existing[e.key] = (e.run_id, "FINISHED")
                     continue
-                r = path_result(self.store, e.path.label, self.fold_plan.plan.chains[e.path.label],
-                                with_model=self.cfg.grid.log_models)
+                r = path_result(
+                    self.store,
+                    e.path.label,
+                    self.fold_plan.plan.chains[e.path.label],
+                    with_model=self.cfg.grid.log_models,
+                )
                 self._finish(e, r)
             n += 1
         return n
@@ -225,8 +257,11 @@ class LiveChildren:
                 final[f"final_{m}_{split}"] = curve[-1]
         t.log_metrics(e.run_id, final)
         t.log_text(e.run_id, json.dumps({"qid": r.test_qid, m: r.test_ndcg}), "per_query_test.json")
-        t.log_text(e.run_id, json.dumps({"runs": r.runs, "score_dists": r.score_dists, "base_margin": r.base_margin},
-                                        indent=1), "training.json")
+        t.log_text(
+            e.run_id,
+            json.dumps({"runs": r.runs, "score_dists": r.score_dists, "base_margin": r.base_margin}, indent=1),
+            "training.json",
+        )
         t.log_text(e.run_id, _curve_png(e.child.name, r, m), "curve.png")
         # how many workers built the trees (train.workers=0 is "auto"): the count of each node's last
         # segment; several counts where a node resumed on a cluster of another size (same trees: global cuts)

@@ -57,14 +57,39 @@ log = logging.getLogger(__name__)
 #: ``.tar.gz`` / ``.tgz`` go through the system's ``tar``, which keeps it.
 FORMATS = {".tar.gz": "tar.gz", ".tgz": "tgz"}
 #: Suffixes refused with the reason (a hint in the error).
-_REFUSED = {".tar": "Spark unpacks a plain .tar with Hadoop's Java untar, which refuses bin/python's link to the "
-                    "base interpreter"}
+_REFUSED = {
+    ".tar": "Spark unpacks a plain .tar with Hadoop's Java untar, which refuses bin/python's link to the "
+    "base interpreter"
+}
 
 #: Parts of a source tree never copied into the build: version control, virtual environments, build
 #: outputs, tests and documentation, run outputs (work/, MLflow stores) and earlier archives.
-SOURCE_IGNORE = (".git", ".hg", ".venv", "venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
-                 "work", "tests", "docs", "benchmarks", "shared", "mlruns", "mlartifacts", "spark-warehouse",
-                 "metastore_db", "*.db", "*.parquet", "*.tar.gz", "*.tgz", "*.tar", "*.zip")
+SOURCE_IGNORE = (
+    ".git",
+    ".hg",
+    ".venv",
+    "venv",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".pytest_cache",
+    "work",
+    "tests",
+    "docs",
+    "benchmarks",
+    "shared",
+    "mlruns",
+    "mlartifacts",
+    "spark-warehouse",
+    "metastore_db",
+    "*.db",
+    "*.parquet",
+    "*.tar.gz",
+    "*.tgz",
+    "*.tar",
+    "*.zip",
+)
 
 
 class PackError(ValueError):
@@ -92,8 +117,10 @@ def archive_format(out: str) -> str:
         if out.endswith(suffix):
             return fmt
     why = next((f" ({r})" for s, r in _REFUSED.items() if out.endswith(s)), "")
-    raise PackError(f"--out {out}: the archive name must end in {' or '.join(FORMATS)} "
-                    f"(formats spark-submit --archives unpacks with symbolic links kept){why}, e.g. ltr-env.tar.gz")
+    raise PackError(
+        f"--out {out}: the archive name must end in {' or '.join(FORMATS)} "
+        f"(formats spark-submit --archives unpacks with symbolic links kept){why}, e.g. ltr-env.tar.gz"
+    )
 
 
 def default_source() -> Path | None:
@@ -102,8 +129,9 @@ def default_source() -> Path | None:
     return root if (root / "setup.py").is_file() else None
 
 
-def _check_args(out: str, source: Path | None, constraints: Path | None, python_prefix: str | None,
-                compress_level: int) -> tuple[Path, Path, Path, str]:
+def _check_args(
+    out: str, source: Path | None, constraints: Path | None, python_prefix: str | None, compress_level: int
+) -> tuple[Path, Path, Path, str]:
     fmt = archive_format(out)
     target = Path(out).expanduser().absolute()
     parent = target.parent
@@ -119,23 +147,30 @@ def _check_args(out: str, source: Path | None, constraints: Path | None, python_
     if source is None:
         source = default_source()
         if source is None:
-            raise PackError("ltr pack needs the project's source tree (the directory with setup.py), and this "
-                            "installation has none: pass --source DIR (a checkout of the project)")
+            raise PackError(
+                "ltr pack needs the project's source tree (the directory with setup.py), and this "
+                "installation has none: pass --source DIR (a checkout of the project)"
+            )
     source = Path(source).absolute()
     if not (source / "setup.py").is_file():
         raise PackError(f"--source {source}: no setup.py there; give the project's source tree (a checkout)")
     if constraints is None:
         constraints = source / "constraints.txt"
         if not constraints.is_file():
-            raise PackError(f"no lock file {constraints}: the packed environment installs the tested versions "
-                            f"with pip's -c constraints.txt; pass --constraints FILE")
+            raise PackError(
+                f"no lock file {constraints}: the packed environment installs the tested versions "
+                f"with pip's -c constraints.txt; pass --constraints FILE"
+            )
     constraints = Path(constraints).absolute()
     if not constraints.is_file():
-        raise PackError(f"--constraints {constraints}: no such file (the lock file, e.g. constraints.txt "
-                        f"at the repository root)")
+        raise PackError(
+            f"--constraints {constraints}: no such file (the lock file, e.g. constraints.txt at the repository root)"
+        )
     if python_prefix is not None and not os.path.isabs(python_prefix):
-        raise PackError(f"--python-prefix {python_prefix}: must be an absolute path (the prefix of the executors' "
-                        f"interpreter, e.g. /usr for /usr/bin/python3)")
+        raise PackError(
+            f"--python-prefix {python_prefix}: must be an absolute path (the prefix of the executors' "
+            f"interpreter, e.g. /usr for /usr/bin/python3)"
+        )
     if not 0 <= compress_level <= 9:
         raise PackError(f"--compress-level must be in 0..9 (gzip level), got {compress_level}")
     return target, source, constraints, fmt
@@ -143,6 +178,7 @@ def _check_args(out: str, source: Path | None, constraints: Path | None, python_
 
 def _copy_source(source: Path, dest: Path) -> None:
     """Copy the source tree without the parts in :data:`SOURCE_IGNORE` nor virtual environments."""
+
     def ignore(folder: str, names: list[str]) -> set[str]:
         skip = {n for n in names if any(fnmatch.fnmatch(n, p) for p in SOURCE_IGNORE)}
         return skip | {n for n in names if os.path.isfile(os.path.join(folder, n, "pyvenv.cfg"))}
@@ -158,9 +194,16 @@ def _run(cmd: list[str], what: str, log_path: Path) -> None:
         raise PackFailed(f"{what} failed (exit code {proc.returncode}): {' '.join(cmd)}\n" + "\n".join(tail))
 
 
-def pack(out: str, *, source: str | Path | None = None, constraints: str | Path | None = None,
-         python: str | None = None, python_prefix: str | None = None, exclude: tuple[str, ...] = (),
-         compress_level: int = 4) -> PackResult:
+def pack(
+    out: str,
+    *,
+    source: str | Path | None = None,
+    constraints: str | Path | None = None,
+    python: str | None = None,
+    python_prefix: str | None = None,
+    exclude: tuple[str, ...] = (),
+    compress_level: int = 4,
+) -> PackResult:
     """Build a fresh non-editable environment of the project and pack it into the archive ``out``.
 
     Parameters
@@ -198,8 +241,9 @@ def pack(out: str, *, source: str | Path | None = None, constraints: str | Path 
     import venv_pack
 
     t0 = time.perf_counter()
-    target, src, lock, fmt = _check_args(out, Path(source) if source else None,
-                                         Path(constraints) if constraints else None, python_prefix, compress_level)
+    target, src, lock, fmt = _check_args(
+        out, Path(source) if source else None, Path(constraints) if constraints else None, python_prefix, compress_level
+    )
     python = python or sys.executable
     tmp = Path(tempfile.mkdtemp(prefix="ltr-pack-"))
     partial = target.parent / f".{target.name}.{os.getpid()}.partial"
@@ -211,26 +255,57 @@ def pack(out: str, *, source: str | Path | None = None, constraints: str | Path 
         base = os.path.realpath(env_python)
         log.info("pack: new virtual environment %s (base interpreter %s)", env, base)
         t1 = time.perf_counter()
-        _run([str(env_python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
-              "-c", str(lock), str(build)], "pip install of the project", pip_log)
+        _run(
+            [
+                str(env_python),
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--no-input",
+                "-c",
+                str(lock),
+                str(build),
+            ],
+            "pip install of the project",
+            pip_log,
+        )
         packages = sum(1 for p in (env / "lib").glob("python*/site-packages/*.dist-info"))
-        log.info("pack: installed %s non-editable with %s: %d distributions in %.0f s", src, lock.name, packages,
-                 time.perf_counter() - t1)
+        log.info(
+            "pack: installed %s non-editable with %s: %d distributions in %.0f s",
+            src,
+            lock.name,
+            packages,
+            time.perf_counter() - t1,
+        )
         t1 = time.perf_counter()
         filters = [("exclude", p) for p in exclude]
         try:
-            venv_pack.pack(prefix=str(env), output=str(partial), format=fmt, python_prefix=python_prefix,
-                           force=True, compress_level=compress_level, filters=filters or None)
+            venv_pack.pack(
+                prefix=str(env),
+                output=str(partial),
+                format=fmt,
+                python_prefix=python_prefix,
+                force=True,
+                compress_level=compress_level,
+                filters=filters or None,
+            )
         except venv_pack.VenvPackException as e:
             raise PackFailed(f"venv-pack could not pack {env}: {e}") from e
         partial.chmod(0o644)  # mkstemp's 0600 would keep other users (YARN, a shared cluster) from reading it
         rename_into_place(pafs.LocalFileSystem(), str(partial), str(target))  # pipelines.storage's one rename
         size = target.stat().st_size
         linked = os.path.join(python_prefix, "bin", os.path.basename(base)) if python_prefix else base
-        log.info("pack: wrote %s (%.0f MiB) in %.0f s; its bin/python links to %s, which every executor needs "
-                 "at that path", target, size / 2**20, time.perf_counter() - t1, linked)
-        return PackResult(out=str(target), bytes=size, python=linked, packages=packages,
-                          seconds=time.perf_counter() - t0)
+        log.info(
+            "pack: wrote %s (%.0f MiB) in %.0f s; its bin/python links to %s, which every executor needs at that path",
+            target,
+            size / 2**20,
+            time.perf_counter() - t1,
+            linked,
+        )
+        return PackResult(
+            out=str(target), bytes=size, python=linked, packages=packages, seconds=time.perf_counter() - t0
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         if partial.exists():

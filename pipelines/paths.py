@@ -109,8 +109,9 @@ def parse_path(text: str, name: str = "") -> TrainingPath:
     for raw in text.replace(" ", "").split(","):
         m = _SEGMENT.fullmatch(raw)
         if not m:
-            raise PathError(f"--path {text!r}: segment {raw!r} is not OBJECTIVE[@DATA]:TREES "
-                            "(e.g. mse:200, lambdamart@q_bm25:100)")
+            raise PathError(
+                f"--path {text!r}: segment {raw!r} is not OBJECTIVE[@DATA]:TREES (e.g. mse:200, lambdamart@q_bm25:100)"
+            )
         obj = m.group("obj")
         if obj not in OBJECTIVES:
             raise PathError(f"--path {text!r}: unknown objective {obj!r}; expected one of {', '.join(OBJECTIVES)}")

@@ -142,13 +142,20 @@ class Plan:
         keep = set(keys)
         nodes = tuple(n for n in self.nodes if n.key in keep)
         ended = {p for n in nodes for p in n.ends}
-        return Plan(self.fold, nodes, {p: c for p, c in self.chains.items() if p in ended},
-                    {k: v for k, v in self.inputs.items() if k in keep})
+        return Plan(
+            self.fold,
+            nodes,
+            {p: c for p, c in self.chains.items() if p in ended},
+            {k: v for k, v in self.inputs.items() if k in keep},
+        )
 
     # -- serialisation ---------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {"fold": self.fold, "nodes": [{**asdict(n), "ends": list(n.ends)} for n in self.nodes],
-                "chains": {p: list(c) for p, c in self.chains.items()}}
+        return {
+            "fold": self.fold,
+            "nodes": [{**asdict(n), "ends": list(n.ends)} for n in self.nodes],
+            "chains": {p: list(c) for p, c in self.chains.items()},
+        }
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> Plan:
@@ -156,8 +163,13 @@ class Plan:
         return cls(int(doc["fold"]), nodes, {p: tuple(c) for p, c in doc["chains"].items()})
 
 
-def build_plan(paths: list[TrainingPath], *, fold: int = 0, context: Mapping[str, Any] | None = None,
-               curriculum_keys: Mapping[str, str] | None = None) -> Plan:
+def build_plan(
+    paths: list[TrainingPath],
+    *,
+    fold: int = 0,
+    context: Mapping[str, Any] | None = None,
+    curriculum_keys: Mapping[str, str] | None = None,
+) -> Plan:
     """The node plan of ``paths`` (already resolved: curriculum stages explicit).
 
     ``context``: everything besides the path that determines the trees
@@ -186,9 +198,16 @@ def build_plan(paths: list[TrainingPath], *, fold: int = 0, context: Mapping[str
     return Plan(fold, tuple(nodes), {p: tuple(c) for p, c in chains.items()}, inputs)
 
 
-def _split(items: list[tuple[str, tuple[Segment, ...]]], t: int, parent: str | None, ctx: dict[str, Any],
-           ckeys: dict[str, str], nodes: list[Node], chains: dict[str, list[str]],
-           inputs: dict[str, dict[str, Any]]) -> None:
+def _split(
+    items: list[tuple[str, tuple[Segment, ...]]],
+    t: int,
+    parent: str | None,
+    ctx: dict[str, Any],
+    ckeys: dict[str, str],
+    nodes: list[Node],
+    chains: dict[str, list[str]],
+    inputs: dict[str, dict[str, Any]],
+) -> None:
     groups: dict[tuple[str, str], list[tuple[str, tuple[Segment, ...]]]] = {}
     for name, segs in items:
         groups.setdefault((segs[0].objective, segs[0].data), []).append((name, segs))
@@ -197,8 +216,15 @@ def _split(items: list[tuple[str, tuple[Segment, ...]]], t: int, parent: str | N
         cur = None if data == "all" else data.split(".")[0]
         if cur is not None and cur not in ckeys and ckeys:
             raise PathError(f"no key for curriculum {cur!r} (curricula: {sorted(ckeys)})")
-        doc = {"parent": parent, "objective": obj, "data": data, "t0": t, "t1": t + step,
-               "curriculum": ckeys.get(cur) if cur else None, "context": ctx}
+        doc = {
+            "parent": parent,
+            "objective": obj,
+            "data": data,
+            "t0": t,
+            "t1": t + step,
+            "curriculum": ckeys.get(cur) if cur else None,
+            "context": ctx,
+        }
         key = node_key(**doc)
         inputs[key] = doc
         ends, rest = [], []
@@ -238,8 +264,9 @@ def states_of(plan: Plan, store: Any) -> dict[str, NodeState]:
 
 def ready(plan: Plan, states: Mapping[str, NodeState]) -> list[Node]:
     """Nodes not done whose parent is done (or that have none), in plan order."""
-    return [n for n in plan.nodes if states[n.key].state != DONE
-            and (n.parent is None or states[n.parent].state == DONE)]
+    return [
+        n for n in plan.nodes if states[n.key].state != DONE and (n.parent is None or states[n.parent].state == DONE)
+    ]
 
 
 def pending(plan: Plan, states: Mapping[str, NodeState]) -> list[Node]:
@@ -255,8 +282,7 @@ def format_plan(plan: Plan, states: Mapping[str, NodeState], why: Mapping[str, l
     """One line per node, indented by depth: key, objective@data, trees, state, paths ending there;
     under a node, ``why[key]``: the inputs that changed its key since a stored plan (one line each)."""
     done = plan.trees - trees_left(plan, states)
-    lines = [f"fold {plan.fold}: {len(plan.nodes)} nodes, {plan.trees} trees ({done} done), "
-             f"{len(plan.chains)} paths"]
+    lines = [f"fold {plan.fold}: {len(plan.nodes)} nodes, {plan.trees} trees ({done} done), {len(plan.chains)} paths"]
     for n in plan.nodes:
         st = states[n.key]
         state = {DONE: "done", TODO: "to do"}.get(st.state, f"partial at tree {st.tree}")

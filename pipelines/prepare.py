@@ -23,8 +23,11 @@ log = logging.getLogger(__name__)
 
 def ensure_difficulty(spark, cfg: Config, data: str, difficulty: str) -> dict[str, Any]:
     """The difficulty scores at ``difficulty``: reused when their recorded key matches this config's
-    (:func:`pipelines.keys.difficulty_key` of :func:`pipelines.difficulty.difficulty_inputs`), else computed again; returns their summary."""
-    summary = stored_summary(difficulty, difficulty_key(**difficulty_inputs(open_dataset(data), cfg.difficulty, cfg.metric)))
+    (:func:`pipelines.keys.difficulty_key` of :func:`pipelines.difficulty.difficulty_inputs`), else computed
+    again; returns their summary."""
+    summary = stored_summary(
+        difficulty, difficulty_key(**difficulty_inputs(open_dataset(data), cfg.difficulty, cfg.metric))
+    )
     if summary is not None:
         return summary
     log.info("computing difficulty scores -> %s (none there, or computed from other inputs)", difficulty)
@@ -53,7 +56,8 @@ def ensure_curricula(spark, cfg: Config, data: str, difficulty: str, fold: int, 
         except DatasetError:
             fresh = False
         if not fresh:
-            summary = build_curriculum(spark, data, difficulty, fold, ccfg, d, name=name, key=key,
-                                       empty_queries=cfg.difficulty.empty_queries)
+            summary = build_curriculum(
+                spark, data, difficulty, fold, ccfg, d, name=name, key=key, empty_queries=cfg.difficulty.empty_queries
+            )
         out.append(Curriculum(to_uri(d), summary))
     return out

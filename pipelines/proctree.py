@@ -146,8 +146,11 @@ class ProcessTree:
         """The remembered processes that still run: the same process (same start time; a reused pid is
         another process), below the root or not (an orphan, reparented when its parent died)."""
         procs = processes()
-        return {pid for pid, start in self.seen.items()
-                if pid in procs and procs[pid].start == start and procs[pid].state not in ("Z", "X")}
+        return {
+            pid
+            for pid, start in self.seen.items()
+            if pid in procs and procs[pid].start == start and procs[pid].state not in ("Z", "X")
+        }
 
     def kill(self, timeout: float = 30.0) -> set[int]:
         """Freeze and kill the tree as it is now and every remembered process still running; returns the pids
@@ -191,6 +194,9 @@ def python_workers(root: int) -> list[int]:
     """PySpark Python workers below ``root`` that an executor's daemon forked (children of a
     ``pyspark.daemon`` process): what a test kills to simulate a lost executor worker."""
     procs = processes()
-    return sorted(pid for pid in _below({root}, procs)
-                  if "pyspark.daemon" in procs[pid].cmdline
-                  and "pyspark.daemon" in getattr(procs.get(procs[pid].ppid), "cmdline", ""))
+    return sorted(
+        pid
+        for pid in _below({root}, procs)
+        if "pyspark.daemon" in procs[pid].cmdline
+        and "pyspark.daemon" in getattr(procs.get(procs[pid].ppid), "cmdline", "")
+    )

@@ -49,8 +49,9 @@ class _Handler(socketserver.StreamRequestHandler):
                 log.warning("ignoring a malformed progress message from %s", self.client_address)
                 continue
             if ev.get("ev") == "hello":  # a barrier task asks whether its job's tracker is still fresh
-                self.wfile.write((json.dumps({"fresh": server.register(ev["job"], int(ev["partition"]))})
-                                  + "\n").encode())
+                self.wfile.write(
+                    (json.dumps({"fresh": server.register(ev["job"], int(ev["partition"]))}) + "\n").encode()
+                )
                 self.wfile.flush()
                 continue
             server.dispatch(ev)
@@ -119,8 +120,12 @@ class EventClient:
             self._sock.sendall((json.dumps(ev) + "\n").encode())
         except OSError as e:
             self._broken = True
-            log.warning("progress listener %s:%d unreachable (%s): training goes on without progress reports",
-                        self.host, self.port, e)
+            log.warning(
+                "progress listener %s:%d unreachable (%s): training goes on without progress reports",
+                self.host,
+                self.port,
+                e,
+            )
 
     def hello(self, job: str, partition: int) -> bool | None:
         """Ask the driver whether this task is the first attempt of its partition in ``job``
@@ -145,8 +150,7 @@ class EventClient:
 class ProgressDisplay:
     """``label: done/total trees (rate, time left)``: a tqdm bar on a terminal, log lines every ``interval`` s."""
 
-    def __init__(self, label: str, total: int, done: int = 0, interval: float = 5.0,
-                 tty: bool | None = None) -> None:
+    def __init__(self, label: str, total: int, done: int = 0, interval: float = 5.0, tty: bool | None = None) -> None:
         self.label, self.total, self.done, self.interval = label, total, done, interval
         self._start_done, self._last = done, 0.0
         self._first: float | None = None

@@ -29,8 +29,13 @@ def code_version() -> dict[str, str]:
         spark = pyspark.__version__
     except ImportError:  # planning works without Spark
         spark = ""
-    return {"ltr": ltr, "git": _git_commit(), "xgboost": xgboost.__version__, "pyspark": spark,
-            "numpy": numpy.__version__}
+    return {
+        "ltr": ltr,
+        "git": _git_commit(),
+        "xgboost": xgboost.__version__,
+        "pyspark": spark,
+        "numpy": numpy.__version__,
+    }
 
 
 def _git_commit() -> str:
@@ -38,10 +43,15 @@ def _git_commit() -> str:
     if not (root / ".git").exists():
         return ""
     try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
-                                "pipelines", "udfs"], capture_output=True, text=True, timeout=10).stdout.strip()
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--", "pipelines", "udfs"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
     return head + ("-dirty" if dirty else "")

@@ -127,8 +127,10 @@ class Record:
     def at(self, tree: int) -> float:
         """Test NDCG after ``tree`` trees."""
         if tree not in self.steps:
-            raise ReportError(f"{self.label} fold {self.fold}: no NDCG recorded after {tree} trees "
-                              "(train.eval_every must divide the report's model sizes, report.table2_sizes)")
+            raise ReportError(
+                f"{self.label} fold {self.fold}: no NDCG recorded after {tree} trees "
+                "(train.eval_every must divide the report's model sizes, report.table2_sizes)"
+            )
         return self.test[self.steps.index(tree)]
 
 
@@ -177,8 +179,16 @@ def randomization_test(x: np.ndarray, y: np.ndarray, n_perm: int = 10_000, seed:
     if not np.any(x - y):
         return 1.0
     batch = max(1, 4_000_000 // x.size)  # memory O(batch * pairs)
-    res = stats.permutation_test((x, y), _mean_difference, permutation_type="samples", vectorized=True,
-                                 n_resamples=n_perm, batch=batch, alternative="two-sided", rng=seed)
+    res = stats.permutation_test(
+        (x, y),
+        _mean_difference,
+        permutation_type="samples",
+        vectorized=True,
+        n_resamples=n_perm,
+        batch=batch,
+        alternative="two-sided",
+        rng=seed,
+    )
     return float(res.pvalue)
 
 
@@ -222,8 +232,10 @@ def groups(records: list[Record]) -> dict[tuple[str, int | None], list[Record]]:
         rs.sort(key=lambda r: r.fold)
         for a, b in zip(rs, rs[1:]):
             if a.fold == b.fold:
-                raise ReportError(f"{a.label}: fold {a.fold} has two finished runs ({a.run_id}, {b.run_id}); "
-                                  "a system must have one run per fold (delete the stray run in MLflow)")
+                raise ReportError(
+                    f"{a.label}: fold {a.fold} has two finished runs ({a.run_id}, {b.run_id}); "
+                    "a system must have one run per fold (delete the stray run in MLflow)"
+                )
     return out
 
 
@@ -243,9 +255,11 @@ def paired_samples(records: list[Record], base: list[Record]) -> tuple[np.ndarra
         if set(r.per_query) != set(b.per_query):
             only_r = sorted(set(r.per_query) - set(b.per_query))
             only_b = sorted(set(b.per_query) - set(r.per_query))
-            raise ReportError(f"fold {f}: {r.label} (run {r.run_id}) and {b.label} (run {b.run_id}) were evaluated "
-                              f"on different test queries ({len(only_r)} only in {r.label}, e.g. {only_r[:3]}; "
-                              f"{len(only_b)} only in {b.label}, e.g. {only_b[:3]}): they cannot be paired")
+            raise ReportError(
+                f"fold {f}: {r.label} (run {r.run_id}) and {b.label} (run {b.run_id}) were evaluated "
+                f"on different test queries ({len(only_r)} only in {r.label}, e.g. {only_r[:3]}; "
+                f"{len(only_b)} only in {b.label}, e.g. {only_b[:3]}): they cannot be paired"
+            )
         qs = sorted(r.per_query)
         xs.append(np.array([r.per_query[q] for q in qs], np.float64))
         ys.append(np.array([b.per_query[q] for q in qs], np.float64))
@@ -266,8 +280,9 @@ def _order(keys: Sequence[tuple[str, int | None]]) -> list[tuple[str, int | None
     return sorted(keys, key=lambda k: (k[0] != BASELINE, k[0] != MSE, k[0], k[1] or 0))
 
 
-def table1(records: list[Record], n_perm: int = 10_000, seed: int = 0,
-           folds: Sequence[int] | None = None) -> list[dict[str, Any]]:
+def table1(
+    records: list[Record], n_perm: int = 10_000, seed: int = 0, folds: Sequence[int] | None = None
+) -> list[dict[str, Any]]:
     """Mean/std over folds of the final test NDCG per system, and paired tests against the baseline.
 
     ``folds``: the grid's folds (default: every fold in ``records``); a row over fewer lists the
@@ -282,16 +297,34 @@ def table1(records: list[Record], n_perm: int = 10_000, seed: int = 0,
         rs = g[key]
         finals = np.array([r.final for r in rs])
         have = [r.fold for r in rs]
-        row = {"strategy": key[0], "switch": key[1], "label": rs[0].label, "folds": len(rs),
-               "folds_expected": len(grid_folds), "fold_ids": have,
-               "missing_folds": [f for f in grid_folds if f not in have],
-               "mean": float(finals.mean()), "std": float(finals.std(ddof=1)) if len(rs) > 1 else 0.0,
-               "per_fold": finals.tolist(), "delta": None, "queries": 0, "paired_folds": [],
-               "t_p": None, "perm_p": None, "t_p_holm": None, "perm_p_holm": None}
+        row = {
+            "strategy": key[0],
+            "switch": key[1],
+            "label": rs[0].label,
+            "folds": len(rs),
+            "folds_expected": len(grid_folds),
+            "fold_ids": have,
+            "missing_folds": [f for f in grid_folds if f not in have],
+            "mean": float(finals.mean()),
+            "std": float(finals.std(ddof=1)) if len(rs) > 1 else 0.0,
+            "per_fold": finals.tolist(),
+            "delta": None,
+            "queries": 0,
+            "paired_folds": [],
+            "t_p": None,
+            "perm_p": None,
+            "t_p_holm": None,
+            "perm_p_holm": None,
+        }
         if key != (BASELINE, None) and base:
             x, y, pf = paired_samples(rs, base)
-            row.update(delta=float(np.mean(x - y)) if x.size else None, queries=int(x.size), paired_folds=pf,
-                       t_p=paired_t_test(x, y), perm_p=randomization_test(x, y, n_perm, seed))
+            row.update(
+                delta=float(np.mean(x - y)) if x.size else None,
+                queries=int(x.size),
+                paired_folds=pf,
+                t_p=paired_t_test(x, y),
+                perm_p=randomization_test(x, y, n_perm, seed),
+            )
         rows.append(row)
     for raw, adj in (("t_p", "t_p_holm"), ("perm_p", "perm_p_holm")):
         for row, p in zip(rows, holm([r[raw] for r in rows]), strict=True):
@@ -299,8 +332,9 @@ def table1(records: list[Record], n_perm: int = 10_000, seed: int = 0,
     return rows
 
 
-def default_table2_sizes(steps: Sequence[int], base_vali: Sequence[float], mse_vali: Sequence[float],
-                         count: int = 3) -> tuple[list[int], int]:
+def default_table2_sizes(
+    steps: Sequence[int], base_vali: Sequence[float], mse_vali: Sequence[float], count: int = 3
+) -> tuple[list[int], int]:
     """Table 2's sizes when ``report.table2_sizes`` is empty, chosen on validation; returns (sizes, n_max).
 
     LambdaMART's curve ends at T trees, so a size n says something only while LambdaMART can
@@ -349,9 +383,11 @@ def table2(records: list[Record], sizes: Sequence[int] | None = None) -> dict[st
     bsteps = bases[folds[0]].steps
     for f in folds:
         if bases[f].steps != bsteps:
-            raise ReportError(f"LambdaMART: fold {f}'s curve has other points than fold {folds[0]}'s "
-                              f"({len(bases[f].steps)} vs {len(bsteps)}); were the folds trained with different "
-                              "train.eval_every or trees?")
+            raise ReportError(
+                f"LambdaMART: fold {f}'s curve has other points than fold {folds[0]}'s "
+                f"({len(bases[f].steps)} vs {len(bsteps)}); were the folds trained with different "
+                "train.eval_every or trees?"
+            )
     T = bsteps[-1]
     from_config = sizes is not None and len(sizes) > 0
     if from_config:
@@ -359,13 +395,17 @@ def table2(records: list[Record], sizes: Sequence[int] | None = None) -> dict[st
     else:
         for r in [bases[f] for f in folds] + [best[f] for f in folds]:
             if r.steps != bsteps or len(r.vali) != len(r.steps):
-                raise ReportError(f"{r.label} fold {r.fold} (run {r.run_id}): its test/vali curves have other points "
-                                  "than LambdaMART's; set report.table2_sizes explicitly")
+                raise ReportError(
+                    f"{r.label} fold {r.fold} (run {r.run_id}): its test/vali curves have other points "
+                    "than LambdaMART's; set report.table2_sizes explicitly"
+                )
         bvali = np.mean([bases[f].vali for f in folds], axis=0)
         sizes, n_max = default_table2_sizes(bsteps, bvali, np.mean([best[f].vali for f in folds], axis=0))
-        sizes_from = (f"chosen on validation, evenly spaced up to {n_max} trees, the last point before "
-                      f"{label_of(MSE, best_key[1])}'s mean vali NDCG exceeds the best LambdaMART reaches within "
-                      f"{T} trees ({float(np.max(bvali)):.4f}); report.table2_sizes sets them")
+        sizes_from = (
+            f"chosen on validation, evenly spaced up to {n_max} trees, the last point before "
+            f"{label_of(MSE, best_key[1])}'s mean vali NDCG exceeds the best LambdaMART reaches within "
+            f"{T} trees ({float(np.max(bvali)):.4f}); report.table2_sizes sets them"
+        )
     too_big = [n for n in sizes if n > T]
     if too_big:
         raise ReportError(f"report.table2_sizes {list(sizes)}: {too_big} exceed the {T} trees of the grid's models")
@@ -376,10 +416,16 @@ def table2(records: list[Record], sizes: Sequence[int] | None = None) -> dict[st
         reach = [s for s, x in zip(bsteps, bmean, strict=True) if x >= v - 1e-12]
         m = reach[0] if reach else None
         rows.append({"size": n, "mse_ndcg": v, "baseline_trees": m, "ratio": (m / n) if m else None})
-    return {"mse": label_of(MSE, best_key[1]), "switch": best_key[1], "selected_on": "vali",
-            "vali": {label_of(MSE, k[1]): v for k, v in sorted(vali.items(), key=lambda kv: kv[0][1] or 0)},
-            "folds": folds, "sizes_from": sizes_from,
-            "rows": rows, "baseline_max_trees": T}
+    return {
+        "mse": label_of(MSE, best_key[1]),
+        "switch": best_key[1],
+        "selected_on": "vali",
+        "vali": {label_of(MSE, k[1]): v for k, v in sorted(vali.items(), key=lambda kv: kv[0][1] or 0)},
+        "folds": folds,
+        "sizes_from": sizes_from,
+        "rows": rows,
+        "baseline_max_trees": T,
+    }
 
 
 # ------------------------------------------------------------ figures
@@ -392,8 +438,13 @@ def figure1(records: list[Record], metric: str, split: str = "test") -> bytes:
             continue
         rs = g[key]
         steps = rs[0].steps
-        ax.plot(steps, np.mean([r.test for r in rs], axis=0), label=rs[0].label,
-                lw=2.2 if key[0] == BASELINE else 1.2, color="black" if key[0] == BASELINE else None)
+        ax.plot(
+            steps,
+            np.mean([r.test for r in rs], axis=0),
+            label=rs[0].label,
+            lw=2.2 if key[0] == BASELINE else 1.2,
+            color="black" if key[0] == BASELINE else None,
+        )
     ax.set_xlabel("number of trees")
     ax.set_ylabel(f"{metric} ({split}, mean over folds)")
     ax.set_title("Figure 1: LambdaMART vs MSE-t")
@@ -416,8 +467,9 @@ def figure2(records: list[Record], tree: int) -> tuple[bytes, dict[str, Any]]:
         for i, r in enumerate(rs):
             d = next((x for x in r.score_dists if x["tree"] == tree), None)
             if d is None:
-                raise ReportError(f"{r.label} fold {r.fold}: no score distribution after {tree} trees "
-                                  "(train.score_dist_trees)")
+                raise ReportError(
+                    f"{r.label} fold {r.fold}: no score distribution after {tree} trees (train.score_dist_trees)"
+                )
             counts = d["counts"]
             lo = next(c for c in counts if sum(c) > 0)
             hi = next(c for c in reversed(counts) if sum(c) > 0)
@@ -425,8 +477,10 @@ def figure2(records: list[Record], tree: int) -> tuple[bytes, dict[str, Any]]:
             if i == 0:
                 e = np.asarray(d["edges"])
                 mid = (e[:-1] + e[1:]) / 2
-                for c, lab in ((lo, f"label {d['labels'][counts.index(lo)]}"),
-                               (hi, f"label {d['labels'][counts.index(hi)]}")):
+                for c, lab in (
+                    (lo, f"label {d['labels'][counts.index(lo)]}"),
+                    (hi, f"label {d['labels'][counts.index(hi)]}"),
+                ):
                     c = np.asarray(c, np.float64)
                     ax.plot(mid, c / max(c.sum(), 1) / np.diff(e), label=lab)
         ax.set_title(f"{name} after {tree} trees: KL = {np.mean(kl[name]):.3f}")
@@ -435,9 +489,12 @@ def figure2(records: list[Record], tree: int) -> tuple[bytes, dict[str, Any]]:
     axes[0].set_ylabel(f"density (fold {min(r.fold for r in which['MSE'])})")
     out = png_bytes(fig)
     plt.close(fig)
-    return out, {"tree": tree, "mse_run": which["MSE"][0].label,
-                 "kl_mean": {k: float(np.mean(v)) for k, v in kl.items()},
-                 "kl_per_fold": kl}
+    return out, {
+        "tree": tree,
+        "mse_run": which["MSE"][0].label,
+        "kl_mean": {k: float(np.mean(v)) for k, v in kl.items()},
+        "kl_per_fold": kl,
+    }
 
 
 # ------------------------------------------------------------ loading
@@ -487,10 +544,12 @@ class GridState:
 
 def _ensure_store(uri: str) -> None:
     if uri.startswith("sqlite:///"):
-        path = uri[len("sqlite:///"):]
+        path = uri[len("sqlite:///") :]
         if not os.path.exists(path):
-            raise ReportError(f"no MLflow tracking database {path}: run `ltr grid` first, or point the report at "
-                              "the grid's store (work_dir, or tracking.uri)")
+            raise ReportError(
+                f"no MLflow tracking database {path}: run `ltr grid` first, or point the report at "
+                "the grid's store (work_dir, or tracking.uri)"
+            )
 
 
 def open_tracker(cfg: Any, experiment: str | None = None) -> Tracker:
@@ -514,25 +573,39 @@ def find_grid(tracker: Tracker, parent: str | None = None) -> Any:
             raise ReportError(f"--run-id {parent}: no such run in {tracker.uri}") from None
         if run.info.experiment_id != tracker.experiment_id:
             exp = tracker.client.get_experiment(run.info.experiment_id).name
-            raise ReportError(f"--run-id {parent}: the run belongs to experiment {exp!r}, not {tracker.experiment!r}; "
-                              f"pass --experiment {exp}")
+            raise ReportError(
+                f"--run-id {parent}: the run belongs to experiment {exp!r}, not {tracker.experiment!r}; "
+                f"pass --experiment {exp}"
+            )
         kind = run.data.tags.get(TAG_KIND)
         if kind != "grid":
-            raise ReportError(f"--run-id {parent}: not a grid's parent run (tag {TAG_KIND} = {kind!r}); "
-                              "pass the parent run of `ltr grid`")
+            raise ReportError(
+                f"--run-id {parent}: not a grid's parent run (tag {TAG_KIND} = {kind!r}); "
+                "pass the parent run of `ltr grid`"
+            )
         return run
     search = tracker.client.search_runs
-    runs = search([tracker.experiment_id], filter_string=f"tags.`{TAG_KIND}` = 'grid' and attributes.status = "
-                  "'FINISHED'", order_by=["attributes.start_time DESC"], max_results=1)
+    runs = search(
+        [tracker.experiment_id],
+        filter_string=f"tags.`{TAG_KIND}` = 'grid' and attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
     if runs:
         return runs[0]
-    runs = search([tracker.experiment_id], filter_string=f"tags.`{TAG_KIND}` = 'grid'",
-                  order_by=["attributes.start_time DESC"], max_results=1)
+    runs = search(
+        [tracker.experiment_id],
+        filter_string=f"tags.`{TAG_KIND}` = 'grid'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
     if runs:
         r = runs[0]
-        raise ReportError(f"experiment {tracker.experiment!r} has no finished grid; the latest grid run "
-                          f"{r.info.run_id} is {r.info.status}: resume it with `ltr grid`, or pass --run-id "
-                          f"{r.info.run_id} to report on what it has finished")
+        raise ReportError(
+            f"experiment {tracker.experiment!r} has no finished grid; the latest grid run "
+            f"{r.info.run_id} is {r.info.status}: resume it with `ltr grid`, or pass --run-id "
+            f"{r.info.run_id} to report on what it has finished"
+        )
     raise ReportError(f"experiment {tracker.experiment!r} has no grid run; run `ltr grid` first")
 
 
@@ -565,33 +638,54 @@ def load_grid(tracker: Tracker, run: Any, metric: str) -> tuple[list[Record], Gr
         hist = _one_point_per_step(tracker.client.get_metric_history(rid, f"{metric}_test"), rid)
         vh = _one_point_per_step(tracker.client.get_metric_history(rid, f"{metric}_vali"), rid)
         if not hist and not vh:
-            raise ReportError(f"run {rid} ({label_of(strategy, switch)}, fold {fold}) has no {metric}_test "
-                              f"history: was the grid run with another metric than {metric}? (metric.k)")
+            raise ReportError(
+                f"run {rid} ({label_of(strategy, switch)}, fold {fold}) has no {metric}_test "
+                f"history: was the grid run with another metric than {metric}? (metric.k)"
+            )
         # a dataset without a test split: the curves on vali stand in (said in the report), no pairing
         splits.add("test" if hist else "vali")
         perq = tracker.load_json(rid, "per_query_test.json") if hist else {"qid": [], metric: []}
         if len(set(perq["qid"])) != len(perq["qid"]):
-            raise ReportError(f"run {rid} ({label_of(strategy, switch)}, fold {fold}): per_query_test.json "
-                              "lists a query id twice")
+            raise ReportError(
+                f"run {rid} ({label_of(strategy, switch)}, fold {fold}): per_query_test.json lists a query id twice"
+            )
         training = tracker.load_json(rid, "training.json")
         params = r.data.params
-        records.append(Record(fold=fold, strategy=strategy, switch=switch, steps=[m.step for m in hist or vh],
-                              test=[m.value for m in hist or vh], vali=[m.value for m in vh],
-                              per_query=dict(zip(perq["qid"], perq[metric], strict=True)),
-                              score_dists=training.get("score_dists", []), run_id=rid,
-                              code={k[5:]: v for k, v in params.items() if k.startswith("code.")},
-                              metric=params.get("metric", "")))
+        records.append(
+            Record(
+                fold=fold,
+                strategy=strategy,
+                switch=switch,
+                steps=[m.step for m in hist or vh],
+                test=[m.value for m in hist or vh],
+                vali=[m.value for m in vh],
+                per_query=dict(zip(perq["qid"], perq[metric], strict=True)),
+                score_dists=training.get("score_dists", []),
+                run_id=rid,
+                code={k[5:]: v for k, v in params.items() if k.startswith("code.")},
+                metric=params.get("metric", ""),
+            )
+        )
     done = {(r.strategy, r.switch, r.fold) for r in records}
-    unfinished = sorted({(label_of(s, t), f, st) for s, t, f, st in others if (s, t, f) not in done},
-                        key=lambda x: (x[1], x[0]))
+    unfinished = sorted(
+        {(label_of(s, t), f, st) for s, t, f, st in others if (s, t, f) not in done}, key=lambda x: (x[1], x[0])
+    )
     folds = _folds_param(run.data.params.get("folds"))
     if folds is None:
         log.warning("grid run %s records no folds param: taking the folds of its children", parent)
         folds = sorted({r.fold for r in records} | {f for _, _, f, _ in others})
     if len(splits) > 1:
         raise ReportError(f"grid run {parent}: some children have test curves and some only vali curves")
-    state = GridState(parent, run.info.status, folds, dict(run.data.params), unfinished, sorted(
-        systems, key=lambda k: (k[0], k[1] or 0)), split=splits.pop() if splits else "test", duplicates=duplicates)
+    state = GridState(
+        parent,
+        run.info.status,
+        folds,
+        dict(run.data.params),
+        unfinished,
+        sorted(systems, key=lambda k: (k[0], k[1] or 0)),
+        split=splits.pop() if splits else "test",
+        duplicates=duplicates,
+    )
     if duplicates:
         log.warning("grid %s: %s", parent, "; ".join(duplicates))
     return records, state
@@ -604,9 +698,11 @@ def _one_point_per_step(history: list[Any], run_id: str) -> list[Any]:
     for m in sorted(history, key=lambda m: (m.step, m.timestamp)):
         seen = out.setdefault(m.step, m)
         if seen.value != m.value and not (math.isnan(seen.value) and math.isnan(m.value)):
-            raise ReportError(f"run {run_id}: {m.key} has two values at step {m.step} ({seen.value}, {m.value}): "
-                              "the run mixes two trainings; delete it (`mlflow runs delete --run-id "
-                              f"{run_id}`) and resume the grid to train it again")
+            raise ReportError(
+                f"run {run_id}: {m.key} has two values at step {m.step} ({seen.value}, {m.value}): "
+                "the run mixes two trainings; delete it (`mlflow runs delete --run-id "
+                f"{run_id}`) and resume the grid to train it again"
+            )
     return list(out.values())
 
 
@@ -626,8 +722,9 @@ def _one_finished_run_per_child(children: list[Any]) -> tuple[list[Any], list[st
         if tags.get(TAG_KIND) != "child":
             continue
         if r.info.status == "FINISHED":
-            finished.setdefault((tags.get(TAG_FOLD, ""), tags.get(TAG_STRATEGY, ""), tags.get(TAG_SWITCH, "")),
-                                []).append(r)
+            finished.setdefault(
+                (tags.get(TAG_FOLD, ""), tags.get(TAG_STRATEGY, ""), tags.get(TAG_SWITCH, "")), []
+            ).append(r)
         else:
             out.append(r)
     notes = []
@@ -645,10 +742,13 @@ def _one_finished_run_per_child(children: list[Any]) -> tuple[list[Any], list[st
                 f"paths {sorted({r.data.tags.get(TAG_PATH, '?') for r in rs})}, child keys {sorted(keys)}): a table "
                 "cell must hold one result. Keep the run of the grid's current plan (`ltr grid --plan` lists its "
                 "keys) and delete the other with `mlflow runs delete --run-id ID`, or start the study over with "
-                "`ltr grid --new-parent`")
-        notes.append(f"{label} fold {fold}: {len(rs)} finished runs of the same child (key {keys.pop()}, the same "
-                     f"checkpoints): reporting {ids[0]}; remove the copies with "
-                     + " && ".join(f"mlflow runs delete --run-id {i}" for i in ids[1:]))
+                "`ltr grid --new-parent`"
+            )
+        notes.append(
+            f"{label} fold {fold}: {len(rs)} finished runs of the same child (key {keys.pop()}, the same "
+            f"checkpoints): reporting {ids[0]}; remove the copies with "
+            + " && ".join(f"mlflow runs delete --run-id {i}" for i in ids[1:])
+        )
     return out, notes
 
 
@@ -698,8 +798,9 @@ def _versions_line(v: dict[str, dict[str, int]]) -> tuple[str, str | None]:
             parts.append(f"{k} `{next(iter(vals)) or '?'}`")
         else:
             parts.append(f"{k} (differs)")
-            split.append(f"{k}: " + ", ".join(f"`{x or '?'}` ({n} run{'s' * (n != 1)})"
-                                              for x, n in sorted(vals.items())))
+            split.append(
+                f"{k}: " + ", ".join(f"`{x or '?'}` ({n} run{'s' * (n != 1)})" for x, n in sorted(vals.items()))
+            )
     warn = ("- **Warning: the children of this grid ran different code**: " + "; ".join(split)) if split else None
     return "- Code of the runs: " + ", ".join(parts), warn
 
@@ -710,12 +811,17 @@ def render(t1: list[dict], t2: dict | None, fig2: dict | None, meta: dict[str, A
     switches = sorted({r["switch"] for r in t1 if r["switch"] is not None})
     folds = meta["folds"]
     n_folds = len(folds)
-    md = [f"# {meta['title']}", "",
-          f"- Experiment `{meta['experiment']}`, parent run `{meta['parent']}` ({meta['status']}), "
-          f"grid folds {folds}"]
+    md = [
+        f"# {meta['title']}",
+        "",
+        f"- Experiment `{meta['experiment']}`, parent run `{meta['parent']}` ({meta['status']}), grid folds {folds}",
+    ]
     if meta.get("problems"):
-        md.append("- **Warning: this grid is unfinished**: " + "; ".join(meta["problems"]) +
-                  ". The tables use the finished child runs only.")
+        md.append(
+            "- **Warning: this grid is unfinished**: "
+            + "; ".join(meta["problems"])
+            + ". The tables use the finished child runs only."
+        )
     md += [f"- Dataset `{meta['data']}`, fingerprint `{meta['fingerprint']}`", f"- Metric: {meta['metric']}"]
     if meta.get("metric_warning"):
         md.append(meta["metric_warning"])
@@ -729,8 +835,10 @@ def render(t1: list[dict], t2: dict | None, fig2: dict | None, meta: dict[str, A
     spread = "one fold" if n_folds == 1 else f"mean ± standard deviation over the grid's {n_folds} folds"
     split = meta.get("split", "test")
     if split != "test":
-        md.append(f"- **The dataset has no test split**: every {m} below is on {split} (no significance tests: "
-                  "they pair per-query test NDCG)")
+        md.append(
+            f"- **The dataset has no test split**: every {m} below is on {split} (no significance tests: "
+            "they pair per-query test NDCG)"
+        )
     md += ["", f"## Table 1: {m} on {split} after the last tree, {spread}", ""]
     head = ["model"] + ([f"t={s}" for s in switches] or [m])
     md += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -740,42 +848,61 @@ def render(t1: list[dict], t2: dict | None, fig2: dict | None, meta: dict[str, A
     others = []
     for strat, cells in by_strategy.items():
         if strat == BASELINE:
-            md.append("| LambdaMART (baseline, all t) | " + " | ".join([_cell(cells[None])] * max(1, len(switches)))
-                      + " |")
+            md.append(
+                "| LambdaMART (baseline, all t) | " + " | ".join([_cell(cells[None])] * max(1, len(switches))) + " |"
+            )
         elif None in cells:  # a path without switch points: listed below
             others.append(cells[None])
         else:
             row = ["MSE-t" if strat == MSE else strat] + [_cell(cells[s]) if s in cells else "" for s in switches]
             md.append("| " + " | ".join(row) + " |")
     if others:
-        md += ["", f"### Other training paths ({m} on {split})", "",
-               "| path | NDCG |", "|---|---|"] + [f"| {r['label']} | {_cell(r)} |" for r in others]
+        md += ["", f"### Other training paths ({m} on {split})", "", "| path | NDCG |", "|---|---|"] + [
+            f"| {r['label']} | {_cell(r)} |" for r in others
+        ]
     if any(r["folds"] < r["folds_expected"] for r in t1):
-        md += ["", f"[k/{n_folds} folds]: the cell averages only the k folds whose run of that system finished; "
-               "the grid's other folds are missing for it (see the warning above)."]
+        md += [
+            "",
+            f"[k/{n_folds} folds]: the cell averages only the k folds whose run of that system finished; "
+            "the grid's other folds are missing for it (see the warning above).",
+        ]
     tested = [r for r in t1 if r["t_p"] is not None or r["perm_p"] is not None]
     if tested:
-        md += ["", "## Significance against LambdaMART", "",
-               f"Paired per test query over the folds both systems finished (one difference per query, folds "
-               f"pooled). Two-sided paired t-test (scipy.stats.ttest_rel) and two-sided randomisation test "
-               f"(scipy.stats.permutation_test, the two values of each pair swapped at random, statistic the mean "
-               f"difference, {meta['n_perm']} resamples, seed {meta['seed']}; exact when 2^queries is fewer). "
-               f"p-values are shown raw and Holm-corrected side by side (Holm-Bonferroni step-down over the "
-               f"{len(tested)} comparisons of this table, for each test separately).", "",
-               f"| model | Δ {m} | queries (folds) | t-test p | t-test p, Holm | randomisation p | "
-               "randomisation p, Holm |", "|---|---|---|---|---|---|---|"]
+        md += [
+            "",
+            "## Significance against LambdaMART",
+            "",
+            f"Paired per test query over the folds both systems finished (one difference per query, folds "
+            f"pooled). Two-sided paired t-test (scipy.stats.ttest_rel) and two-sided randomisation test "
+            f"(scipy.stats.permutation_test, the two values of each pair swapped at random, statistic the mean "
+            f"difference, {meta['n_perm']} resamples, seed {meta['seed']}; exact when 2^queries is fewer). "
+            f"p-values are shown raw and Holm-corrected side by side (Holm-Bonferroni step-down over the "
+            f"{len(tested)} comparisons of this table, for each test separately).",
+            "",
+            f"| model | Δ {m} | queries (folds) | t-test p | t-test p, Holm | randomisation p | "
+            "randomisation p, Holm |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for r in tested:
             d = "n/a" if r["delta"] is None else f"{r['delta']:+.4f}"
-            md.append(f"| {r['label']} | {d} | {r['queries']} ({len(r['paired_folds'])}) | {_p(r['t_p'])} | "
-                      f"{_p(r['t_p_holm'])} | {_p(r['perm_p'])} | {_p(r['perm_p_holm'])} |")
+            md.append(
+                f"| {r['label']} | {d} | {r['queries']} ({len(r['paired_folds'])}) | {_p(r['t_p'])} | "
+                f"{_p(r['t_p_holm'])} | {_p(r['perm_p'])} | {_p(r['perm_p_holm'])} |"
+            )
     if t2:
         T = t2["baseline_max_trees"]
         vali = ", ".join(f"{k} {v:.4f}" for k, v in t2["vali"].items())
-        md += ["", f"## Table 2: smallest LambdaMART with {m} at least that of {t2['mse']}", "",
-               f"{t2['mse']} is the MSE-t with the best mean final {m} on validation ({vali}); test {m}, means over "
-               f"folds {t2['folds']}. Sizes: {t2['sizes_from']}. LambdaMART's curve ends at {T} trees: '> {T}' "
-               "means it never reaches that NDCG.", "",
-               f"| size of {t2['mse']} (trees) | its {m} | LambdaMART trees | ratio |", "|---|---|---|---|"]
+        md += [
+            "",
+            f"## Table 2: smallest LambdaMART with {m} at least that of {t2['mse']}",
+            "",
+            f"{t2['mse']} is the MSE-t with the best mean final {m} on validation ({vali}); test {m}, means over "
+            f"folds {t2['folds']}. Sizes: {t2['sizes_from']}. LambdaMART's curve ends at {T} trees: '> {T}' "
+            "means it never reaches that NDCG.",
+            "",
+            f"| size of {t2['mse']} (trees) | its {m} | LambdaMART trees | ratio |",
+            "|---|---|---|---|",
+        ]
         for r in t2["rows"]:
             lm = r["baseline_trees"] if r["baseline_trees"] else f"> {T}"
             ratio = f"{r['ratio']:.2f}" if r["ratio"] else f"> {T / r['size']:.2f}"
@@ -784,10 +911,16 @@ def render(t1: list[dict], t2: dict | None, fig2: dict | None, meta: dict[str, A
         md += ["", f"## Table 2: not built ({meta['no_table2']})"]
     md += ["", f"## Figure 1: {m} against the number of trees", "", "![Figure 1](figure1.png)"]
     if fig2:
-        md += ["", f"## Figure 2: score distributions after {fig2['tree']} trees", "",
-               f"KL(P_lowest ‖ P_highest): MSE ({fig2['mse_run']}) {fig2['kl_mean']['MSE']:.4f}, "
-               f"LambdaMART {fig2['kl_mean']['LambdaMART']:.4f} (mean over folds; natural log, the trainer's "
-               f"histogram bins, {KL_PSEUDO_COUNT} added per bin)", "", "![Figure 2](figure2.png)"]
+        md += [
+            "",
+            f"## Figure 2: score distributions after {fig2['tree']} trees",
+            "",
+            f"KL(P_lowest ‖ P_highest): MSE ({fig2['mse_run']}) {fig2['kl_mean']['MSE']:.4f}, "
+            f"LambdaMART {fig2['kl_mean']['LambdaMART']:.4f} (mean over folds; natural log, the trainer's "
+            f"histogram bins, {KL_PSEUDO_COUNT} added per bin)",
+            "",
+            "![Figure 2](figure2.png)",
+        ]
     text = "\n".join(md) + "\n"
     return text, _html(md, meta["title"])
 
@@ -830,12 +963,24 @@ def _html(md: list[str], title: str) -> str:
         page.append(b)
     if in_table:
         page.append("</table>")
-    return ("<!doctype html><html><head><meta charset='utf-8'><title>" + html.escape(title) +
-            "</title></head><body style='font-family:sans-serif'>" + "\n".join(page) + "</body></html>\n")
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>"
+        + html.escape(title)
+        + "</title></head><body style='font-family:sans-serif'>"
+        + "\n".join(page)
+        + "</body></html>\n"
+    )
 
 
-def build_report(tracker: Tracker, out: str, parent: str | None = None, metric_name: str = "ndcg_at_10",
-                 n_perm: int = 10_000, seed: int = 0, table2_sizes: Sequence[int] = ()) -> dict[str, Any]:
+def build_report(
+    tracker: Tracker,
+    out: str,
+    parent: str | None = None,
+    metric_name: str = "ndcg_at_10",
+    n_perm: int = 10_000,
+    seed: int = 0,
+    table2_sizes: Sequence[int] = (),
+) -> dict[str, Any]:
     """Rebuild the tables and figures of a grid: ``parent`` (a grid's parent run id), else the experiment's
     latest FINISHED grid. ``table2_sizes``: empty = :func:`default_table2_sizes`."""
     run = find_grid(tracker, parent)
@@ -870,16 +1015,31 @@ def build_report(tracker: Tracker, out: str, parent: str | None = None, metric_n
     metric = params.get("metric", metric_name)
     child_metrics = sorted({r.metric for r in records if r.metric and r.metric != metric})
     versions = code_versions(records)
-    meta = {"title": f"Curriculum and continuation LtR: {tracker.experiment}", "experiment": tracker.experiment,
-            "parent": parent, "status": state.status, "folds": state.folds, "problems": problems,
-            "data": params.get("data", "?"), "fingerprint": params.get("data_fingerprint", "?"), "metric": metric,
-            "metric_warning": ("- **Warning: some children used other metric conventions**: " +
-                               "; ".join(child_metrics)) if child_metrics else None,
-            "metric_name": metric_name, "n_perm": n_perm, "seed": seed, "versions": versions,
-            "report_version": report_version(), "no_table2": no_table2, "split": state.split}
+    meta = {
+        "title": f"Curriculum and continuation LtR: {tracker.experiment}",
+        "experiment": tracker.experiment,
+        "parent": parent,
+        "status": state.status,
+        "folds": state.folds,
+        "problems": problems,
+        "data": params.get("data", "?"),
+        "fingerprint": params.get("data_fingerprint", "?"),
+        "metric": metric,
+        "metric_warning": ("- **Warning: some children used other metric conventions**: " + "; ".join(child_metrics))
+        if child_metrics
+        else None,
+        "metric_name": metric_name,
+        "n_perm": n_perm,
+        "seed": seed,
+        "versions": versions,
+        "report_version": report_version(),
+        "no_table2": no_table2,
+        "split": state.split,
+    }
     if any(len(v) > 1 for v in versions.values()):
-        log.warning("children of grid %s ran different code: %s", parent,
-                    {k: v for k, v in versions.items() if len(v) > 1})
+        log.warning(
+            "children of grid %s ran different code: %s", parent, {k: v for k, v in versions.items() if len(v) > 1}
+        )
     md, page = render(t1, t2, fig2, meta)
     files["report.md"] = md.encode()
     files["report.html"] = page.encode()
@@ -892,7 +1052,21 @@ def build_report(tracker: Tracker, out: str, parent: str | None = None, metric_n
         with open(os.path.join(out, name), "wb") as f:
             f.write(data)
         tracker.client.log_artifact(parent, os.path.join(out, name), "report")
-    log.info("report of %d runs of grid %s (%s) written to %s (and logged to that run)", len(records), parent,
-             state.status, out)
-    return {"out": out, "parent": parent, "status": state.status, "problems": problems, "table1": t1,
-            "table2": t2, "figure2": fig2, "records": len(records), "versions": versions}
+    log.info(
+        "report of %d runs of grid %s (%s) written to %s (and logged to that run)",
+        len(records),
+        parent,
+        state.status,
+        out,
+    )
+    return {
+        "out": out,
+        "parent": parent,
+        "status": state.status,
+        "problems": problems,
+        "table1": t1,
+        "table2": t2,
+        "figure2": fig2,
+        "records": len(records),
+        "versions": versions,
+    }

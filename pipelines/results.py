@@ -58,9 +58,16 @@ def path_result(store: CheckpointStore, name: str, chain: Iterable[str], with_mo
         if last and (last["objective"], last["data"]) == (node["objective"], node["data"]):
             last["trees"] += node["t1"] - node["t0"]  # one stage cut into nodes
         else:
-            r.runs.append({"objective": node["objective"], "data": node["data"], "first_tree": node["t0"],
-                           "rows": meta["rows"], "builtin": OBJECTIVES[node["objective"]] is not None,
-                           "trees": node["t1"] - node["t0"]})
+            r.runs.append(
+                {
+                    "objective": node["objective"],
+                    "data": node["data"],
+                    "first_tree": node["t0"],
+                    "rows": meta["rows"],
+                    "builtin": OBJECTIVES[node["objective"]] is not None,
+                    "trees": node["t1"] - node["t0"],
+                }
+            )
         if with_model:
             parts += [(store.segment(node["key"], a, b), b - a) for a, b in meta["segments"]]
     if with_model:
@@ -76,8 +83,13 @@ def path_result(store: CheckpointStore, name: str, chain: Iterable[str], with_mo
 
 
 # ------------------------------------------------------------ models
-def concat_models(parts: list[tuple[bytes, int]], base_margin: float, stages: list[dict[str, Any]] | None = None,
-                  conventions: dict[str, Any] | None = None, name: str = "") -> bytes:
+def concat_models(
+    parts: list[tuple[bytes, int]],
+    base_margin: float,
+    stages: list[dict[str, Any]] | None = None,
+    conventions: dict[str, Any] | None = None,
+    name: str = "",
+) -> bytes:
     """One XGBoost JSON model from the first ``n`` trees of each part, in order.
 
     Every part was trained on margins that already include the earlier parts,
@@ -115,14 +127,26 @@ def concat_models(parts: list[tuple[bytes, int]], base_margin: float, stages: li
     last = stages[-1]["objective"] if stages else "lambdamart"
     builtin = OBJECTIVES.get(last) or ("reg:squarederror" if last == "mse" else "rank:ndcg")
     if builtin.startswith("rank:"):
-        out["learner"]["objective"] = {"name": builtin, "lambdarank_param": {
-            "lambdarank_bias_norm": "1", "lambdarank_normalization": "1", "lambdarank_num_pair_per_sample": str(k),
-            "lambdarank_pair_method": "topk", "lambdarank_score_normalization": "1", "lambdarank_unbiased": "0",
-            "ndcg_exp_gain": "1" if gain == "exp2" else "0"}}
+        out["learner"]["objective"] = {
+            "name": builtin,
+            "lambdarank_param": {
+                "lambdarank_bias_norm": "1",
+                "lambdarank_normalization": "1",
+                "lambdarank_num_pair_per_sample": str(k),
+                "lambdarank_pair_method": "topk",
+                "lambdarank_score_normalization": "1",
+                "lambdarank_unbiased": "0",
+                "ndcg_exp_gain": "1" if gain == "exp2" else "0",
+            },
+        }
     else:
         out["learner"]["objective"] = {"name": builtin, "reg_loss_param": {"scale_pos_weight": "1"}}
     out["learner"]["attributes"] = {
-        "ltr_path": name, "ltr_k": str(k), "ltr_gain": gain,
-        "ltr_stages": json.dumps([{key: s[key] for key in ("objective", "data", "first_tree", "trees")}
-                                  for s in stages])}
+        "ltr_path": name,
+        "ltr_k": str(k),
+        "ltr_gain": gain,
+        "ltr_stages": json.dumps(
+            [{key: s[key] for key in ("objective", "data", "first_tree", "trees")} for s in stages]
+        ),
+    }
     return json.dumps(out).encode()

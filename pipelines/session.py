@@ -49,10 +49,15 @@ def _read_properties(path: str) -> dict[str, str]:
 
 
 #: spark-submit options that are Spark properties (PYSPARK_SUBMIT_ARGS may carry them).
-_SUBMIT_FLAGS = {"--master": "spark.master", "--driver-memory": "spark.driver.memory",
-                 "--executor-memory": "spark.executor.memory", "--executor-cores": "spark.executor.cores",
-                 "--num-executors": "spark.executor.instances", "--driver-java-options": "spark.driver.extraJavaOptions",
-                 "--name": "spark.app.name"}
+_SUBMIT_FLAGS = {
+    "--master": "spark.master",
+    "--driver-memory": "spark.driver.memory",
+    "--executor-memory": "spark.executor.memory",
+    "--executor-cores": "spark.executor.cores",
+    "--num-executors": "spark.executor.instances",
+    "--driver-java-options": "spark.driver.extraJavaOptions",
+    "--name": "spark.app.name",
+}
 
 
 def external_properties() -> dict[str, str]:
@@ -68,7 +73,8 @@ def external_properties() -> dict[str, str]:
         return dict(SparkConf().getAll())
     out: dict[str, str] = {}
     conf_dir = os.environ.get("SPARK_CONF_DIR") or (
-        os.path.join(os.environ["SPARK_HOME"], "conf") if os.environ.get("SPARK_HOME") else "")
+        os.path.join(os.environ["SPARK_HOME"], "conf") if os.environ.get("SPARK_HOME") else ""
+    )
     defaults = os.path.join(conf_dir, "spark-defaults.conf") if conf_dir else ""
     if defaults and os.path.isfile(defaults):
         out.update(_read_properties(defaults))
@@ -140,9 +146,14 @@ def build_session(cfg: SparkConfig) -> SparkSession:
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(cfg.log_level)
-    log.info("spark %s session on %s (%d cores, %s shuffle partitions, %s scheduler)", spark.version, master,
-             spark.sparkContext.defaultParallelism, spark.conf.get("spark.sql.shuffle.partitions"),
-             spark.sparkContext.getConf().get("spark.scheduler.mode", "FIFO"))
+    log.info(
+        "spark %s session on %s (%d cores, %s shuffle partitions, %s scheduler)",
+        spark.version,
+        master,
+        spark.sparkContext.defaultParallelism,
+        spark.conf.get("spark.sql.shuffle.partitions"),
+        spark.sparkContext.getConf().get("spark.scheduler.mode", "FIFO"),
+    )
     return spark
 
 

@@ -130,8 +130,10 @@ def _check_replaceable(fs: pafs.FileSystem, path: str, shown: str, marker: str) 
     has_marker = fs.get_file_info(f"{path}/{marker}").type == pafs.FileType.File
     empty = not fs.get_file_info(pafs.FileSelector(path))
     if not (has_marker or empty):
-        raise OutputError(f"refusing to replace --out {shown}: it exists and is not an ltr output "
-                          f"(no {marker}); choose another path or remove it")
+        raise OutputError(
+            f"refusing to replace --out {shown}: it exists and is not an ltr output "
+            f"(no {marker}); choose another path or remove it"
+        )
 
 
 def read_json(path: str, name: str) -> Any:
@@ -179,5 +181,3 @@ def atomic_output(out: str, marker: str) -> Iterator[Output]:
     except BaseException:
         delete_quietly(fs, tmp_path)
         raise
-
-

@@ -88,17 +88,25 @@ def curriculum_config(cfg: Config, name: str) -> Any:
         return replace(cfg.curriculum, **cfg.grid.extra_curricula[name])
     if name in STRATEGIES:
         return replace(cfg.curriculum, strategy=name, pacing="")
-    raise ConfigError(f"grid path refers to curriculum {name!r}, which is neither a strategy nor in "
-                      f"grid.extra_curricula ({sorted(cfg.grid.extra_curricula)})")
+    raise ConfigError(
+        f"grid path refers to curriculum {name!r}, which is neither a strategy nor in "
+        f"grid.extra_curricula ({sorted(cfg.grid.extra_curricula)})"
+    )
 
 
 def curriculum_inputs(cfg: Config, ds: Dataset, fold: int, name: str, scores: str) -> dict[str, Any]:
     """What determines curriculum ``name`` of ``fold`` (the arguments of :func:`pipelines.keys.curriculum_key`):
     its settings, the dataset, the fold, the difficulty key and ``scores``, the content fingerprint of the very
     scores it is built from (scores computed again into the same folder with another result rebuild it)."""
-    return {"settings": asdict(curriculum_config(cfg, name)), "dataset": ds.fingerprint, "fold": fold, "name": name,
-            "difficulty": keys.difficulty_key(**difficulty_inputs(ds, cfg.difficulty, cfg.metric)),
-            "empty_queries": cfg.difficulty.empty_queries, "scores": scores}
+    return {
+        "settings": asdict(curriculum_config(cfg, name)),
+        "dataset": ds.fingerprint,
+        "fold": fold,
+        "name": name,
+        "difficulty": keys.difficulty_key(**difficulty_inputs(ds, cfg.difficulty, cfg.metric)),
+        "empty_queries": cfg.difficulty.empty_queries,
+        "scores": scores,
+    }
 
 
 def scores_fingerprint(difficulty: str) -> str:
@@ -153,8 +161,13 @@ class FoldPlan:
     @property
     def provisional(self) -> list[str]:
         """Curricula of the plan not built yet (their nodes' keys are provisional)."""
-        return sorted({n.curriculum for n in self.plan.nodes if n.curriculum
-                       and str(self.plan.inputs.get(n.key, {}).get("curriculum", "")).startswith("unbuilt:")})
+        return sorted(
+            {
+                n.curriculum
+                for n in self.plan.nodes
+                if n.curriculum and str(self.plan.inputs.get(n.key, {}).get("curriculum", "")).startswith("unbuilt:")
+            }
+        )
 
 
 def plan_fold(cfg: Config, ds: Dataset, fold: int) -> FoldPlan:
@@ -165,8 +178,12 @@ def plan_fold(cfg: Config, ds: Dataset, fold: int) -> FoldPlan:
     # checked against the dataset here, before any Spark work (hrel_labels, shares, the empty-query policy)
     stages = {n: len(check_curriculum(curriculum_config(cfg, n), ds, cfg.difficulty.empty_queries)) for n in names}
     paths = [resolve(c.path, stages) for c in children]
-    plan = build_plan(paths, fold=fold, context=keys.plan_context(cfg.train, cfg.metric, ds.fingerprint, fold),
-                      curriculum_keys=stored_curriculum_keys(cfg, ds, fold, names))
+    plan = build_plan(
+        paths,
+        fold=fold,
+        context=keys.plan_context(cfg.train, cfg.metric, ds.fingerprint, fold),
+        curriculum_keys=stored_curriculum_keys(cfg, ds, fold, names),
+    )
     return FoldPlan(fold, children, paths, plan)
 
 
@@ -199,12 +216,16 @@ def show_plan(cfg: Config, data: str | None = None) -> str:
             old = stored.get(fp.plan.signature(n.key))
             if states[n.key].state == DONE or not old or old["key"] == n.key:
                 continue
-            why[n.key] = [f"key changed since the last run (node {old['key']}): {d}"
-                          for d in keys.differences(old["inputs"], fp.plan.inputs.get(n.key, {}))]
+            why[n.key] = [
+                f"key changed since the last run (node {old['key']}): {d}"
+                for d in keys.differences(old["inputs"], fp.plan.inputs.get(n.key, {}))
+            ]
         text = format_plan(fp.plan, states, why)
         if fp.provisional:
-            text += (f"\n  (curricula {', '.join(fp.provisional)} are not built yet: the keys of their nodes are "
-                     "provisional; `ltr grid --setup-only` builds them)")
+            text += (
+                f"\n  (curricula {', '.join(fp.provisional)} are not built yet: the keys of their nodes are "
+                "provisional; `ltr grid --setup-only` builds them)"
+            )
         out.append(text)
     return "\n".join(out)
 
@@ -227,10 +248,14 @@ def record_plan(store: CheckpointStore, experiment: str, fp: FoldPlan) -> None:
     doc = {fp.plan.signature(n.key): {"key": n.key, "inputs": fp.plan.inputs.get(n.key, {})} for n in fp.plan.nodes}
     path = plan_record_path(store, experiment, fp.fold)
     try:
-        store.write_file(path[len(store.path) + 1:], json.dumps(doc, sort_keys=True, default=str).encode())
+        store.write_file(path[len(store.path) + 1 :], json.dumps(doc, sort_keys=True, default=str).encode())
     except OSError as e:  # a diagnostic: never a reason to stop a study
-        log.warning("could not record fold %d's plan at %s (ltr grid --plan will not say why keys changed): %s",
-                    fp.fold, path, e)
+        log.warning(
+            "could not record fold %d's plan at %s (ltr grid --plan will not say why keys changed): %s",
+            fp.fold,
+            path,
+            e,
+        )
 
 
 def study_keys(cfg: Config, ds: Dataset, code: dict[str, str] | None = None) -> tuple[str, str]:
@@ -241,21 +266,36 @@ def study_keys(cfg: Config, ds: Dataset, code: dict[str, str] | None = None) -> 
     dataset moved to another path, resume the same grid; how many workers build the trees does not
     change them (global cuts), so it is in no key either."""
     grid_cfg = {k: v for k, v in asdict(cfg.grid).items() if k not in ("data", "difficulty")}
-    return keys.study_keys({"grid": grid_cfg, "train": keys.train_inputs(cfg.train), "metric": cfg.metric.to_dict(),
-                       "curriculum": asdict(cfg.curriculum), "difficulty": asdict(cfg.difficulty),
-                       "dataset": ds.fingerprint, "folds": list(dict.fromkeys(cfg.grid.folds))}, code)
+    return keys.study_keys(
+        {
+            "grid": grid_cfg,
+            "train": keys.train_inputs(cfg.train),
+            "metric": cfg.metric.to_dict(),
+            "curriculum": asdict(cfg.curriculum),
+            "difficulty": asdict(cfg.difficulty),
+            "dataset": ds.fingerprint,
+            "folds": list(dict.fromkeys(cfg.grid.folds)),
+        },
+        code,
+    )
 
 
 def unfinished_units(fp: FoldPlan, existing: dict[str, tuple[str, str]]) -> list[list[str]]:
     """The fold's units of work (:meth:`pipelines.plan.Plan.units`) that end a child whose run is not
     FINISHED (``existing``: :meth:`pipelines.tracking.Tracker.child_runs`). The others have nothing
     left to do: every node of a FINISHED child is done, and a unit holds every node of its paths."""
-    roots = {fp.plan.chains[p.label][0] for i, p in enumerate(fp.paths)
-             if existing.get(fp.child_key(i), ("", ""))[1] != "FINISHED"}
+    roots = {
+        fp.plan.chains[p.label][0]
+        for i, p in enumerate(fp.paths)
+        if existing.get(fp.child_key(i), ("", ""))[1] != "FINISHED"
+    }
     return [unit for unit in fp.plan.units() if unit[0] in roots]
 
 
 def study_finished(plans: dict[int, FoldPlan], existing: dict[str, tuple[str, str]]) -> bool:
     """Whether every child of every fold of the study has a FINISHED run."""
-    return all(existing.get(fp.child_key(i), ("", ""))[1] == "FINISHED"
-               for fp in plans.values() for i in range(len(fp.children)))
+    return all(
+        existing.get(fp.child_key(i), ("", ""))[1] == "FINISHED"
+        for fp in plans.values()
+        for i in range(len(fp.children))
+    )

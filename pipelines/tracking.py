@@ -47,6 +47,7 @@ TAG_SWITCH = "ltr.switch_point"
 TAG_FOLD = "ltr.fold"
 TAG_PATH = "ltr.path"
 
+
 class UnknownExperiment(LookupError):
     """``Tracker(..., create=False)`` of an experiment that does not exist."""
 
@@ -67,7 +68,7 @@ def store_lock(uri: str) -> Iterator[None]:
     Measured in ``tests/test_tracking.py``. A tracking server's database serialises its own schema;
     there the DAG's ``grid_setup`` makes the experiment and the parent run before any task maps.
     """
-    path = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
+    path = uri[len("sqlite:///") :] if uri.startswith("sqlite:///") else ""
     if not path or path == ":memory:":
         yield
         return
@@ -105,8 +106,10 @@ class Tracker:
             exp = self.client.get_experiment_by_name(self.experiment)
             if exp is None and not self.create:
                 names = sorted(e.name for e in self.client.search_experiments())
-                raise UnknownExperiment(f"no MLflow experiment {self.experiment!r} at {self.uri}; existing "
-                                        f"experiments: {', '.join(names) or '(none)'}")
+                raise UnknownExperiment(
+                    f"no MLflow experiment {self.experiment!r} at {self.uri}; existing "
+                    f"experiments: {', '.join(names) or '(none)'}"
+                )
             if exp is None:
                 if not self.artifact_root:  # a tracking server: its own artifact store (--serve-artifacts)
                     loc = None
@@ -115,8 +118,9 @@ class Tracker:
                 else:
                     os.makedirs(self.artifact_root, exist_ok=True)
                     loc = f"file://{os.path.abspath(self.artifact_root)}"
-                self.experiment_id = self.client.create_experiment(self.experiment, artifact_location=loc,
-                                                                   tags={TAG_EXPERIMENT_KIND: MODEL_TRAINING})
+                self.experiment_id = self.client.create_experiment(
+                    self.experiment, artifact_location=loc, tags={TAG_EXPERIMENT_KIND: MODEL_TRAINING}
+                )
             else:
                 self.experiment_id = exp.experiment_id
                 if self.create and TAG_EXPERIMENT_KIND not in exp.tags:  # one made before the tag existed
@@ -136,34 +140,45 @@ class Tracker:
         return cls(uri, experiment or cfg.grid.experiment, artifacts, create)
 
     # -- runs -----------------------------------------------------------
-    def find_or_create_parent(self, grid_key: str, name: str, params: dict[str, Any],
-                              tags: dict[str, str] | None = None) -> tuple[str, bool]:
+    def find_or_create_parent(
+        self, grid_key: str, name: str, params: dict[str, Any], tags: dict[str, str] | None = None
+    ) -> tuple[str, bool]:
         """The parent run of this grid (resumed if one with the same key exists)."""
         with store_lock(self.uri):  # one parent per grid when processes start it at once
             return self._find_or_create_parent(grid_key, name, params, tags)
 
-    def _find_or_create_parent(self, grid_key: str, name: str, params: dict[str, Any],
-                               tags: dict[str, str] | None) -> tuple[str, bool]:
-        runs = self.client.search_runs([self.experiment_id], filter_string=f"tags.`{TAG_GRID_KEY}` = '{grid_key}'",
-                                       order_by=["attributes.start_time DESC"], max_results=1)
+    def _find_or_create_parent(
+        self, grid_key: str, name: str, params: dict[str, Any], tags: dict[str, str] | None
+    ) -> tuple[str, bool]:
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.`{TAG_GRID_KEY}` = '{grid_key}'",
+            order_by=["attributes.start_time DESC"],
+            max_results=1,
+        )
         if runs:
             run_id = runs[0].info.run_id
             self.client.update_run(run_id, status="RUNNING")
             return run_id, True
-        run = self.client.create_run(self.experiment_id, run_name=name,
-                                     tags={TAG_KIND: "grid", TAG_GRID_KEY: grid_key, **(tags or {})})
+        run = self.client.create_run(
+            self.experiment_id, run_name=name, tags={TAG_KIND: "grid", TAG_GRID_KEY: grid_key, **(tags or {})}
+        )
         self.log_params(run.info.run_id, params)
         return run.info.run_id, False
 
     def parents(self, tag: str, value: str) -> list[Any]:
         """Grid parent runs with ``tag = value``, newest first."""
-        return self.client.search_runs([self.experiment_id],
-                                       filter_string=f"tags.`{TAG_KIND}` = 'grid' and tags.`{tag}` = '{value}'",
-                                       order_by=["attributes.start_time DESC"], max_results=1000)
+        return self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.`{TAG_KIND}` = 'grid' and tags.`{tag}` = '{value}'",
+            order_by=["attributes.start_time DESC"],
+            max_results=1000,
+        )
 
     def children(self, parent_id: str) -> list[Any]:
-        return self.client.search_runs([self.experiment_id], filter_string=f"tags.`{TAG_PARENT}` = '{parent_id}'",
-                                       max_results=50000)
+        return self.client.search_runs(
+            [self.experiment_id], filter_string=f"tags.`{TAG_PARENT}` = '{parent_id}'", max_results=50000
+        )
 
     def child_runs(self, parent_id: str) -> dict[str, tuple[str, str]]:
         """child key -> (run id, status) of the grid's children; a FINISHED run wins over others of the
@@ -180,7 +195,7 @@ class Tracker:
 
         items = [Param(k, str(v)[:6000]) for k, v in sorted(params.items())]
         for i in range(0, len(items), 100):
-            self.client.log_batch(run_id, params=items[i:i + 100])
+            self.client.log_batch(run_id, params=items[i : i + 100])
 
     def log_history(self, run_id: str, key: str, steps: list[int], values: list[float]) -> None:
         """A metric history (one value per step) in batches of 1000."""
@@ -189,7 +204,7 @@ class Tracker:
         ts = int(time.time() * 1000)
         ms = [Metric(key, float(v), ts, int(s)) for s, v in zip(steps, values, strict=True)]
         for i in range(0, len(ms), 1000):
-            self.client.log_batch(run_id, metrics=ms[i:i + 1000])
+            self.client.log_batch(run_id, metrics=ms[i : i + 1000])
 
     def log_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
         from mlflow.entities import Metric
@@ -213,8 +228,9 @@ class Tracker:
             warnings.simplefilter("ignore", UserWarning)
             source = resolve_dataset_source(path)
         ds = MetaDataset(source, name=name, digest=fingerprint.split(":")[-1][:16])
-        self.client.log_inputs(run_id, [DatasetInput(ds._to_mlflow_entity(), [InputTag("mlflow.data.context",
-                                                                                          context)])])
+        self.client.log_inputs(
+            run_id, [DatasetInput(ds._to_mlflow_entity(), [InputTag("mlflow.data.context", context)])]
+        )
 
     def log_model(self, run_id: str, model_json: bytes) -> None:
         import mlflow
@@ -222,8 +238,9 @@ class Tracker:
 
         booster = xgb.Booster(model_file=bytearray(model_json))
         with mlflow.start_run(run_id=run_id, nested=True):
-            mlflow.xgboost.log_model(booster, name="model", model_format="json",
-                                     pip_requirements=[f"xgboost=={xgb.__version__}"])
+            mlflow.xgboost.log_model(
+                booster, name="model", model_format="json", pip_requirements=[f"xgboost=={xgb.__version__}"]
+            )
         self.client.update_run(run_id, status="RUNNING")  # end_run above marked it FINISHED
 
     def finish(self, run_id: str, status: str = "FINISHED") -> None:

@@ -16,8 +16,8 @@ from pipelines.executor import Execution, execute_plan
 from pipelines.keys import curriculum_content_key, plan_context
 from pipelines.paths import parse_path, resolve
 from pipelines.plan import build_plan
-from pipelines.storage import atomic_output
 from pipelines.results import path_result
+from pipelines.storage import atomic_output
 from udfs.metrics import NdcgSpec
 
 log = logging.getLogger(__name__)
@@ -26,8 +26,17 @@ SUMMARY = "_train.json"
 
 
 # ------------------------------------------------------------ the job
-def run_train(spark: SparkSession, data: str, fold: int, path: str, curricula: list[str], cfg: TrainConfig,
-              metric: NdcgSpec, out: str, checkpoints: str) -> dict[str, Any]:
+def run_train(
+    spark: SparkSession,
+    data: str,
+    fold: int,
+    path: str,
+    curricula: list[str],
+    cfg: TrainConfig,
+    metric: NdcgSpec,
+    out: str,
+    checkpoints: str,
+) -> dict[str, Any]:
     """``ltr train``: train one path, write ``out`` (model.json, curve.csv, config.json, _train.json).
 
     The path is a plan of nodes checkpointed under ``checkpoints``: a re-run
@@ -40,33 +49,71 @@ def run_train(spark: SparkSession, data: str, fold: int, path: str, curricula: l
     curs = [c for c in curs if c.name in tp.curricula]
     workers, nthread = resolve_workers(spark, cfg)
     settings = make_settings(cfg, metric, ds, nthread)
-    plan = build_plan([tp], fold=fold, context=plan_context(cfg, metric, ds.fingerprint, fold),
-                      curriculum_keys={c.name: curriculum_content_key(c.summary) for c in curs})
+    plan = build_plan(
+        [tp],
+        fold=fold,
+        context=plan_context(cfg, metric, ds.fingerprint, fold),
+        curriculum_keys={c.name: curriculum_content_key(c.summary) for c in curs},
+    )
     store = CheckpointStore(checkpoints)
-    how = Execution(workers, nthread, 1, cfg.job_retries, cfg.tracker_timeout, "the same `ltr train` command",
-                    cfg.lease_ttl, cfg.lease_wait)
+    how = Execution(
+        workers,
+        nthread,
+        1,
+        cfg.job_retries,
+        cfg.tracker_timeout,
+        "the same `ltr train` command",
+        cfg.lease_ttl,
+        cfg.lease_wait,
+    )
     with task_errors():
         info = execute_plan(spark, plan, ds, {c.name: c for c in curs}, settings, store, how)
     r = path_result(store, tp.label, plan.chains[tp.label])
     summary = {
-        "path": tp.shorthand(), "fold": fold, "trees": tp.trees, "dataset": data,
-        "dataset_fingerprint": ds.fingerprint, "curricula": {c.name: c.path for c in curs},
-        "runs": r.runs, "metric": {**metric.to_dict(), "description": metric.describe()},
-        "final": {"tree": r.trees[-1] if r.trees else None, f"vali_{metric.name}": r.vali[-1] if r.vali else None,
-                  f"test_{metric.name}": r.test[-1] if r.test else None},
-        "score_dists": r.score_dists, "base_margin": r.base_margin, "training": info,
+        "path": tp.shorthand(),
+        "fold": fold,
+        "trees": tp.trees,
+        "dataset": data,
+        "dataset_fingerprint": ds.fingerprint,
+        "curricula": {c.name: c.path for c in curs},
+        "runs": r.runs,
+        "metric": {**metric.to_dict(), "description": metric.describe()},
+        "final": {
+            "tree": r.trees[-1] if r.trees else None,
+            f"vali_{metric.name}": r.vali[-1] if r.vali else None,
+            f"test_{metric.name}": r.test[-1] if r.test else None,
+        },
+        "score_dists": r.score_dists,
+        "base_margin": r.base_margin,
+        "training": info,
     }
     with atomic_output(out, SUMMARY) as tmp:
         with tmp.fs.open_output_stream(f"{tmp.path}/model.json") as f:
             f.write(r.model)
         lines = [f"tree,vali_{metric.name},test_{metric.name}"] + [
-            f"{t},{v!r},{x!r}" for t, v, x in zip(r.trees, r.vali, r.test, strict=True)]
+            f"{t},{v!r},{x!r}" for t, v, x in zip(r.trees, r.vali, r.test, strict=True)
+        ]
         with tmp.fs.open_output_stream(f"{tmp.path}/curve.csv") as f:
             f.write(("\n".join(lines) + "\n").encode())
-        tmp.write_json("config.json", {"train": asdict(cfg), "metric": metric.to_dict(), "path": tp.shorthand(),
-                                       "fold": fold, "data": data, "curricula": curricula})
+        tmp.write_json(
+            "config.json",
+            {
+                "train": asdict(cfg),
+                "metric": metric.to_dict(),
+                "path": tp.shorthand(),
+                "fold": fold,
+                "data": data,
+                "curricula": curricula,
+            },
+        )
         tmp.write_json(SUMMARY, summary)
-    log.info("%s fold %d: %s after %d trees: vali %.4f, test %.4f", tp.shorthand(), fold, metric.name, tp.trees,
-             summary["final"][f"vali_{metric.name}"] or float("nan"),
-             summary["final"][f"test_{metric.name}"] or float("nan"))
+    log.info(
+        "%s fold %d: %s after %d trees: vali %.4f, test %.4f",
+        tp.shorthand(),
+        fold,
+        metric.name,
+        tp.trees,
+        summary["final"][f"vali_{metric.name}"] or float("nan"),
+        summary["final"][f"test_{metric.name}"] or float("nan"),
+    )
     return summary

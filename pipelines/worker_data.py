@@ -69,8 +69,7 @@ class SplitData:
     def __post_init__(self) -> None:
         self.offsets = offsets_from_qids(self.qid)
         if self.doc is None:
-            self.doc = (np.arange(self.qid.size) - np.repeat(self.offsets[:-1], np.diff(self.offsets))
-                        ).astype(np.int32)
+            self.doc = (np.arange(self.qid.size) - np.repeat(self.offsets[:-1], np.diff(self.offsets))).astype(np.int32)
 
     @property
     def n_queries(self) -> int:
@@ -113,10 +112,12 @@ class WorkerData:
 
 def encode(data: WorkerData, cuts: Cuts) -> WorkerData:
     """``data`` with every split's floats replaced by their bin codes (a new object: the caller's keeps its X)."""
+
     def one(sp: SplitData | None) -> SplitData | None:
         if sp is None or sp.codes is not None:
             return sp
         return SplitData(None, sp.y, sp.qid, sp.doc, bin_codes(np.asarray(sp.X, np.float32), cuts))
+
     return replace(data, train=one(data.train), vali=one(data.vali), test=one(data.test))
 
 
@@ -141,8 +142,10 @@ class _Builder:
         for c in self.curricula:
             col = batch.column(c)
             if col.null_count:
-                raise DataError(f"{col.null_count} training rows have no stage in curriculum column {c} "
-                                "(their queries are missing from the curriculum); rebuild it with `ltr curriculum`")
+                raise DataError(
+                    f"{col.null_count} training rows have no stage in curriculum column {c} "
+                    "(their queries are missing from the curriculum); rebuild it with `ltr curriculum`"
+                )
             self.parts[c].append(col.to_numpy(zero_copy_only=False).astype(np.int32))
 
     def finish(self) -> tuple[SplitData, dict[str, np.ndarray]]:
@@ -166,7 +169,7 @@ def _join(parts: list[np.ndarray], empty: tuple[int, ...], dtype: Any) -> np.nda
     parts.reverse()
     while parts:
         p = parts.pop()
-        out[at:at + p.shape[0]] = p
+        out[at : at + p.shape[0]] = p
         at += p.shape[0]
         del p
     return out
@@ -194,8 +197,9 @@ def _permute_rows(A, order):  # pragma: no cover - compiled
             j = k
 
 
-def from_batches(batches: Iterable[pa.RecordBatch], n_features: int, cuts: Cuts,
-                 curricula: list[dict[str, Any]]) -> WorkerData:
+def from_batches(
+    batches: Iterable[pa.RecordBatch], n_features: int, cuts: Cuts, curricula: list[dict[str, Any]]
+) -> WorkerData:
     """A worker's :class:`WorkerData` from its Arrow batches (columns: the split code ``_split``, qid, doc,
     label, the features and each curriculum's first-stage column), binned on ``cuts`` as they stream in."""
     feats = schema.feature_cols(n_features)
@@ -210,9 +214,13 @@ def from_batches(batches: Iterable[pa.RecordBatch], n_features: int, cuts: Cuts,
             builders[int(code)].add(part, feats, cuts)
     out = [b.finish() for b in builders]
     stages = {c["name"]: out[0][1][c["column"]] for c in curricula}
-    return WorkerData(train=out[0][0], vali=out[1][0], test=out[2][0], stages=stages,
-                      label_filters={c["name"]: {int(k): v for k, v in c["label_filters"].items()}
-                                     for c in curricula})
+    return WorkerData(
+        train=out[0][0],
+        vali=out[1][0],
+        test=out[2][0],
+        stages=stages,
+        label_filters={c["name"]: {int(k): v for k, v in c["label_filters"].items()} for c in curricula},
+    )
 
 
 # ------------------------------------------------------------ codes -> XGBoost
@@ -224,10 +232,10 @@ def representatives(cuts: Cuts) -> tuple[np.ndarray, np.ndarray]:
     rptr = np.concatenate([[0], np.cumsum(n + 1)]).astype(np.int64)
     reps = np.zeros(int(rptr[-1]), np.float32)
     for j in range(n.size):
-        v = values[indptr[j]:indptr[j + 1]]
+        v = values[indptr[j] : indptr[j + 1]]
         if v.size:
             reps[rptr[j]] = np.nextafter(v[0], np.float32(-np.inf))
-            reps[rptr[j] + 1:rptr[j + 1]] = v
+            reps[rptr[j] + 1 : rptr[j + 1]] = v
     return rptr, reps
 
 
@@ -251,13 +259,18 @@ def decode(codes: np.ndarray, rows: np.ndarray, reps: tuple[np.ndarray, np.ndarr
 class _CodesIter(xgb.DataIter):
     """Chunks of whole queries of ``split`` (``rows`` of it, or all), decoded for XGBoost one at a time."""
 
-    def __init__(self, split: SplitData, rows: np.ndarray | None, reps: tuple[np.ndarray, np.ndarray],
-                 chunk_rows: int) -> None:
+    def __init__(
+        self, split: SplitData, rows: np.ndarray | None, reps: tuple[np.ndarray, np.ndarray], chunk_rows: int
+    ) -> None:
         self.split, self.reps = split, reps
         self.rows = np.arange(split.y.size, dtype=np.int64) if rows is None else rows.astype(np.int64, copy=False)
         offsets = offsets_from_qids(split.qid[self.rows])
-        ends = offsets[np.unique(np.searchsorted(offsets, np.arange(1, offsets[-1] // max(chunk_rows, 1) + 2)
-                                                 * chunk_rows, side="right") - 1)]
+        ends = offsets[
+            np.unique(
+                np.searchsorted(offsets, np.arange(1, offsets[-1] // max(chunk_rows, 1) + 2) * chunk_rows, side="right")
+                - 1
+            )
+        ]
         self.bounds = np.unique(np.concatenate([[0], ends, [offsets[-1]]])).astype(np.int64)
         self.i = 0
         super().__init__(release_data=True)
@@ -265,7 +278,7 @@ class _CodesIter(xgb.DataIter):
     def next(self, input_data: Any) -> bool:
         if self.i + 1 >= self.bounds.size:
             return False
-        idx = self.rows[self.bounds[self.i]:self.bounds[self.i + 1]]
+        idx = self.rows[self.bounds[self.i] : self.bounds[self.i + 1]]
         sp = self.split
         input_data(data=decode(sp.codes, idx, self.reps), label=sp.y[idx], qid=sp.qid[idx])
         self.i += 1
@@ -275,8 +288,15 @@ class _CodesIter(xgb.DataIter):
         self.i = 0
 
 
-def training_matrix(split: SplitData, ref: Any, max_bin: int, nthread: int = 0, rows: np.ndarray | None = None,
-                    reps: tuple[np.ndarray, np.ndarray] | None = None, chunk_rows: int = CHUNK_ROWS) -> Any:
+def training_matrix(
+    split: SplitData,
+    ref: Any,
+    max_bin: int,
+    nthread: int = 0,
+    rows: np.ndarray | None = None,
+    reps: tuple[np.ndarray, np.ndarray] | None = None,
+    chunk_rows: int = CHUNK_ROWS,
+) -> Any:
     """XGBoost's ``QuantileDMatrix`` of ``split`` (``rows`` of it: a curriculum subset) on ``ref``'s cuts,
     from its bin codes; the same bins as a matrix of the original floats."""
     if split.codes is None:
@@ -285,8 +305,14 @@ def training_matrix(split: SplitData, ref: Any, max_bin: int, nthread: int = 0, 
         reps = representatives(_cuts_of(ref))
     n = split.y.size if rows is None else rows.size
     if n == 0:  # a worker with no row of this subset: XGBoost's iterator wants at least one batch
-        return xgb.QuantileDMatrix(np.zeros((0, split.codes.shape[1]), np.float32), label=np.zeros(0, np.float32),
-                                   qid=np.zeros(0, np.int32), ref=ref, max_bin=max_bin, nthread=nthread)
+        return xgb.QuantileDMatrix(
+            np.zeros((0, split.codes.shape[1]), np.float32),
+            label=np.zeros(0, np.float32),
+            qid=np.zeros(0, np.int32),
+            ref=ref,
+            max_bin=max_bin,
+            nthread=nthread,
+        )
     return xgb.QuantileDMatrix(_CodesIter(split, rows, reps, chunk_rows), ref=ref, max_bin=max_bin, nthread=nthread)
 
 
@@ -299,8 +325,10 @@ def matrix_cuts(matrix: Any) -> Cuts:
     """The cuts of a ``QuantileDMatrix`` (the fold's reference matrix) as :func:`udfs.trees.bin_codes` wants them."""
     cuts = _cuts_of(matrix)
     if np.diff(cuts[0]).max(initial=0) >= int(MISSING):
-        raise ValueError(f"a feature has {int(np.diff(cuts[0]).max())} cuts: bin codes hold at most "
-                         f"{int(MISSING) - 1} (lower train.max_bin)")
+        raise ValueError(
+            f"a feature has {int(np.diff(cuts[0]).max())} cuts: bin codes hold at most "
+            f"{int(MISSING) - 1} (lower train.max_bin)"
+        )
     return cuts
 
 
@@ -308,9 +336,9 @@ def walkable(tree: tuple[np.ndarray, ...], index: int) -> tuple[np.ndarray, ...]
     """``tree`` if every split is at one of the fold's cuts (six arrays: :func:`udfs.trees.tree_arrays` found
     each split's cut), else an error: the worker keeps codes, not floats, so such a tree cannot be walked."""
     if len(tree) != 6:
-        raise RuntimeError(f"tree {index} splits at a value that is not one of the fold's cuts; the worker keeps "
-                           "bin codes, not floats, so it cannot add the tree to its margins (XGBoost's hist trees "
-                           "split only at their matrix's cuts: is train.tree_method another?)")
+        raise RuntimeError(
+            f"tree {index} splits at a value that is not one of the fold's cuts; the worker keeps "
+            "bin codes, not floats, so it cannot add the tree to its margins (XGBoost's hist trees "
+            "split only at their matrix's cuts: is train.tree_method another?)"
+        )
     return tree
-
-

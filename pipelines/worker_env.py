@@ -142,12 +142,19 @@ def check_device(device: str, probe: bool = True) -> None:
     if not device.startswith(("cuda", "gpu")):
         return
     if not xgb.build_info().get("USE_CUDA"):
-        raise ValueError(f"train.device={device}: this XGBoost {xgb.__version__} has no CUDA support (is it "
-                         "xgboost-cpu?); install the full xgboost wheel, or use train.device=cpu")
+        raise ValueError(
+            f"train.device={device}: this XGBoost {xgb.__version__} has no CUDA support (is it "
+            "xgboost-cpu?); install the full xgboost wheel, or use train.device=cpu"
+        )
     if probe:
-        b = xgb.train({"device": device, "tree_method": "hist", "verbosity": 0},
-                      xgb.DMatrix(np.zeros((2, 1), np.float32), label=[0.0, 1.0]), 1)
+        b = xgb.train(
+            {"device": device, "tree_method": "hist", "verbosity": 0},
+            xgb.DMatrix(np.zeros((2, 1), np.float32), label=[0.0, 1.0]),
+            1,
+        )
         used = json.loads(b.save_config())["learner"]["generic_param"]["device"]
         if not used.startswith("cuda"):
-            raise ValueError(f"train.device={device}: no visible GPU on {os.uname().nodename} (XGBoost would "
-                             "fall back to the CPU); check CUDA_VISIBLE_DEVICES and the driver, or use train.device=cpu")
+            raise ValueError(
+                f"train.device={device}: no visible GPU on {os.uname().nodename} (XGBoost would "
+                "fall back to the CPU); check CUDA_VISIBLE_DEVICES and the driver, or use train.device=cpu"
+            )

@@ -33,15 +33,23 @@ from pipelines.checkpoints import CheckpointStore, take_rows
 from pipelines.cuts import cuts_of, reference_matrix
 from pipelines.paths import OBJECTIVES, REGRESSION
 from pipelines.plan import Node
-from pipelines.worker_data import (SplitData, WorkerData, encode, matrix_cuts, representatives, training_matrix,
-                                   walkable)
+from pipelines.worker_data import SplitData, WorkerData, encode, matrix_cuts, representatives, training_matrix, walkable
 from pipelines.worker_env import Comm, LocalComm, XgbComm, check_device, openmp_threads, returning_freed_memory
 from udfs.metrics import NdcgSpec, inverse_idcg, ndcg_fast, offsets_from_qids
 from udfs.objectives import BlendSchedule, ObjectiveSettings, objective
 from udfs.trees import add_tree, tree_arrays
 
-__all__ = ["Settings", "SplitData", "WorkerData", "LocalComm", "XgbComm", "booster_params", "check_device",
-           "matrix_order", "run_nodes"]
+__all__ = [
+    "Settings",
+    "SplitData",
+    "WorkerData",
+    "LocalComm",
+    "XgbComm",
+    "booster_params",
+    "check_device",
+    "matrix_order",
+    "run_nodes",
+]
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +78,15 @@ class Settings:
 
     @property
     def objectives(self) -> ObjectiveSettings:
-        return ObjectiveSettings(k=self.k, exp_gain=self.metric.gain == "exp2", seed=self.seed,
-                                 sigmoid_gamma=self.sigmoid_gamma, stochastic_noise=self.stochastic_noise,
-                                 stochastic_anneal=self.stochastic_anneal, blend=self.blend)
+        return ObjectiveSettings(
+            k=self.k,
+            exp_gain=self.metric.gain == "exp2",
+            seed=self.seed,
+            sigmoid_gamma=self.sigmoid_gamma,
+            stochastic_noise=self.stochastic_noise,
+            stochastic_anneal=self.stochastic_anneal,
+            blend=self.blend,
+        )
 
 
 def booster_params(settings: Settings, objective: str) -> dict[str, Any]:
@@ -82,8 +96,11 @@ def booster_params(settings: Settings, objective: str) -> dict[str, Any]:
     if builtin:
         p["objective"] = builtin
         if builtin.startswith("rank:"):
-            p.update(lambdarank_pair_method="topk", lambdarank_num_pair_per_sample=settings.k,
-                     ndcg_exp_gain=settings.metric.gain == "exp2")
+            p.update(
+                lambdarank_pair_method="topk",
+                lambdarank_num_pair_per_sample=settings.k,
+                ndcg_exp_gain=settings.metric.gain == "exp2",
+            )
     p["disable_default_eval_metric"] = 1
     p["seed_per_iteration"] = True  # sampling seeded by the global tree index, not the booster's age
     return p
@@ -117,8 +134,16 @@ def _no_events(_: dict[str, Any]) -> None:
 
 # ------------------------------------------------------------ the loop
 class _Worker:
-    def __init__(self, data: WorkerData, settings: Settings, comm: Comm, store: CheckpointStore,
-                 events: Events, ref: Any = None, lease_token: str | None = None) -> None:
+    def __init__(
+        self,
+        data: WorkerData,
+        settings: Settings,
+        comm: Comm,
+        store: CheckpointStore,
+        events: Events,
+        ref: Any = None,
+        lease_token: str | None = None,
+    ) -> None:
         self.s, self.comm, self.store, self.events = settings, comm, store, events
         self.lease_token = lease_token
         if settings.checkpoint_every < 1:
@@ -132,8 +157,10 @@ class _Worker:
         max_bin = int(settings.params.get("max_bin", 256))
         if ref is None:
             if comm.world > 1:
-                raise RuntimeError("workers of one job need the fold's global cuts (pipelines.cuts): without them "
-                                   "each worker's sketch, and so the trees, would depend on the number of workers")
+                raise RuntimeError(
+                    "workers of one job need the fold's global cuts (pipelines.cuts): without them "
+                    "each worker's sketch, and so the trees, would depend on the number of workers"
+                )
             if data.train.X is None:
                 raise ValueError("rows handed as bin codes need the reference matrix of the cuts they were coded on")
             # one worker with its rows in memory (the local twin): the cuts of all its training rows
@@ -147,12 +174,22 @@ class _Worker:
         # Eval margins are accumulated here, one new tree at a time, by walking codes (udfs.trees): no eval DMatrix.
         self.evals = {name: sp for name, sp in (("vali", data.vali), ("test", data.test)) if sp is not None}
         self.inv_idcg = {name: inverse_idcg(sp.offsets, sp.y, settings.metric) for name, sp in self.evals.items()}
-        self.n_queries = {name: float(comm.allreduce(np.array([sp.n_queries], np.float64), "sum")[0])
-                          for name, sp in self.evals.items()}
+        self.n_queries = {
+            name: float(comm.allreduce(np.array([sp.n_queries], np.float64), "sum")[0])
+            for name, sp in self.evals.items()
+        }
         # A split no worker holds (a dataset without vali or test) has no curve: NaN points, nothing logged.
         self.evals = {name: sp for name, sp in self.evals.items() if self.n_queries[name] > 0}
-        self.timing = {"dmatrix": time.perf_counter() - t0, "matrices": 0, "objective": 0.0, "boost": 0.0,
-                       "eval": 0.0, "checkpoint": 0.0, "resume": 0.0, "trees": 0}
+        self.timing = {
+            "dmatrix": time.perf_counter() - t0,
+            "matrices": 0,
+            "objective": 0.0,
+            "boost": 0.0,
+            "eval": 0.0,
+            "checkpoint": 0.0,
+            "resume": 0.0,
+            "trees": 0,
+        }
 
     # -- helpers -------------------------------------------------------
     def base_for(self, node: Node) -> float:
@@ -218,8 +255,10 @@ class _Worker:
         k = -1 if k is None else k
         both = self.comm.allreduce(np.array([k, -k], np.float64), "max")
         if both[0] != -both[1]:
-            raise RuntimeError(f"workers see different checkpoints of node {key} ({int(-both[1])}..{int(both[0])}): "
-                               "is the checkpoint directory on storage every executor reaches?")
+            raise RuntimeError(
+                f"workers see different checkpoints of node {key} ({int(-both[1])}..{int(both[0])}): "
+                "is the checkpoint directory on storage every executor reaches?"
+            )
         return int(both[0])
 
     def load(self, node: Node, tree: int) -> _State:
@@ -227,11 +266,18 @@ class _Worker:
         meta = self.store.meta(node.key, tree)
         shards = self.store.shards(node.key, tree)
         d = self.data
-        st = _State(tree, take_rows(shards, "train", d.train.qid),
-                    None if d.vali is None else take_rows(shards, "vali", d.vali.qid),
-                    None if d.test is None else take_rows(shards, "test", d.test.qid),
-                    float(meta["base"]), meta["segments"], meta["curve"], meta["dists"], int(meta["rows"]),
-                    dict(meta.get("cost", {})))
+        st = _State(
+            tree,
+            take_rows(shards, "train", d.train.qid),
+            None if d.vali is None else take_rows(shards, "vali", d.vali.qid),
+            None if d.test is None else take_rows(shards, "test", d.test.qid),
+            float(meta["base"]),
+            meta["segments"],
+            meta["curve"],
+            meta["dists"],
+            int(meta["rows"]),
+            dict(meta.get("cost", {})),
+        )
         self.timing["resume"] += time.perf_counter() - t0
         return st
 
@@ -251,12 +297,31 @@ class _Worker:
         st.cost["checkpoint"] = st.cost.get("checkpoint", 0.0) + time.perf_counter() - t0
         if self.comm.rank == 0:
             self.store.write_segment(node.key, seg[0], seg[1], model, lease_token=self.lease_token)
-            self.store.commit(node.key, st.tree, {
-                "node": {"key": node.key, "parent": node.parent, "objective": node.objective, "data": node.data,
-                         "t0": node.t0, "t1": node.t1, "ends": list(node.ends)},
-                "shards": self.comm.world, "base": st.base, "segments": st.segments, "curve": st.curve,
-                "dists": st.dists, "rows": st.rows, "done": st.tree == node.t1, "cost": st.cost,
-                "conventions": {"k": self.s.k, "gain": self.s.metric.gain}}, lease_token=self.lease_token)
+            self.store.commit(
+                node.key,
+                st.tree,
+                {
+                    "node": {
+                        "key": node.key,
+                        "parent": node.parent,
+                        "objective": node.objective,
+                        "data": node.data,
+                        "t0": node.t0,
+                        "t1": node.t1,
+                        "ends": list(node.ends),
+                    },
+                    "shards": self.comm.world,
+                    "base": st.base,
+                    "segments": st.segments,
+                    "curve": st.curve,
+                    "dists": st.dists,
+                    "rows": st.rows,
+                    "done": st.tree == node.t1,
+                    "cost": st.cost,
+                    "conventions": {"k": self.s.k, "gain": self.s.metric.gain},
+                },
+                lease_token=self.lease_token,
+            )
         self.timing["checkpoint"] += time.perf_counter() - t0
 
     # -- running nodes ---------------------------------------------------
@@ -272,12 +337,21 @@ class _Worker:
                 raise RuntimeError(f"node {node.key} ({node.describe()}): its parent {node.parent} has no output")
             parent = self.load_parent(node.parent, pk)
         if parent is not None:
-            return _State(node.t0, parent.train.copy(), None if parent.vali is None else parent.vali.copy(),
-                          None if parent.test is None else parent.test.copy(), parent.base)
+            return _State(
+                node.t0,
+                parent.train.copy(),
+                None if parent.vali is None else parent.vali.copy(),
+                None if parent.test is None else parent.test.copy(),
+                parent.base,
+            )
         tr, base = self.data.train, self.base_for(node)
-        return _State(0, np.full(tr.y.size, base, np.float32),
-                      None if self.data.vali is None else np.full(self.data.vali.y.size, base, np.float32),
-                      None if self.data.test is None else np.full(self.data.test.y.size, base, np.float32), base)
+        return _State(
+            0,
+            np.full(tr.y.size, base, np.float32),
+            None if self.data.vali is None else np.full(self.data.vali.y.size, base, np.float32),
+            None if self.data.test is None else np.full(self.data.test.y.size, base, np.float32),
+            base,
+        )
 
     def load_parent(self, key: str, tree: int) -> _State:
         meta = self.store.meta(key, tree)
@@ -306,9 +380,18 @@ class _Worker:
         booster = xgb.Booster(booster_params(s, node.objective), [dtrain])
         builtin = OBJECTIVES[node.objective] is not None
         tr = self.data.train
-        obj = None if builtin else objective(node.objective, s.objectives, y, offsets,
-                                             tr.qid if rows is None else tr.qid[rows],
-                                             tr.doc if rows is None else tr.doc[rows])
+        obj = (
+            None
+            if builtin
+            else objective(
+                node.objective,
+                s.objectives,
+                y,
+                offsets,
+                tr.qid if rows is None else tr.qid[rows],
+                tr.doc if rows is None else tr.doc[rows],
+            )
+        )
         rows_total = st.rows or int(self.comm.allreduce(np.array([float(dtrain.num_row())]), "sum")[0])
         curve, dists, trees = list(st.curve), list(st.dists), []
         before = dict(self.timing)
@@ -334,8 +417,13 @@ class _Worker:
             for name, sp in self.evals.items():
                 add_tree(sp.codes, tree, ev[name], codes=sp.codes)
             if self.evals and (done % s.eval_every == 0 or done == node.t1 or done in s.score_dist_trees):
-                curve.append([done, self.mean_ndcg("vali", ev["vali"]) if "vali" in ev else float("nan"),
-                              self.mean_ndcg("test", ev["test"]) if "test" in ev else float("nan")])
+                curve.append(
+                    [
+                        done,
+                        self.mean_ndcg("vali", ev["vali"]) if "vali" in ev else float("nan"),
+                        self.mean_ndcg("test", ev["test"]) if "test" in ev else float("nan"),
+                    ]
+                )
                 if done in s.score_dist_trees and "test" in ev:
                     dists.append(self.score_dist(done, ev["test"]))
             self.timing["eval"] += time.perf_counter() - t0
@@ -352,17 +440,36 @@ class _Worker:
                 add_tree(codes, tree, train, comp, codes=codes)
         del booster  # before the next segment resets the DMatrix's base margin
         self.timing["checkpoint"] += time.perf_counter() - t0
-        cost = {k: st.cost.get(k, 0.0) + self.timing[k] - before[k]
-                for k in ("boost", "objective", "eval", "checkpoint", "trees")}
-        nxt = _State(end, train, ev.get("vali"), ev.get("test"), st.base, [*st.segments, [st.tree, end]],
-                     curve, dists, rows_total, cost)
+        cost = {
+            k: st.cost.get(k, 0.0) + self.timing[k] - before[k]
+            for k in ("boost", "objective", "eval", "checkpoint", "trees")
+        }
+        nxt = _State(
+            end,
+            train,
+            ev.get("vali"),
+            ev.get("test"),
+            st.base,
+            [*st.segments, [st.tree, end]],
+            curve,
+            dists,
+            rows_total,
+            cost,
+        )
         self.save(node, nxt, model, [st.tree, end])
         return nxt
 
 
-def run_nodes(data: WorkerData, nodes: Iterable[Node], settings: Settings, store: CheckpointStore,
-              comm: Comm | None = None, events: Events | None = None, ref: Any = None,
-              lease_token: str | None = None) -> dict[str, float]:
+def run_nodes(
+    data: WorkerData,
+    nodes: Iterable[Node],
+    settings: Settings,
+    store: CheckpointStore,
+    comm: Comm | None = None,
+    events: Events | None = None,
+    ref: Any = None,
+    lease_token: str | None = None,
+) -> dict[str, float]:
     """Run ``nodes`` (plan order: a node's parent is done or comes earlier) on this worker's data.
 
     ``ref``: a matrix holding the fold's global cuts (:func:`pipelines.cuts.reference_matrix`, built

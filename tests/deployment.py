@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.proctree import kill_tree, tree_pids
+from tests.helpers import ROOT, free_port
 from tests.spark_holder import QUICK_JVM
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = ROOT
 PG_BIN_DIRS = ["/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/17/bin"]
 
 
@@ -45,19 +45,13 @@ def missing() -> str:
     if os.geteuid() == 0 and shutil.which("runuser") is None:
         return "running as root without runuser: PostgreSQL refuses to run as root"
     try:
-        import psycopg2  # noqa: F401
         import asyncpg  # noqa: F401
+        import psycopg2  # noqa: F401
     except ImportError as e:
         return f"the [deploy] extra is not installed ({e})"
     if shutil.which("airflow", path=os.path.dirname(sys.executable)) is None:
         return "Airflow is not installed (the [airflow] extra)"
     return ""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Deployment:
@@ -97,8 +91,14 @@ class Deployment:
         log = self.root / f"{name}.log"
         self.logs[name] = log
         with open(log, "ab") as out:
-            p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env or os.environ.copy(),
-                                 cwd=self.root, start_new_session=True)
+            p = subprocess.Popen(
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env or os.environ.copy(),
+                cwd=self.root,
+                start_new_session=True,
+            )
         self.procs[name] = p
         return p
 
@@ -109,11 +109,13 @@ class Deployment:
                 return
             p = self.procs.get(proc or "")
             if p is not None and p.poll() is not None:
-                raise RuntimeError(f"{proc} exited with code {p.returncode} while waiting for {what}; its log:\n"
-                                   + self.tail(proc))
+                raise RuntimeError(
+                    f"{proc} exited with code {p.returncode} while waiting for {what}; its log:\n" + self.tail(proc)
+                )
             time.sleep(0.3)
-        raise TimeoutError(f"{what}: not ready after {timeout:.0f} s" + (f"; {proc} log:\n{self.tail(proc)}"
-                                                                         if proc else ""))
+        raise TimeoutError(
+            f"{what}: not ready after {timeout:.0f} s" + (f"; {proc} log:\n{self.tail(proc)}" if proc else "")
+        )
 
     def tail(self, name: str, n: int = 40) -> str:
         try:
@@ -129,16 +131,46 @@ class Deployment:
         if os.geteuid() == 0:
             shutil.chown(self.pg_data, "postgres", "postgres")
             shutil.chown(sock, "postgres", "postgres")
-        subprocess.run(self._as_postgres([str(b / "initdb"), "-D", str(self.pg_data), "-U", "postgres", "-A", "trust",
-                                          "-E", "UTF8", "--no-sync"]), check=True, capture_output=True)
-        self._spawn("postgres", self._as_postgres([
-            str(b / "postgres"), "-D", str(self.pg_data), "-p", str(self.pg_port), "-k", str(sock),
-            "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
-            "-c", "full_page_writes=off", "-c", "max_connections=300"]))
+        subprocess.run(
+            self._as_postgres(
+                [str(b / "initdb"), "-D", str(self.pg_data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"]
+            ),
+            check=True,
+            capture_output=True,
+        )
+        self._spawn(
+            "postgres",
+            self._as_postgres(
+                [
+                    str(b / "postgres"),
+                    "-D",
+                    str(self.pg_data),
+                    "-p",
+                    str(self.pg_port),
+                    "-k",
+                    str(sock),
+                    "-c",
+                    "listen_addresses=127.0.0.1",
+                    "-c",
+                    "fsync=off",
+                    "-c",
+                    "synchronous_commit=off",
+                    "-c",
+                    "full_page_writes=off",
+                    "-c",
+                    "max_connections=300",
+                ]
+            ),
+        )
 
         def ready() -> bool:
-            return subprocess.run([str(b / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.pg_port)],
-                                  capture_output=True).returncode == 0
+            return (
+                subprocess.run(
+                    [str(b / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.pg_port)], capture_output=True
+                ).returncode
+                == 0
+            )
+
         self._wait("PostgreSQL", ready, 60, "postgres")
         import psycopg2
 
@@ -153,9 +185,24 @@ class Deployment:
         import urllib.request
 
         self.artifacts.mkdir(exist_ok=True)
-        self._spawn("mlflow", [os.path.join(self.venv_bin, "mlflow"), "server", "--backend-store-uri",
-                               self.db_url("mlflow"), "--serve-artifacts", "--artifacts-destination", str(self.artifacts),
-                               "--host", "127.0.0.1", "--port", str(self.mlflow_port), "--workers", "2"])
+        self._spawn(
+            "mlflow",
+            [
+                os.path.join(self.venv_bin, "mlflow"),
+                "server",
+                "--backend-store-uri",
+                self.db_url("mlflow"),
+                "--serve-artifacts",
+                "--artifacts-destination",
+                str(self.artifacts),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.mlflow_port),
+                "--workers",
+                "2",
+            ],
+        )
 
         def ready() -> bool:
             try:
@@ -163,39 +210,50 @@ class Deployment:
                     return r.status == 200
             except OSError:
                 return False
+
         self._wait("mlflow server", ready, 120, "mlflow")
 
     def airflow_env(self) -> dict[str, str]:
         env = os.environ.copy()
-        env.update({
-            "AIRFLOW_HOME": str(self.airflow_home),
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.db_url("airflow", "psycopg2"),
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-            "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.api_port}/execution/",
-            "AIRFLOW__API__PORT": str(self.api_port),
-            "AIRFLOW__API__HOST": "127.0.0.1",
-            "AIRFLOW__API_AUTH__JWT_SECRET": "ltr-deploy-test-secret-0123456789abcdef",
-            "AIRFLOW__API__SECRET_KEY": "ltr-deploy-test-secret-key",
-            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-            "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",
-            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[1]"}),
-            "PATH": self.venv_bin + os.pathsep + env.get("PATH", ""),
-            "SPARK_SUBMIT_OPTS": QUICK_JVM,  # the jobs' driver JVMs
-            "PYTHONUNBUFFERED": "1",
-        })
+        env.update(
+            {
+                "AIRFLOW_HOME": str(self.airflow_home),
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.db_url("airflow", "psycopg2"),
+                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
+                "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags),
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.api_port}/execution/",
+                "AIRFLOW__API__PORT": str(self.api_port),
+                "AIRFLOW__API__HOST": "127.0.0.1",
+                "AIRFLOW__API_AUTH__JWT_SECRET": "ltr-deploy-test-secret-0123456789abcdef",
+                "AIRFLOW__API__SECRET_KEY": "ltr-deploy-test-secret-key",
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+                "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",
+                "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+                "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[1]"}),
+                "PATH": self.venv_bin + os.pathsep + env.get("PATH", ""),
+                "SPARK_SUBMIT_OPTS": QUICK_JVM,  # the jobs' driver JVMs
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         env.update(self.extra_env)
         return env
 
     def airflow(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
-        r = subprocess.run([os.path.join(self.venv_bin, "airflow"), *args], env=self.airflow_env(), cwd=self.root,
-                           capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(
+            [os.path.join(self.venv_bin, "airflow"), *args],
+            env=self.airflow_env(),
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if check and r.returncode != 0:
-            raise RuntimeError(f"airflow {' '.join(args)} exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+            raise RuntimeError(
+                f"airflow {' '.join(args)} exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+            )
         return r
 
     def start_airflow(self) -> None:
@@ -208,8 +266,12 @@ class Deployment:
         self._spawn("api-server", [bin_, "api-server", "--port", str(self.api_port), "--workers", "1"], env)
         self._spawn("dag-processor", [bin_, "dag-processor"], env)
         self._spawn("scheduler", [bin_, "scheduler"], env)
-        self._wait("the ltr_study DAG parsed", lambda: bool(self.query(
-            "SELECT 1 FROM dag WHERE dag_id = 'ltr_study' AND NOT is_paused")), 180, "dag-processor")
+        self._wait(
+            "the ltr_study DAG parsed",
+            lambda: bool(self.query("SELECT 1 FROM dag WHERE dag_id = 'ltr_study' AND NOT is_paused")),
+            180,
+            "dag-processor",
+        )
 
         import urllib.request
 
@@ -219,6 +281,7 @@ class Deployment:
                     return True
             except OSError:
                 return False
+
         self._wait("api-server", api_ready, 120, "api-server")
 
     def start(self) -> Deployment:
@@ -259,13 +322,18 @@ class Deployment:
             if on_poll is not None:
                 on_poll()
             time.sleep(0.1 if on_poll is not None else 1.0)
-        raise TimeoutError(f"DAG run {run_id} still {self.run_state(run_id)!r} after {timeout:.0f} s:\n"
-                           + "\n".join(map(str, self.task_instances(run_id))))
+        raise TimeoutError(
+            f"DAG run {run_id} still {self.run_state(run_id)!r} after {timeout:.0f} s:\n"
+            + "\n".join(map(str, self.task_instances(run_id)))
+        )
 
     def task_instances(self, run_id: str) -> list[dict[str, Any]]:
         cols = ["task_id", "map_index", "state", "try_number", "start_date", "end_date", "rendered_map_index"]
-        rows = self.query(f"SELECT {', '.join(cols)} FROM task_instance WHERE dag_id = 'ltr_study' AND run_id = %s "
-                          "ORDER BY task_id, map_index", run_id)
+        rows = self.query(
+            f"SELECT {', '.join(cols)} FROM task_instance WHERE dag_id = 'ltr_study' AND run_id = %s "
+            "ORDER BY task_id, map_index",
+            run_id,
+        )
         return [dict(zip(cols, r)) for r in rows]
 
     def task_log(self, run_id: str, task_id: str, map_index: int, attempt: int) -> str:
@@ -277,8 +345,11 @@ class Deployment:
 
     def states(self, run_id: str) -> dict[str, str]:
         """``task[map index]`` -> ``state (try n)``: what an assertion message shows."""
-        return {t["task_id"] + (f"[{t['map_index']}]" if t["map_index"] >= 0 else ""):
-                f"{t['state']} (try {t['try_number']})" for t in self.task_instances(run_id)}
+        return {
+            t["task_id"]
+            + (f"[{t['map_index']}]" if t["map_index"] >= 0 else ""): f"{t['state']} (try {t['try_number']})"
+            for t in self.task_instances(run_id)
+        }
 
     def service_pids(self) -> list[int]:
         return [p.pid for p in self.procs.values() if p.poll() is None]
@@ -312,8 +383,11 @@ class Deployment:
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 pass
         if pg is not None and pg.poll() is None:  # immediate shutdown of the postmaster and its backends
-            subprocess.run(self._as_postgres([str(pg_bin() / "pg_ctl"), "stop", "-D", str(self.pg_data), "-m",
-                                              "immediate", "-w"]), capture_output=True, timeout=60)
+            subprocess.run(
+                self._as_postgres([str(pg_bin() / "pg_ctl"), "stop", "-D", str(self.pg_data), "-m", "immediate", "-w"]),
+                capture_output=True,
+                timeout=60,
+            )
             try:
                 pg.wait(timeout=30)
             except subprocess.TimeoutExpired:

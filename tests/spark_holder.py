@@ -43,13 +43,17 @@ QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 def jvm_options(log_dir: Path, tag: str) -> str:
     """Driver JVM options that leave evidence in ``log_dir`` when the JVM dies (``tag`` names the JVM)."""
-    return " ".join([
-        QUICK_JVM, f"-Dlog4j2.configurationFile={TEST_LOG4J.as_uri()}",
-        f"-XX:ErrorFile={log_dir}/hs_err-{tag}-pid%p.log",  # a crash of the JVM itself (signal, abort)
-        "-XX:+HeapDumpOnOutOfMemoryError", f"-XX:HeapDumpPath={log_dir}",
-        # every collection's heap before/after (a heap that fills over hundreds of stages shows here)
-        f"-Xlog:gc,gc+heap+exit:file={log_dir}/gc-{tag}.log:uptime,level,tags",
-    ])
+    return " ".join(
+        [
+            QUICK_JVM,
+            f"-Dlog4j2.configurationFile={TEST_LOG4J.as_uri()}",
+            f"-XX:ErrorFile={log_dir}/hs_err-{tag}-pid%p.log",  # a crash of the JVM itself (signal, abort)
+            "-XX:+HeapDumpOnOutOfMemoryError",
+            f"-XX:HeapDumpPath={log_dir}",
+            # every collection's heap before/after (a heap that fills over hundreds of stages shows here)
+            f"-Xlog:gc,gc+heap+exit:file={log_dir}/gc-{tag}.log:uptime,level,tags",
+        ]
+    )
 
 
 def _describe_status(rc: int | None) -> str:
@@ -57,9 +61,13 @@ def _describe_status(rc: int | None) -> str:
         return "still running"
     if rc < 0:
         return f"killed by signal {signal.Signals(-rc).name}"
-    meaning = {0: "System.exit(0): PySpark's gateway leaves so when its stdin pipe closes",
-               50: "SparkUncaughtExceptionHandler: an uncaught exception", 52: "OutOfMemoryError",
-               143: "SIGTERM, after its shutdown hooks", 137: "SIGKILL"}
+    meaning = {
+        0: "System.exit(0): PySpark's gateway leaves so when its stdin pipe closes",
+        50: "SparkUncaughtExceptionHandler: an uncaught exception",
+        52: "OutOfMemoryError",
+        143: "SIGTERM, after its shutdown hooks",
+        137: "SIGKILL",
+    }
     return f"exit status {rc}" + (f" ({meaning[rc]})" if rc in meaning else "")
 
 
@@ -91,8 +99,11 @@ class SparkHolder:
             if why is None:
                 return self.session
             self.deaths.append(why)
-            log.warning("the shared Spark session is gone (%s); starting a new session (JVM log of the old one: "
-                        "%s)", why, self.jvm_log)
+            log.warning(
+                "the shared Spark session is gone (%s); starting a new session (JVM log of the old one: %s)",
+                why,
+                self.jvm_log,
+            )
             self._forget()
         self.session = self._start()
         return self.session
@@ -114,8 +125,10 @@ class SparkHolder:
         try:
             stopped = jsc.sc().isStopped()
         except Exception as e:  # noqa: BLE001 - py4j raises several kinds; any means "no answer"
-            return f"its JVM (pid {proc.pid}) is running but does not answer ({type(e).__name__}: {e}); " \
-                   f"{self._stdin_state()}"
+            return (
+                f"its JVM (pid {proc.pid}) is running but does not answer ({type(e).__name__}: {e}); "
+                f"{self._stdin_state()}"
+            )
         return "a test stopped it" if stopped else None
 
     def _stdin_state(self) -> str:
@@ -174,9 +187,14 @@ class SparkHolder:
         if new_jvm:
             self.generation += 1
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        cfg = SparkConfig(master=MASTER, shuffle_partitions=2, ui=False, driver_memory="2g", log_level="WARN",
-                          conf={"spark.task.maxFailures": "1",
-                                "spark.driver.extraJavaOptions": jvm_options(self.log_dir, self.tag)})
+        cfg = SparkConfig(
+            master=MASTER,
+            shuffle_partitions=2,
+            ui=False,
+            driver_memory="2g",
+            log_level="WARN",
+            conf={"spark.task.maxFailures": "1", "spark.driver.extraJavaOptions": jvm_options(self.log_dir, self.tag)},
+        )
         if new_jvm:  # launched here so that its output goes to a file
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
             conf = SparkConf(loadDefaults=False).setMaster(MASTER).setAppName(cfg.app_name)
@@ -186,8 +204,9 @@ class SparkHolder:
             SparkContext._ensure_initialized(gateway=gateway)  # noqa: SLF001
             fd = gateway.proc.stdin.fileno()
             self._stdin = (fd, os.fstat(fd).st_ino)
-            log.info("shared Spark session %d: JVM pid %d, its output in %s", self.generation, gateway.proc.pid,
-                     self.jvm_log)
+            log.info(
+                "shared Spark session %d: JVM pid %d, its output in %s", self.generation, gateway.proc.pid, self.jvm_log
+            )
         return build_session(cfg)
 
     def jvm_log_size(self) -> int:

@@ -79,8 +79,17 @@ def test_dag_shape(dag):
     ids = {t.task_id for t in dag.tasks}
     assert {"study", "generate", "ingest", "difficulty", "grid_setup", "train", "report"} <= ids
     assert dag.get_task("train").upstream_task_ids == {"units"}
-    assert set(dag.params.keys()) >= {"conf", "set", "src", "spark_conn_id", "spark_conf", "archives",
-                                      "executor_memory", "train_timeout_base_s", "train_timeout_per_tree_s"}
+    assert set(dag.params.keys()) >= {
+        "conf",
+        "set",
+        "src",
+        "spark_conn_id",
+        "spark_conf",
+        "archives",
+        "executor_memory",
+        "train_timeout_base_s",
+        "train_timeout_per_tree_s",
+    }
     train = dag.get_task("train")  # retried with back-off, a bounded number at once
     assert train.retries == 3 and train.retry_exponential_backoff and train.max_active_tis_per_dagrun == 2
 
@@ -94,10 +103,9 @@ def test_bad_config_fails_the_first_task_before_any_spark_job(dag, tmp_path):
 
 def _states(run) -> dict[str, str]:
     """task id (and map index) -> state of one DAG run."""
-    return {t.task_id + (f"[{t.map_index}]" if t.map_index >= 0 else ""): str(t.state)
-            for t in run.get_task_instances()}
-
-
+    return {
+        t.task_id + (f"[{t.map_index}]" if t.map_index >= 0 else ""): str(t.state) for t in run.get_task_instances()
+    }
 
 
 def test_the_parent_run_comes_from_grid_setup_or_its_record_never_a_guess(dag, tmp_path):
@@ -107,8 +115,16 @@ def test_the_parent_run_comes_from_grid_setup_or_its_record_never_a_guess(dag, t
     from airflow.sdk.exceptions import AirflowFailException
 
     mod = sys.modules[dag.get_task("parent").python_callable.__module__]
-    study = mod.resolve_study({"conf": "", "set": [f"work_dir={tmp_path}"], "src": "",
-                               "train_timeout_base_s": 60, "train_timeout_per_tree_s": 1}, "manual__2026-11-24T10:00:00+00:00")
+    study = mod.resolve_study(
+        {
+            "conf": "",
+            "set": [f"work_dir={tmp_path}"],
+            "src": "",
+            "train_timeout_base_s": 60,
+            "train_timeout_per_tree_s": 1,
+        },
+        "manual__2026-11-24T10:00:00+00:00",
+    )
     record = Path(study["setup_record"])
     assert record.parent == tmp_path / "airflow" / "manual__2026-11-24T10_00_00_00_00"
     assert study["setup_args"][:3] == ["--setup-only", "--result", str(record)]
@@ -122,5 +138,13 @@ def test_the_parent_run_comes_from_grid_setup_or_its_record_never_a_guess(dag, t
     assert mod.study_parent(study, None) == {"parent_run_id": "abc123", "finished": True}
     assert mod.study_parent(study, {"parent_run_id": "printed", "finished": False})["parent_run_id"] == "printed"
     with pytest.raises(AirflowFailException, match="train_timeout_base_s"):
-        mod.resolve_study({"conf": "", "set": [f"work_dir={tmp_path}"], "src": "", "train_timeout_base_s": -1,
-                           "train_timeout_per_tree_s": 1}, "r")
+        mod.resolve_study(
+            {
+                "conf": "",
+                "set": [f"work_dir={tmp_path}"],
+                "src": "",
+                "train_timeout_base_s": -1,
+                "train_timeout_per_tree_s": 1,
+            },
+            "r",
+        )

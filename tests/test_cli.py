@@ -29,29 +29,65 @@ def test_unknown_dataset_and_bad_override_exit_2(spark, tmp_path, capsys):
     assert "unknown config key 'generate.sead'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--unit", "1:0", "--fold", "1"], "--unit FOLD:INDEX names its fold: give no --fold with it"),
-    (["--unit", "1:0", "--setup-only"], "--setup-only trains nothing: it takes no --unit or --node"),
-    (["--unit", "one"], "--unit 'one': expected FOLD:INDEX, e.g. 1:0"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--unit", "1:0", "--fold", "1"], "--unit FOLD:INDEX names its fold: give no --fold with it"),
+        (["--unit", "1:0", "--setup-only"], "--setup-only trains nothing: it takes no --unit or --node"),
+        (["--unit", "one"], "--unit 'one': expected FOLD:INDEX, e.g. 1:0"),
+    ],
+)
 def test_grid_unit_misuse_exits_2_before_any_work(tmp_path, capsys, args, message):
     assert main(["grid", "--set", f"work_dir={tmp_path}", *args]) == 2
     assert f"ltr grid: error: {message}" in capsys.readouterr().err
 
 
 def test_strict_flag(spark, tmp_path, capsys):
-    code = main(["ingest", "--src", str(GOLDEN / "malformed.txt"), "--out", str(tmp_path / "d"),
-                 "--n-features", "6", "--strict"])
+    code = main(
+        [
+            "ingest",
+            "--src",
+            str(GOLDEN / "malformed.txt"),
+            "--out",
+            str(tmp_path / "d"),
+            "--n-features",
+            "6",
+            "--strict",
+        ]
+    )
     assert code == 2
     assert "malformed.txt:2: label is not an integer: token 'x'" in capsys.readouterr().err
 
 
 def test_run_is_the_whole_pipeline(spark, tmp_path, capsys):
     work = tmp_path / "work"
-    code = main(["run", "--queries", "20", "--set", f"work_dir={work}", "--set", "grid.trees=4",
-                 "--set", "grid.switch_points=[2]", "--set", "grid.strategies=[q_nrel]",
-                 "--set", "grid.extra_paths={}", "--set", "grid.extra_curricula={}", "--set", "grid.log_models=false",
-                 "--set", "train.leaves=4", "--set", "train.score_dist_trees=[2]", "--set", "report.permutations=100"])
+    code = main(
+        [
+            "run",
+            "--queries",
+            "20",
+            "--set",
+            f"work_dir={work}",
+            "--set",
+            "grid.trees=4",
+            "--set",
+            "grid.switch_points=[2]",
+            "--set",
+            "grid.strategies=[q_nrel]",
+            "--set",
+            "grid.extra_paths={}",
+            "--set",
+            "grid.extra_curricula={}",
+            "--set",
+            "grid.log_models=false",
+            "--set",
+            "train.leaves=4",
+            "--set",
+            "train.score_dist_trees=[2]",
+            "--set",
+            "report.permutations=100",
+        ]
+    )
     assert code == 0
     manifest = json.loads((work / "dataset" / "_manifest.json").read_text())
     assert manifest["queries"] == 20 and manifest["layout"] == "mslr_rotation"
@@ -73,19 +109,52 @@ def test_spark_submit_job(tmp_path):
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     out = tmp_path / "ds"
     proc = subprocess.run(
-        [str(spark_submit), "--master", "local[1]", "--conf", "spark.sql.shuffle.partitions=3",
-         "--conf", "spark.scheduler.mode=FIFO", str(ROOT / "jobs" / "ingest.py"),
-         "--src", str(GOLDEN / "sparse_comments.txt"), "--out", str(out), "--n-features", "6"],
-        env=env, capture_output=True, text=True, timeout=280)
+        [
+            str(spark_submit),
+            "--master",
+            "local[1]",
+            "--conf",
+            "spark.sql.shuffle.partitions=3",
+            "--conf",
+            "spark.scheduler.mode=FIFO",
+            str(ROOT / "jobs" / "ingest.py"),
+            "--src",
+            str(GOLDEN / "sparse_comments.txt"),
+            "--out",
+            str(out),
+            "--n-features",
+            "6",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((out / "_manifest.json").read_text())["rows"] == 5
     # spark-submit merges the Python driver's stderr into its stdout
     # spark-submit's --master and --conf were kept, not overridden by the project's defaults (8, FAIR)
-    assert "spark 4.3.0 session on local[1] (1 cores, 3 shuffle partitions, FIFO scheduler)" in \
-        proc.stdout + proc.stderr
+    assert (
+        "spark 4.3.0 session on local[1] (1 cores, 3 shuffle partitions, FIFO scheduler)" in proc.stdout + proc.stderr
+    )
     bad = subprocess.run(
-        [str(spark_submit), "--master", "local[1]", str(ROOT / "jobs" / "ingest.py"),
-         "--src", str(GOLDEN / "malformed.txt"), "--out", str(tmp_path / "x"), "--n-features", "6", "--strict"],
-        env=env, capture_output=True, text=True, timeout=280)
+        [
+            str(spark_submit),
+            "--master",
+            "local[1]",
+            str(ROOT / "jobs" / "ingest.py"),
+            "--src",
+            str(GOLDEN / "malformed.txt"),
+            "--out",
+            str(tmp_path / "x"),
+            "--n-features",
+            "6",
+            "--strict",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     assert bad.returncode == 2
     assert "malformed.txt:2: label is not an integer: token 'x'" in bad.stdout + bad.stderr

@@ -18,134 +18,46 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import pyspark
 import pytest
 
 from pipelines.curriculum import QUERIES
-from pipelines.proctree import kill_tree, signal_tree
+from tests.helpers import ROOT, SPARK_BIN, StandaloneCluster, set_args, stop_process
 from tests.spark_holder import QUICK_JVM
 
 log = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parent.parent
-SPARK_HOME = Path(pyspark.__file__).resolve().parent
-SPARK_BIN = SPARK_HOME / "bin"
 
 FOLD = 1
 #: Settings of both runs (cluster and local): 2 barrier workers of one thread, small trees.
-COMMON = ["spark.shuffle_partitions=2", "train.workers=2", "train.nthread=1", "train.leaves=4",
-          "train.max_bin=32", "train.score_dist_trees=[2]", "train.checkpoint_every=2", "train.tracker_timeout=300"]
+COMMON = [
+    "spark.shuffle_partitions=2",
+    "train.workers=2",
+    "train.nthread=1",
+    "train.leaves=4",
+    "train.max_bin=32",
+    "train.score_dist_trees=[2]",
+    "train.checkpoint_every=2",
+    "train.tracker_timeout=300",
+]
 #: Left out of the test's archive (``ltr pack --exclude``): PySpark's jars and NCCL (GPU only).
 PACK_EXCLUDE = ["lib/python3.*/site-packages/pyspark/jars/*", "lib/python3.*/site-packages/nvidia/*"]
-GRID = ["grid.experiment=cluster", f"grid.folds=[{FOLD}]", "grid.trees=4", "grid.switch_points=[2]",
-        "grid.strategies=[q_nrel]", "grid.extra_paths={}", "grid.extra_curricula={}", "grid.log_models=false"]
-
-
-def _stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    """SIGTERM ``proc``'s tree (a JVM shuts down cleanly), then after ``grace`` s freeze and SIGKILL whatever is
-    left of it (:func:`pipelines.proctree.kill_tree`: an executor's PySpark daemon runs in a process group of
-    its own, which a group kill would miss), and reap it."""
-    if proc.poll() is None:
-        signal_tree(proc.pid, sig=signal.SIGTERM)
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            pass
-    kill_tree(proc.pid)
-    proc.wait()
-
-
-def _cluster_env(conf_dir: Path) -> dict[str, str]:
-    """The environment of the cluster's processes and of spark-submit: nothing that leads to the project."""
-    venv_bin = str(Path(sys.executable).parent)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV", "PYSPARK_SUBMIT_ARGS",
-                        "SPARK_CONF_DIR", "PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET")}
-    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p and p != venv_bin)
-    env.update(SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP="127.0.0.1", SPARK_CONF_DIR=str(conf_dir),
-               SPARK_DAEMON_JAVA_OPTS=QUICK_JVM, SPARK_SUBMIT_OPTS=QUICK_JVM)
-    return env
-
-
-class StandaloneCluster:
-    """``spark-class`` master + workers on loopback; :meth:`stop` ends every process tree it started."""
-
-    def __init__(self, root: Path, workers: int = 2) -> None:
-        self.root = root
-        self.procs: list[subprocess.Popen] = []
-        self.logs: list[Path] = []
-        conf = root / "conf"
-        conf.mkdir(parents=True)  # an empty SPARK_CONF_DIR: no spark-defaults.conf of this machine
-        self.env = _cluster_env(conf)
-        # port 0: the master picks free ports and logs them (no race with other processes for a port)
-        self._start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", "0",
-                    "--webui-port", "0")
-        self.url, self.web_port = self._master_address()
-        self.work_dirs = []
-        for i in range(workers):
-            wd = root / f"worker{i}"
-            wd.mkdir()
-            self.work_dirs.append(wd)
-            self._start(f"worker{i}", "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
-                        "--port", "0", "--webui-port", "0", "--cores", "1", "--memory", "1g", "--work-dir", str(wd))
-
-    def _master_address(self, timeout: float = 120.0) -> tuple[str, int]:
-        """The master's URL and web UI port, from its log."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            text = self.logs[0].read_text(errors="replace")
-            url = re.search(r"Starting Spark master at (spark://\S+)", text)
-            web = re.search(r"MasterWebUI.* started at http://\S+:(\d+)", text)
-            if url and web:
-                return url.group(1), int(web.group(1))
-            if self.procs[0].poll() is not None:
-                break
-            time.sleep(0.5)
-        raise RuntimeError(f"the standalone master did not start in {timeout:.0f} s:\n{self.tail()}")
-
-    def _start(self, name: str, cls: str, *args: str) -> None:
-        out = self.root / f"{name}.log"
-        self.logs.append(out)
-        with open(out, "wb") as f:
-            self.procs.append(subprocess.Popen([str(SPARK_BIN / "spark-class"), cls, *args], env=self.env,
-                                               stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                               start_new_session=True))
-
-    def state(self) -> dict:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.web_port}/json/", timeout=5) as r:
-            return json.load(r)
-
-    def wait_for_workers(self, n: int, timeout: float = 180.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            dead = [p.args[1] for p in self.procs if p.poll() is not None]
-            if dead:
-                raise RuntimeError(f"{dead} exited:\n{self.tail()}")
-            try:
-                alive = [w for w in self.state().get("workers", []) if w.get("state") == "ALIVE"]
-                if len(alive) >= n:
-                    return
-            except OSError:  # the master's web UI is not up yet
-                pass
-            time.sleep(1.0)
-        raise TimeoutError(f"fewer than {n} workers registered with {self.url} in {timeout:.0f} s:\n{self.tail()}")
-
-    def tail(self, chars: int = 3000) -> str:
-        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-chars:]}" for p in self.logs if p.exists())
-
-    def stop(self) -> None:
-        for p in reversed(self.procs):  # workers (and their executors) first, then the master
-            _stop(p)
+GRID = [
+    "grid.experiment=cluster",
+    f"grid.folds=[{FOLD}]",
+    "grid.trees=4",
+    "grid.switch_points=[2]",
+    "grid.strategies=[q_nrel]",
+    "grid.extra_paths={}",
+    "grid.extra_curricula={}",
+    "grid.log_models=false",
+]
 
 
 # ------------------------------------------------------------ ltr pack: bad input, before anything is built
@@ -158,16 +70,19 @@ def _no_build(monkeypatch) -> None:
     monkeypatch.setattr(pipelines.pack, "_run", refuse)
 
 
-@pytest.mark.parametrize("make_args, message", [
-    (lambda t: ["--out", str(t / "missing" / "env.tar.gz")], "directory {t}/missing does not exist"),
-    (lambda t: ["--out", str(t / "env.zip")], "the archive name must end in .tar.gz or .tgz"),
-    (lambda t: ["--out", str(t / "env.tar")], "Hadoop's Java untar, which refuses bin/python's link"),
-    (lambda t: (t / "d.tar.gz").mkdir() or ["--out", str(t / "d.tar.gz")], "is a directory; give the archive's"),
-    (lambda t: ["--out", str(t / "e.tgz"), "--source", str(t)], "no setup.py there"),
-    (lambda t: ["--out", str(t / "e.tgz"), "--constraints", str(t / "lock.txt")], "lock.txt: no such file"),
-    (lambda t: ["--out", str(t / "e.tgz"), "--python-prefix", "usr"], "must be an absolute path"),
-    (lambda t: ["--out", str(t / "e.tar.gz"), "--compress-level", "12"], "--compress-level must be in 0..9"),
-])
+@pytest.mark.parametrize(
+    "make_args, message",
+    [
+        (lambda t: ["--out", str(t / "missing" / "env.tar.gz")], "directory {t}/missing does not exist"),
+        (lambda t: ["--out", str(t / "env.zip")], "the archive name must end in .tar.gz or .tgz"),
+        (lambda t: ["--out", str(t / "env.tar")], "Hadoop's Java untar, which refuses bin/python's link"),
+        (lambda t: (t / "d.tar.gz").mkdir() or ["--out", str(t / "d.tar.gz")], "is a directory; give the archive's"),
+        (lambda t: ["--out", str(t / "e.tgz"), "--source", str(t)], "no setup.py there"),
+        (lambda t: ["--out", str(t / "e.tgz"), "--constraints", str(t / "lock.txt")], "lock.txt: no such file"),
+        (lambda t: ["--out", str(t / "e.tgz"), "--python-prefix", "usr"], "must be an absolute path"),
+        (lambda t: ["--out", str(t / "e.tar.gz"), "--compress-level", "12"], "--compress-level must be in 0..9"),
+    ],
+)
 def test_pack_bad_arguments_exit_2_in_one_line(tmp_path, capsys, monkeypatch, make_args, message):
     from pipelines.cli import main
 
@@ -195,9 +110,23 @@ def packed_env(tmp_path_factory) -> Path:
     1.2 GiB, which every application unpacks three times (driver and two executors)."""
     out = tmp_path_factory.mktemp("pack") / "ltr-env.tar.gz"
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pipelines.cli", "pack", "--out", str(out), "--compress-level", "1",
-                           *[a for p in PACK_EXCLUDE for a in ("--exclude", p)]],
-                          cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.cli",
+            "pack",
+            "--out",
+            str(out),
+            "--compress-level",
+            "1",
+            *[a for p in PACK_EXCLUDE for a in ("--exclude", p)],
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     assert proc.returncode == 0, proc.stderr[-5000:]
     info = json.loads(proc.stdout.strip().splitlines()[-1])
     assert info["out"] == str(out) and out.stat().st_size == info["bytes"]
@@ -215,22 +144,40 @@ def cluster(tmp_path_factory):
         c.stop()
 
 
-def _spark_submit(master: str, job: str, args: list[str], log_dir: Path, env: dict[str, str],
-                  conf: list[str], timeout: float = 900) -> str:
+def _spark_submit(
+    master: str, job: str, args: list[str], log_dir: Path, env: dict[str, str], conf: list[str], timeout: float = 900
+) -> str:
     """``spark-submit jobs/<job>.py`` in its own process group (stopped whatever happens); its output."""
-    cmd = [str(SPARK_BIN / "spark-submit"), "--master", master, "--deploy-mode", "client",
-           "--conf", "spark.task.maxFailures=1", *conf, str(ROOT / "jobs" / f"{job}.py"), *args]
+    cmd = [
+        str(SPARK_BIN / "spark-submit"),
+        "--master",
+        master,
+        "--deploy-mode",
+        "client",
+        "--conf",
+        "spark.task.maxFailures=1",
+        *conf,
+        str(ROOT / "jobs" / f"{job}.py"),
+        *args,
+    ]
     out_path = log_dir / f"submit-{job}.log"
     t0 = time.perf_counter()
     with open(out_path, "wb") as f:
-        proc = subprocess.Popen(cmd, cwd=log_dir, env=env, stdout=f, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=log_dir,
+            env=env,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
             pass
         finally:
-            _stop(proc)
+            stop_process(proc)
     out = out_path.read_text(errors="replace")
     assert proc.returncode == 0, f"spark-submit --master {master} {job} exited {proc.returncode}:\n{out[-6000:]}"
     log.warning("spark-submit --master %s %s: %.0f s", master, job, time.perf_counter() - t0)
@@ -240,9 +187,18 @@ def _spark_submit(master: str, job: str, args: list[str], log_dir: Path, env: di
 def _on_cluster(cluster: StandaloneCluster, archive: Path, job: str, args: list[str]) -> str:
     """A job on the cluster with the archive; removes the executors' application directories afterwards
     (each holds an unpacked copy of the environment)."""
-    conf = ["--archives", f"{archive}#env", "--conf", "spark.pyspark.python=./env/bin/python",
-            "--conf", f"spark.pyspark.driver.python={sys.executable}", "--conf", "spark.executor.memory=1g",
-            "--conf", f"spark.executor.extraJavaOptions={QUICK_JVM}"]
+    conf = [
+        "--archives",
+        f"{archive}#env",
+        "--conf",
+        "spark.pyspark.python=./env/bin/python",
+        "--conf",
+        f"spark.pyspark.driver.python={sys.executable}",
+        "--conf",
+        "spark.executor.memory=1g",
+        "--conf",
+        f"spark.executor.extraJavaOptions={QUICK_JVM}",
+    ]
     try:
         out = _spark_submit(cluster.url, job, args, cluster.root, cluster.env, conf)
     except AssertionError as e:
@@ -255,18 +211,14 @@ def _on_cluster(cluster: StandaloneCluster, archive: Path, job: str, args: list[
     return out
 
 
-def _sets(*overrides: str) -> list[str]:
-    return [a for o in overrides for a in ("--set", o)]
-
-
 def _steps(work: Path, letor: Path) -> list[tuple[str, list[str]]]:
     """The jobs of one run, all under ``work``: (job, arguments)."""
     d = work / "dataset"
-    common = _sets(f"work_dir={work}", *COMMON)
+    common = set_args([f"work_dir={work}", *COMMON])
     return [
         ("ingest", ["--src", str(letor), "--out", str(d), *common]),
         ("difficulty", ["--data", str(d), "--out", str(work / "difficulty"), *common]),
-        ("grid", ["--data", str(d), *_sets(f"grid.difficulty={work / 'difficulty'}", *GRID), *common]),
+        ("grid", ["--data", str(d), *set_args([f"grid.difficulty={work / 'difficulty'}", *GRID]), *common]),
     ]
 
 
@@ -287,8 +239,11 @@ def _child_finals(work: Path) -> dict[str, float]:
 
     client = MlflowClient(mlflow_uri(str(work)))
     exp = client.get_experiment_by_name("cluster")
-    return {r.data.tags["mlflow.runName"]: r.data.metrics["ndcg_at_10_test"]
-            for r in client.search_runs([exp.experiment_id]) if "ndcg_at_10_test" in r.data.metrics}
+    return {
+        r.data.tags["mlflow.runName"]: r.data.metrics["ndcg_at_10_test"]
+        for r in client.search_runs([exp.experiment_id])
+        if "ndcg_at_10_test" in r.data.metrics
+    }
 
 
 @pytest.mark.timeout(2400)

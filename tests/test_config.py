@@ -46,8 +46,10 @@ def test_wrong_type_is_named(tmp_path):
 
 
 def test_overrides():
-    cfg = load_config(None, ["generate.queries=42", "spark.master=local[1]", "ingest.max_label=2",
-                             "spark.conf.spark.executor.memory=2g"])
+    cfg = load_config(
+        None,
+        ["generate.queries=42", "spark.master=local[1]", "ingest.max_label=2", "spark.conf.spark.executor.memory=2g"],
+    )
     assert cfg.generate.queries == 42 and cfg.spark.master == "local[1]" and cfg.ingest.max_label == 2
     assert cfg.spark.conf == {"spark.executor.memory": "2g"}
     with pytest.raises(ConfigError, match=r"--set 'generate.qeuries=1': unknown config key 'generate.qeuries'"):
@@ -62,8 +64,13 @@ def test_overrides():
 
 def test_dataset_specs():
     mslr = load_dataset_spec("mslr")
-    assert (mslr.n_features, mslr.min_label, mslr.max_label, mslr.bm25_feature, mslr.pagerank_feature) == \
-        (136, 0, 4, 110, 130)
+    assert (mslr.n_features, mslr.min_label, mslr.max_label, mslr.bm25_feature, mslr.pagerank_feature) == (
+        136,
+        0,
+        4,
+        110,
+        130,
+    )
     with pytest.raises(ConfigError, match=r"unknown dataset 'nope'.*known datasets: letor4, mslr"):
         load_dataset_spec("nope")
 
@@ -83,14 +90,19 @@ def test_spark_properties_pin_python_for_local():
 def test_spark_properties_set_outside_the_config_are_never_overridden(tmp_path, monkeypatch):
     from pipelines.session import external_properties, session_properties
 
-    (tmp_path / "spark-defaults.conf").write_text("# cluster defaults\nspark.sql.shuffle.partitions   64\n"
-                                                  "spark.driver.extraJavaOptions=-Dmine=1\n")
+    (tmp_path / "spark-defaults.conf").write_text(
+        "# cluster defaults\nspark.sql.shuffle.partitions   64\nspark.driver.extraJavaOptions=-Dmine=1\n"
+    )
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--conf spark.scheduler.mode=FIFO --driver-memory 7g pyspark-shell")
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
     ext = external_properties()
-    assert ext == {"spark.sql.shuffle.partitions": "64", "spark.driver.extraJavaOptions": "-Dmine=1",
-                   "spark.scheduler.mode": "FIFO", "spark.driver.memory": "7g"}
+    assert ext == {
+        "spark.sql.shuffle.partitions": "64",
+        "spark.driver.extraJavaOptions": "-Dmine=1",
+        "spark.scheduler.mode": "FIFO",
+        "spark.driver.memory": "7g",
+    }
     props = session_properties(SparkConfig(conf={"spark.executor.memory": "3g"}), "spark://h:7077", ext)
     for k in ext:  # left to what the user set: the builder does not repeat them
         assert k not in props, k

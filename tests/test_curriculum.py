@@ -22,8 +22,7 @@ def test_pacing_shares_by_hand():
     x = np.array([0, 1 / 3, 2 / 3, 1])
     np.testing.assert_allclose(pacing_shares("linear", 4, 0.25), [0.25, 0.5, 0.75, 1.0])
     np.testing.assert_allclose(pacing_shares("root_n", 4, 0.25, 2.0), np.sqrt(0.0625 + 0.9375 * x))
-    np.testing.assert_allclose(pacing_shares("geometric", 4, 0.25),
-                               [0.25, 0.25 * 4 ** (1 / 3), 0.25 * 4 ** (2 / 3), 1])
+    np.testing.assert_allclose(pacing_shares("geometric", 4, 0.25), [0.25, 0.25 * 4 ** (1 / 3), 0.25 * 4 ** (2 / 3), 1])
     np.testing.assert_allclose(pacing_shares("step", 4, 0.25), [0.25, 0.625, 1.0, 1.0])
     for p in ("linear", "root_n", "geometric", "step"):
         s = pacing_shares(p, 7, 0.1)
@@ -50,15 +49,30 @@ def _stage_qids(out: Path) -> tuple[dict, list[set[int]]]:
     return summary, [set(t.loc[t.first_stage <= i, schema.QID]) for i in range(summary["n_stages"])]
 
 
-@pytest.mark.parametrize("strategy, pacing", [("q_nrel", ""), ("q_bm25", ""), ("q_pagerank", "root_n"),
-                                              ("random", "geometric"), ("q_bm25", "step"), ("none", "")])
+@pytest.mark.parametrize(
+    "strategy, pacing",
+    [
+        ("q_nrel", ""),
+        ("q_bm25", ""),
+        ("q_pagerank", "root_n"),
+        ("random", "geometric"),
+        ("q_bm25", "step"),
+        ("none", ""),
+    ],
+)
 def test_stage_properties(spark, small_dataset, small_difficulty, tmp_path, strategy, pacing):
     cfg = CurriculumConfig(strategy=strategy, pacing=pacing, stages=4, delta=0.2, fraction=0.3)
     fold = 2
     ds = open_dataset(small_dataset)
     train_qids = {r[0] for r in load_split(spark, ds, fold, "train", [schema.QID]).distinct().collect()}
-    other = {r[0] for r in spark.read.parquet(small_dataset).where(
-        ~F.col(schema.SUBSET).isin(ds.subsets(fold, "train"))).select(schema.QID).distinct().collect()}
+    other = {
+        r[0]
+        for r in spark.read.parquet(small_dataset)
+        .where(~F.col(schema.SUBSET).isin(ds.subsets(fold, "train")))
+        .select(schema.QID)
+        .distinct()
+        .collect()
+    }
     s = build_curriculum(spark, small_dataset, small_difficulty, fold, cfg, str(tmp_path / "c1"))
     summary, stages = _stage_qids(tmp_path / "c1")
     assert summary == json.loads(json.dumps(s))
@@ -88,23 +102,28 @@ def test_easiest_queries_really_come_first(spark, small_dataset, small_difficult
     assert first.score.min() >= rest.score.max()
     tied = t[t.score == first.score.min()]
     assert set(first[first.score == first.score.min()][schema.QID]) == set(
-        sorted(tied[schema.QID])[: (first.score == first.score.min()).sum()])  # ties: lower qid first
+        sorted(tied[schema.QID])[: (first.score == first.score.min()).sum()]
+    )  # ties: lower qid first
 
 
 def test_random_control_is_seeded_and_same_size(spark, small_dataset, small_difficulty, tmp_path):
-    q = build_curriculum(spark, small_dataset, small_difficulty, 1, CurriculumConfig(strategy="q_nrel"),
-                         str(tmp_path / "q"))
-    r1 = build_curriculum(spark, small_dataset, small_difficulty, 1, CurriculumConfig(strategy="random", seed=1),
-                          str(tmp_path / "r1"))
-    build_curriculum(spark, small_dataset, small_difficulty, 1, CurriculumConfig(strategy="random", seed=2),
-                     str(tmp_path / "r2"))
+    q = build_curriculum(
+        spark, small_dataset, small_difficulty, 1, CurriculumConfig(strategy="q_nrel"), str(tmp_path / "q")
+    )
+    r1 = build_curriculum(
+        spark, small_dataset, small_difficulty, 1, CurriculumConfig(strategy="random", seed=1), str(tmp_path / "r1")
+    )
+    build_curriculum(
+        spark, small_dataset, small_difficulty, 1, CurriculumConfig(strategy="random", seed=2), str(tmp_path / "r2")
+    )
     assert [s["queries"] for s in r1["stages"]] == [s["queries"] for s in q["stages"]]
     assert _stage_qids(tmp_path / "r1")[1][0] != _stage_qids(tmp_path / "r2")[1][0]
 
 
 def test_l_hrel_label_filter(spark, small_dataset, small_difficulty, tmp_path):
-    s = build_curriculum(spark, small_dataset, small_difficulty, 3, CurriculumConfig(strategy="l_hrel"),
-                         str(tmp_path / "c"))
+    s = build_curriculum(
+        spark, small_dataset, small_difficulty, 3, CurriculumConfig(strategy="l_hrel"), str(tmp_path / "c")
+    )
     ds = open_dataset(small_dataset)
     train = load_split(spark, ds, 3, "train", [schema.LABEL])
     assert s["stages"][0]["label_filter"] == [0, 3, 4]
@@ -152,8 +171,14 @@ def test_empty_queries_last_and_held_back_by_hand():
 #   qid 5: labels by the ranking 0, 1, 1 -> (1/log2(3) + 1/log2(4)) / (1 + 1/log2(3)) = 0.693
 #   qid 2: 0, 1 -> 1/log2(3) = 0.631;  qid 4: 0, 0, 1 -> 1/log2(4) = 0.5;  qid 6: 0, 0, 0, 1 -> 1/log2(5) = 0.431
 #   qids 1 and 3: no relevant document, NDCG undefined (metric.empty = 1.0 would make them the easiest)
-TINY = {1: ([0, 0], [0.5, 0.4]), 2: ([0, 1], [0.9, 0.1]), 3: ([0, 0, 0], [0.3, 0.2, 0.1]),
-        4: ([0, 0, 1], [0.9, 0.5, 0.1]), 5: ([1, 0, 1], [0.1, 0.9, 0.5]), 6: ([0, 0, 0, 1], [0.9, 0.8, 0.1, 0.0])}
+TINY = {
+    1: ([0, 0], [0.5, 0.4]),
+    2: ([0, 1], [0.9, 0.1]),
+    3: ([0, 0, 0], [0.3, 0.2, 0.1]),
+    4: ([0, 0, 1], [0.9, 0.5, 0.1]),
+    5: ([1, 0, 1], [0.1, 0.9, 0.5]),
+    6: ([0, 0, 0, 1], [0.9, 0.8, 0.1, 0.0]),
+}
 EASIEST_BM25 = [5, 2, 4, 6]
 
 
@@ -168,9 +193,13 @@ def tiny(spark_holder, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("tiny")
     (root / "src").mkdir()
-    (root / "src" / "train.txt").write_text("".join(
-        f"{lab} qid:{q} 25:{v} 41:{v}\n" for q, (labels, values) in TINY.items()
-        for lab, v in zip(labels, values, strict=True)))
+    (root / "src" / "train.txt").write_text(
+        "".join(
+            f"{lab} qid:{q} 25:{v} 41:{v}\n"
+            for q, (labels, values) in TINY.items()
+            for lab, v in zip(labels, values, strict=True)
+        )
+    )
     ingest(spark, str(root / "src"), str(root / "ds"), load_dataset_spec("letor4"), IngestConfig())
     run_difficulty(spark, str(root / "ds"), str(root / "diff"), DifficultyConfig(), NdcgSpec(empty=1.0))
     return str(root / "ds"), str(root / "diff")
@@ -238,14 +267,20 @@ def test_l_hrel_with_empty_queries_and_labels_of_the_dataset(spark, tiny, tmp_pa
     assert (s["stages"][0]["documents"], s["stages"][0]["relevant_documents"]) == (12, 5)
     assert s["stages"][1]["documents"] == 17
     # LETOR 4.0 labels are 0..2: MSLR's default [0, 3, 4] is an error naming the key and the range
-    with pytest.raises(ConfigError, match=r"^curriculum.hrel_labels \[0, 3, 4\]: label 3 is outside the label "
-                                          r"range 0..2 of .*ds \(dataset letor4, conf/datasets/letor4.yaml\); "
-                                          r"choose labels in 0..2, e.g. --set curriculum.hrel_labels=\[0,2\]$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^curriculum.hrel_labels \[0, 3, 4\]: label 3 is outside the label "
+        r"range 0..2 of .*ds \(dataset letor4, conf/datasets/letor4.yaml\); "
+        r"choose labels in 0..2, e.g. --set curriculum.hrel_labels=\[0,2\]$",
+    ):
         _stages_of(spark, tiny, tmp_path, "last", strategy="l_hrel")
     # in range, but no training document has label 2: the first stage would hold no relevant document
-    with pytest.raises(ConfigError, match=r"^fold 1: no training document has a relevant label \(> 0\) in "
-                                          r"curriculum.hrel_labels \[0, 2\], so l_hrel's first stage would hold "
-                                          r"no relevant document; the training labels are \[0, 1\]$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^fold 1: no training document has a relevant label \(> 0\) in "
+        r"curriculum.hrel_labels \[0, 2\], so l_hrel's first stage would hold "
+        r"no relevant document; the training labels are \[0, 1\]$",
+    ):
         _stages_of(spark, tiny, tmp_path, "last", strategy="l_hrel", hrel_labels=[0, 2])
     assert not list(tmp_path.glob(".*tmp*"))  # failed builds leave nothing behind
 
@@ -253,8 +288,11 @@ def test_l_hrel_with_empty_queries_and_labels_of_the_dataset(spark, tiny, tmp_pa
 def test_hrel_labels_and_policy_checked_without_data():
     from pipelines.config import DifficultyConfig, load_config
 
-    with pytest.raises(ConfigError, match=r"curriculum.hrel_labels \[0\] holds no relevant label \(> 0\): l_hrel's "
-                                          r"first stage would have no relevant document"):
+    with pytest.raises(
+        ConfigError,
+        match=r"curriculum.hrel_labels \[0\] holds no relevant label \(> 0\): l_hrel's "
+        r"first stage would have no relevant document",
+    ):
         CurriculumConfig(hrel_labels=[0])
     with pytest.raises(ConfigError, match=r"curriculum.hrel_labels is empty"):
         CurriculumConfig(hrel_labels=[])
@@ -262,8 +300,11 @@ def test_hrel_labels_and_policy_checked_without_data():
         CurriculumConfig(hrel_labels=[0, 4, 4])
     with pytest.raises(ConfigError, match=r"curriculum: curriculum.hrel_labels \[0, -1\] holds no relevant label"):
         load_config(None, ["curriculum.hrel_labels=[0, -1]"])
-    with pytest.raises(ConfigError, match=r"difficulty.empty_queries \(--empty-queries\) must be one of last, "
-                                          r"exclude, as_metric, got 'first'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"difficulty.empty_queries \(--empty-queries\) must be one of last, "
+        r"exclude, as_metric, got 'first'",
+    ):
         DifficultyConfig(empty_queries="first")
     assert DifficultyConfig().empty_queries == "last"
 
@@ -283,20 +324,33 @@ def test_exclude_needs_a_query_with_a_relevant_document(spark, tiny, tmp_path):
     (tmp_path / "src" / "train.txt").write_text("0 qid:1 25:1 41:1\n0 qid:2 25:1 41:1\n")
     ingest(spark, str(tmp_path / "src"), str(tmp_path / "ds"), load_dataset_spec("letor4"), IngestConfig())
     run_difficulty(spark, str(tmp_path / "ds"), str(tmp_path / "diff"), DifficultyConfig(), NdcgSpec())
-    with pytest.raises(DatasetError, match=r"fold 1: none of the 2 training queries has a relevant document, so "
-                                           r"with difficulty.empty_queries=exclude every stage but the last"):
-        build_curriculum(spark, str(tmp_path / "ds"), str(tmp_path / "diff"), 1, CurriculumConfig(),
-                         str(tmp_path / "c"), empty_queries="exclude")
+    with pytest.raises(
+        DatasetError,
+        match=r"fold 1: none of the 2 training queries has a relevant document, so "
+        r"with difficulty.empty_queries=exclude every stage but the last",
+    ):
+        build_curriculum(
+            spark,
+            str(tmp_path / "ds"),
+            str(tmp_path / "diff"),
+            1,
+            CurriculumConfig(),
+            str(tmp_path / "c"),
+            empty_queries="exclude",
+        )
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--strategy", "l_hrel"], "curriculum.hrel_labels [0, 3, 4]: label 3 is outside the label range 0..2 of "),
-    (["--empty-queries", "first"], "--empty-queries must be one of last, exclude, as_metric, got 'first'"),
-    (["--fraction", "0"], "--fraction must be in (0, 1] (a share of the training queries), got 0.0"),
-    (["--pacing", "linear", "--stages", "1"], "--stages must be >= 2 (stages of a paced curriculum), got 1"),
-    (["--pacing", "cosine"], "unknown pacing function 'cosine'"),
-    (["--fold", "7"], "no fold 7; folds: [1]"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--strategy", "l_hrel"], "curriculum.hrel_labels [0, 3, 4]: label 3 is outside the label range 0..2 of "),
+        (["--empty-queries", "first"], "--empty-queries must be one of last, exclude, as_metric, got 'first'"),
+        (["--fraction", "0"], "--fraction must be in (0, 1] (a share of the training queries), got 0.0"),
+        (["--pacing", "linear", "--stages", "1"], "--stages must be >= 2 (stages of a paced curriculum), got 1"),
+        (["--pacing", "cosine"], "unknown pacing function 'cosine'"),
+        (["--fold", "7"], "no fold 7; folds: [1]"),
+    ],
+)
 def test_cli_checks_before_spark_starts(tiny, tmp_path, capsys, monkeypatch, flags, message):
     from pipelines import cli
 
@@ -314,7 +368,27 @@ def test_cli_passes_the_policy(spark, tiny, tmp_path):
     from pipelines.cli import main
 
     out = tmp_path / "c"
-    assert main(["curriculum", "--data", tiny[0], "--difficulty", tiny[1], "--fold", "1", "--strategy", "q_bm25",
-                 "--fraction", "0.75", "--empty-queries", "exclude", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "curriculum",
+                "--data",
+                tiny[0],
+                "--difficulty",
+                tiny[1],
+                "--fold",
+                "1",
+                "--strategy",
+                "q_bm25",
+                "--fraction",
+                "0.75",
+                "--empty-queries",
+                "exclude",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     summary, stages = _stage_qids(out)
     assert summary["empty_queries"] == "exclude" and stages[0] == set(EASIEST_BM25[:3])

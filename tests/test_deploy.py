@@ -23,18 +23,37 @@ from tests.deployment import Deployment, missing
 pytestmark = pytest.mark.skipif(bool(missing()), reason=missing() or "ok")
 
 TREES, SWITCH = 30, 10
-STUDY = ["generate.queries=40", "generate.workers=1", "spark.shuffle_partitions=2", "grid.folds=[1]",
-         f"grid.trees={TREES}", f"grid.switch_points=[{SWITCH}]", "grid.strategies=[q_nrel]", "grid.extra_paths={}",
-         "grid.extra_curricula={}", "grid.log_models=false", "train.leaves=4", "train.max_bin=32",
-         "train.checkpoint_every=3", "train.score_dist_trees=[2]", "report.permutations=100",
-         f"report.table2_sizes=[{SWITCH}]"]
+STUDY = [
+    "generate.queries=40",
+    "generate.workers=1",
+    "spark.shuffle_partitions=2",
+    "grid.folds=[1]",
+    f"grid.trees={TREES}",
+    f"grid.switch_points=[{SWITCH}]",
+    "grid.strategies=[q_nrel]",
+    "grid.extra_paths={}",
+    "grid.extra_curricula={}",
+    "grid.log_models=false",
+    "train.leaves=4",
+    "train.max_bin=32",
+    "train.checkpoint_every=3",
+    "train.score_dist_trees=[2]",
+    "report.permutations=100",
+    f"report.table2_sizes=[{SWITCH}]",
+]
 
 
 @pytest.fixture(scope="module")
 def deployment():
-    d = Deployment(parallelism=3, env={
-        "LTR_TASK_RETRIES": "2", "LTR_RETRY_DELAY_S": "1", "LTR_TRAINING_SLOTS": "3",
-        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})  # MLflow's GenAI job runner: 8 idle processes
+    d = Deployment(
+        parallelism=3,
+        env={
+            "LTR_TASK_RETRIES": "2",
+            "LTR_RETRY_DELAY_S": "1",
+            "LTR_TRAINING_SLOTS": "3",
+            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+        },
+    )  # MLflow's GenAI job runner: 8 idle processes
     try:
         d.start()
         yield d
@@ -45,8 +64,10 @@ def deployment():
 def _children(client, experiment: str) -> tuple[list, list]:
     exp = client.get_experiment_by_name(experiment)
     runs = client.search_runs([exp.experiment_id], max_results=1000)
-    return ([r for r in runs if r.data.tags.get("ltr.kind") == "grid"],
-            [r for r in runs if r.data.tags.get("ltr.kind") == "child"])
+    return (
+        [r for r in runs if r.data.tags.get("ltr.kind") == "grid"],
+        [r for r in runs if r.data.tags.get("ltr.kind") == "child"],
+    )
 
 
 def _overlapping(tis: list[dict]) -> int:
@@ -78,8 +99,9 @@ class Killer:
             from pipelines.study import plan_fold
 
             try:
-                fp = plan_fold(load_config(None, [f"work_dir={self.work}", *STUDY]), open_dataset(
-                    str(self.work / "dataset")), 1)
+                fp = plan_fold(
+                    load_config(None, [f"work_dir={self.work}", *STUDY]), open_dataset(str(self.work / "dataset")), 1
+                )
             except Exception:  # noqa: BLE001 - the curricula are being written: next poll
                 return
             if fp.provisional:
@@ -96,7 +118,11 @@ class Killer:
             return
         for p in psutil.process_iter(["cmdline"]):
             cmd = p.info["cmdline"] or []
-            if "org.apache.spark.deploy.SparkSubmit" in cmd and f"1:{self.unit}" in cmd and str(self.work) in " ".join(cmd):
+            if (
+                "org.apache.spark.deploy.SparkSubmit" in cmd
+                and f"1:{self.unit}" in cmd
+                and str(self.work) in " ".join(cmd)
+            ):
                 task = p.parent()  # the Airflow task process that ran spark-submit
                 self.killed = len(kill_tree(task.pid))
                 self.done_at = latest
@@ -145,8 +171,10 @@ def test_concurrent_units_one_run_per_child_and_a_killed_task_resumed_by_airflow
     trains = [t for t in tis if t["task_id"] == "train"]
     assert len(trains) == 3 and _overlapping(tis) >= 2, trains
     assert {t["rendered_map_index"] for t in trains} == {
-        "fold 1: lambdamart 0..30 -> lambdamart", f"fold 1: mse 0..{SWITCH} -> mse-{SWITCH}",
-        f"fold 1: lambdamart@q_nrel.0 0..{SWITCH} -> q_nrel-{SWITCH}"}
+        "fold 1: lambdamart 0..30 -> lambdamart",
+        f"fold 1: mse 0..{SWITCH} -> mse-{SWITCH}",
+        f"fold 1: lambdamart@q_nrel.0 0..{SWITCH} -> q_nrel-{SWITCH}",
+    }
 
     # (c) the killed task was retried by Airflow and continued from its checkpoints
     killed = next(t for t in trains if t["rendered_map_index"] == "fold 1: lambdamart 0..30 -> lambdamart")
@@ -174,8 +202,9 @@ def test_concurrent_units_one_run_per_child_and_a_killed_task_resumed_by_airflow
     from pipelines.grid import run_grid
 
     seq = tmp_path / "seq"
-    run_grid(spark, load_config(None, [f"work_dir={seq}", *STUDY, "grid.experiment=deploy",
-                                       f"grid.data={work / 'dataset'}"]))
+    run_grid(
+        spark, load_config(None, [f"work_dir={seq}", *STUDY, "grid.experiment=deploy", f"grid.data={work / 'dataset'}"])
+    )
     seq_client = mlflow.MlflowClient(f"sqlite:///{seq}/mlflow.db")
     _, seq_children = _children(seq_client, "deploy")
     for c in children:
@@ -229,6 +258,9 @@ def test_the_default_sqlite_store_under_the_same_scheduler(deployment):
     parents, children = _children(client, "deploy-sqlite")
     assert [p.info.status for p in parents] == ["FINISHED"]
     assert sorted((c.info.run_name, c.info.status) for c in children) == [
-        (f"fold1/{s}", "FINISHED") for s in ("lambdamart", f"mse-{SWITCH}", f"q_nrel-{SWITCH}")]
-    assert json.loads((work / "airflow" / "sqlite" / "grid_setup.json").read_text())["parent_run_id"] == \
-        parents[0].info.run_id
+        (f"fold1/{s}", "FINISHED") for s in ("lambdamart", f"mse-{SWITCH}", f"q_nrel-{SWITCH}")
+    ]
+    assert (
+        json.loads((work / "airflow" / "sqlite" / "grid_setup.json").read_text())["parent_run_id"]
+        == parents[0].info.run_id
+    )

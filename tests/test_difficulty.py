@@ -28,11 +28,16 @@ def _frame(rows):
 
 
 def test_arithmetic_by_hand():
-    pdf = _frame([
-        ("S1", 1, 0, 2, 0.5, 7.0),                       # one document
-        ("S1", 2, 0, 0, 3.0, 1.0), ("S1", 2, 1, 0, 2.0, 2.0),   # no relevant document
-        ("S1", 3, 0, 0, 1.0, 5.0), ("S1", 3, 1, 4, 1.0, 5.0), ("S1", 3, 2, 1, 1.0, 9.0),  # constant bm25
-    ])
+    pdf = _frame(
+        [
+            ("S1", 1, 0, 2, 0.5, 7.0),  # one document
+            ("S1", 2, 0, 0, 3.0, 1.0),
+            ("S1", 2, 1, 0, 2.0, 2.0),  # no relevant document
+            ("S1", 3, 0, 0, 1.0, 5.0),
+            ("S1", 3, 1, 4, 1.0, 5.0),
+            ("S1", 3, 2, 1, 1.0, 9.0),  # constant bm25
+        ]
+    )
     out = difficulty_frame(pdf, "bm25", "pr", NdcgSpec())
     assert out[schema.QID].tolist() == [1, 2, 3]
     assert out["n_docs"].tolist() == [1, 2, 3]
@@ -53,22 +58,30 @@ def _random_queries(seed: int, n_queries: int = 200) -> pd.DataFrame:
     sizes = rng.integers(1, 30, n_queries)
     qid = np.repeat(np.arange(n_queries) * 3 + 1, sizes)
     doc = np.concatenate([np.arange(s) for s in sizes])
-    return pd.DataFrame({schema.SUBSET: "S1", schema.QID: qid, schema.DOC: doc,
-                         schema.LABEL: rng.integers(0, 5, qid.size) * (rng.random(qid.size) < 0.5),
-                         "bm25": rng.normal(size=qid.size).round(1), "pr": rng.integers(0, 4, qid.size) * 1.0})
+    return pd.DataFrame(
+        {
+            schema.SUBSET: "S1",
+            schema.QID: qid,
+            schema.DOC: doc,
+            schema.LABEL: rng.integers(0, 5, qid.size) * (rng.random(qid.size) < 0.5),
+            "bm25": rng.normal(size=qid.size).round(1),
+            "pr": rng.integers(0, 4, qid.size) * 1.0,
+        }
+    )
 
 
 def test_vectorised_equals_per_query_reference():
     pdf = _random_queries(0)
     fast = difficulty_frame(pdf, "bm25", "pr", NdcgSpec())
-    slow = pd.concat([difficulty_one_query(g, "bm25", "pr", NdcgSpec()) for _, g in pdf.groupby(schema.QID)],
-                     ignore_index=True)
+    slow = pd.concat(
+        [difficulty_one_query(g, "bm25", "pr", NdcgSpec()) for _, g in pdf.groupby(schema.QID)], ignore_index=True
+    )
     pd.testing.assert_frame_equal(fast[COLS], slow[COLS], check_dtype=False, rtol=1e-12)
 
 
 def test_whole_query_batches_recut_and_check():
     pdf = _random_queries(1, 50)
-    batches = [pdf.iloc[i:i + 7] for i in range(0, len(pdf), 7)]
+    batches = [pdf.iloc[i : i + 7] for i in range(0, len(pdf), 7)]
     parts = list(whole_query_batches(iter(batches), [schema.QID]))
     assert sum(len(p) for p in parts) == len(pdf)
     seen = [set(p[schema.QID]) for p in parts]
@@ -90,8 +103,9 @@ def _local(dataset: str, roles: Roles, spec: NdcgSpec) -> pd.DataFrame:
         t[schema.SUBSET] = sub.name.split("=", 1)[1]
         frames.append(t)
     pdf = pd.concat(frames).sort_values([schema.SUBSET, schema.QID, schema.DOC], kind="stable")
-    return difficulty_frame(pdf.reset_index(drop=True), schema.feature_col(roles.bm25),
-                            schema.feature_col(roles.pagerank), spec)
+    return difficulty_frame(
+        pdf.reset_index(drop=True), schema.feature_col(roles.bm25), schema.feature_col(roles.pagerank), spec
+    )
 
 
 def _sorted(pdf: pd.DataFrame) -> pd.DataFrame:
@@ -114,11 +128,17 @@ def test_spark_equals_local_for_any_batch_size_and_partitioning(spark, small_dat
             pd.testing.assert_frame_equal(got, local, check_dtype=False, rtol=1e-12)
         spark.conf.set(key, "7")
         df = spark.read.parquet(small_dataset).select(
-            schema.SUBSET, schema.QID, schema.DOC, schema.LABEL, "f110", "f130")
+            schema.SUBSET, schema.QID, schema.DOC, schema.LABEL, "f110", "f130"
+        )
         for parts in (1, 2, 7):
             shuffled = df.repartition(5)  # scramble, then let map_queries arrange
-            got = map_queries(shuffled, lambda p: difficulty_frame(p, "f110", "f130", spec), DIFFICULTY_DDL,
-                              keys=(schema.SUBSET, schema.QID), partitions=parts)
+            got = map_queries(
+                shuffled,
+                lambda p: difficulty_frame(p, "f110", "f130", spec),
+                DIFFICULTY_DDL,
+                keys=(schema.SUBSET, schema.QID),
+                partitions=parts,
+            )
             pd.testing.assert_frame_equal(_sorted(got.toPandas()), local, check_dtype=False, rtol=1e-12)
     finally:
         spark.conf.set(key, old)
@@ -147,12 +167,15 @@ def test_feature_flags_and_config_checked_before_spark(tmp_path, capsys, monkeyp
     from pipelines.config import ConfigError
 
     monkeypatch.setattr(cli, "_session", lambda cfg: pytest.fail("Spark started before the options were checked"))
-    code = cli.main(["difficulty", "--data", str(tmp_path / "ds"), "--out", str(tmp_path / "d"),
-                     "--bm25-feature", "0"])
+    code = cli.main(["difficulty", "--data", str(tmp_path / "ds"), "--out", str(tmp_path / "d"), "--bm25-feature", "0"])
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ltr difficulty: error:")]
     assert code == 2
-    assert err == ["ltr difficulty: error: --bm25-feature must be >= 1 (a feature id; leave it out for the "
-                   "dataset's), got 0"]
-    with pytest.raises(ConfigError, match=r"difficulty.pagerank_feature \(--pagerank-feature\) must be a feature "
-                                          r"id >= 1, or 0 for the dataset's, got -2"):
+    assert err == [
+        "ltr difficulty: error: --bm25-feature must be >= 1 (a feature id; leave it out for the dataset's), got 0"
+    ]
+    with pytest.raises(
+        ConfigError,
+        match=r"difficulty.pagerank_feature \(--pagerank-feature\) must be a feature "
+        r"id >= 1, or 0 for the dataset's, got -2",
+    ):
         DifficultyConfig(pagerank_feature=-2)

@@ -40,8 +40,9 @@ def test_deterministic_for_a_seed_whatever_the_workers(tmp_path):
     assert a.rows == b.rows
     for f in range(1, 6):
         for s in ("train", "vali", "test"):
-            assert filecmp.cmp(tmp_path / "a" / f"Fold{f}" / f"{s}.txt", tmp_path / "b" / f"Fold{f}" / f"{s}.txt",
-                               shallow=False)
+            assert filecmp.cmp(
+                tmp_path / "a" / f"Fold{f}" / f"{s}.txt", tmp_path / "b" / f"Fold{f}" / f"{s}.txt", shallow=False
+            )
     assert (tmp_path / "a" / "Fold1" / "test.txt").read_bytes() != (tmp_path / "c" / "Fold1" / "test.txt").read_bytes()
 
 
@@ -89,9 +90,19 @@ def test_bm25_informative_but_clearly_below_a_trained_model(stats_data):
     random = ndcg(off, yte, rng.random(yte.size), spec).mean()
     per_query_bm25 = ndcg(off, yte, Xte[:, 109], spec)
     bm25 = per_query_bm25.mean()
-    model = xgb.train({"objective": "rank:ndcg", "eta": 0.1, "max_leaves": 31, "grow_policy": "lossguide",
-                       "tree_method": "hist", "nthread": 2, "seed": 0},
-                      xgb.DMatrix(Xtr, ytr, qid=qtr), num_boost_round=60)
+    model = xgb.train(
+        {
+            "objective": "rank:ndcg",
+            "eta": 0.1,
+            "max_leaves": 31,
+            "grow_policy": "lossguide",
+            "tree_method": "hist",
+            "nthread": 2,
+            "seed": 0,
+        },
+        xgb.DMatrix(Xtr, ytr, qid=qtr),
+        num_boost_round=60,
+    )
     learned = ndcg(off, yte, model.predict(xgb.DMatrix(Xte)), spec).mean()
     assert bm25 > random + 0.05
     assert learned > bm25 + 0.05

@@ -13,7 +13,6 @@ from scipy import stats
 from pipelines.config import load_config
 from pipelines.dataset import open_dataset
 from pipelines.grid import run_grid
-from pipelines.study import grid_children, plan_fold, unfinished_units
 from pipelines.report import (
     Record,
     ReportError,
@@ -24,16 +23,30 @@ from pipelines.report import (
     table1,
     table2,
 )
+from pipelines.study import grid_children, plan_fold, unfinished_units
 from pipelines.tracking import TAG_FOLD, TAG_PARENT, TAG_STRATEGY, TAG_SWITCH, Tracker
 
 T = 6
 
 
 def _cfg(tmp_path, **extra):
-    over = [f"work_dir={tmp_path / 'work'}", "grid.experiment=test-grid", "grid.folds=[1,2]", f"grid.trees={T}",
-            "grid.switch_points=[2,4]", "grid.strategies=[q_nrel,random]", "grid.extra_paths={blend: 'blend:6'}",
-            "grid.extra_curricula={}", "grid.log_models=false", "train.leaves=4", "train.max_bin=32",
-            "train.score_dist_trees=[2]", "train.blend_at=3", "train.blend_width=2", "report.permutations=2000"]
+    over = [
+        f"work_dir={tmp_path / 'work'}",
+        "grid.experiment=test-grid",
+        "grid.folds=[1,2]",
+        f"grid.trees={T}",
+        "grid.switch_points=[2,4]",
+        "grid.strategies=[q_nrel,random]",
+        "grid.extra_paths={blend: 'blend:6'}",
+        "grid.extra_curricula={}",
+        "grid.log_models=false",
+        "train.leaves=4",
+        "train.max_bin=32",
+        "train.score_dist_trees=[2]",
+        "train.blend_at=3",
+        "train.blend_width=2",
+        "report.permutations=2000",
+    ]
     over += [f"{k}={v}" for k, v in extra.items()]
     return load_config(None, over)
 
@@ -42,10 +55,14 @@ def test_children_of_a_fold(tmp_path):
     kids = grid_children(_cfg(tmp_path), 1)
     assert [(c.strategy, c.switch, c.path.shorthand()) for c in kids] == [
         ("lambdamart", None, "lambdamart:6"),
-        ("mse", 2, "mse:2,lambdamart:4"), ("mse", 4, "mse:4,lambdamart:2"),
-        ("q_nrel", 2, "lambdamart@q_nrel.0:2,lambdamart:4"), ("q_nrel", 4, "lambdamart@q_nrel.0:4,lambdamart:2"),
-        ("random", 2, "lambdamart@random.0:2,lambdamart:4"), ("random", 4, "lambdamart@random.0:4,lambdamart:2"),
-        ("blend", None, "blend:6")]
+        ("mse", 2, "mse:2,lambdamart:4"),
+        ("mse", 4, "mse:4,lambdamart:2"),
+        ("q_nrel", 2, "lambdamart@q_nrel.0:2,lambdamart:4"),
+        ("q_nrel", 4, "lambdamart@q_nrel.0:4,lambdamart:2"),
+        ("random", 2, "lambdamart@random.0:2,lambdamart:4"),
+        ("random", 4, "lambdamart@random.0:4,lambdamart:2"),
+        ("blend", None, "blend:6"),
+    ]
     bad = _cfg(tmp_path, **{"grid.switch_points": "[0, 6]"})
     with pytest.raises(ValueError, match=r"grid.switch_points must lie strictly between 0 and grid.trees=6"):
         grid_children(bad, 1)
@@ -82,8 +99,11 @@ def test_runs_links_and_histories(grid_run):
     hist = sorted(tracker.client.get_metric_history(run.info.run_id, "ndcg_at_10_test"), key=lambda m: m.step)
     assert hist[-1].value == final
     # the per-query NDCG logged is the final metric, query by query
-    perq = json.loads(open(tracker.client.download_artifacts(run.info.run_id, "per_query_test.json",
-                                                             str(tracker.artifact_root))).read())
+    perq = json.loads(
+        open(
+            tracker.client.download_artifacts(run.info.run_id, "per_query_test.json", str(tracker.artifact_root))
+        ).read()
+    )
     assert np.mean(perq["ndcg_at_10"]) == pytest.approx(final, abs=1e-12)
 
 
@@ -91,8 +111,7 @@ def test_resume_continues_the_same_child_run_and_retrains_nothing(spark, small_d
     cfg, summary, tracker = grid_run
     kids = tracker.children(summary["parent_run_id"])
     victim = next(k for k in kids if k.data.tags[TAG_STRATEGY] == "q_nrel")
-    before = sorted((m.step, m.value) for m in tracker.client.get_metric_history(victim.info.run_id,
-                                                                                   "ndcg_at_10_test"))
+    before = sorted((m.step, m.value) for m in tracker.client.get_metric_history(victim.info.run_id, "ndcg_at_10_test"))
     tracker.client.update_run(victim.info.run_id, status="RUNNING")  # as if killed while logging it
     ds = open_dataset(small_dataset)
     plans = {f: plan_fold(cfg, ds, f) for f in (1, 2)}
@@ -106,8 +125,7 @@ def test_resume_continues_the_same_child_run_and_retrains_nothing(spark, small_d
     assert (again["trained"], again["skipped"], again["trees_built"]) == (1, 15, 0)  # its nodes are checkpointed
     kids = tracker.children(summary["parent_run_id"])
     assert len(kids) == 16 and all(k.info.status == "FINISHED" for k in kids)  # same run ids, no new run
-    after = sorted((m.step, m.value) for m in tracker.client.get_metric_history(victim.info.run_id,
-                                                                                  "ndcg_at_10_test"))
+    after = sorted((m.step, m.value) for m in tracker.client.get_metric_history(victim.info.run_id, "ndcg_at_10_test"))
     assert after == before  # nothing logged twice
     third = run_grid(spark, cfg, data=small_dataset)
     assert (third["trained"], third["skipped"]) == (0, 16)
@@ -136,15 +154,24 @@ def test_report_from_the_grid(grid_run, small_dataset, tmp_path):
 # ------------------------------------------------------------ report numbers
 def _rec(fold, strategy, switch, test, perq, dists=(), vali=None):
     steps = list(range(1, len(test) + 1))
-    return Record(fold=fold, strategy=strategy, switch=switch, steps=steps, test=list(test),
-                  vali=list(test if vali is None else vali), per_query=dict(perq), score_dists=list(dists))
+    return Record(
+        fold=fold,
+        strategy=strategy,
+        switch=switch,
+        steps=steps,
+        test=list(test),
+        vali=list(test if vali is None else vali),
+        per_query=dict(perq),
+        score_dists=list(dists),
+    )
 
 
 def test_table1_numbers():
-    base = [_rec(1, "lambdamart", None, [0.4, 0.5], {1: 0.5, 2: 0.4, 3: 0.6}),
-            _rec(2, "lambdamart", None, [0.5, 0.6], {4: 0.6, 5: 0.5})]
-    mse = [_rec(1, "mse", 1, [0.45, 0.55], {1: 0.6, 2: 0.5, 3: 0.6}),
-           _rec(2, "mse", 1, [0.55, 0.7], {4: 0.8, 5: 0.6})]
+    base = [
+        _rec(1, "lambdamart", None, [0.4, 0.5], {1: 0.5, 2: 0.4, 3: 0.6}),
+        _rec(2, "lambdamart", None, [0.5, 0.6], {4: 0.6, 5: 0.5}),
+    ]
+    mse = [_rec(1, "mse", 1, [0.45, 0.55], {1: 0.6, 2: 0.5, 3: 0.6}), _rec(2, "mse", 1, [0.55, 0.7], {4: 0.8, 5: 0.6})]
     rows = {r["label"]: r for r in table1(base + mse, n_perm=4000, seed=1)}
     b, m = rows["LambdaMART"], rows["MSE-1"]
     assert b["mean"] == pytest.approx(0.55) and b["std"] == pytest.approx(math.sqrt(0.005))
@@ -173,13 +200,18 @@ def test_randomization_test_extremes():
 def test_table2_chooses_mse_t_on_validation_and_kl():
     base = [_rec(1, "lambdamart", None, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], {})]
     # MSE-2 has the better final test NDCG, MSE-4 the better final validation NDCG: Table 2 takes MSE-4
-    mse = [_rec(1, "mse", 2, [0.25, 0.35, 0.45, 0.5, 0.55, 0.58], {}, vali=[0.2, 0.3, 0.3, 0.3, 0.3, 0.40]),
-           _rec(1, "mse", 4, [0.2, 0.3, 0.4, 0.45, 0.5, 0.52], {}, vali=[0.2, 0.3, 0.3, 0.3, 0.3, 0.41])]
+    mse = [
+        _rec(1, "mse", 2, [0.25, 0.35, 0.45, 0.5, 0.55, 0.58], {}, vali=[0.2, 0.3, 0.3, 0.3, 0.3, 0.40]),
+        _rec(1, "mse", 4, [0.2, 0.3, 0.4, 0.45, 0.5, 0.52], {}, vali=[0.2, 0.3, 0.3, 0.3, 0.3, 0.41]),
+    ]
     t2 = table2(base + mse, [1, 2, 3])
     assert t2["mse"] == "MSE-4" and t2["selected_on"] == "vali" and t2["vali"] == {"MSE-2": 0.40, "MSE-4": 0.41}
     # MSE-4 reaches 0.2 / 0.3 / 0.4 at 1 / 2 / 3 trees; LambdaMART needs 2 / 3 / 4 trees
-    assert [(r["size"], r["baseline_trees"], r["ratio"]) for r in t2["rows"]] == [(1, 2, 2.0), (2, 3, 1.5),
-                                                                                 (3, 4, 4 / 3)]
+    assert [(r["size"], r["baseline_trees"], r["ratio"]) for r in t2["rows"]] == [
+        (1, 2, 2.0),
+        (2, 3, 1.5),
+        (3, 4, 4 / 3),
+    ]
     # default sizes: MSE-4's vali curve never exceeds LambdaMART's best (0.6): evenly spaced up to T = 6
     assert [r["size"] for r in table2(base + mse)["rows"]] == [2, 4, 6]
     p, q = [3, 1, 0], [1, 1, 2]
@@ -218,8 +250,11 @@ def test_report_of_an_unfinished_grid_and_the_latest_finished_one(grid_run, tmp_
         # without --run-id: the latest FINISHED grid, not the newer one still RUNNING (with no children)
         assert build_report(tracker, str(tmp_path / "a"), n_perm=50)["parent"] == parent
         tracker.client.update_run(parent, status="RUNNING")
-        with pytest.raises(ReportError, match=rf"has no finished grid; the latest grid run {newer.info.run_id} is "
-                                              rf"RUNNING: .* pass --run-id {newer.info.run_id}"):
+        with pytest.raises(
+            ReportError,
+            match=rf"has no finished grid; the latest grid run {newer.info.run_id} is "
+            rf"RUNNING: .* pass --run-id {newer.info.run_id}",
+        ):
             build_report(tracker, str(tmp_path / "b"), n_perm=50)
         r = build_report(tracker, str(tmp_path / "c"), parent, n_perm=50)
         assert r["problems"] == ["parent run status RUNNING"]
@@ -240,8 +275,18 @@ def test_report_cli_experiment_must_exist(grid_run, tmp_path, capsys):
     assert "ltr report: error: --experiment: no MLflow experiment 'tset-grid'" in err and "test-grid" in err
     assert tracker.client.get_experiment_by_name("tset-grid") is None  # not created
     assert not (tmp_path / "r").exists()
-    code = main(["report", "--experiment", "test-grid", *common, "--set", "report.permutations=50",
-                 "--set", "report.table2_sizes=[2]"])
+    code = main(
+        [
+            "report",
+            "--experiment",
+            "test-grid",
+            *common,
+            "--set",
+            "report.permutations=50",
+            "--set",
+            "report.table2_sizes=[2]",
+        ]
+    )
     assert code == 0
     assert [row["size"] for row in json.loads((tmp_path / "r" / "table2.json").read_text())["rows"]] == [2]
 

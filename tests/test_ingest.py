@@ -49,8 +49,12 @@ def test_golden_files(spark, tmp_path, name):
     assert m["rows"] == len(exp["rows"]) and m["layout"] == "as_given"
     assert m["folds"] == {"1": {"train": ["train"]}}
     src_stats = m["sources"][0]
-    assert (src_stats["lines"], src_stats["blank"], src_stats["comments"], src_stats["quarantined"]) == \
-        (exp["lines"], exp["blank"], exp["comments"], len(exp["quarantine"]))
+    assert (src_stats["lines"], src_stats["blank"], src_stats["comments"], src_stats["quarantined"]) == (
+        exp["lines"],
+        exp["blank"],
+        exp["comments"],
+        len(exp["quarantine"]),
+    )
     # quarantine: file, absolute line, reason, token
     assert m["quarantine"]["lines"] == len(exp["quarantine"])
     if exp["quarantine"]:
@@ -136,8 +140,11 @@ def test_mslr_rotation_each_row_once_and_equal_to_local_parse(spark, tmp_path, s
     m = ingest(spark, str(small_letor), str(out), MSLR, IngestConfig(chunk_bytes=200_000))
     assert m["layout"] == "mslr_rotation" and m["rotation"]["verified"]
     assert sorted(m["subsets"]) == ["S1", "S2", "S3", "S4", "S5"]
-    lines = {f"Fold{f}/{s}.txt": sum(1 for _ in open(small_letor / f"Fold{f}" / f"{s}.txt"))
-             for f in range(1, 6) for s in ("train", "vali", "test")}
+    lines = {
+        f"Fold{f}/{s}.txt": sum(1 for _ in open(small_letor / f"Fold{f}" / f"{s}.txt"))
+        for f in range(1, 6)
+        for s in ("train", "vali", "test")
+    }
     assert m["rows"] == sum(lines[f"Fold{f}/test.txt"] for f in range(1, 6))
     ds = open_dataset(str(out))
     counts = spark.read.parquet(str(out)).groupBy(schema.SUBSET).count().collect()
@@ -153,16 +160,22 @@ def test_mslr_rotation_each_row_once_and_equal_to_local_parse(spark, tmp_path, s
     for f, d in MSLR_ROTATION.items():
         block = parse_block(np.fromfile(small_letor / f"Fold{f}" / "test.txt", dtype=np.uint8), spec)
         q, lab, doc, X = sorted_rows(block)
-        pdf = (spark.read.parquet(str(out)).where(F.col(schema.SUBSET) == d["test"][0])
-               .orderBy(schema.QID, schema.DOC).toPandas())
+        pdf = (
+            spark.read.parquet(str(out))
+            .where(F.col(schema.SUBSET) == d["test"][0])
+            .orderBy(schema.QID, schema.DOC)
+            .toPandas()
+        )
         np.testing.assert_array_equal(pdf[schema.QID].to_numpy(), q)
         np.testing.assert_array_equal(pdf[schema.DOC].to_numpy(), doc)
         np.testing.assert_array_equal(pdf[schema.LABEL].to_numpy(), lab)
         got = pdf[schema.feature_cols(136)].to_numpy(np.float32)
         assert np.array_equal(got.view(np.uint32), np.ascontiguousarray(X).view(np.uint32))
     # the schema Spark reads back is the declared one
-    assert spark.read.parquet(str(out)).schema.simpleString() == \
-        "struct<" + schema.spark_ddl(136).replace(" ", ":").replace(",:", ",") + ">"
+    assert (
+        spark.read.parquet(str(out)).schema.simpleString()
+        == "struct<" + schema.spark_ddl(136).replace(" ", ":").replace(",:", ",") + ">"
+    )
 
 
 def test_broken_rotation_is_stored_as_given(spark, tmp_path, small_letor):
@@ -198,22 +211,29 @@ def test_no_rows_kept_is_an_error_that_keeps_the_quarantine(spark, tmp_path):
     with pytest.raises(IngestError) as err:
         ingest(spark, str(src), str(out), MSLR, IngestConfig(n_features=2))
     msg = str(err.value)
-    assert msg == (f"--src {src}: no rows kept: all 2 data lines were quarantined (feature index out of range "
-                   f"[1, 2]: 2); is --n-features 2 right? (dataset mslr has 136); the bad lines are kept in "
-                   f"{out}.quarantine")
+    assert msg == (
+        f"--src {src}: no rows kept: all 2 data lines were quarantined (feature index out of range "
+        f"[1, 2]: 2); is --n-features 2 right? (dataset mslr has 136); the bad lines are kept in "
+        f"{out}.quarantine"
+    )
     assert not out.exists()
     kept = Path(f"{out}.quarantine")
     assert json.loads((kept / "_quarantine.json").read_text())["by_reason"] == {"index_range": 2}
     q = spark.read.parquet(str(kept)).orderBy("line").collect()
     assert [(r.file, r.line, r.reason, r.token) for r in q] == [
-        ("three.txt", 1, "index_range", "3:2"), ("three.txt", 2, "index_range", "3:1")]
+        ("three.txt", 1, "index_range", "3:2"),
+        ("three.txt", 2, "index_range", "3:1"),
+    ]
     # every line bad for another reason (labels out of mslr's 0..4): the kept quarantine is replaced
     bad = tmp_path / "bad.txt"
     bad.write_text("7 qid:1 1:1\n9 qid:2 1:1\n# a comment\n")
-    with pytest.raises(IngestError, match=r"^--src .*bad.txt: no rows kept: all 2 data lines were quarantined "
-                                          r"\(label out of range \[0, 4\]: 2\); dataset mslr has labels 0..4: pass "
-                                          r"the right --dataset NAME or --min-label/--max-label; the bad lines are "
-                                          r"kept in .*ds.quarantine$"):
+    with pytest.raises(
+        IngestError,
+        match=r"^--src .*bad.txt: no rows kept: all 2 data lines were quarantined "
+        r"\(label out of range \[0, 4\]: 2\); dataset mslr has labels 0..4: pass "
+        r"the right --dataset NAME or --min-label/--max-label; the bad lines are "
+        r"kept in .*ds.quarantine$",
+    ):
         ingest(spark, str(bad), str(out), MSLR, SIX)
     assert [r.token for r in spark.read.parquet(str(kept)).orderBy("line").collect()] == ["7", "9"]
     # empty input, or only blank lines and comments: nothing to quarantine (and the old quarantine is gone)
@@ -223,8 +243,11 @@ def test_no_rows_kept_is_an_error_that_keeps_the_quarantine(spark, tmp_path):
         ingest(spark, str(empty), str(out), MSLR, SIX)
     assert not kept.exists()
     empty.write_text("# only a comment\n\n")
-    with pytest.raises(IngestError, match=r"no rows kept: the input has no data lines \(2 lines: 1 blank, "
-                                          r"1 comments\)$"):
+    with pytest.raises(
+        IngestError,
+        match=r"no rows kept: the input has no data lines \(2 lines: 1 blank, "
+        r"1 comments\)$",
+    ):
         ingest(spark, str(empty), str(out), MSLR, SIX)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt", "empty.txt", "three.txt"]
     # a later run that keeps rows removes the quarantine of a failed one
@@ -243,29 +266,50 @@ def test_no_rows_kept_exits_2_with_one_line(spark, tmp_path, capsys):
     code = main(["ingest", "--src", str(src), "--out", str(tmp_path / "ds"), "--n-features", "2"])
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ltr ingest: error:")]
     assert code == 2
-    assert err == [f"ltr ingest: error: --src {src}: no rows kept: all 1 data lines were quarantined (feature "
-                   f"index out of range [1, 2]: 1); is --n-features 2 right? (dataset mslr has 136); the bad lines "
-                   f"are kept in {tmp_path / 'ds'}.quarantine"]
+    assert err == [
+        f"ltr ingest: error: --src {src}: no rows kept: all 1 data lines were quarantined (feature "
+        f"index out of range [1, 2]: 1); is --n-features 2 right? (dataset mslr has 136); the bad lines "
+        f"are kept in {tmp_path / 'ds'}.quarantine"
+    ]
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--chunk-bytes", "0"], "--chunk-bytes must be >= 1 (nominal text bytes per Spark task), got 0"),
-    (["--chunk-bytes", "-5"], "--chunk-bytes must be >= 1 (nominal text bytes per Spark task), got -5"),
-    (["--n-features", "0"], "--n-features must be >= 1 (the number of features; leave it out for the dataset's), "
-                            "got 0"),
-    (["--min-label", "3", "--max-label", "1"], "--min-label 3 > --max-label 1: no label would be valid"),
-    (["--min-label", "5"], "--min-label (ingest.min_label) = 5 > max_label of conf/datasets/mslr.yaml = 4: no label "
-                           "would be valid; the labels of dataset mslr are 0..4"),
-    (["--dataset", "letor4", "--max-label", "-1"], "min_label of conf/datasets/letor4.yaml = 0 > --max-label "
-                                                   "(ingest.max_label) = -1: no label would be valid; the labels "
-                                                   "of dataset letor4 are 0..2"),
-    (["--max-label", "300"], "ingest: ingest.max_label (--max-label) must lie in [-128, 127] (labels are stored as "
-                             "int8), got 300"),
-    (["--set", "ingest.chunk_bytes=0"], "ingest: ingest.chunk_bytes (--chunk-bytes) must be >= 1 (nominal text "
-                                        "bytes per Spark task, e.g. 33554432), got 0"),
-    (["--set", "ingest.compression=lzo"], "ingest: ingest.compression 'lzo' is not a Parquet codec both pyarrow "
-                                          "and Spark write; expected one of snappy, zstd, gzip, lz4, none"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--chunk-bytes", "0"], "--chunk-bytes must be >= 1 (nominal text bytes per Spark task), got 0"),
+        (["--chunk-bytes", "-5"], "--chunk-bytes must be >= 1 (nominal text bytes per Spark task), got -5"),
+        (
+            ["--n-features", "0"],
+            "--n-features must be >= 1 (the number of features; leave it out for the dataset's), got 0",
+        ),
+        (["--min-label", "3", "--max-label", "1"], "--min-label 3 > --max-label 1: no label would be valid"),
+        (
+            ["--min-label", "5"],
+            "--min-label (ingest.min_label) = 5 > max_label of conf/datasets/mslr.yaml = 4: no label "
+            "would be valid; the labels of dataset mslr are 0..4",
+        ),
+        (
+            ["--dataset", "letor4", "--max-label", "-1"],
+            "min_label of conf/datasets/letor4.yaml = 0 > --max-label "
+            "(ingest.max_label) = -1: no label would be valid; the labels "
+            "of dataset letor4 are 0..2",
+        ),
+        (
+            ["--max-label", "300"],
+            "ingest: ingest.max_label (--max-label) must lie in [-128, 127] (labels are stored as int8), got 300",
+        ),
+        (
+            ["--set", "ingest.chunk_bytes=0"],
+            "ingest: ingest.chunk_bytes (--chunk-bytes) must be >= 1 (nominal text "
+            "bytes per Spark task, e.g. 33554432), got 0",
+        ),
+        (
+            ["--set", "ingest.compression=lzo"],
+            "ingest: ingest.compression 'lzo' is not a Parquet codec both pyarrow "
+            "and Spark write; expected one of snappy, zstd, gzip, lz4, none",
+        ),
+    ],
+)
 def test_impossible_options_exit_2_before_spark_starts(tmp_path, capsys, monkeypatch, flags, message):
     from pipelines import cli
 
@@ -281,16 +325,22 @@ def test_impossible_options_exit_2_before_spark_starts(tmp_path, capsys, monkeyp
 
 
 def test_ingest_config_checks():
-    with pytest.raises(ConfigError, match=r"ingest.n_features \(--n-features\) must be >= 1, or 0 for the "
-                                          r"dataset's, got -3"):
+    with pytest.raises(
+        ConfigError,
+        match=r"ingest.n_features \(--n-features\) must be >= 1, or 0 for the "
+        r"dataset's, got -3",
+    ):
         IngestConfig(n_features=-3)
     with pytest.raises(ConfigError, match=r"ingest.min_label \(--min-label\) 2 > ingest.max_label \(--max-label\) 1"):
         IngestConfig(min_label=2, max_label=1)
     with pytest.raises(ConfigError, match=r"ingest.max_examples must be >= 0, got -1"):
         IngestConfig(max_examples=-1)
     assert line_spec(MSLR, IngestConfig(n_features=6, max_label=2)) == LineSpec(6, 0, 2)
-    with pytest.raises(IngestError, match=r"^--min-label \(ingest.min_label\) = 1 > --max-label \(ingest.max_label\) "
-                                          r"= 0: no label would be valid"):
+    with pytest.raises(
+        IngestError,
+        match=r"^--min-label \(ingest.min_label\) = 1 > --max-label \(ingest.max_label\) "
+        r"= 0: no label would be valid",
+    ):
         line_spec(MSLR, _unchecked(min_label=1, max_label=0))
 
 

@@ -22,8 +22,14 @@ ROOT = Path(__file__).resolve().parent.parent
 CODE = {"sources": "s0", "xgboost": "3.2.0", "pyspark": "4.1.0", "numpy": "2.3.0", "numba": "0.62", "pyarrow": "21"}
 
 
-def _node_keys(train: TrainConfig = TrainConfig(), metric: NdcgSpec = NdcgSpec(), data: str = "sha256:d1",
-               fold: int = 1, code: dict | None = None, cur: str = "c1") -> list[str]:
+def _node_keys(
+    train: TrainConfig = TrainConfig(),
+    metric: NdcgSpec = NdcgSpec(),
+    data: str = "sha256:d1",
+    fold: int = 1,
+    code: dict | None = None,
+    cur: str = "c1",
+) -> list[str]:
     ctx = keys.plan_context(train, metric, data, fold, code or CODE)
     paths = [parse_path("mse:4,lambdamart:6", "a"), parse_path("lambdamart@q.0:4,lambdamart:6", "b")]
     return [n.key for n in build_plan(paths, fold=fold, context=ctx, curriculum_keys={"q": cur}).nodes]
@@ -68,27 +74,67 @@ def test_node_keys_change_exactly_with_what_changes_the_trees(what, change, reke
 def test_the_other_keys_change_exactly_with_their_inputs():
     d = dict(dataset="sha256:d1", roles={"bm25": 110}, settings={"x": 1}, metric=NdcgSpec().to_dict(), code=CODE)
     base = keys.difficulty_key(**d)
-    for k, v in (("dataset", "sha256:d2"), ("roles", {"bm25": 111}), ("settings", {"x": 2}),
-                 ("metric", NdcgSpec(k=5).to_dict()), ("code", {**CODE, "sources": "s1"})):
+    for k, v in (
+        ("dataset", "sha256:d2"),
+        ("roles", {"bm25": 111}),
+        ("settings", {"x": 2}),
+        ("metric", NdcgSpec(k=5).to_dict()),
+        ("code", {**CODE, "sources": "s1"}),
+    ):
         assert keys.difficulty_key(**{**d, k: v}) != base, k
-    c = dict(settings={"fraction": 0.25}, dataset="sha256:d1", fold=1, name="q", difficulty=base,
-             empty_queries="last", scores="sha256:s")
+    c = dict(
+        settings={"fraction": 0.25},
+        dataset="sha256:d1",
+        fold=1,
+        name="q",
+        difficulty=base,
+        empty_queries="last",
+        scores="sha256:s",
+    )
     cbase = keys.curriculum_key(**c)
-    for k, v in (("settings", {"fraction": 0.5}), ("dataset", "x"), ("fold", 2), ("name", "r"),
-                 ("difficulty", "y"), ("empty_queries", "exclude"), ("scores", "z")):
+    for k, v in (
+        ("settings", {"fraction": 0.5}),
+        ("dataset", "x"),
+        ("fold", 2),
+        ("name", "r"),
+        ("difficulty", "y"),
+        ("empty_queries", "exclude"),
+        ("scores", "z"),
+    ):
         assert keys.curriculum_key(**{**c, k: v}) != cbase, k
     summary = {"key": cbase, "stages": [{"stage": 0, "queries": 10}], "dataset_fingerprint": "sha256:d1"}
     assert keys.curriculum_content_key(summary) != keys.curriculum_content_key(
-        {**summary, "stages": [{"stage": 0, "queries": 11}]})  # rebuilt with another content: another key
+        {**summary, "stages": [{"stage": 0, "queries": 11}]}
+    )  # rebuilt with another content: another key
     assert keys.curriculum_content_key(summary) == keys.curriculum_content_key({**summary, "dataset": "/moved"})
     cuts = keys.cuts_key("sha256:d1", 1, 256, 200_000, CODE)
-    assert len({cuts, keys.cuts_key("sha256:d2", 1, 256, 200_000, CODE), keys.cuts_key("sha256:d1", 2, 256, 200_000, CODE),
-                keys.cuts_key("sha256:d1", 1, 64, 200_000, CODE), keys.cuts_key("sha256:d1", 1, 256, 10, CODE),
-                keys.cuts_key("sha256:d1", 1, 256, 200_000, {**CODE, "sources": "s1"})}) == 6
-    doc = {"grid": {"trees": 10}, "train": keys.train_inputs(TrainConfig()), "metric": {}, "curriculum": {},
-           "difficulty": {}, "dataset": "sha256:d1", "folds": [1]}
+    assert (
+        len(
+            {
+                cuts,
+                keys.cuts_key("sha256:d2", 1, 256, 200_000, CODE),
+                keys.cuts_key("sha256:d1", 2, 256, 200_000, CODE),
+                keys.cuts_key("sha256:d1", 1, 64, 200_000, CODE),
+                keys.cuts_key("sha256:d1", 1, 256, 10, CODE),
+                keys.cuts_key("sha256:d1", 1, 256, 200_000, {**CODE, "sources": "s1"}),
+            }
+        )
+        == 6
+    )
+    doc = {
+        "grid": {"trees": 10},
+        "train": keys.train_inputs(TrainConfig()),
+        "metric": {},
+        "curriculum": {},
+        "difficulty": {},
+        "dataset": "sha256:d1",
+        "folds": [1],
+    }
     study, grid = keys.study_keys(doc, CODE)
-    assert keys.study_keys(doc, {**CODE, "sources": "s1"}) == (study, keys.study_keys(doc, {**CODE, "sources": "s1"})[1])
+    assert keys.study_keys(doc, {**CODE, "sources": "s1"}) == (
+        study,
+        keys.study_keys(doc, {**CODE, "sources": "s1"})[1],
+    )
     assert keys.study_keys(doc, {**CODE, "sources": "s1"})[1] != grid
     assert keys.study_keys({**doc, "train": keys.train_inputs(TrainConfig(workers=4))}, CODE) == (study, grid)
     assert keys.study_keys({**doc, "folds": [1, 2]}, CODE)[0] != study
@@ -117,20 +163,52 @@ def test_code_identity_is_the_installed_sources_and_library_versions():
 
 # ------------------------------------------------------------ in a copy of the repository, with git
 def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True, capture_output=True
+    )
 
 
 def _train(repo: Path, data: str, work: Path) -> dict:
     """``ltr train`` run by the code of ``repo`` (its packages first on the path): the trees it built."""
     out = work / "model"
     env = {**os.environ, "PYTHONPATH": str(repo)}  # quick JVMs: SPARK_SUBMIT_OPTS (tests/conftest.py)
-    r = subprocess.run([sys.executable, "-m", "pipelines.cli", "train", "--data", data, "--fold", "1",
-                        "--path", "mse:2,lambdamart:2", "--out", str(out), "--master", "local[1]",
-                        "--set", f"work_dir={work}", "--set", "train.leaves=4", "--set", "train.max_bin=16",
-                        "--set", "train.score_dist_trees=[1]", "--set", "spark.shuffle_partitions=1",
-                        "--set", "spark.ui=false", "--log-level", "WARNING"],
-                       cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.cli",
+            "train",
+            "--data",
+            data,
+            "--fold",
+            "1",
+            "--path",
+            "mse:2,lambdamart:2",
+            "--out",
+            str(out),
+            "--master",
+            "local[1]",
+            "--set",
+            f"work_dir={work}",
+            "--set",
+            "train.leaves=4",
+            "--set",
+            "train.max_bin=16",
+            "--set",
+            "train.score_dist_trees=[1]",
+            "--set",
+            "spark.shuffle_partitions=1",
+            "--set",
+            "spark.ui=false",
+            "--log-level",
+            "WARNING",
+        ],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads((out / "_train.json").read_text())
 
@@ -184,9 +262,9 @@ SAME = {
     "a docstring": BASE.replace('"""The gain of a label."""', '"""Exponential gain.\n\n    More text."""'),
     "the module docstring removed": BASE.replace('"""A module."""\n', ""),
     "a string statement": BASE.replace("LIMIT = 10", 'LIMIT = 10\n"""The cut-off."""'),
-    "reformatting": BASE.replace("return (2 ** label - 1) / np.log2(k + 1)",
-                                 "return (\n        (2**label - 1)\n        / np.log2(k + 1)\n    )")
-                        .replace("def gain(label, k=LIMIT):", "def gain(\n    label,\n    k=LIMIT,\n):"),
+    "reformatting": BASE.replace(
+        "return (2 ** label - 1) / np.log2(k + 1)", "return (\n        (2**label - 1)\n        / np.log2(k + 1)\n    )"
+    ).replace("def gain(label, k=LIMIT):", "def gain(\n    label,\n    k=LIMIT,\n):"),
 }
 
 CHANGED = {

@@ -78,8 +78,9 @@ def test_racing_processes_take_turns(tmp_path):
     n, rounds = 6, 3
     log_path = tmp_path / "holders.log"
     start, out = SPAWN.Barrier(n), SPAWN.Queue()
-    procs = [SPAWN.Process(target=_racer, args=(str(tmp_path / "ck"), str(log_path), start, rounds, out))
-             for _ in range(n)]
+    procs = [
+        SPAWN.Process(target=_racer, args=(str(tmp_path / "ck"), str(log_path), start, rounds, out)) for _ in range(n)
+    ]
     for p in procs:
         p.start()
     results = [out.get(timeout=60) for _ in range(n * rounds)]
@@ -88,7 +89,7 @@ def test_racing_processes_take_turns(tmp_path):
     lines = [ln.split() for ln in log_path.read_text().splitlines()]
     # no interleaving: every "in" is followed by the same holder's "out"
     assert len(lines) % 2 == 0
-    for (r1, p1, w1, t1), (r2, p2, w2, t2) in zip(lines[::2], lines[1::2]):
+    for (r1, p1, w1, _), (r2, p2, w2, _) in zip(lines[::2], lines[1::2]):
         assert (r1, p1, w1) == (r2, p2, "in") and w2 == "out", lines
     intervals = sorted((float(a[3]), float(b[3])) for a, b in zip(lines[::2], lines[1::2]))
     assert all(end <= nxt for (_, end), (nxt, _) in zip(intervals, intervals[1:]))
@@ -99,8 +100,13 @@ def test_racing_processes_take_turns(tmp_path):
         assert len(got) == 1 or len(held) < n - 1  # (a second winner only if it came after the first left)
         for msg, holder in held:  # told who holds it, where, and what to do
             assert holder in got
-            assert f"node {KEY} is being written by another process: host {socket.gethostname()} pid {holder} " \
-                   f"(racer {holder}) holds its lease until " in msg and "UTC" in msg and "stop it" in msg, msg
+            assert (
+                f"node {KEY} is being written by another process: host {socket.gethostname()} pid {holder} "
+                f"(racer {holder}) holds its lease until "
+                in msg
+                and "UTC" in msg
+                and "stop it" in msg
+            ), msg
     assert not list((tmp_path / "ck" / KEY).iterdir())  # every lease released, nothing left behind
 
 
@@ -140,14 +146,19 @@ def test_a_stalled_owners_lease_expires_and_is_taken_over(tmp_path, caplog):
         os.kill(child.pid, signal.SIGKILL)
         child.join(10)
     assert time.time() >= dead.expires
-    assert any(f"taking over the lease of host {dead.host} pid {child.pid} (doomed holder)" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        f"taking over the lease of host {dead.host} pid {child.pid} (doomed holder)" in r.getMessage()
+        for r in caplog.records
+    )
     assert read_lease(store, KEY).token == new.token and new.check()
 
     late = Lease(store, dead)  # the dead owner, had it only been stalled, comes back
     assert not late.check()
-    with pytest.raises(LeaseLost, match=f"lost the lease of node {KEY} while renewing it: host .* pid {os.getpid()} "
-                                        "\\(successor\\) holds it now; this process must stop writing the node"):
+    with pytest.raises(
+        LeaseLost,
+        match=f"lost the lease of node {KEY} while renewing it: host .* pid {os.getpid()} "
+        "\\(successor\\) holds it now; this process must stop writing the node",
+    ):
         late.renew()
     with pytest.raises(LeaseLost, match="before committing a checkpoint"):
         store.commit(KEY, 4, {"shards": 0}, lease_token=dead_token)
@@ -280,8 +291,10 @@ def test_a_commit_keeps_the_previous_checkpoint(tmp_path):
         _checkpoint(store, tree)
     assert store.trees(KEY) == [4, 6]  # 4 is kept: a reader that listed it before 6 committed can still load it
     assert store.meta(KEY, 4)["tree"] == 4 and len(store.shards(KEY, 4)) == 1
-    where = f"checkpoint {tmp_path}/{KEY}/t000002 is gone: it was replaced by a newer checkpoint of the node " \
-            "(tree 6) after it was listed; list the checkpoints again"
+    where = (
+        f"checkpoint {tmp_path}/{KEY}/t000002 is gone: it was replaced by a newer checkpoint of the node "
+        "(tree 6) after it was listed; list the checkpoints again"
+    )
     with pytest.raises(CheckpointError, match=re.escape(where)):
         store.meta(KEY, 2)
     with pytest.raises(CheckpointError, match=re.escape(where)):

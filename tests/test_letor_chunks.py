@@ -47,12 +47,14 @@ def _messy_file(tmp_path: Path) -> Path:
     text = (
         "# header comment\n"
         "1 qid:1 1:1\n2 qid:1 2:2\n\n# in the middle of query 1\n0 qid:1 3:3\n"
-        "x qid:2 1:1\n0 qid:2 1:2\n"            # bad label but qid 2: starts query 2's block
-        "1 qid:zz 1:1\n"                         # no qid: belongs to whichever chunk it falls in
+        "x qid:2 1:1\n0 qid:2 1:2\n"  # bad label but qid 2: starts query 2's block
+        "1 qid:zz 1:1\n"  # no qid: belongs to whichever chunk it falls in
         + "3 qid:3 4:4\n" * 5
-        + "0 qid:4 1:0." + "9" * 300 + "\n"      # a long line (and a slow-path value)
-        + "1 qid:3 1:1\n"                        # qid 3 again: non-contiguous
-        + "2 qid:5 1:5"                          # no final newline
+        + "0 qid:4 1:0."
+        + "9" * 300
+        + "\n"  # a long line (and a slow-path value)
+        + "1 qid:3 1:1\n"  # qid 3 again: non-contiguous
+        + "2 qid:5 1:5"  # no final newline
     )
     p = tmp_path / "messy.txt"
     p.write_bytes(text.encode())
@@ -76,9 +78,26 @@ def test_boundaries_are_query_blocks(tmp_path, chunk):
 
 def _run_all(path: Path, chunk: int, out: Path, spec: LineSpec) -> list[dict]:
     size = path.stat().st_size
-    return [run_chunk(ChunkTask(i, str(path), a, b, "all", "parse", str(out), str(out / "_q"),
-                                spec.n_features, spec.min_label, spec.max_label, False, "snappy"))
-            for i, (a, b) in enumerate(plan_ranges(size, chunk))]
+    return [
+        run_chunk(
+            ChunkTask(
+                i,
+                str(path),
+                a,
+                b,
+                "all",
+                "parse",
+                str(out),
+                str(out / "_q"),
+                spec.n_features,
+                spec.min_label,
+                spec.max_label,
+                False,
+                "snappy",
+            )
+        )
+        for i, (a, b) in enumerate(plan_ranges(size, chunk))
+    ]
 
 
 @pytest.mark.parametrize("chunk", [997, 65_536, 1 << 25])

@@ -42,8 +42,10 @@ def test_kernel_matches_golden(name):
     assert (block.n_lines, block.n_blank, block.n_comment) == (exp["lines"], exp["blank"], exp["comments"])
     expected_rows = [[q, lab, d, np.float32(v).tolist()] for q, lab, d, v in exp["rows"]]
     assert _rows(block) == expected_rows
-    got_q = [[int(ln) + 1, REASON_KEYS[int(c)], t.decode()] for ln, c, t in
-             zip(block.bad_line, block.bad_code, block.bad_token, strict=True)]
+    got_q = [
+        [int(ln) + 1, REASON_KEYS[int(c)], t.decode()]
+        for ln, c, t in zip(block.bad_line, block.bad_code, block.bad_token, strict=True)
+    ]
     assert got_q == exp["quarantine"]
     # good lines in == rows out
     assert block.n_rows == exp["lines"] - exp["blank"] - exp["comments"] - len(exp["quarantine"])
@@ -66,14 +68,27 @@ def test_reason_messages_are_pinned():
     ]
 
 
-@pytest.mark.parametrize("token, expected", [
-    ("1", 1.0), ("-0", -0.0), ("+0.0", 0.0), ("00012", 12.0), ("1E+2", 100.0), (".5", 0.5),
-    ("5.", 5.0), ("-.5e-1", -0.05), ("0.000017", 1.7e-05), ("123456789", 123456789.0),
-    ("3.4028235e38", 3.4028235e38),
-    # outside the exact fast path: handled by the reference (Python float) path
-    ("0.1234567890123456789", 0.1234567890123456789), ("123456789012345678901234567890", 1.2345679e29),
-    ("1e-50", 0.0), ("1.5e30", 1.5e30),
-])
+@pytest.mark.parametrize(
+    "token, expected",
+    [
+        ("1", 1.0),
+        ("-0", -0.0),
+        ("+0.0", 0.0),
+        ("00012", 12.0),
+        ("1E+2", 100.0),
+        (".5", 0.5),
+        ("5.", 5.0),
+        ("-.5e-1", -0.05),
+        ("0.000017", 1.7e-05),
+        ("123456789", 123456789.0),
+        ("3.4028235e38", 3.4028235e38),
+        # outside the exact fast path: handled by the reference (Python float) path
+        ("0.1234567890123456789", 0.1234567890123456789),
+        ("123456789012345678901234567890", 1.2345679e29),
+        ("1e-50", 0.0),
+        ("1.5e30", 1.5e30),
+    ],
+)
 def test_values_match_python_float(token, expected):
     block = parse_block(_buf(f"1 qid:1 1:{token}\n"), SPEC6)
     assert block.n_bad == 0
@@ -83,12 +98,24 @@ def test_values_match_python_float(token, expected):
     assert got.view(np.uint32) == want.view(np.uint32), token  # bit for bit, sign of zero included
 
 
-@pytest.mark.parametrize("token, code", [
-    ("3.4028236e38", E_VALUE_OVERFLOW), ("1e39", E_VALUE_OVERFLOW), ("-1e400", E_VALUE_OVERFLOW),
-    ("NaN", E_VALUE_NONFINITE), ("+Infinity", E_VALUE_NONFINITE), ("inf", E_VALUE_NONFINITE),
-    ("1_000", E_VALUE_SYNTAX), ("1e", E_VALUE_SYNTAX), ("0x10", E_VALUE_SYNTAX), ("1.2.3", E_VALUE_SYNTAX),
-    ("", E_VALUE_SYNTAX), ("-", E_VALUE_SYNTAX), ("nan1", E_VALUE_SYNTAX),
-])
+@pytest.mark.parametrize(
+    "token, code",
+    [
+        ("3.4028236e38", E_VALUE_OVERFLOW),
+        ("1e39", E_VALUE_OVERFLOW),
+        ("-1e400", E_VALUE_OVERFLOW),
+        ("NaN", E_VALUE_NONFINITE),
+        ("+Infinity", E_VALUE_NONFINITE),
+        ("inf", E_VALUE_NONFINITE),
+        ("1_000", E_VALUE_SYNTAX),
+        ("1e", E_VALUE_SYNTAX),
+        ("0x10", E_VALUE_SYNTAX),
+        ("1.2.3", E_VALUE_SYNTAX),
+        ("", E_VALUE_SYNTAX),
+        ("-", E_VALUE_SYNTAX),
+        ("nan1", E_VALUE_SYNTAX),
+    ],
+)
 def test_bad_values(token, code):
     block = parse_block(_buf(f"1 qid:1 1:{token}\n0 qid:1 2:1\n"), SPEC6)
     assert block.n_rows == 1 and block.n_bad == 1
@@ -134,8 +161,24 @@ def test_line_qid_of_bad_lines():
 
 # ------------------------------------------------------------------ fuzz
 _TOKENS_GOOD = ["1:0.5", "2:3", "3:-1.25e2", "4:.5", "5:7.", "6:0", "1:1e-3", "2:+4"]
-_TOKENS_BAD = ["junk", "x:1", "0:1", "7:1", "1:abc", "1:nan", "1:1e39", "1:", ":1", "1:1:1", "1:--1",
-               "2:1e", "1:0x1", "1:Inf", "1:1e-400", "1:123456789012345678901"]
+_TOKENS_BAD = [
+    "junk",
+    "x:1",
+    "0:1",
+    "7:1",
+    "1:abc",
+    "1:nan",
+    "1:1e39",
+    "1:",
+    ":1",
+    "1:1:1",
+    "1:--1",
+    "2:1e",
+    "1:0x1",
+    "1:Inf",
+    "1:1e-400",
+    "1:123456789012345678901",
+]
 
 
 def _random_line(rng: np.random.Generator) -> str:
@@ -145,8 +188,11 @@ def _random_line(rng: np.random.Generator) -> str:
     if r < 0.07:
         return "# comment " + str(rng.integers(100))
     label = str(rng.integers(0, 5)) if rng.random() > 0.05 else rng.choice(["-1", "5", "x", "1.0", "+2", "12345"])
-    qid = f"qid:{rng.integers(0, 50)}" if rng.random() > 0.05 else rng.choice(["qid:", "qid:x", "q:1", "1:1",
-                                                                                  "qid:99999999999"])
+    qid = (
+        f"qid:{rng.integers(0, 50)}"
+        if rng.random() > 0.05
+        else rng.choice(["qid:", "qid:x", "q:1", "1:1", "qid:99999999999"])
+    )
     idx = np.sort(rng.choice(np.arange(1, 7), size=rng.integers(0, 7), replace=False))
     feats = [f"{i}:{rng.choice(['0', '1', '-2.5', '0.125', '3e2', '1e-5', '.75', '12345678'])}" for i in idx]
     if rng.random() < 0.15:

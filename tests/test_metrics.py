@@ -26,12 +26,12 @@ def test_arithmetic_single_query():
     assert ndcg(off, labels, scores)[0] == pytest.approx(want_dcg / want_idcg, rel=1e-12)
     # cutoff 2: only the first two ranks count
     k2 = NdcgSpec(k=2)
-    assert ndcg(off, labels, scores, k2)[0] == pytest.approx(
-        (3 + 7 / math.log2(3)) / (7 + 3 / math.log2(3)), rel=1e-12)
+    assert ndcg(off, labels, scores, k2)[0] == pytest.approx((3 + 7 / math.log2(3)) / (7 + 3 / math.log2(3)), rel=1e-12)
     # linear gain
     lin = NdcgSpec(gain="linear")
     assert ndcg(off, labels, scores, lin)[0] == pytest.approx(
-        (2 + 3 / math.log2(3) + 0 + 1 / math.log2(5)) / (3 + 2 / math.log2(3) + 1 / 2), rel=1e-12)
+        (2 + 3 / math.log2(3) + 0 + 1 / math.log2(5)) / (3 + 2 / math.log2(3) + 1 / 2), rel=1e-12
+    )
 
 
 def test_empty_queries_and_single_documents():
@@ -65,6 +65,7 @@ def test_average_ties_equal_mean_over_permutations():
     spec = NdcgSpec(k=3, ties="average")
     # brute force: average over all orders of the input (ties broken by input order each time)
     import itertools
+
     vals = []
     for perm in itertools.permutations(range(7)):
         p = np.array(perm)
@@ -80,8 +81,9 @@ def test_offsets_and_validation():
     with pytest.raises(ValueError, match="unknown NDCG tie policy"):
         NdcgSpec(ties="random")
     assert NdcgSpec().name == "ndcg_at_10"
-    assert NdcgSpec().describe() == ("NDCG@10: gain 2^label-1, discount 1/log2(rank+1), queries without "
-                                     "relevant documents = 1, ties: input")
+    assert NdcgSpec().describe() == (
+        "NDCG@10: gain 2^label-1, discount 1/log2(rank+1), queries without relevant documents = 1, ties: input"
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1])

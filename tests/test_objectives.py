@@ -16,8 +16,16 @@ from udfs.objectives import (
     stochastic_ndcg_grad,
 )
 
-PARAMS = {"tree_method": "hist", "grow_policy": "lossguide", "max_depth": 0, "max_leaves": 16, "eta": 0.1,
-          "base_score": 0.0, "nthread": 1, "max_bin": 64}
+PARAMS = {
+    "tree_method": "hist",
+    "grow_policy": "lossguide",
+    "max_depth": 0,
+    "max_leaves": 16,
+    "eta": 0.1,
+    "base_score": 0.0,
+    "nthread": 1,
+    "max_bin": 64,
+}
 
 
 def _data(seed: int, n_queries: int = 300):
@@ -45,11 +53,13 @@ def test_lambdamart_matches_rank_ndcg():
     built_in = xgb.train({**p, "objective": "rank:ndcg"}, d, 1)
     custom = xgb.train({**p, "disable_default_eval_metric": 1}, d, 1, obj=lambda s, _: lambdarank_grad(s, y, off, k=10))
     # one tree: the same up to float rounding of exp
-    np.testing.assert_allclose(built_in.predict(d, output_margin=True), custom.predict(d, output_margin=True),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        built_in.predict(d, output_margin=True), custom.predict(d, output_margin=True), atol=1e-6
+    )
     built_in = xgb.train({**p, "objective": "rank:ndcg"}, d, 100)
-    custom = xgb.train({**p, "disable_default_eval_metric": 1}, d, 100,
-                       obj=lambda s, _: lambdarank_grad(s, y, off, k=10))
+    custom = xgb.train(
+        {**p, "disable_default_eval_metric": 1}, d, 100, obj=lambda s, _: lambdarank_grad(s, y, off, k=10)
+    )
     Xt, yt, qt, ot = _data(2)
     dt = xgb.DMatrix(Xt)
     a = ndcg(ot, yt, built_in.predict(dt)).mean()
@@ -59,11 +69,14 @@ def test_lambdamart_matches_rank_ndcg():
 
 def _lambdamart_pair(d, y, off, rounds: int, exp_gain: bool = True, **builtin):
     """Margins of rank:ndcg and of our lambdamart after ``rounds`` trees from ``d``'s base margins."""
-    p = {**PARAMS, "lambdarank_pair_method": "topk", "lambdarank_num_pair_per_sample": 10,
-         "ndcg_exp_gain": exp_gain}
+    p = {**PARAMS, "lambdarank_pair_method": "topk", "lambdarank_num_pair_per_sample": 10, "ndcg_exp_gain": exp_gain}
     a = xgb.train({**p, "objective": "rank:ndcg", **builtin}, d, rounds).predict(d, output_margin=True)
-    b = xgb.train({**p, "disable_default_eval_metric": 1}, d, rounds,
-                  obj=lambda s, _: lambdarank_grad(s, y, off, k=10, exp_gain=exp_gain)).predict(d, output_margin=True)
+    b = xgb.train(
+        {**p, "disable_default_eval_metric": 1},
+        d,
+        rounds,
+        obj=lambda s, _: lambdarank_grad(s, y, off, k=10, exp_gain=exp_gain),
+    ).predict(d, output_margin=True)
     return a, b
 
 
@@ -132,18 +145,35 @@ def test_lambdamart_is_the_gradient_of_its_weighted_logistic_loss():
     rank[order] = np.arange(5)
     disc = 1 / np.log2(np.arange(5) + 2)
     ideal = ((2 ** np.sort(y)[::-1] - 1) * disc).sum()
-    delta = {(i, j): abs((2 ** y[i] - 2 ** y[j]) * (disc[rank[i]] - disc[rank[j]])) / ideal
-             for i in range(5) for j in range(5) if y[i] > y[j]}
+    delta = {
+        (i, j): abs((2 ** y[i] - 2 ** y[j]) * (disc[rank[i]] - disc[rank[j]])) / ideal
+        for i in range(5)
+        for j in range(5)
+        if y[i] > y[j]
+    }
     eps = 1e-5
-    fd = np.array([(_pair_loss(s + eps * e, y, off, "logistic", delta=delta)
-                    - _pair_loss(s - eps * e, y, off, "logistic", delta=delta)) / (2 * eps) for e in np.eye(5)])
+    fd = np.array(
+        [
+            (
+                _pair_loss(s + eps * e, y, off, "logistic", delta=delta)
+                - _pair_loss(s - eps * e, y, off, "logistic", delta=delta)
+            )
+            / (2 * eps)
+            for e in np.eye(5)
+        ]
+    )
     np.testing.assert_allclose(g, fd, atol=1e-5)
 
 
-@pytest.mark.parametrize("fn", [
-    lambda s, y, o: lambdarank_grad(s, y, o), lambda s, y, o: lambdarank_grad(s, y, o, delta="one"),
-    lambda s, y, o: sigmoid_pairwise_grad(s, y, o), lambda s, y, o: stochastic_ndcg_grad(s, y, o, noise=0.5),
-])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda s, y, o: lambdarank_grad(s, y, o),
+        lambda s, y, o: lambdarank_grad(s, y, o, delta="one"),
+        lambda s, y, o: sigmoid_pairwise_grad(s, y, o),
+        lambda s, y, o: stochastic_ndcg_grad(s, y, o, noise=0.5),
+    ],
+)
 def test_single_document_and_all_zero_queries(fn):
     y = np.array([3.0, 0.0, 0.0, 0.0, 2.0, 1.0])
     off = np.array([0, 1, 4, 6])  # one document; all zero; a normal query
@@ -169,7 +199,7 @@ def test_blend_schedules():
     lin = BlendSchedule("linear", at=10, width=4)
     assert [lin.gamma(t) for t in (7, 8, 9, 10, 11, 12, 13)] == [0, 0, 0.25, 0.5, 0.75, 1, 1]
     sig = BlendSchedule("sigmoid", at=10, width=8)
-    assert sig.gamma(10) == 0.5 and sig.gamma(6) == pytest.approx(1 / (1 + np.e ** 4))
+    assert sig.gamma(10) == 0.5 and sig.gamma(6) == pytest.approx(1 / (1 + np.e**4))
     m = (np.ones(3, np.float32), np.ones(3, np.float32))
     r = (np.zeros(3, np.float32), np.full(3, 3, np.float32))
     assert blend(0.0, m, r) is m and blend(1.0, m, r) is r

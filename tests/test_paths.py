@@ -17,12 +17,15 @@ def test_parse_and_shorthand():
     assert parse_path("xgb_mse:5").segments[0].builtin == "reg:squarederror"
 
 
-@pytest.mark.parametrize("text, msg", [
-    ("mse200", "segment 'mse200' is not OBJECTIVE"),
-    ("adaboost:10", "unknown objective 'adaboost'"),
-    ("mse:0", "segment 'mse:0' has no trees"),
-    ("", "segment '' is not OBJECTIVE"),
-])
+@pytest.mark.parametrize(
+    "text, msg",
+    [
+        ("mse200", "segment 'mse200' is not OBJECTIVE"),
+        ("adaboost:10", "unknown objective 'adaboost'"),
+        ("mse:0", "segment 'mse:0' has no trees"),
+        ("", "segment '' is not OBJECTIVE"),
+    ],
+)
 def test_parse_errors(text, msg):
     with pytest.raises(PathError, match=msg):
         parse_path(text)
@@ -30,8 +33,12 @@ def test_parse_errors(text, msg):
 
 def test_resolve_curricula():
     p = resolve(parse_path("lambdamart@q_bm25.*:10,lambdamart:5"), {"q_bm25": 3})
-    assert [s.shorthand() for s in p.segments] == ["lambdamart@q_bm25.0:3", "lambdamart@q_bm25.1:3",
-                                                   "lambdamart@q_bm25.2:4", "lambdamart:5"]
+    assert [s.shorthand() for s in p.segments] == [
+        "lambdamart@q_bm25.0:3",
+        "lambdamart@q_bm25.1:3",
+        "lambdamart@q_bm25.2:4",
+        "lambdamart:5",
+    ]
     with pytest.raises(PathError, match=r"no curriculum 'q_nrel' \(curricula: q_bm25\)"):
         resolve(parse_path("mse@q_nrel:5"), {"q_bm25": 2})
     with pytest.raises(PathError, match="q_bm25 has stages 0..1, not 2"):
@@ -46,8 +53,10 @@ def test_switch_point_grid_shares_prefixes():
     assert [(n.objective, n.t0, n.t1) for n in roots] == [("mse", 0, 100)]
     assert plan.trees == 400 + 400 + 300 + 200 + 100 == 1400  # instead of 4 x 500 = 2000
     # with the baseline and a curriculum path, nothing else is shared
-    more = paths + [parse_path("lambdamart:500", "LambdaMART"),
-                    parse_path("lambdamart@q_bm25:100,lambdamart:400", "cl")]
+    more = paths + [
+        parse_path("lambdamart:500", "LambdaMART"),
+        parse_path("lambdamart@q_bm25:100,lambdamart:400", "cl"),
+    ]
     assert build_plan(more).trees == 1400 + 500 + 500
     with pytest.raises(PathError, match="distinct names"):
         build_plan([parse_path("mse:1", "a"), parse_path("mse:2", "a")])

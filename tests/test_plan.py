@@ -14,20 +14,36 @@ from pipelines.results import path_result
 from pipelines.worker_loop import Settings, SplitData, WorkerData, run_nodes
 from udfs.objectives import document_normal
 
-PARAMS = {"tree_method": "hist", "grow_policy": "lossguide", "max_depth": 0, "max_leaves": 8, "eta": 0.1,
-          "max_bin": 64, "nthread": 1, "seed": 0}
+PARAMS = {
+    "tree_method": "hist",
+    "grow_policy": "lossguide",
+    "max_depth": 0,
+    "max_leaves": 8,
+    "eta": 0.1,
+    "max_bin": 64,
+    "nthread": 1,
+    "seed": 0,
+}
 
 
 def _paths():
-    return [parse_path("mse:20,lambdamart:80", "mse-20"), parse_path("mse:40,lambdamart:60", "mse-40"),
-            parse_path("lambdamart:100", "lm")]
+    return [
+        parse_path("mse:20,lambdamart:80", "mse-20"),
+        parse_path("mse:40,lambdamart:60", "mse-40"),
+        parse_path("lambdamart:100", "lm"),
+    ]
 
 
 def test_nodes_split_where_paths_end_or_part():
     plan = build_plan(_paths(), fold=1)
     got = [(n.objective, n.t0, n.t1, n.ends) for n in plan.nodes]
-    assert got == [("mse", 0, 20, ()), ("lambdamart", 20, 100, ("mse-20",)), ("mse", 20, 40, ()),
-                   ("lambdamart", 40, 100, ("mse-40",)), ("lambdamart", 0, 100, ("lm",))]
+    assert got == [
+        ("mse", 0, 20, ()),
+        ("lambdamart", 20, 100, ("mse-20",)),
+        ("mse", 20, 40, ()),
+        ("lambdamart", 40, 100, ("mse-40",)),
+        ("lambdamart", 0, 100, ("lm",)),
+    ]
     assert plan.trees == 20 + 80 + 20 + 60 + 100
     chain = [plan.node(k) for k in plan.chains["mse-40"]]
     assert [(n.t0, n.t1) for n in chain] == [(0, 20), (20, 40), (40, 100)]
@@ -36,15 +52,17 @@ def test_nodes_split_where_paths_end_or_part():
 
 
 def test_units_are_root_subtrees_that_share_no_node_and_hold_whole_chains():
-    plan = build_plan([*_paths(), parse_path("lambdamart@q_nrel.0:20,lambdamart:80", "cl")],
-                      fold=1, curriculum_keys={"q_nrel": "k"})
+    plan = build_plan(
+        [*_paths(), parse_path("lambdamart@q_nrel.0:20,lambdamart:80", "cl")], fold=1, curriculum_keys={"q_nrel": "k"}
+    )
     by_key = {n.key: n for n in plan.nodes}
     units = plan.units()
     # by hand: the MSE subtree (mse 0..20 and the four nodes below it), LambdaMART 0..100, the curriculum's two
     assert [[(by_key[k].objective, by_key[k].t0, by_key[k].t1) for k in u] for u in units] == [
         [("mse", 0, 20), ("lambdamart", 20, 100), ("mse", 20, 40), ("lambdamart", 40, 100)],
         [("lambdamart", 0, 100)],
-        [("lambdamart", 0, 20), ("lambdamart", 20, 100)]]
+        [("lambdamart", 0, 20), ("lambdamart", 20, 100)],
+    ]
     assert sorted(k for u in units for k in u) == sorted(by_key)  # every node once
     for label, chain in plan.chains.items():
         assert sum(set(chain) <= set(u) for u in units) == 1, label
@@ -58,8 +76,7 @@ def test_keys_change_with_everything_that_determines_the_trees():
     for ctx in ({"eta": 0.1, "data": "fp1"}, {"eta": 0.05, "data": "fp2"}):
         assert not {n.key for n in base.nodes} & {n.key for n in build_plan(_paths(), context=ctx).nodes}
     # folds of one dataset (same fingerprint) train on other rows: no node is shared across folds
-    folds = [{n.key for n in build_plan(_paths(), fold=f, context={"eta": 0.05, "data": "fp1"}).nodes}
-             for f in (1, 2)]
+    folds = [{n.key for n in build_plan(_paths(), fold=f, context={"eta": 0.05, "data": "fp1"}).nodes} for f in (1, 2)]
     assert not folds[0] & folds[1]
     # a child's key depends on its parent's: another prefix, other keys downstream
     other = build_plan([parse_path("mse:30,lambdamart:70", "x")], context={"eta": 0.05, "data": "fp1"})
@@ -110,8 +127,7 @@ PATHS = ["mse:5,lambdamart:7", "stochastic_ndcg:12", "lambdamart@cur.0:4,lambdam
 def _run(data, root, every, nodes=None, events=None):
     plan = build_plan([parse_path(p, p) for p in PATHS], fold=1, curriculum_keys={"cur": "c"})
     store = CheckpointStore(str(root))
-    s = Settings(params=PARAMS, checkpoint_every=every, stochastic_anneal=12,
-                 score_dist_trees=(4,))
+    s = Settings(params=PARAMS, checkpoint_every=every, stochastic_anneal=12, score_dist_trees=(4,))
     run_nodes(data, plan.nodes if nodes is None else nodes(plan), s, store, events=events)
     return plan, store
 
@@ -234,13 +250,18 @@ def test_events_reach_the_driver_over_tcp():
 def test_a_failed_job_is_named_in_one_line():
     from pipelines.executor import _one_line
 
-    spark_text = ("An error occurred while calling o715.getResult.\n: org.apache.spark.SparkException: Job aborted "
-                  "due to stage failure: Python worker exited unexpectedly (crashed)\n\tat org.apache.spark.X")
-    assert _one_line(RuntimeError(spark_text)) == ("SparkException: Job aborted due to stage failure: Python worker "
-                                                   "exited unexpectedly (crashed)")
-    py_text = ("PythonException: An exception was thrown from the Python worker\nTraceback (most recent call last):\n"
-               '  File "x.py", line 3, in run\npipelines.checkpoints.CheckpointError: checkpoint x is unreadable\n'
-               "\tat org.apache.spark.Y")
+    spark_text = (
+        "An error occurred while calling o715.getResult.\n: org.apache.spark.SparkException: Job aborted "
+        "due to stage failure: Python worker exited unexpectedly (crashed)\n\tat org.apache.spark.X"
+    )
+    assert _one_line(RuntimeError(spark_text)) == (
+        "SparkException: Job aborted due to stage failure: Python worker exited unexpectedly (crashed)"
+    )
+    py_text = (
+        "PythonException: An exception was thrown from the Python worker\nTraceback (most recent call last):\n"
+        '  File "x.py", line 3, in run\npipelines.checkpoints.CheckpointError: checkpoint x is unreadable\n'
+        "\tat org.apache.spark.Y"
+    )
     assert _one_line(RuntimeError(py_text)) == "CheckpointError: checkpoint x is unreadable"
 
 
@@ -259,4 +280,5 @@ def test_progress_of_a_resumed_fold_counts_from_its_done_trees(monkeypatch, capl
     assert [r.getMessage() for r in caplog.records] == [
         "fold 1: 901/8900 trees",  # the first tree after a resume: no rate yet (it was 44045.1 trees/s)
         "fold 1: 902/8900 trees (1.0 trees/s, about 7998 s left)",
-        "fold 1: 903/8900 trees (1.0 trees/s, about 7997 s left)"]
+        "fold 1: 903/8900 trees (1.0 trees/s, about 7997 s left)",
+    ]

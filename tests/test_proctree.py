@@ -79,6 +79,7 @@ def test_tree_memory_kills_a_process_whose_parent_died_and_nothing_else():
     root = subprocess.Popen([sys.executable, "-c", ORPHANING, "1.5"], start_new_session=True)
     tree = ProcessTree(root.pid)
     try:
+
         def own_session() -> list[int]:
             return [p for p in tree_pids(root.pid) if p != root.pid and os.getsid(p) == p]
 
@@ -101,8 +102,15 @@ def test_tree_memory_kills_a_process_whose_parent_died_and_nothing_else():
 
 
 def test_remember_throttles_and_tree_memory_sums_the_tree():
-    root = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; subprocess.Popen([sys.executable, "
-                             "'-c', 'import time; time.sleep(600)']); time.sleep(600)"], start_new_session=True)
+    root = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time; subprocess.Popen([sys.executable, "
+            "'-c', 'import time; time.sleep(600)']); time.sleep(600)",
+        ],
+        start_new_session=True,
+    )
     tree = ProcessTree(root.pid)
     try:
         _wait(lambda: len(tree_pids(root.pid)) == 2)

@@ -17,15 +17,30 @@ from pipelines.tracking import TAG_STUDY_KEY, Tracker
 
 
 def _cfg(tmp_path, *over):
-    return load_config(None, [f"work_dir={tmp_path / 'work'}", "grid.experiment=prov", "grid.trees=2",
-                              "grid.switch_points=[1]", "grid.strategies=[q_bm25]", "grid.mse=false",
-                              "grid.extra_paths={}", "grid.extra_curricula={}", "grid.log_models=false",
-                              "train.leaves=4", "train.max_bin=16", "train.score_dist_trees=[1]", *over])
+    return load_config(
+        None,
+        [
+            f"work_dir={tmp_path / 'work'}",
+            "grid.experiment=prov",
+            "grid.trees=2",
+            "grid.switch_points=[1]",
+            "grid.strategies=[q_bm25]",
+            "grid.mse=false",
+            "grid.extra_paths={}",
+            "grid.extra_curricula={}",
+            "grid.log_models=false",
+            "train.leaves=4",
+            "train.max_bin=16",
+            "train.score_dist_trees=[1]",
+            *over,
+        ],
+    )
 
 
 def _no(what):
     def fail(*a, **k):
         raise AssertionError(f"{what} ran although its inputs had not changed")
+
     return fail
 
 
@@ -81,6 +96,7 @@ def test_difficulty_key_covers_roles_conventions_and_code(small_dataset, monkeyp
     assert difficulty_key(ds, DifficultyConfig(), NdcgSpec(k=5)) != base
     assert difficulty_key(ds, DifficultyConfig(), NdcgSpec(ties="worst")) != base
     import pipelines.keys as keys
+
     real = dict(keys.code_identity())
     monkeypatch.setattr(keys, "code_identity", lambda: {**real, "sources": "other"})
     assert difficulty_key(ds, DifficultyConfig(), NdcgSpec()) != base
@@ -98,8 +114,11 @@ def test_an_unfinished_grid_is_not_resumed_by_other_code(spark, small_dataset, t
     assert [d.dataset.digest for d in run.inputs.dataset_inputs]  # the dataset is on the parent too
 
     monkeypatch.setattr(grid, "code_identity", lambda: {**code, "sources": "bbbbbbb"})
-    with pytest.raises(grid.CodeChanged, match=r"started by code sources aaaaaaa \(xgboost .*\), this is sources "
-                                                r"bbbbbbb.*--new-parent"):
+    with pytest.raises(
+        grid.CodeChanged,
+        match=r"started by code sources aaaaaaa \(xgboost .*\), this is sources "
+        r"bbbbbbb.*--new-parent",
+    ):
         grid.run_grid(spark, cfg, data=small_dataset)
     second = grid.run_grid(spark, cfg, data=small_dataset, new_parent=True)
     assert second["parent_run_id"] != first["parent_run_id"] and second["trained"] == 1

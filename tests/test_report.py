@@ -30,9 +30,17 @@ from pipelines.tracking import TAG_FOLD, TAG_KIND, TAG_PARENT, TAG_STRATEGY, TAG
 
 
 def _rec(fold, strategy, switch, test, perq=(), vali=None, code=None, run_id=""):
-    return Record(fold=fold, strategy=strategy, switch=switch, steps=list(range(1, len(test) + 1)), test=list(test),
-                  vali=list(test if vali is None else vali), per_query=dict(perq), run_id=run_id,
-                  code=dict(code or {}))
+    return Record(
+        fold=fold,
+        strategy=strategy,
+        switch=switch,
+        steps=list(range(1, len(test) + 1)),
+        test=list(test),
+        vali=list(test if vali is None else vali),
+        per_query=dict(perq),
+        run_id=run_id,
+        code=dict(code or {}),
+    )
 
 
 # ------------------------------------------------------------ statistics
@@ -59,8 +67,14 @@ def test_randomization_test_is_seeded_and_matches_scipy():
     x, y = rng.uniform(size=40), rng.uniform(size=40)
     p = randomization_test(x, y, n_perm=999, seed=7)
     assert p == randomization_test(x, y, n_perm=999, seed=7)
-    ref = stats.permutation_test((x, y), lambda a, b, axis: np.mean(a - b, axis=axis), vectorized=True,
-                                 permutation_type="samples", n_resamples=999, rng=7)
+    ref = stats.permutation_test(
+        (x, y),
+        lambda a, b, axis: np.mean(a - b, axis=axis),
+        vectorized=True,
+        permutation_type="samples",
+        n_resamples=999,
+        rng=7,
+    )
     assert p == pytest.approx(ref.pvalue)
     # and close to the t-test on this many pairs
     assert p == pytest.approx(stats.ttest_rel(x, y).pvalue, abs=0.06)
@@ -70,9 +84,12 @@ def test_randomization_test_is_seeded_and_matches_scipy():
 def test_pairing_needs_the_same_queries_per_fold():
     base = [_rec(1, "lambdamart", None, [0.5], {1: 0.5, 2: 0.4}, run_id="b1")]
     other = [_rec(1, "mse", 2, [0.6], {1: 0.6, 3: 0.4}, run_id="m1")]
-    with pytest.raises(ReportError, match=r"fold 1: MSE-2 \(run m1\) and LambdaMART \(run b1\) were evaluated on "
-                                          r"different test queries \(1 only in MSE-2, e\.g\. \[3\]; 1 only in "
-                                          r"LambdaMART, e\.g\. \[2\]\)"):
+    with pytest.raises(
+        ReportError,
+        match=r"fold 1: MSE-2 \(run m1\) and LambdaMART \(run b1\) were evaluated on "
+        r"different test queries \(1 only in MSE-2, e\.g\. \[3\]; 1 only in "
+        r"LambdaMART, e\.g\. \[2\]\)",
+    ):
         paired_samples(other, base)
     with pytest.raises(ReportError, match="fold 1: MSE-2"):
         table1(base + other)
@@ -112,9 +129,20 @@ def test_table1_holm_over_the_comparisons_and_missing_folds():
 
 
 def _meta(**extra):
-    return {"title": "t", "experiment": "e", "parent": "p", "status": "FINISHED", "folds": [1, 2, 3],
-            "data": "d", "fingerprint": "sha256:x", "metric": "NDCG@10: ...", "metric_name": "ndcg_at_10",
-            "n_perm": 500, "seed": 0, **extra}
+    return {
+        "title": "t",
+        "experiment": "e",
+        "parent": "p",
+        "status": "FINISHED",
+        "folds": [1, 2, 3],
+        "data": "d",
+        "fingerprint": "sha256:x",
+        "metric": "NDCG@10: ...",
+        "metric_name": "ndcg_at_10",
+        "n_perm": 500,
+        "seed": 0,
+        **extra,
+    }
 
 
 # ------------------------------------------------------------ Table 2
@@ -129,8 +157,10 @@ def test_default_table2_sizes_are_chosen_on_validation():
     assert default_table2_sizes(steps, base, [0.9] * 10) == ([1], 1)
     # curve points every 10 trees (train.eval_every = 10), exceeding at 70: 20, 40, 60
     tens = list(range(10, 101, 10))
-    assert default_table2_sizes(tens, [0.5] * 10, [0.1, 0.2, 0.3, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9]) == \
-        ([20, 40, 60], 60)
+    assert default_table2_sizes(tens, [0.5] * 10, [0.1, 0.2, 0.3, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9]) == (
+        [20, 40, 60],
+        60,
+    )
 
 
 def test_table2_says_more_than_T_when_the_baseline_never_gets_there():
@@ -172,18 +202,37 @@ def test_report_config():
 
 # ------------------------------------------------------------ a grid written into MLflow
 def _child(tracker, parent, fold, strategy, switch, test, vali, qids, status="FINISHED", git="abc", key="k"):
-    t = tracker.client.create_run(tracker.experiment_id, run_name=f"fold{fold}/{strategy}", tags={
-        TAG_KIND: "child", TAG_PARENT: parent, TAG_FOLD: str(fold), TAG_STRATEGY: strategy,
-        TAG_SWITCH: "" if switch is None else str(switch), "ltr.child_key": f"{key}-{fold}-{strategy}-{switch}"})
+    t = tracker.client.create_run(
+        tracker.experiment_id,
+        run_name=f"fold{fold}/{strategy}",
+        tags={
+            TAG_KIND: "child",
+            TAG_PARENT: parent,
+            TAG_FOLD: str(fold),
+            TAG_STRATEGY: strategy,
+            TAG_SWITCH: "" if switch is None else str(switch),
+            "ltr.child_key": f"{key}-{fold}-{strategy}-{switch}",
+        },
+    )
     rid = t.info.run_id
-    tracker.log_params(rid, {"metric": "NDCG@10: gain 2^label-1", "code.ltr": "0.1", "code.git": git,
-                             "code.xgboost": "3.0.0", "code.pyspark": "4.0", "code.numpy": "2.0"})
+    tracker.log_params(
+        rid,
+        {
+            "metric": "NDCG@10: gain 2^label-1",
+            "code.ltr": "0.1",
+            "code.git": git,
+            "code.xgboost": "3.0.0",
+            "code.pyspark": "4.0",
+            "code.numpy": "2.0",
+        },
+    )
     steps = list(range(1, len(test) + 1))
     tracker.log_history(rid, "ndcg_at_10_test", steps, test)
     tracker.log_history(rid, "ndcg_at_10_vali", steps, vali)
     rng = np.random.default_rng(fold * 100 + len(strategy) + (switch or 0))
-    tracker.log_text(rid, json.dumps({"qid": qids, "ndcg_at_10": rng.uniform(size=len(qids)).tolist()}),
-                     "per_query_test.json")
+    tracker.log_text(
+        rid, json.dumps({"qid": qids, "ndcg_at_10": rng.uniform(size=len(qids)).tolist()}), "per_query_test.json"
+    )
     tracker.log_text(rid, json.dumps({"runs": [], "score_dists": []}), "training.json")
     tracker.finish(rid, status)
     return rid
@@ -199,16 +248,27 @@ def fake_grid(tmp_path_factory):
     tracker = Tracker.for_config(cfg)
     parent = tracker.client.create_run(tracker.experiment_id, run_name="fake-grid", tags={TAG_KIND: "grid"})
     pid = parent.info.run_id
-    tracker.log_params(pid, {"folds": [1, 2, 3], "data": "/d", "data_fingerprint": "sha256:ff",
-                             "metric": "NDCG@10: gain 2^label-1"})
+    tracker.log_params(
+        pid, {"folds": [1, 2, 3], "data": "/d", "data_fingerprint": "sha256:ff", "metric": "NDCG@10: gain 2^label-1"}
+    )
     curve = [0.1, 0.2, 0.3, 0.4]
     for f in (1, 2, 3):
         q = [10 * f + i for i in range(6)]
         _child(tracker, pid, f, "lambdamart", None, curve, curve, q)
-        _child(tracker, pid, f, "mse", 2, [0.25, 0.3, 0.35, 0.45], [0.2, 0.3, 0.3, 0.5], q,
-               status="FAILED" if f == 3 else "FINISHED")
-        _child(tracker, pid, f, "mse", 3, [0.2, 0.25, 0.3, 0.42], [0.2, 0.3, 0.3, 0.4], q,
-               git="def" if f == 3 else "abc")
+        _child(
+            tracker,
+            pid,
+            f,
+            "mse",
+            2,
+            [0.25, 0.3, 0.35, 0.45],
+            [0.2, 0.3, 0.3, 0.5],
+            q,
+            status="FAILED" if f == 3 else "FINISHED",
+        )
+        _child(
+            tracker, pid, f, "mse", 3, [0.2, 0.25, 0.3, 0.42], [0.2, 0.3, 0.3, 0.4], q, git="def" if f == 3 else "abc"
+        )
     tracker.finish(pid)
     return cfg, tracker, pid
 
@@ -217,12 +277,13 @@ def test_report_of_a_grid_with_missing_folds_and_mixed_code(fake_grid, tmp_path)
     cfg, tracker, pid = fake_grid
     r = build_report(tracker, str(tmp_path / "r"), n_perm=100)  # the latest finished grid
     assert r["parent"] == pid and r["records"] == 8
-    assert r["problems"] == ["1 child run not finished (fold3/MSE-2 FAILED)",
-                             "finished runs missing for MSE-2: fold 3"]
+    assert r["problems"] == ["1 child run not finished (fold3/MSE-2 FAILED)", "finished runs missing for MSE-2: fold 3"]
     assert r["versions"]["git"] == {"abc": 7, "def": 1}
     md = (tmp_path / "r" / "report.md").read_text()
-    assert ("- **Warning: this grid is unfinished**: 1 child run not finished (fold3/MSE-2 FAILED); finished runs "
-            "missing for MSE-2: fold 3. The tables use the finished child runs only.") in md
+    assert (
+        "- **Warning: this grid is unfinished**: 1 child run not finished (fold3/MSE-2 FAILED); finished runs "
+        "missing for MSE-2: fold 3. The tables use the finished child runs only."
+    ) in md
     assert "**Warning: the children of this grid ran different code**: git: `abc` (7 runs), `def` (1 run)" in md
     assert "- Code of the runs: ltr `0.1`, git (differs), xgboost `3.0.0`, pyspark `4.0`, numpy `2.0`" in md
     assert "[2/3 folds]" in md and "grid folds [1, 2, 3]" in md
@@ -230,15 +291,21 @@ def test_report_of_a_grid_with_missing_folds_and_mixed_code(fake_grid, tmp_path)
     # default sizes: its vali curve exceeds LambdaMART's best (0.4) at 4 trees -> 1, 2, 3;
     # its test NDCG there 0.25, 0.3, 0.35: LambdaMART reaches them at 3, 3, 4 trees
     t2 = r["table2"]
-    assert (t2["mse"], t2["folds"], [(x["size"], x["baseline_trees"]) for x in t2["rows"]]) == \
-        ("MSE-2", [1, 2], [(1, 3), (2, 3), (3, 4)])
+    assert (t2["mse"], t2["folds"], [(x["size"], x["baseline_trees"]) for x in t2["rows"]]) == (
+        "MSE-2",
+        [1, 2],
+        [(1, 3), (2, 3), (3, 4)],
+    )
     assert json.loads((tmp_path / "r" / "table2.json").read_text())["selected_on"] == "vali"
 
 
 def test_report_on_an_unknown_or_unfinished_grid(fake_grid, tmp_path):
     cfg, tracker, pid = fake_grid
-    with pytest.raises(ReportError, match=r"--experiment: no MLflow experiment 'fake-gird' at sqlite:///.*; "
-                                          r"existing experiments: Default, fake-grid"):
+    with pytest.raises(
+        ReportError,
+        match=r"--experiment: no MLflow experiment 'fake-gird' at sqlite:///.*; "
+        r"existing experiments: Default, fake-grid",
+    ):
         open_tracker(cfg, "fake-gird")
     assert tracker.client.get_experiment_by_name("fake-gird") is None
     with pytest.raises(ReportError, match=r"--run-id nope: no such run"):
@@ -258,14 +325,19 @@ def test_report_reads_the_latest_finished_grid_or_says_it_is_unfinished(fake_gri
     try:
         assert build_report(tracker, str(tmp_path / "a"), n_perm=20)["parent"] == pid  # not the RUNNING one
         tracker.client.update_run(pid, status="FAILED")
-        with pytest.raises(ReportError, match=rf"experiment 'fake-grid' has no finished grid; the latest grid run "
-                                              rf"{newer.info.run_id} is RUNNING: resume it with `ltr grid`, or pass "
-                                              rf"--run-id {newer.info.run_id}"):
+        with pytest.raises(
+            ReportError,
+            match=rf"experiment 'fake-grid' has no finished grid; the latest grid run "
+            rf"{newer.info.run_id} is RUNNING: resume it with `ltr grid`, or pass "
+            rf"--run-id {newer.info.run_id}",
+        ):
             build_report(tracker, str(tmp_path / "b"), n_perm=20)
         r = build_report(tracker, str(tmp_path / "c"), pid, n_perm=20)
         assert r["status"] == "FAILED" and r["problems"][0] == "parent run status FAILED"
-        assert "- **Warning: this grid is unfinished**: parent run status FAILED; 1 child run" in \
-            (tmp_path / "c" / "report.md").read_text()
+        assert (
+            "- **Warning: this grid is unfinished**: parent run status FAILED; 1 child run"
+            in (tmp_path / "c" / "report.md").read_text()
+        )
     finally:
         tracker.client.update_run(pid, status="FINISHED")
         tracker.client.delete_run(newer.info.run_id)
@@ -282,8 +354,10 @@ def test_ltr_report_command(fake_grid, tmp_path, capsys):
     assert tracker.client.get_experiment_by_name("fake-gird") is None and not (tmp_path / "r").exists()
     assert main(["report", "--experiment", "fake-grid", "--run-id", " ", *common]) == 2  # a template found none
     assert "--run-id is empty" in capsys.readouterr().err
-    assert main(["report", "--experiment", "fake-grid", "--run-id", pid, *common,
-                 "--set", "report.table2_sizes=[1, 4]"]) == 0
+    assert (
+        main(["report", "--experiment", "fake-grid", "--run-id", pid, *common, "--set", "report.table2_sizes=[1, 4]"])
+        == 0
+    )
     t2 = json.loads((tmp_path / "r" / "table2.json").read_text())
     assert [(r["size"], r["baseline_trees"]) for r in t2["rows"]] == [(1, 3), (4, None)]
     assert "(unfinished grid)" in capsys.readouterr().err
@@ -305,9 +379,11 @@ def test_copies_of_one_child_are_reported_once_and_different_results_refused(tmp
     tracker.finish(pid)
     r = build_report(tracker, str(tmp_path / "r"), pid, n_perm=20)
     assert r["records"] == 2
-    assert r["problems"] == [f"LambdaMART fold 1: 2 finished runs of the same child (key k-1-lambdamart-None, the "
-                             f"same checkpoints): reporting {first}; remove the copies with "
-                             f"mlflow runs delete --run-id {copy}"]
+    assert r["problems"] == [
+        f"LambdaMART fold 1: 2 finished runs of the same child (key k-1-lambdamart-None, the "
+        f"same checkpoints): reporting {first}; remove the copies with "
+        f"mlflow runs delete --run-id {copy}"
+    ]
     tracker.log_history(first, "ndcg_at_10_test", [3], [0.9])
     with pytest.raises(ReportError, match=rf"run {first}: ndcg_at_10_test has two values at step 3 \(0.3, 0.9\)"):
         build_report(tracker, str(tmp_path / "r2"), pid, n_perm=20)

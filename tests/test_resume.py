@@ -18,20 +18,31 @@ import pytest
 
 from pipelines.checkpoints import CheckpointStore
 from pipelines.config import load_config
+from pipelines.executor import states_of
 from pipelines.grid import run_grid
 from pipelines.layout import Layout
-from pipelines.study import plan_fold, show_plan
 from pipelines.plan import DONE
 from pipelines.proctree import kill_tree, python_workers, signal_tree
-from pipelines.executor import states_of
-from pipelines.tracking import Tracker
 from pipelines.results import path_result
+from pipelines.study import plan_fold, show_plan
+from pipelines.tracking import Tracker
+from tests.helpers import ROOT, cli_env, set_args
 
-ROOT = Path(__file__).resolve().parent.parent
-OVERRIDES = ["grid.experiment=kill", "grid.folds=[1]", "grid.trees=12", "grid.switch_points=[4]",
-             "grid.strategies=[q_nrel]", "grid.extra_paths={st: 'stochastic_ndcg:12'}", "grid.extra_curricula={}",
-             "grid.log_models=false", "train.leaves=4", "train.max_bin=32", "train.score_dist_trees=[2]",
-             "train.checkpoint_every=2", "train.stochastic_anneal=12"]
+OVERRIDES = [
+    "grid.experiment=kill",
+    "grid.folds=[1]",
+    "grid.trees=12",
+    "grid.switch_points=[4]",
+    "grid.strategies=[q_nrel]",
+    "grid.extra_paths={st: 'stochastic_ndcg:12'}",
+    "grid.extra_curricula={}",
+    "grid.log_models=false",
+    "train.leaves=4",
+    "train.max_bin=32",
+    "train.score_dist_trees=[2]",
+    "train.checkpoint_every=2",
+    "train.stochastic_anneal=12",
+]
 
 
 def _cfg(work: Path, *extra: str):
@@ -69,17 +80,33 @@ def straight(spark_holder, small_dataset, tmp_path_factory):
 def test_kill_9_mid_node_then_restart_gives_identical_results(spark, small_dataset, straight, tmp_path):
     work = tmp_path / "work"
     cfg = _cfg(work)
-    cmd = [sys.executable, "-m", "pipelines.cli", "grid", "--master", "local[2]", "--data", small_dataset,
-           "--log-level", "WARNING", *[a for o in OVERRIDES for a in ("--set", o)], "--set", f"work_dir={work}"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipelines.cli",
+        "grid",
+        "--master",
+        "local[2]",
+        "--data",
+        small_dataset,
+        "--log-level",
+        "WARNING",
+        *set_args(OVERRIDES),
+        "--set",
+        f"work_dir={work}",
+    ]
+    env = cli_env()
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     ckpt = work / "checkpoints"
     want = random.Random(os.getpid()).randint(3, 8)  # committed checkpoints before the kill
     deadline = time.time() + 240
     while time.time() < deadline and proc.poll() is None:
-        if ckpt.is_dir() and len(list(ckpt.glob("*/t*/_checkpoint.json"))) + \
-                len(list(ckpt.glob("*/trees-*.json"))) >= 2 * want:
+        if (
+            ckpt.is_dir()
+            and len(list(ckpt.glob("*/t*/_checkpoint.json"))) + len(list(ckpt.glob("*/trees-*.json"))) >= 2 * want
+        ):
             break
         time.sleep(0.05)
     assert proc.poll() is None, f"the grid ended before the kill: {proc.stderr.read().decode()[-2000:]}"
@@ -130,15 +157,37 @@ def test_plan_command_prints_states_without_training(straight, small_dataset, ca
     text = show_plan(cfg, small_dataset)
     assert text.startswith("fold 1: 6 nodes, ") and "(" in text and "done" in text and "to do" not in text
     assert "ends: mse-4" in text and "stochastic_ndcg 0..12" in text
-    args = ["grid", "--plan", "--data", small_dataset, *[a for o in OVERRIDES for a in ("--set", o)],
-            "--set", f"work_dir={cfg.work_dir}", "--set", "train.eta=0.07"]
+    args = [
+        "grid",
+        "--plan",
+        "--data",
+        small_dataset,
+        *set_args(OVERRIDES),
+        "--set",
+        f"work_dir={cfg.work_dir}",
+        "--set",
+        "train.eta=0.07",
+    ]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "(0 done)" in out and "  done" not in out  # other hyperparameters: other keys, nothing reusable
     # and it says why, under each node: the input that changed since the experiment's last run
     assert "key changed since the last run" in out and "context.train.eta: 0.05 -> 0.07" in out
-    assert main(["grid", "--data", small_dataset, *[a for o in OVERRIDES for a in ("--set", o)],
-                 "--set", f"work_dir={cfg.work_dir}", "--node", "0123456789abcdef0123"]) == 2
+    assert (
+        main(
+            [
+                "grid",
+                "--data",
+                small_dataset,
+                *set_args(OVERRIDES),
+                "--set",
+                f"work_dir={cfg.work_dir}",
+                "--node",
+                "0123456789abcdef0123",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "--node 0123456789abcdef0123: no plan node of fold(s) [1] has this key" in err and "ltr grid --plan" in err
 
@@ -156,23 +205,47 @@ def _all_executors(cores: int, **conf: str) -> str:
     with ``cores`` cores in all have registered: on a loaded machine the second executor may register
     seconds after the first job is planned, and the automatic worker count would see one barrier slot.
     (Standalone's ratio counts against ``spark.cores.max``, so that is set too.)"""
-    return "spark.conf=" + json.dumps({"spark.cores.max": str(cores), "spark.scheduler.minRegisteredResourcesRatio":
-                                       "1.0", "spark.scheduler.maxRegisteredResourcesWaitingTime": "180s", **conf})
+    return "spark.conf=" + json.dumps(
+        {
+            "spark.cores.max": str(cores),
+            "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+            "spark.scheduler.maxRegisteredResourcesWaitingTime": "180s",
+            **conf,
+        }
+    )
 
 
 def test_killed_executor_worker_is_retried_from_checkpoints(spark, small_dataset, tmp_path):
     """kill -9 the executors' Python workers mid-node on a two-JVM `local-cluster` master: the job is
     started again from the last checkpoints (nothing hangs), and the results equal an uninterrupted run."""
     work = tmp_path / "work"
-    extra = ["grid.strategies=[]", "grid.extra_paths={}", "grid.trees=300", "grid.switch_points=[150]",
-             "grid.mse=false", "train.workers=2", "train.nthread=1", "train.tracker_timeout=120"]
-    cmd = [sys.executable, "-m", "pipelines.cli", "grid", "--master", "local-cluster[2,1,1024]", "--data",
-           small_dataset, "--log-level", "WARNING",
-           *[a for o in [*OVERRIDES, *extra, f"work_dir={work}", "train.checkpoint_every=5", _all_executors(2)]
-             for a in ("--set", o)]]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    extra = [
+        "grid.strategies=[]",
+        "grid.extra_paths={}",
+        "grid.trees=300",
+        "grid.switch_points=[150]",
+        "grid.mse=false",
+        "train.workers=2",
+        "train.nthread=1",
+        "train.tracker_timeout=120",
+    ]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipelines.cli",
+        "grid",
+        "--master",
+        "local-cluster[2,1,1024]",
+        "--data",
+        small_dataset,
+        "--log-level",
+        "WARNING",
+        *set_args([*OVERRIDES, *extra, f"work_dir={work}", "train.checkpoint_every=5", _all_executors(2)]),
+    ]
+    env = cli_env()
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     killed = False
     try:
         deadline = time.time() + 300
@@ -205,8 +278,9 @@ def test_killed_executor_worker_is_retried_from_checkpoints(spark, small_dataset
         assert a[name].model == b[name].model and a[name].test == b[name].test, name
 
 
-def test_a_two_worker_train_killed_on_a_cluster_resumes_on_one_worker_with_the_same_trees(spark, small_dataset,
-                                                                                           tmp_path):
+def test_a_two_worker_train_killed_on_a_cluster_resumes_on_one_worker_with_the_same_trees(
+    spark, small_dataset, tmp_path
+):
     """kill -9 an `ltr train` of 2 barrier workers x 2 threads (automatic sizing from the barrier slots of
     `local-cluster[2,2,1024]` with spark.task.cpus=2) half-way; resume it on `local[2]` with 1 worker: the
     model equals a clean 1-worker run (the fold's global cuts: the trees do not depend on the worker count)."""
@@ -214,16 +288,38 @@ def test_a_two_worker_train_killed_on_a_cluster_resumes_on_one_worker_with_the_s
     from pipelines.train import run_train
 
     path = "mse:10,lambdamart:20"
-    over = ["train.leaves=4", "train.max_bin=32", "train.score_dist_trees=[2]", "train.checkpoint_every=2",
-            "train.tracker_timeout=120", "spark.shuffle_partitions=2"]
+    over = [
+        "train.leaves=4",
+        "train.max_bin=32",
+        "train.score_dist_trees=[2]",
+        "train.checkpoint_every=2",
+        "train.tracker_timeout=120",
+        "spark.shuffle_partitions=2",
+    ]
     work = tmp_path / "work"
-    cmd = [sys.executable, "-m", "pipelines.cli", "train", "--master", "local-cluster[2,2,1024]", "--data",
-           small_dataset, "--fold", "1", "--path", path, "--out", str(tmp_path / "killed"), "--log-level", "INFO",
-           *[a for o in [*over, f"work_dir={work}", _all_executors(4, **{"spark.task.cpus": "2"})]
-             for a in ("--set", o)]]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipelines.cli",
+        "train",
+        "--master",
+        "local-cluster[2,2,1024]",
+        "--data",
+        small_dataset,
+        "--fold",
+        "1",
+        "--path",
+        path,
+        "--out",
+        str(tmp_path / "killed"),
+        "--log-level",
+        "INFO",
+        *set_args([*over, f"work_dir={work}", _all_executors(4, **{"spark.task.cpus": "2"})]),
+    ]
+    env = cli_env()
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     ckpt = work / "checkpoints"
     try:
         deadline = time.time() + 240
@@ -242,11 +338,11 @@ def test_a_two_worker_train_killed_on_a_cluster_resumes_on_one_worker_with_the_s
     assert metas and {m["shards"] for m in metas} == {2} and not all(m["done"] for m in metas)
 
     cfg = load_config(None, [*over, f"work_dir={work}", "train.workers=1", f"train.path={path}"])
-    resumed = run_train(spark, small_dataset, 1, path, [], cfg.train, cfg.metric, str(tmp_path / "resumed"),
-                        str(ckpt))
+    resumed = run_train(spark, small_dataset, 1, path, [], cfg.train, cfg.metric, str(tmp_path / "resumed"), str(ckpt))
     assert 0 < resumed["training"]["trees"] < 30  # continued from the 2-worker checkpoints
-    clean = run_train(spark, small_dataset, 1, path, [], cfg.train, cfg.metric, str(tmp_path / "clean"),
-                      str(tmp_path / "clean-ckpt"))
+    clean = run_train(
+        spark, small_dataset, 1, path, [], cfg.train, cfg.metric, str(tmp_path / "clean"), str(tmp_path / "clean-ckpt")
+    )
     assert clean["training"]["trees"] == 30 and clean["training"]["jobs"][0]["workers"] == 1
     a, b = ((tmp_path / d / "model.json").read_bytes() for d in ("resumed", "clean"))
     ta, tb = (json.loads(m)["learner"]["gradient_booster"]["model"]["trees"] for m in (a, b))
@@ -270,15 +366,37 @@ def test_two_processes_on_one_node_one_trains_the_other_waits_or_stops(spark, sm
     from pipelines.train import run_train
 
     path = "lambdamart:60"
-    over = ["train.leaves=4", "train.max_bin=32", "train.score_dist_trees=[2]", "train.checkpoint_every=5",
-            "spark.shuffle_partitions=2"]
+    over = [
+        "train.leaves=4",
+        "train.max_bin=32",
+        "train.score_dist_trees=[2]",
+        "train.checkpoint_every=5",
+        "spark.shuffle_partitions=2",
+    ]
     work = tmp_path / "work"
-    cmd = [sys.executable, "-m", "pipelines.cli", "train", "--master", "local[1]", "--data", small_dataset,
-           "--fold", "1", "--path", path, "--out", str(tmp_path / "a"), "--log-level", "WARNING",
-           *[a for o in [*over, f"work_dir={work}"] for a in ("--set", o)]]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipelines.cli",
+        "train",
+        "--master",
+        "local[1]",
+        "--data",
+        small_dataset,
+        "--fold",
+        "1",
+        "--path",
+        path,
+        "--out",
+        str(tmp_path / "a"),
+        "--log-level",
+        "WARNING",
+        *set_args([*over, f"work_dir={work}"]),
+    ]
+    env = cli_env()
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     ckpt = work / "checkpoints"
     cfg = load_config(None, [*over, f"work_dir={work}", f"train.path={path}"])
     try:
@@ -289,21 +407,30 @@ def test_two_processes_on_one_node_one_trains_the_other_waits_or_stops(spark, sm
         frozen = signal_tree(proc.pid, sig=signal.SIGSTOP)  # A mid-node, for as long as B's first try takes
         try:
             before = {p: p.stat().st_mtime_ns for p in ckpt.rglob("*")}
-            with pytest.raises(LeaseHeld, match=rf"node \w+ is being written by another process: host \S+ pid "
-                                                rf"{proc.pid} \(fold 1: the same `ltr train` command\) holds its "
-                                                "lease until"):
+            with pytest.raises(
+                LeaseHeld,
+                match=rf"node \w+ is being written by another process: host \S+ pid "
+                rf"{proc.pid} \(fold 1: the same `ltr train` command\) holds its "
+                "lease until",
+            ):
                 run_train(spark, small_dataset, 1, path, [], cfg.train, cfg.metric, str(tmp_path / "b"), str(ckpt))
             assert {p: p.stat().st_mtime_ns for p in ckpt.rglob("*")} == before  # B wrote nothing
             # B again, willing to wait: it waits (A still frozen), and once A goes on and finishes, gets the lease
             waiting = replace_train(cfg, lease_wait=240.0)
             got: dict = {}
-            b_thread = threading.Thread(target=lambda: got.update(b=run_train(
-                spark, small_dataset, 1, path, [], waiting, cfg.metric, str(tmp_path / "b"), str(ckpt))))
+            b_thread = threading.Thread(
+                target=lambda: got.update(
+                    b=run_train(spark, small_dataset, 1, path, [], waiting, cfg.metric, str(tmp_path / "b"), str(ckpt))
+                )
+            )
             with caplog.at_level(logging.INFO, logger="pipelines.lease"):
                 b_thread.start()
                 deadline = time.time() + 120
-                while time.time() < deadline and b_thread.is_alive() and not any(
-                        "waiting for the lease held by host" in r.getMessage() for r in caplog.records):
+                while (
+                    time.time() < deadline
+                    and b_thread.is_alive()
+                    and not any("waiting for the lease held by host" in r.getMessage() for r in caplog.records)
+                ):
                     time.sleep(0.05)
                 assert any("waiting for the lease held by host" in r.getMessage() for r in caplog.records)
         finally:
@@ -320,8 +447,7 @@ def test_two_processes_on_one_node_one_trains_the_other_waits_or_stops(spark, sm
             os.killpg(proc.pid, signal.SIGKILL)
     assert b["training"]["trees"] == 0  # B found the node done: nothing trained twice
     assert not list(ckpt.glob("*/_lease.json"))  # released at the end
-    run_train(spark, small_dataset, 1, path, [], cfg.train, cfg.metric, str(tmp_path / "c"),
-              str(tmp_path / "clean"))
+    run_train(spark, small_dataset, 1, path, [], cfg.train, cfg.metric, str(tmp_path / "c"), str(tmp_path / "clean"))
     models = [(tmp_path / d / "model.json").read_bytes() for d in ("a", "b", "c")]
     assert models[0] == models[1] == models[2]
 
@@ -333,7 +459,8 @@ def replace_train(cfg, **changes):
 
 
 def test_any_error_inside_a_barrier_task_is_one_line_naming_fold_node_path_and_cause(
-        spark, small_dataset, tmp_path, monkeypatch, capsys):
+    spark, small_dataset, tmp_path, monkeypatch, capsys
+):
     """A plain ValueError raised by the worker loop inside the barrier task (not one of our error types):
     one line with the fold, the node, its paths, the cause and the resume command; the trace in a file."""
     from dataclasses import replace
@@ -359,6 +486,7 @@ def test_any_error_inside_a_barrier_task_is_one_line_naming_fold_node_path_and_c
 
     def failing(args):
         raise err.value
+
     monkeypatch.setattr(cli, "cmd_grid", failing)
     assert cli.main(["grid"]) == 1
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("ltr grid: error:")]
@@ -368,5 +496,6 @@ def test_any_error_inside_a_barrier_task_is_one_line_naming_fold_node_path_and_c
     os.unlink(trace)
     # the same value from the config is refused up front, before any Spark job (exit 2)
     from pipelines.config import ConfigError
+
     with pytest.raises(ConfigError, match="train.base_margin"):
         make_settings(replace(cfg.train, base_margin="bogus"), cfg.metric, ds, 1)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-INNER = '''
+INNER = """
 import os
 import signal
 
@@ -33,18 +33,24 @@ def test_c_stops_the_session(spark):
 
 def test_d_after_a_stop(spark):
     assert spark.range(7).count() == 7
-'''
+"""
 
 
 def test_a_dead_jvm_costs_one_test(tmp_path):
-    (tmp_path / "conftest.py").write_text("from tests.conftest import *  # noqa: F403\n"
-                                          "from tests.conftest import _JVM_LOG  # noqa: F401\n")
+    (tmp_path / "conftest.py").write_text(
+        "from tests.conftest import *  # noqa: F403\nfrom tests.conftest import _JVM_LOG  # noqa: F401\n"
+    )
     (tmp_path / "test_inner.py").write_text(INNER)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS"))}
     env.update(PYTHONPATH=str(ROOT), LTR_TEST_JVM_LOGS=str(tmp_path / "logs"))  # a plain pytest run, not xdist's
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "log_level=WARNING",
-                           "-rA", "test_inner.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=400)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "log_level=WARNING", "-rA", "test_inner.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     out = proc.stdout + proc.stderr
     assert "1 failed, 3 passed" in out, out[-6000:]
     assert "FAILED test_inner.py::test_a_kills_its_jvm" in out, out[-6000:]

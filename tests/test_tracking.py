@@ -24,8 +24,9 @@ def _writer(uri: str, artifacts: str, i: int, barrier, out) -> None:
         barrier.wait(120)  # every process opens the store at once (a fresh one in the first test)
         t = Tracker(uri, "concurrent", artifacts)
         parent, _ = t.find_or_create_parent("grid-key", "study", {"folds": [1, 2]})
-        rid = t.client.create_run(t.experiment_id, run_name=f"child{i}",
-                                  tags={TAG_PARENT: parent, TAG_CHILD_KEY: f"key{i}"}).info.run_id
+        rid = t.client.create_run(
+            t.experiment_id, run_name=f"child{i}", tags={TAG_PARENT: parent, TAG_CHILD_KEY: f"key{i}"}
+        ).info.run_id
         t.log_params(rid, {f"p{j}": j for j in range(150)})
         for c in range(CHECKPOINTS):
             steps = list(range(c * EVERY + 1, (c + 1) * EVERY + 1))

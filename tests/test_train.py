@@ -12,14 +12,14 @@ import pytest
 import xgboost as xgb
 from pyspark.sql import functions as F
 
+from pipelines.barrier_job import SPLIT_COL, TrainError, load_curricula, make_settings, resolve_workers
+from pipelines.checkpoints import CheckpointStore
 from pipelines.cli import main
 from pipelines.config import CurriculumConfig, IngestConfig, TrainConfig, load_dataset_spec
 from pipelines.curriculum import build_curriculum
 from pipelines.dataset import open_dataset
-from pipelines.ingest import ingest
-from pipelines.barrier_job import SPLIT_COL, TrainError, load_curricula, make_settings, resolve_workers
-from pipelines.checkpoints import CheckpointStore
 from pipelines.executor import Execution, execute_plan
+from pipelines.ingest import ingest
 from pipelines.paths import parse_path
 from pipelines.plan import Plan, build_plan
 from pipelines.results import PathResult, path_result
@@ -28,15 +28,26 @@ from udfs import schema
 from udfs.metrics import NdcgSpec, ndcg
 from udfs.objectives import BlendSchedule
 
-PARAMS = {"tree_method": "hist", "grow_policy": "lossguide", "max_depth": 0, "max_leaves": 8, "eta": 0.1,
-          "max_bin": 64, "nthread": 1, "seed": 0}
+PARAMS = {
+    "tree_method": "hist",
+    "grow_policy": "lossguide",
+    "max_depth": 0,
+    "max_leaves": 8,
+    "eta": 0.1,
+    "max_bin": 64,
+    "nthread": 1,
+    "seed": 0,
+}
 
 
 def _split(rng, n_queries: int, coarse: bool = True) -> SplitData:
     sizes = rng.integers(1, 40, n_queries)
     qid = np.repeat(np.arange(n_queries) + rng.integers(0, 10**6), sizes).astype(np.int32)
-    X = rng.integers(0, 10, size=(qid.size, 6)).astype(np.float32) / 2 if coarse else \
-        np.round(rng.normal(size=(qid.size, 6)), 3).astype(np.float32)  # 3 decimals: LETOR text keeps them
+    X = (
+        rng.integers(0, 10, size=(qid.size, 6)).astype(np.float32) / 2
+        if coarse
+        else np.round(rng.normal(size=(qid.size, 6)), 3).astype(np.float32)
+    )  # 3 decimals: LETOR text keeps them
     y = np.clip(np.round(X[:, 0] / 2 + X[:, 1] / 3 + rng.normal(size=qid.size) - 1), 0, 4).astype(np.float32)
     return SplitData(X, y, qid)
 
@@ -47,8 +58,9 @@ def local_data() -> WorkerData:
     return WorkerData(_split(rng, 120), _split(rng, 40), _split(rng, 40))
 
 
-def train_plan(data: WorkerData, plan: Plan, settings: Settings, root: str | None = None
-               ) -> tuple[dict[str, PathResult], dict[str, float]]:
+def train_plan(
+    data: WorkerData, plan: Plan, settings: Settings, root: str | None = None
+) -> tuple[dict[str, PathResult], dict[str, float]]:
     """The local twin: every node of ``plan`` on one worker, checkpoints in a temporary directory."""
     store = CheckpointStore(root or tempfile.mkdtemp(prefix="ckpt-"))
     timing = run_nodes(data, plan.nodes, settings, store)
@@ -81,8 +93,9 @@ def test_prefix_reuse_gives_the_same_models_as_separate_training(local_data):
     together, _ = train_plan(local_data, build_plan(grid), s)
     for p in grid:
         alone, _ = train_plan(local_data, build_plan([p]), s)
-        assert np.array_equal(_predict(together[p.label].model, local_data.test.X),
-                              _predict(alone[p.label].model, local_data.test.X)), p.label
+        assert np.array_equal(
+            _predict(together[p.label].model, local_data.test.X), _predict(alone[p.label].model, local_data.test.X)
+        ), p.label
         assert together[p.label].test == alone[p.label].test
 
 
@@ -90,15 +103,18 @@ def test_blend_with_a_step_equals_mse_t(local_data):
     s = Settings(params=PARAMS, blend=BlendSchedule("step", 5))
     paths = [parse_path("blend:12", "blend"), parse_path("mse:5,lambdamart:7", "m")]
     res, _ = train_plan(local_data, build_plan(paths), s)
-    np.testing.assert_allclose(_predict(res["blend"].model, local_data.test.X),
-                               _predict(res["m"].model, local_data.test.X), atol=1e-5)
+    np.testing.assert_allclose(
+        _predict(res["blend"].model, local_data.test.X), _predict(res["m"].model, local_data.test.X), atol=1e-5
+    )
     np.testing.assert_allclose(res["blend"].test, res["m"].test, atol=1e-6)
 
 
 def test_python_objectives_equal_builtin(local_data):
-    res, timing = train_plan(local_data, build_plan([parse_path("mse:4,lambdamart:6", "py"),
-                                                     parse_path("xgb_mse:4,xgb_lambdamart:6", "xgb")]),
-                             Settings(params=PARAMS, score_dist_trees=(4,)))
+    res, timing = train_plan(
+        local_data,
+        build_plan([parse_path("mse:4,lambdamart:6", "py"), parse_path("xgb_mse:4,xgb_lambdamart:6", "xgb")]),
+        Settings(params=PARAMS, score_dist_trees=(4,)),
+    )
     np.testing.assert_allclose(res["py"].test, res["xgb"].test, atol=1e-6)
     assert timing["trees"] == 20
     d = res["py"].score_dists[0]
@@ -115,8 +131,9 @@ def test_every_objective_learns(local_data, obj):
 
 
 def test_eval_every(local_data):
-    res, _ = train_plan(local_data, build_plan([parse_path("mse:5,lambdamart:6", "p")]),
-                        Settings(params=PARAMS, eval_every=4))
+    res, _ = train_plan(
+        local_data, build_plan([parse_path("mse:5,lambdamart:6", "p")]), Settings(params=PARAMS, eval_every=4)
+    )
     assert res["p"].trees == [4, 5, 8, 11]  # every 4th tree, plus the switch point and the end
 
 
@@ -152,6 +169,7 @@ def _local_twin(splits) -> WorkerData:
     def sort(sp: SplitData) -> SplitData:
         o = np.argsort(sp.qid, kind="stable")
         return SplitData(sp.X[o], sp.y[o], sp.qid[o])
+
     return WorkerData(sort(splits["train"]), sort(splits["vali"]), sort(splits["test"]))
 
 
@@ -188,8 +206,13 @@ def test_two_workers_equal_single_node_xgb_train(spark, coarse_dataset):
     assert sum(t["rows"] for t in info["worker_timings"]) == splits["train"].y.size
     twin = _local_twin(splits)
     tr = twin.train
-    params = {**PARAMS, "objective": "rank:ndcg", "lambdarank_pair_method": "topk",
-              "lambdarank_num_pair_per_sample": 10, "base_score": 0.0}
+    params = {
+        **PARAMS,
+        "objective": "rank:ndcg",
+        "lambdarank_pair_method": "topk",
+        "lambdarank_num_pair_per_sample": 10,
+        "base_score": 0.0,
+    }
     single = xgb.train(params, xgb.QuantileDMatrix(tr.X, tr.y, qid=tr.qid, max_bin=64), 8)
     te = twin.test
     ours = _predict(res["xgb_lambdamart:8"].model, te.X)
@@ -202,8 +225,11 @@ def test_two_workers_equal_one_worker_with_python_objectives(spark, coarse_datas
     paths = ["mse:3,lambdamart:5"]
     two, _ = _train(spark, data, paths, workers=2)
     one, _ = _train(spark, data, paths, workers=1)
-    local, _ = train_plan(_local_twin(splits), build_plan([parse_path(p, p) for p in paths]),
-                          Settings(params=PARAMS, score_dist_trees=(3,)))
+    local, _ = train_plan(
+        _local_twin(splits),
+        build_plan([parse_path(p, p) for p in paths]),
+        Settings(params=PARAMS, score_dist_trees=(3,)),
+    )
     X = _local_twin(splits).test.X
     for r in (one, local):
         np.testing.assert_allclose(_predict(two[paths[0]].model, X), _predict(r[paths[0]].model, X), atol=1e-5)
@@ -216,8 +242,11 @@ def fine_dataset(spark_holder, tmp_path_factory):
     rows give different cuts, so per-worker cuts would make the trees depend on the worker count."""
     spark = spark_holder.get()
     rng = np.random.default_rng(9)
-    splits = {"train": _split(rng, 150, coarse=False), "vali": _split(rng, 30, coarse=False),
-              "test": _split(rng, 30, coarse=False)}
+    splits = {
+        "train": _split(rng, 150, coarse=False),
+        "vali": _split(rng, 30, coarse=False),
+        "test": _split(rng, 30, coarse=False),
+    }
     return _ingested(spark, tmp_path_factory.mktemp("fine"), splits), splits
 
 
@@ -251,12 +280,20 @@ def test_one_and_two_workers_build_the_same_trees_on_global_cuts(spark, fine_dat
     assert cuts is not None and 0 < cuts.rows < splits["train"].y.size
     # the local twin on the same cuts: the same trees again
     twin = _local_twin(splits)
-    local, _ = train_plan(twin, build_plan([parse_path(p, p) for p in paths]),
-                          Settings(params={**PARAMS, "max_bin": 16}, score_dist_trees=(3,)))
+    local, _ = train_plan(
+        twin,
+        build_plan([parse_path(p, p) for p in paths]),
+        Settings(params={**PARAMS, "max_bin": 16}, score_dist_trees=(3,)),
+    )
     store = CheckpointStore(tempfile.mkdtemp(prefix="ckpt-"))
     plan = build_plan([parse_path(p, p) for p in paths])
-    run_nodes(twin, plan.nodes, Settings(params={**PARAMS, "max_bin": 16}, score_dist_trees=(3,)), store,
-              ref=reference_matrix(cuts))
+    run_nodes(
+        twin,
+        plan.nodes,
+        Settings(params={**PARAMS, "max_bin": 16}, score_dist_trees=(3,)),
+        store,
+        ref=reference_matrix(cuts),
+    )
     on_cuts = path_result(store, paths[0], plan.chains[paths[0]])
     X = twin.test.X
     np.testing.assert_allclose(_predict(models[2], X), _predict(on_cuts.model, X), atol=1e-5)
@@ -294,8 +331,11 @@ def test_split_query_guard_fires(spark, coarse_dataset):
 
 
 def test_too_many_workers_refused(spark):
-    with pytest.raises(TrainError, match=r"--workers 3 x --parallel 1 needs 3 tasks running at once "
-                                         r"\(barrier mode\), but the session has 2 task slots"):
+    with pytest.raises(
+        TrainError,
+        match=r"--workers 3 x --parallel 1 needs 3 tasks running at once "
+        r"\(barrier mode\), but the session has 2 task slots",
+    ):
         resolve_workers(spark, TrainConfig(workers=3))
     assert resolve_workers(spark, TrainConfig(), parallel=2) == (1, 1)  # two jobs share the two cores
     assert resolve_workers(spark, TrainConfig()) == (1, 2)  # local: one worker with all the cores
@@ -309,9 +349,12 @@ def test_an_executor_with_other_code_is_refused_in_one_line():
     from pipelines.keys import code_identity
 
     check_same_code(dict(code_identity()))
-    with pytest.raises(TrainError, match=r"executor \S+ runs other code than the driver \(sources, xgboost: "
-                                         r"sources \w+ \(xgboost .+\) here, sources 000000000000 \(xgboost 0.1\) on "
-                                         r"the driver\); ship the driver's environment"):
+    with pytest.raises(
+        TrainError,
+        match=r"executor \S+ runs other code than the driver \(sources, xgboost: "
+        r"sources \w+ \(xgboost .+\) here, sources 000000000000 \(xgboost 0.1\) on "
+        r"the driver\); ship the driver's environment",
+    ):
         check_same_code({**code_identity(), "sources": "0" * 20, "xgboost": "0.1"})
 
 
@@ -339,8 +382,26 @@ def test_curriculum_paths(spark, small_dataset, small_difficulty, tmp_path):
 def test_ltr_train_cli(spark, coarse_dataset, tmp_path, capsys):
     data, _ = coarse_dataset
     out = tmp_path / "model"
-    assert main(["train", "--data", data, "--fold", "1", "--path", "mse:2,lambdamart:3", "--leaves", "8",
-                 "--out", str(out), "--set", "train.max_bin=64"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--data",
+                data,
+                "--fold",
+                "1",
+                "--path",
+                "mse:2,lambdamart:3",
+                "--leaves",
+                "8",
+                "--out",
+                str(out),
+                "--set",
+                "train.max_bin=64",
+            ]
+        )
+        == 0
+    )
     summary = json.loads((out / "_train.json").read_text())
     assert summary["path"] == "mse:2,lambdamart:3" and summary["trees"] == 5
     curve = (out / "curve.csv").read_text().splitlines()
@@ -358,13 +419,15 @@ def test_concatenated_model_says_what_was_trained_and_round_trips_through_mlflow
     from pipelines.tracking import Tracker
 
     s = Settings(params=PARAMS, metric=NdcgSpec(gain="linear"), k=5)
-    res, _ = train_plan(local_data, build_plan([parse_path("mse:4,lambdamart:6", "m"),
-                                                parse_path("xgb_lambdamart:3,mse:2", "r")]), s)
+    res, _ = train_plan(
+        local_data, build_plan([parse_path("mse:4,lambdamart:6", "m"), parse_path("xgb_lambdamart:3,mse:2", "r")]), s
+    )
     b = xgb.Booster(model_file=bytearray(res["m"].model))
     attrs = b.attributes()
     assert json.loads(attrs["ltr_stages"]) == [
         {"objective": "mse", "data": "all", "first_tree": 0, "trees": 4},
-        {"objective": "lambdamart", "data": "all", "first_tree": 4, "trees": 6}]
+        {"objective": "lambdamart", "data": "all", "first_tree": 4, "trees": 6},
+    ]
     assert (attrs["ltr_path"], attrs["ltr_k"], attrs["ltr_gain"]) == ("m", "5", "linear")
     obj = json.loads(b.save_config())["learner"]["objective"]
     assert obj["name"] == "rank:ndcg"
@@ -387,10 +450,10 @@ def test_concatenated_model_says_what_was_trained_and_round_trips_through_mlflow
 
 def test_cuda_device_without_a_gpu_is_refused_in_one_line(local_data, monkeypatch):
     """XGBoost only warns and trains on the CPU when no GPU is visible; we refuse instead."""
-    import pipelines.worker_env as wl
-
     import shutil
     import subprocess
+
+    import pipelines.worker_env as wl
 
     if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi"], capture_output=True).returncode == 0:
         pytest.skip("a GPU is visible here")
@@ -431,8 +494,13 @@ def test_the_allocator_returns_a_builds_memory_and_reuses_the_loops():
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", _ALLOCATOR_PROBE], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parent.parent, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _ALLOCATOR_PROBE],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+        check=True,
+    )
     got = json.loads(out.stdout)
     if not got["glibc"]:
         pytest.skip("not glibc: the allocator is left as it is")

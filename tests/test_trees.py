@@ -13,8 +13,19 @@ def test_tree_by_tree_equals_xgboost_with_missing_values_and_deep_trees():
     X = rng.normal(size=(3000, 8)).astype(np.float32)
     X[rng.random(X.shape) < 0.15] = np.nan  # missing values: default directions
     y = (np.nan_to_num(X[:, 0]) * 2 + np.nan_to_num(X[:, 1]) ** 2 + rng.normal(size=3000)).astype(np.float32)
-    b = xgb.train({"tree_method": "hist", "max_depth": 0, "max_leaves": 255, "grow_policy": "lossguide",
-                   "eta": 0.3, "base_score": 0.0, "nthread": 1}, xgb.DMatrix(X, y), 12)
+    b = xgb.train(
+        {
+            "tree_method": "hist",
+            "max_depth": 0,
+            "max_leaves": 255,
+            "grow_policy": "lossguide",
+            "eta": 0.3,
+            "base_score": 0.0,
+            "nthread": 1,
+        },
+        xgb.DMatrix(X, y),
+        12,
+    )
     margins = np.zeros(X.shape[0], np.float32)
     rows = np.arange(0, X.shape[0], 3)
     part = np.zeros(X.shape[0], np.float32)
@@ -44,8 +55,20 @@ def test_bin_codes_walk_equals_xgboost_bit_for_bit():
     ev[:50, 0] *= 10  # beyond the training range
     ev[50, 1], ev[51, 1] = 3e38, -3e38
     dq = xgb.QuantileDMatrix(train, label=y[:3000], max_bin=32)
-    b = xgb.train({"tree_method": "hist", "max_depth": 0, "max_leaves": 63, "grow_policy": "lossguide", "eta": 0.3,
-                   "base_score": 0.0, "nthread": 1, "max_bin": 32}, dq, 8)
+    b = xgb.train(
+        {
+            "tree_method": "hist",
+            "max_depth": 0,
+            "max_leaves": 63,
+            "grow_policy": "lossguide",
+            "eta": 0.3,
+            "base_score": 0.0,
+            "nthread": 1,
+            "max_bin": 32,
+        },
+        dq,
+        8,
+    )
     cuts = quantile_cuts(dq)
     assert cuts is not None
     codes = bin_codes(ev, cuts)
@@ -69,8 +92,18 @@ def test_a_split_that_is_not_a_cut_walks_the_floats():
     rng = np.random.default_rng(6)
     X = rng.normal(size=(2000, 3)).astype(np.float32)
     y = (X[:, 0] + rng.normal(size=2000)).astype(np.float32)
-    b = xgb.train({"tree_method": "hist", "max_leaves": 15, "grow_policy": "lossguide", "max_depth": 0,
-                   "base_score": 0.0, "nthread": 1}, xgb.QuantileDMatrix(X, label=y), 1)
+    b = xgb.train(
+        {
+            "tree_method": "hist",
+            "max_leaves": 15,
+            "grow_policy": "lossguide",
+            "max_depth": 0,
+            "base_score": 0.0,
+            "nthread": 1,
+        },
+        xgb.QuantileDMatrix(X, label=y),
+        1,
+    )
     other = quantile_cuts(xgb.QuantileDMatrix(X[:500] * 1.5, label=y[:500], max_bin=16))
     tree = tree_arrays(b, 0, other)
     assert len(tree) == 5

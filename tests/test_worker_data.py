@@ -23,10 +23,19 @@ def test_batches_in_any_order_become_ordered_codes():
     cuts = (np.arange(0, 5 * f + 1, 5, dtype=np.int64), np.tile(np.linspace(-1.5, 1.5, 5).astype(np.float32), f))
     feats = schema.feature_cols(f)
     perm = rng.permutation(n)
-    batches = [pa.RecordBatch.from_pydict({SPLIT_COL: split[i], schema.QID: qid[i], schema.DOC: doc[i],
-                                           schema.LABEL: y[i], "cur_stage": stage[i],
-                                           **{c: X[i, j] for j, c in enumerate(feats)}})
-               for i in np.array_split(perm, 11)]
+    batches = [
+        pa.RecordBatch.from_pydict(
+            {
+                SPLIT_COL: split[i],
+                schema.QID: qid[i],
+                schema.DOC: doc[i],
+                schema.LABEL: y[i],
+                "cur_stage": stage[i],
+                **{c: X[i, j] for j, c in enumerate(feats)},
+            }
+        )
+        for i in np.array_split(perm, 11)
+    ]
     data = from_batches(batches, f, cuts, [{"name": "cur", "column": "cur_stage", "label_filters": {}}])
     for code, sp in enumerate((data.train, data.vali, data.test)):
         rows = np.flatnonzero(split == code)

@@ -21,16 +21,23 @@ from udfs.metrics import NdcgSpec, idcg, ndcg
 from udfs.per_query import run_starts
 
 #: Output schema (Spark DDL) of :func:`difficulty_frame`.
-DIFFICULTY_DDL = ("subset string, qid int, n_docs int, n_rel int, n_hrel int, max_label tinyint, "
-                  "idcg double, ndcg_bm25 double, ndcg_pagerank double")
+DIFFICULTY_DDL = (
+    "subset string, qid int, n_docs int, n_rel int, n_hrel int, max_label tinyint, "
+    "idcg double, ndcg_bm25 double, ndcg_pagerank double"
+)
 
 #: Labels counted as relevant / highly relevant.
 REL_LABEL = 1
 HREL_LABEL = 3
 
 
-def difficulty_frame(pdf: pd.DataFrame, bm25_col: str, pagerank_col: str, spec: NdcgSpec,
-                     keys: Sequence[str] = (schema.SUBSET, schema.QID)) -> pd.DataFrame:
+def difficulty_frame(
+    pdf: pd.DataFrame,
+    bm25_col: str,
+    pagerank_col: str,
+    spec: NdcgSpec,
+    keys: Sequence[str] = (schema.SUBSET, schema.QID),
+) -> pd.DataFrame:
     """One row per query of ``pdf`` (rows of each query contiguous, in ``doc`` order).
 
     ``pdf`` needs the ``keys`` columns, ``label`` and the two feature columns.
@@ -41,17 +48,19 @@ def difficulty_frame(pdf: pd.DataFrame, bm25_col: str, pagerank_col: str, spec: 
     if starts.size == 0:
         return pd.DataFrame({c.split()[0]: [] for c in DIFFICULTY_DDL.split(", ")})
     head = pdf.iloc[starts]
-    return pd.DataFrame({
-        schema.SUBSET: head[schema.SUBSET].to_numpy() if schema.SUBSET in pdf else "",
-        schema.QID: head[schema.QID].to_numpy().astype(np.int32),
-        "n_docs": np.diff(off).astype(np.int32),
-        "n_rel": np.add.reduceat((label >= REL_LABEL).astype(np.int32), starts),
-        "n_hrel": np.add.reduceat((label >= HREL_LABEL).astype(np.int32), starts),
-        "max_label": np.maximum.reduceat(label, starts).astype(np.int8),
-        "idcg": idcg(off, label, spec),
-        "ndcg_bm25": ndcg(off, label, pdf[bm25_col].to_numpy(), spec),
-        "ndcg_pagerank": ndcg(off, label, pdf[pagerank_col].to_numpy(), spec),
-    })
+    return pd.DataFrame(
+        {
+            schema.SUBSET: head[schema.SUBSET].to_numpy() if schema.SUBSET in pdf else "",
+            schema.QID: head[schema.QID].to_numpy().astype(np.int32),
+            "n_docs": np.diff(off).astype(np.int32),
+            "n_rel": np.add.reduceat((label >= REL_LABEL).astype(np.int32), starts),
+            "n_hrel": np.add.reduceat((label >= HREL_LABEL).astype(np.int32), starts),
+            "max_label": np.maximum.reduceat(label, starts).astype(np.int8),
+            "idcg": idcg(off, label, spec),
+            "ndcg_bm25": ndcg(off, label, pdf[bm25_col].to_numpy(), spec),
+            "ndcg_pagerank": ndcg(off, label, pdf[pagerank_col].to_numpy(), spec),
+        }
+    )
 
 
 def difficulty_one_query(pdf: pd.DataFrame, bm25_col: str, pagerank_col: str, spec: NdcgSpec) -> pd.DataFrame:
@@ -75,10 +84,16 @@ def difficulty_one_query(pdf: pd.DataFrame, bm25_col: str, pagerank_col: str, sp
         g = gain[order][: spec.k]
         return float(g @ disc[: g.size]) / ideal if ideal > 0 else spec.empty
 
-    return pd.DataFrame({
-        schema.SUBSET: [pdf[schema.SUBSET].iat[0] if schema.SUBSET in pdf else ""],
-        schema.QID: [np.int32(pdf[schema.QID].iat[0])], "n_docs": [np.int32(len(pdf))],
-        "n_rel": [np.int32((lab >= REL_LABEL).sum())], "n_hrel": [np.int32((lab >= HREL_LABEL).sum())],
-        "max_label": [np.int8(lab.max())], "idcg": [ideal],
-        "ndcg_bm25": [by(bm25_col)], "ndcg_pagerank": [by(pagerank_col)],
-    })
+    return pd.DataFrame(
+        {
+            schema.SUBSET: [pdf[schema.SUBSET].iat[0] if schema.SUBSET in pdf else ""],
+            schema.QID: [np.int32(pdf[schema.QID].iat[0])],
+            "n_docs": [np.int32(len(pdf))],
+            "n_rel": [np.int32((lab >= REL_LABEL).sum())],
+            "n_hrel": [np.int32((lab >= HREL_LABEL).sum())],
+            "max_label": [np.int8(lab.max())],
+            "idcg": [ideal],
+            "ndcg_bm25": [by(bm25_col)],
+            "ndcg_pagerank": [by(pagerank_col)],
+        }
+    )

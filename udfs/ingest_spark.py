@@ -21,8 +21,13 @@ TASK_SCHEMA = RESULT_SCHEMA.append(pa.field("error", pa.string()))
 
 
 def _spark_type(t: pa.DataType) -> str:
-    return {pa.int32(): "int", pa.int64(): "bigint", pa.binary(): "binary", pa.string(): "string",
-            pa.float64(): "double"}[t]
+    return {
+        pa.int32(): "int",
+        pa.int64(): "bigint",
+        pa.binary(): "binary",
+        pa.string(): "string",
+        pa.float64(): "double",
+    }[t]
 
 
 TASK_DDL = ", ".join(f"{f.name} {_spark_type(f.type)}" for f in TASK_SCHEMA)
@@ -49,8 +54,11 @@ def run_chunk_tasks(spark: SparkSession, tasks: list[ChunkTask]) -> pa.Table:
                 except Exception as exc:  # reported by the driver with file and range
                     row = {f.name: None for f in TASK_SCHEMA}
                     row["chunk_id"] = task.chunk_id
-                    row["error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip() + \
-                        "\n" + traceback.format_exc(limit=6)
+                    row["error"] = (
+                        "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                        + "\n"
+                        + traceback.format_exc(limit=6)
+                    )
                 yield pa.RecordBatch.from_pylist([row], schema=TASK_SCHEMA)
 
     df = spark.range(0, len(ids), 1, numPartitions=len(ids)).mapInArrow(run, TASK_DDL)

@@ -194,28 +194,30 @@ class ChunkTask:
 
 
 #: Arrow schema of the metadata row each task returns (arrays travel as raw bytes).
-RESULT_SCHEMA = pa.schema([
-    ("chunk_id", pa.int32()),
-    ("begin", pa.int64()),
-    ("end", pa.int64()),
-    ("n_lines", pa.int64()),
-    ("n_rows", pa.int64()),
-    ("n_blank", pa.int64()),
-    ("n_comment", pa.int64()),
-    ("n_bad", pa.int64()),
-    ("bad_by_code", pa.binary()),  # int64[16] counts per error code
-    ("first_bad_line", pa.int64()),  # chunk-relative, -1 if none
-    ("first_bad_code", pa.int32()),
-    ("first_bad_token", pa.binary()),
-    ("block_qid", pa.binary()),  # int64[], qid of each query block in source order
-    ("block_line", pa.binary()),  # int64[], chunk-relative first line of each block
-    ("block_lines", pa.binary()),  # int64[], lines with that qid in the block
-    ("query_qid", pa.binary()),  # int32[], stored qids (sorted)
-    ("query_rows", pa.binary()),  # int64[], stored rows per qid
-    ("hash_sum", pa.int64()),  # uint64 bit pattern
-    ("out_file", pa.string()),
-    ("seconds", pa.float64()),  # wall time of the task body
-])
+RESULT_SCHEMA = pa.schema(
+    [
+        ("chunk_id", pa.int32()),
+        ("begin", pa.int64()),
+        ("end", pa.int64()),
+        ("n_lines", pa.int64()),
+        ("n_rows", pa.int64()),
+        ("n_blank", pa.int64()),
+        ("n_comment", pa.int64()),
+        ("n_bad", pa.int64()),
+        ("bad_by_code", pa.binary()),  # int64[16] counts per error code
+        ("first_bad_line", pa.int64()),  # chunk-relative, -1 if none
+        ("first_bad_code", pa.int32()),
+        ("first_bad_token", pa.binary()),
+        ("block_qid", pa.binary()),  # int64[], qid of each query block in source order
+        ("block_line", pa.binary()),  # int64[], chunk-relative first line of each block
+        ("block_lines", pa.binary()),  # int64[], lines with that qid in the block
+        ("query_qid", pa.binary()),  # int32[], stored qids (sorted)
+        ("query_rows", pa.binary()),  # int64[], stored rows per qid
+        ("hash_sum", pa.int64()),  # uint64 bit pattern
+        ("out_file", pa.string()),
+        ("seconds", pa.float64()),  # wall time of the task body
+    ]
+)
 
 _N_CODES = 16
 
@@ -260,8 +262,7 @@ def rows_table(qid: np.ndarray, label: np.ndarray, doc: np.ndarray, X: np.ndarra
 
     With a column-major ``X`` (as :func:`udfs.letor_parse.parse_block` returns)
     every feature column is handed to Arrow without a copy."""
-    arrays = [pa.array(qid, schema.QID_TYPE), pa.array(label, schema.LABEL_TYPE),
-              pa.array(doc, schema.DOC_TYPE)]
+    arrays = [pa.array(qid, schema.QID_TYPE), pa.array(label, schema.LABEL_TYPE), pa.array(doc, schema.DOC_TYPE)]
     arrays += [pa.array(X[:, j], schema.FEATURE_TYPE) for j in range(X.shape[1])]
     return pa.Table.from_arrays(arrays, schema=schema.arrow_schema(X.shape[1]))
 
@@ -274,8 +275,15 @@ def _write_atomic(table: pa.Table, dir_uri: str, name: str, compression: str) ->
     tmp = f"{path}/.{name}.{uuid.uuid4().hex}.tmp"
     # No dictionary encoding: float features rarely repeat; it made writing slower and the files
     # larger on MSLR-shaped data (benchmarks/RESULTS.md, "Figures moved out of the code").
-    pq.write_table(table, tmp, filesystem=fs, compression=compression, use_dictionary=False,
-                   row_group_size=max(table.num_rows, 1), write_statistics=True)
+    pq.write_table(
+        table,
+        tmp,
+        filesystem=fs,
+        compression=compression,
+        use_dictionary=False,
+        row_group_size=max(table.num_rows, 1),
+        write_statistics=True,
+    )
     fs.move(tmp, f"{path}/{name}")
     return f"{path}/{name}"
 
@@ -287,11 +295,23 @@ def run_chunk(task: ChunkTask) -> dict:
         begin = first_boundary(src, task.start)
         end = first_boundary(src, task.end) if task.end < src.size else src.size
         buf = src.read(begin, max(0, end - begin))
-    res = {"chunk_id": task.chunk_id, "begin": begin, "end": max(begin, end),
-           "n_rows": 0, "n_blank": 0, "n_comment": 0, "n_bad": 0,
-           "bad_by_code": np.zeros(_N_CODES, np.int64).tobytes(),
-           "first_bad_line": -1, "first_bad_code": 0, "first_bad_token": b"",
-           "query_qid": b"", "query_rows": b"", "hash_sum": 0, "out_file": ""}
+    res = {
+        "chunk_id": task.chunk_id,
+        "begin": begin,
+        "end": max(begin, end),
+        "n_rows": 0,
+        "n_blank": 0,
+        "n_comment": 0,
+        "n_bad": 0,
+        "bad_by_code": np.zeros(_N_CODES, np.int64).tobytes(),
+        "first_bad_line": -1,
+        "first_bad_code": 0,
+        "first_bad_token": b"",
+        "query_qid": b"",
+        "query_rows": b"",
+        "hash_sum": 0,
+        "out_file": "",
+    }
     if task.mode == "scan":
         line_qid = np.full(max(buf.size, 1), -1, dtype=np.int64)
         n_lines = int(scan_line_qids(buf, line_qid))
@@ -305,29 +325,40 @@ def run_chunk(task: ChunkTask) -> dict:
     else:
         raise ValueError(f"unknown chunk mode {task.mode!r}; expected 'parse' or 'scan'")
     bq, bl, bn = _blocks(line_qid)
-    res.update(block_qid=bq.tobytes(), block_line=bl.tobytes(), block_lines=bn.tobytes(),
-               seconds=time.perf_counter() - t0)
+    res.update(
+        block_qid=bq.tobytes(), block_line=bl.tobytes(), block_lines=bn.tobytes(), seconds=time.perf_counter() - t0
+    )
     return res
 
 
 def _parse_result(task: ChunkTask, block: ParsedBlock) -> dict:
     by_code = np.bincount(block.bad_code.astype(np.int64), minlength=_N_CODES)[:_N_CODES]
-    res = {"n_lines": block.n_lines, "n_rows": block.n_rows, "n_blank": block.n_blank,
-           "n_comment": block.n_comment, "n_bad": block.n_bad,
-           "bad_by_code": by_code.astype(np.int64).tobytes()}
+    res = {
+        "n_lines": block.n_lines,
+        "n_rows": block.n_rows,
+        "n_blank": block.n_blank,
+        "n_comment": block.n_comment,
+        "n_bad": block.n_bad,
+        "bad_by_code": by_code.astype(np.int64).tobytes(),
+    }
     if block.n_bad:
-        res.update(first_bad_line=int(block.bad_line[0]), first_bad_code=int(block.bad_code[0]),
-                   first_bad_token=block.bad_token[0])
+        res.update(
+            first_bad_line=int(block.bad_line[0]),
+            first_bad_code=int(block.bad_code[0]),
+            first_bad_token=block.bad_token[0],
+        )
     if task.strict and block.n_bad:
         return res  # the driver reports the first bad line; nothing is written
     if block.n_bad:
-        qt = pa.table({
-            "chunk_id": pa.array(np.full(block.n_bad, task.chunk_id, np.int32)),
-            "line_in_chunk": pa.array(block.bad_line),
-            "reason": pa.array([REASON_KEYS[int(c)] for c in block.bad_code]),
-            "token": pa.array([t.decode("utf-8", "replace") for t in block.bad_token]),
-            "raw": pa.array([r.decode("utf-8", "replace") for r in block.bad_raw]),
-        })
+        qt = pa.table(
+            {
+                "chunk_id": pa.array(np.full(block.n_bad, task.chunk_id, np.int32)),
+                "line_in_chunk": pa.array(block.bad_line),
+                "reason": pa.array([REASON_KEYS[int(c)] for c in block.bad_code]),
+                "token": pa.array([t.decode("utf-8", "replace") for t in block.bad_token]),
+                "raw": pa.array([r.decode("utf-8", "replace") for r in block.bad_raw]),
+            }
+        )
         _write_atomic(qt, task.quarantine_dir, f"chunk-{task.chunk_id:06d}.parquet", "zstd")
     if block.n_rows == 0:
         return res
@@ -335,8 +366,13 @@ def _parse_result(task: ChunkTask, block: ParsedBlock) -> dict:
     h = row_hashes_sum(qid, label, doc, X)
     uq, cnt = np.unique(qid, return_counts=True)
     table = rows_table(qid, label, doc, X)
-    out = _write_atomic(table, f"{task.out_dir}/{schema.SUBSET}={task.subset}",
-                        f"part-{task.chunk_id:06d}.parquet", task.compression)
-    res.update(query_qid=uq.astype(np.int32).tobytes(), query_rows=cnt.astype(np.int64).tobytes(),
-               hash_sum=int(np.uint64(h).astype(np.int64)), out_file=out)
+    out = _write_atomic(
+        table, f"{task.out_dir}/{schema.SUBSET}={task.subset}", f"part-{task.chunk_id:06d}.parquet", task.compression
+    )
+    res.update(
+        query_qid=uq.astype(np.int32).tobytes(),
+        query_rows=cnt.astype(np.int64).tobytes(),
+        hash_sum=int(np.uint64(h).astype(np.int64)),
+        out_file=out,
+    )
     return res

@@ -220,10 +220,28 @@ def scan_line_qids(buf, line_qid) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
-def parse_lines(buf, n_features, min_label, max_label, strict, pow10,
-                XT, qids, labels, row_line, line_qid,
-                bad_line, bad_code, bad_t0, bad_t1, bad_l0, bad_l1, bad_slow,
-                slow_row, counts):
+def parse_lines(
+    buf,
+    n_features,
+    min_label,
+    max_label,
+    strict,
+    pow10,
+    XT,
+    qids,
+    labels,
+    row_line,
+    line_qid,
+    bad_line,
+    bad_code,
+    bad_t0,
+    bad_t1,
+    bad_l0,
+    bad_l1,
+    bad_slow,
+    slow_row,
+    counts,
+):
     """Parse every line of ``buf`` (uint8, must end with a newline) in one pass.
 
     Good rows go to ``XT`` (feature-major: ``XT[feature, row]``, so that each
@@ -622,15 +640,34 @@ def parse_block(buf: np.ndarray, spec: LineSpec, strict: bool = False) -> Parsed
     bad_slow = np.zeros(cap, dtype=np.bool_)
     slow_row = np.zeros(cap, dtype=np.int64)
     counts = np.zeros(6, dtype=np.int64)
-    rows = parse_lines(buf, spec.n_features, spec.min_label, spec.max_label, strict, _POW10,
-                       XT, qids, labels, row_line, line_qid,
-                       bad_line, bad_code, bad_t0, bad_t1, bad_l0, bad_l1, bad_slow, slow_row, counts)
+    rows = parse_lines(
+        buf,
+        spec.n_features,
+        spec.min_label,
+        spec.max_label,
+        strict,
+        _POW10,
+        XT,
+        qids,
+        labels,
+        row_line,
+        line_qid,
+        bad_line,
+        bad_code,
+        bad_t0,
+        bad_t1,
+        bad_l0,
+        bad_l1,
+        bad_slow,
+        slow_row,
+        counts,
+    )
     nbad = int(counts[C_BAD])
     n_lines = int(counts[C_LINES])
     bad = []
     for k in range(nbad):
-        raw = bytes(buf[bad_l0[k]:bad_l1[k]])
-        code, token = int(bad_code[k]), bytes(buf[bad_t0[k]:bad_t1[k]])
+        raw = bytes(buf[bad_l0[k] : bad_l1[k]])
+        code, token = int(bad_code[k]), bytes(buf[bad_t0[k] : bad_t1[k]])
         if bad_slow[k]:  # an earlier token went to the slow path: its error comes first
             try:
                 parse_line_reference(raw, spec)
@@ -644,7 +681,7 @@ def parse_block(buf: np.ndarray, spec: LineSpec, strict: bool = False) -> Parsed
         starts, ends = _line_bounds(buf)
         for r in slow_row[:n_slow]:
             ln = int(row_line[r])
-            raw = bytes(buf[starts[ln]:ends[ln]])
+            raw = bytes(buf[starts[ln] : ends[ln]])
             try:
                 parsed = parse_line_reference(raw, spec)
             except LineError as err:
@@ -667,12 +704,18 @@ def parse_block(buf: np.ndarray, spec: LineSpec, strict: bool = False) -> Parsed
         sel = np.flatnonzero(keep)
         X, qids, labels, row_line = XT[:, sel].T, qids[sel], labels[sel], row_line[sel]
     return ParsedBlock(
-        X=X, qid=qids, label=labels, row_line=row_line,
-        line_qid=line_qid[:n_lines], n_lines=n_lines,
-        n_blank=int(counts[C_BLANK]), n_comment=int(counts[C_COMMENT]),
+        X=X,
+        qid=qids,
+        label=labels,
+        row_line=row_line,
+        line_qid=line_qid[:n_lines],
+        n_lines=n_lines,
+        n_blank=int(counts[C_BLANK]),
+        n_comment=int(counts[C_COMMENT]),
         bad_line=np.array([b[0] for b in bad], dtype=np.int64),
         bad_code=np.array([b[1] for b in bad], dtype=np.int8),
-        bad_token=[b[2] for b in bad], bad_raw=[b[3] for b in bad],
+        bad_token=[b[2] for b in bad],
+        bad_raw=[b[3] for b in bad],
     )
 
 

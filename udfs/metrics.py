@@ -64,8 +64,10 @@ class NdcgSpec:
     def describe(self) -> str:
         """One line stating the conventions, printed next to every reported number."""
         g = "2^label-1" if self.gain == "exp2" else "label"
-        return (f"NDCG@{self.k}: gain {g}, discount 1/log2(rank+1), queries without relevant "
-                f"documents = {self.empty:g}, ties: {self.ties}")
+        return (
+            f"NDCG@{self.k}: gain {g}, discount 1/log2(rank+1), queries without relevant "
+            f"documents = {self.empty:g}, ties: {self.ties}"
+        )
 
     def to_dict(self) -> dict[str, object]:
         return {"k": self.k, "gain": self.gain, "empty": self.empty, "ties": self.ties}
@@ -97,8 +99,9 @@ def _discounts(rank: np.ndarray, k: int) -> np.ndarray:
     return np.where(rank < k, 1.0 / np.log2(rank + 2.0), 0.0)
 
 
-def rank_order(offsets: np.ndarray, scores: np.ndarray, labels: np.ndarray | None = None,
-               ties: str = "input") -> np.ndarray:
+def rank_order(
+    offsets: np.ndarray, scores: np.ndarray, labels: np.ndarray | None = None, ties: str = "input"
+) -> np.ndarray:
     """Permutation that sorts every query by descending score, ties as ``ties`` says
     (``"average"`` orders like ``"input"``; averaging is done on the discounts)."""
     seg = _segment_ids(offsets)
@@ -191,7 +194,7 @@ def _ndcg_topk_query(q, offsets, labels, scores, k, exp_gain, worst_ties, inv_id
     d = 0.0
     for r in range(m):
         y = labels[a + top[r]]
-        d += ((2.0 ** y - 1.0) if exp_gain else y) / math.log2(r + 2.0)
+        d += ((2.0**y - 1.0) if exp_gain else y) / math.log2(r + 2.0)
     return d * inv_idcg[q]
 
 
@@ -223,8 +226,13 @@ def inverse_idcg(offsets: np.ndarray, labels: np.ndarray, spec: NdcgSpec) -> np.
     return out
 
 
-def ndcg_fast(offsets: np.ndarray, labels: np.ndarray, scores: np.ndarray, spec: NdcgSpec = NdcgSpec(),
-              inv_idcg: np.ndarray | None = None) -> np.ndarray:
+def ndcg_fast(
+    offsets: np.ndarray,
+    labels: np.ndarray,
+    scores: np.ndarray,
+    spec: NdcgSpec = NdcgSpec(),
+    inv_idcg: np.ndarray | None = None,
+) -> np.ndarray:
     """Same values as :func:`ndcg`, by top-k selection in a numba kernel (no sort).
 
     The evaluator of training curves (every tree, every eval split). ``ties="average"``
@@ -238,8 +246,17 @@ def ndcg_fast(offsets: np.ndarray, labels: np.ndarray, scores: np.ndarray, spec:
     # float32 labels and scores as they are (no float64 copy per call): every float32 is exact in
     # float64, so comparisons and gains are the same
     kernel = _ndcg_topk_parallel if offsets[-1] >= PARALLEL_MIN_ROWS else _ndcg_topk_serial
-    kernel(offsets, _floats(labels), _floats(scores), spec.k, spec.gain == "exp2", spec.ties == "worst",
-           np.ascontiguousarray(inv, dtype=np.float64), float(spec.empty), out)
+    kernel(
+        offsets,
+        _floats(labels),
+        _floats(scores),
+        spec.k,
+        spec.gain == "exp2",
+        spec.ties == "worst",
+        np.ascontiguousarray(inv, dtype=np.float64),
+        float(spec.empty),
+        out,
+    )
     return out
 
 

@@ -69,8 +69,22 @@ def _sigmoid32(x):
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _pairwise_kernel(offsets, labels, scores, rank_scores, inv_idcg, k, exp_gain, delta_mode, score_norm,
-                     normalize, loss, gamma, grad, hess):
+def _pairwise_kernel(
+    offsets,
+    labels,
+    scores,
+    rank_scores,
+    inv_idcg,
+    k,
+    exp_gain,
+    delta_mode,
+    score_norm,
+    normalize,
+    loss,
+    gamma,
+    grad,
+    hess,
+):
     """Shared pair loop, parallel over queries (each writes only its own rows).
 
     ``rank_scores`` orders the documents (== ``scores`` except for stochastic
@@ -89,7 +103,7 @@ def _pairwise_kernel(offsets, labels, scores, rank_scores, inv_idcg, k, exp_gain
         n = offsets[q + 1] - a
         if n < 2:
             continue
-        order = np.argsort(-rank_scores[a:a + n], kind="mergesort")  # stable: ties in input order
+        order = np.argsort(-rank_scores[a : a + n], kind="mergesort")  # stable: ties in input order
         inv = inv_idcg[q]
         best = rank_scores[a + order[0]]
         worst = rank_scores[a + order[n - 1]]
@@ -109,8 +123,8 @@ def _pairwise_kernel(offsets, labels, scores, rank_scores, inv_idcg, k, exp_gain
                 sl = rank_scores[a + il]
                 diff = np.float32(sh - sl)
                 if delta_mode == 0:
-                    gh = (2.0 ** yh - 1.0) if exp_gain else yh
-                    gl = (2.0 ** yl - 1.0) if exp_gain else yl
+                    gh = (2.0**yh - 1.0) if exp_gain else yh
+                    gl = (2.0**yl - 1.0) if exp_gain else yl
                     dh = disc[rh]
                     dl = disc[rl]
                     delta = abs((gh * dh + gl * dl - gl * dh - gh * dl) * inv)
@@ -144,12 +158,28 @@ def pair_inverse_idcg(labels: np.ndarray, offsets: np.ndarray, k: int, exp_gain:
     """1 / IDCG@k per query as the pairwise objectives use it (0 for queries without relevant documents).
 
     Labels are fixed during training, so callers compute this once per run."""
-    return inverse_idcg(np.asarray(offsets, np.int64), np.asarray(labels, np.float64),
-                        NdcgSpec(k=k, gain="exp2" if exp_gain else "linear"))
+    return inverse_idcg(
+        np.asarray(offsets, np.int64),
+        np.asarray(labels, np.float64),
+        NdcgSpec(k=k, gain="exp2" if exp_gain else "linear"),
+    )
 
 
-def _run_pairwise(margins, labels, offsets, rank_scores, *, k, exp_gain, delta_mode, score_norm, normalize,
-                  loss=0, gamma=1.0, inv_idcg=None) -> tuple[np.ndarray, np.ndarray]:
+def _run_pairwise(
+    margins,
+    labels,
+    offsets,
+    rank_scores,
+    *,
+    k,
+    exp_gain,
+    delta_mode,
+    score_norm,
+    normalize,
+    loss=0,
+    gamma=1.0,
+    inv_idcg=None,
+) -> tuple[np.ndarray, np.ndarray]:
     s = np.ascontiguousarray(margins, dtype=np.float32)
     y = np.ascontiguousarray(labels, dtype=np.float64)
     off = _check_offsets(offsets, s.size)
@@ -163,34 +193,82 @@ def _run_pairwise(margins, labels, offsets, rank_scores, *, k, exp_gain, delta_m
         inv = np.zeros(off.size - 1)
     grad = np.zeros(s.size, dtype=np.float32)
     hess = np.zeros(s.size, dtype=np.float32)
-    _pairwise_kernel(off, y, s, np.ascontiguousarray(rank_scores, dtype=np.float32),
-                     np.ascontiguousarray(inv, dtype=np.float64), int(k), bool(exp_gain), int(delta_mode),
-                     bool(score_norm), bool(normalize), int(loss), float(gamma), grad, hess)
+    _pairwise_kernel(
+        off,
+        y,
+        s,
+        np.ascontiguousarray(rank_scores, dtype=np.float32),
+        np.ascontiguousarray(inv, dtype=np.float64),
+        int(k),
+        bool(exp_gain),
+        int(delta_mode),
+        bool(score_norm),
+        bool(normalize),
+        int(loss),
+        float(gamma),
+        grad,
+        hess,
+    )
     return grad, hess
 
 
-def lambdarank_grad(margins: np.ndarray, labels: np.ndarray, offsets: np.ndarray, *, k: int = 10,
-                    exp_gain: bool = True, score_norm: bool = True, normalize: bool = True,
-                    delta: str = "ndcg", inv_idcg: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def lambdarank_grad(
+    margins: np.ndarray,
+    labels: np.ndarray,
+    offsets: np.ndarray,
+    *,
+    k: int = 10,
+    exp_gain: bool = True,
+    score_norm: bool = True,
+    normalize: bool = True,
+    delta: str = "ndcg",
+    inv_idcg: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """LambdaMART (``delta="ndcg"``) or RankNet (``delta="one"``) gradients; see the module docstring.
 
     ``inv_idcg``: :func:`pair_inverse_idcg`, to skip recomputing it every tree."""
     if delta not in ("ndcg", "one"):
         raise ValueError(f"delta must be 'ndcg' or 'one', got {delta!r}")
-    return _run_pairwise(margins, labels, offsets, margins, k=k, exp_gain=exp_gain,
-                         delta_mode=0 if delta == "ndcg" else 1, score_norm=score_norm, normalize=normalize,
-                         inv_idcg=inv_idcg)
+    return _run_pairwise(
+        margins,
+        labels,
+        offsets,
+        margins,
+        k=k,
+        exp_gain=exp_gain,
+        delta_mode=0 if delta == "ndcg" else 1,
+        score_norm=score_norm,
+        normalize=normalize,
+        inv_idcg=inv_idcg,
+    )
 
 
-def sigmoid_pairwise_grad(margins: np.ndarray, labels: np.ndarray, offsets: np.ndarray, *, k: int = 10,
-                          gamma: float = 1.0, ndcg_weighted: bool = False,
-                          normalize: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def sigmoid_pairwise_grad(
+    margins: np.ndarray,
+    labels: np.ndarray,
+    offsets: np.ndarray,
+    *,
+    k: int = 10,
+    gamma: float = 1.0,
+    ndcg_weighted: bool = False,
+    normalize: bool = True,
+) -> tuple[np.ndarray, np.ndarray]:
     """Carvalho et al.'s sigmoid pairwise loss ``σ(-γ(s_h - s_l))`` on the top-k pairs."""
     if gamma <= 0:
         raise ValueError(f"gamma (sigmoid steepness) must be > 0, got {gamma}")
-    return _run_pairwise(margins, labels, offsets, margins, k=k, exp_gain=True,
-                         delta_mode=0 if ndcg_weighted else 1, score_norm=False, normalize=normalize,
-                         loss=1, gamma=gamma)
+    return _run_pairwise(
+        margins,
+        labels,
+        offsets,
+        margins,
+        k=k,
+        exp_gain=True,
+        delta_mode=0 if ndcg_weighted else 1,
+        score_norm=False,
+        normalize=normalize,
+        loss=1,
+        gamma=gamma,
+    )
 
 
 def document_normal(seed: int, tree: int, qid: np.ndarray, doc: np.ndarray) -> np.ndarray:
@@ -201,6 +279,7 @@ def document_normal(seed: int, tree: int, qid: np.ndarray, doc: np.ndarray) -> n
     holds it, however the rows are split into batches or the trees into plan
     nodes, and whether the run was resumed or not.
     """
+
     def mix(z: np.ndarray) -> np.ndarray:
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
@@ -217,10 +296,18 @@ def document_normal(seed: int, tree: int, qid: np.ndarray, doc: np.ndarray) -> n
     return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
 
 
-def stochastic_ndcg_grad(margins: np.ndarray, labels: np.ndarray, offsets: np.ndarray, *, k: int = 10,
-                         noise: float = 0.1, rng: np.random.Generator | None = None,
-                         exp_gain: bool = True, inv_idcg: np.ndarray | None = None,
-                         eps: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def stochastic_ndcg_grad(
+    margins: np.ndarray,
+    labels: np.ndarray,
+    offsets: np.ndarray,
+    *,
+    k: int = 10,
+    noise: float = 0.1,
+    rng: np.random.Generator | None = None,
+    exp_gain: bool = True,
+    inv_idcg: np.ndarray | None = None,
+    eps: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """LambdaMART gradients at the scores ``s + noise * eps`` (noise 0: plain LambdaMART).
 
     ``eps``: standard normal per document (training uses :func:`document_normal`);
@@ -234,8 +321,18 @@ def stochastic_ndcg_grad(margins: np.ndarray, labels: np.ndarray, offsets: np.nd
     if eps is None:
         eps = (rng or np.random.default_rng(0)).normal(0.0, 1.0, size=s.size)
     noisy = (s + noise * np.asarray(eps, np.float64)).astype(np.float32)
-    return _run_pairwise(noisy, labels, offsets, noisy, k=k, exp_gain=exp_gain, delta_mode=0,
-                         score_norm=True, normalize=True, inv_idcg=inv_idcg)
+    return _run_pairwise(
+        noisy,
+        labels,
+        offsets,
+        noisy,
+        k=k,
+        exp_gain=exp_gain,
+        delta_mode=0,
+        score_norm=True,
+        normalize=True,
+        inv_idcg=inv_idcg,
+    )
 
 
 # ---------------------------------------------------------------- schedules
@@ -272,8 +369,9 @@ class BlendSchedule:
         return float(1.0 / (1.0 + math.exp(-(tree - self.at) / (self.width / 8.0))))
 
 
-def blend(gamma: float, mse: tuple[np.ndarray, np.ndarray], rank: tuple[np.ndarray, np.ndarray]
-          ) -> tuple[np.ndarray, np.ndarray]:
+def blend(
+    gamma: float, mse: tuple[np.ndarray, np.ndarray], rank: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
     """``(1-γ)·mse + γ·rank`` for gradient and hessian; exactly one of them at γ = 0 or 1."""
     if gamma <= 0.0:
         return mse
@@ -302,8 +400,9 @@ class ObjectiveSettings:
 PYTHON_OBJECTIVES = ("mse", "lambdamart", "ranknet", "sigmoid_pairwise", "stochastic_ndcg", "blend")
 
 
-def objective(name: str, s: ObjectiveSettings, y: np.ndarray, offsets: np.ndarray, qid: np.ndarray,
-              doc: np.ndarray) -> Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]:
+def objective(
+    name: str, s: ObjectiveSettings, y: np.ndarray, offsets: np.ndarray, qid: np.ndarray, doc: np.ndarray
+) -> Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]:
     """``f(margins, global_tree) -> (grad, hess)`` of objective ``name`` on one node's rows (their labels,
     query offsets, qids and positions in their queries: ``qid``/``doc`` seed the noise of stochastic_ndcg)."""
     k = s.k
@@ -319,11 +418,13 @@ def objective(name: str, s: ObjectiveSettings, y: np.ndarray, offsets: np.ndarra
     if name == "sigmoid_pairwise":
         return lambda m, t: sigmoid_pairwise_grad(m, y, offsets, k=k, gamma=s.sigmoid_gamma)
     if name == "stochastic_ndcg":
+
         def stochastic(m: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
             # Noise anneals to 0 at global tree `stochastic_anneal`, and depends only on (seed, tree, qid, doc).
             noise = s.stochastic_noise * max(0.0, 1.0 - t / max(s.stochastic_anneal, 1))
             eps = document_normal(s.seed, t, qid, doc) if noise > 0 else None
             return stochastic_ndcg_grad(m, y, offsets, k=k, noise=noise, eps=eps, exp_gain=s.exp_gain, inv_idcg=inv)
+
         return stochastic
 
     def blended(m: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
@@ -331,4 +432,5 @@ def objective(name: str, s: ObjectiveSettings, y: np.ndarray, offsets: np.ndarra
         a = mse_grad(m, y) if g < 1.0 else None
         r = lambdarank_grad(m, y, offsets, k=k, exp_gain=s.exp_gain, inv_idcg=inv) if g > 0.0 else None
         return blend(g, a, r)  # type: ignore[arg-type]
+
     return blended

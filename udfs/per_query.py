@@ -59,7 +59,8 @@ def whole_query_batches(batches: Iterator[pd.DataFrame], keys: Sequence[str]) ->
             if key in finished:
                 raise QueryOrderError(
                     f"query {dict(zip(keys, key, strict=True))} appears in two separate runs of one partition; "
-                    "its rows must be contiguous (arrange the input with arranged=False)")
+                    "its rows must be contiguous (arrange the input with arranged=False)"
+                )
             finished.add(key)
 
     for pdf in batches:
@@ -78,9 +79,16 @@ def whole_query_batches(batches: Iterator[pd.DataFrame], keys: Sequence[str]) ->
         yield carry
 
 
-def map_queries(df: DataFrame, fn: Callable[[pd.DataFrame], pd.DataFrame], out_schema: StructType | str, *,
-                keys: Sequence[str] = (schema.QID,), order: Sequence[str] = (schema.DOC,),
-                arranged: bool = False, partitions: int | None = None) -> DataFrame:
+def map_queries(
+    df: DataFrame,
+    fn: Callable[[pd.DataFrame], pd.DataFrame],
+    out_schema: StructType | str,
+    *,
+    keys: Sequence[str] = (schema.QID,),
+    order: Sequence[str] = (schema.DOC,),
+    arranged: bool = False,
+    partitions: int | None = None,
+) -> DataFrame:
     """``fn(pdf) -> pdf`` over whole queries of ``df``; see the module docstring.
 
     Parameters

@@ -27,7 +27,6 @@ import numba
 import numpy as np
 import xgboost as xgb
 
-
 #: The bin code of a missing value (NaN); a feature has at most ``max_bin + 1`` codes besides.
 MISSING = np.uint16(65535)
 
@@ -54,7 +53,7 @@ def _bin_codes(X, indptr, values, out):
             if np.isnan(v):
                 out[r, j] = 65535
             else:
-                out[r, j] = np.searchsorted(values[indptr[j]:indptr[j + 1]], v, side="right")
+                out[r, j] = np.searchsorted(values[indptr[j] : indptr[j + 1]], v, side="right")
 
 
 def bin_codes(X: np.ndarray, cuts: Cuts) -> np.ndarray:
@@ -71,26 +70,31 @@ def bin_codes(X: np.ndarray, cuts: Cuts) -> np.ndarray:
 def tree_arrays(booster: xgb.Booster, i: int, cuts: Cuts | None = None) -> tuple[np.ndarray, ...]:
     """(left, right, feature, condition, default_left) of tree ``i`` of ``booster``; with ``cuts``, and
     when every split's condition is one of its feature's cuts, a sixth array: each split's cut index."""
-    doc = json.loads(booster[i:i + 1].save_raw("json"))
+    doc = json.loads(booster[i : i + 1].save_raw("json"))
     t = doc["learner"]["gradient_booster"]["model"]["trees"][0]
-    tree = (np.asarray(t["left_children"], np.int32), np.asarray(t["right_children"], np.int32),
-            np.asarray(t["split_indices"], np.int32), np.asarray(t["split_conditions"], np.float32),
-            np.asarray(t["default_left"], np.bool_))
+    tree = (
+        np.asarray(t["left_children"], np.int32),
+        np.asarray(t["right_children"], np.int32),
+        np.asarray(t["split_indices"], np.int32),
+        np.asarray(t["split_conditions"], np.float32),
+        np.asarray(t["default_left"], np.bool_),
+    )
     if cuts is None:
         return tree
     bins = _cut_indices(tree[0], tree[2], tree[3], *cuts)
     return tree if bins is None else (*tree, bins)
 
 
-def _cut_indices(left: np.ndarray, feature: np.ndarray, cond: np.ndarray, indptr: np.ndarray,
-                 values: np.ndarray) -> np.ndarray | None:
+def _cut_indices(
+    left: np.ndarray, feature: np.ndarray, cond: np.ndarray, indptr: np.ndarray, values: np.ndarray
+) -> np.ndarray | None:
     """Each split's index among its feature's cuts (exact float32 equality); None if one is not a cut."""
     out = np.zeros(cond.size, np.int32)
     for n in np.flatnonzero(left != -1):
         f = feature[n]
         if not 0 <= f < indptr.size - 1:
             return None
-        cuts = values[indptr[f]:indptr[f + 1]]
+        cuts = values[indptr[f] : indptr[f + 1]]
         j = int(np.searchsorted(cuts, cond[n]))
         if j == cuts.size or cuts[j] != cond[n]:
             return None
@@ -150,8 +154,13 @@ def _add_tree_coded_rows(C, rows, left, right, feature, cond, default_left, bins
         out[rows[j]] += _leaf_coded(C, rows[j], left, right, feature, cond, default_left, bins)
 
 
-def add_tree(X: np.ndarray, tree: tuple[np.ndarray, ...], out: np.ndarray, rows: np.ndarray | None = None,
-             codes: np.ndarray | None = None) -> None:
+def add_tree(
+    X: np.ndarray,
+    tree: tuple[np.ndarray, ...],
+    out: np.ndarray,
+    rows: np.ndarray | None = None,
+    codes: np.ndarray | None = None,
+) -> None:
     """``out += tree(X)`` in place (``X`` float32 rows x features, ``out`` float32); only ``rows`` if given.
 
     ``codes``: :func:`bin_codes` of ``X`` with the cuts that ``tree`` (six arrays) was read with: the
