@@ -33,6 +33,7 @@ TEST_REQUIRES = [
     "import-linter>=2.1",  # import contracts: layers and no cycles (.importlinter)
     "mypy>=1.15",  # types of pipelines/ and udfs/ (mypy.ini), new errors only (mypy-baseline.txt)
     "mypy-baseline>=0.7",
+    "uv>=0.9",  # .ci/run: the project on the other supported Pythons, installed in seconds
 ]
 
 # Airflow 3 and its providers. The Spark provider stays below 6: 6.x depends on pyspark-client,

@@ -129,23 +129,10 @@ def make_settings(cfg: TrainConfig, metric: NdcgSpec, ds: Dataset, nthread: int)
         blend = BlendSchedule(cfg.blend_schedule, cfg.blend_at, cfg.blend_width)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    if cfg.eval_every < 1:
-        raise ConfigError(f"train.eval_every must be >= 1, got {cfg.eval_every}")
-    if cfg.cuts_sample_rows < 1:
-        raise ConfigError(f"train.cuts_sample_rows must be >= 1, got {cfg.cuts_sample_rows}")
-    if cfg.checkpoint_every < 1:
-        raise ConfigError(f"train.checkpoint_every must be >= 1, got {cfg.checkpoint_every}")
     try:
         check_device(cfg.device, probe=False)  # the CUDA build, on the driver; each worker probes its GPU
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    if cfg.base_margin not in ("auto", "zero", "mean"):
-        try:
-            float(cfg.base_margin)
-        except ValueError:
-            raise ConfigError(
-                f"train.base_margin must be auto, zero, mean or a number, got {cfg.base_margin!r}"
-            ) from None
     if cfg.subsample < 1 or cfg.colsample_bytree < 1:
         log.warning(
             "train.subsample/colsample_bytree < 1: XGBoost's sampler state is not part of a checkpoint, so "

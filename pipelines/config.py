@@ -190,6 +190,11 @@ class CurriculumConfig:
             )
 
 
+#: Curriculum strategies (:mod:`pipelines.curriculum`): by number of relevant documents, by BM25's or
+#: PageRank's NDCG, by highly relevant labels, a random control, and none.
+STRATEGIES = ("q_nrel", "q_bm25", "q_pagerank", "l_hrel", "random", "none")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Distributed XGBoost training (:mod:`pipelines.train`).
@@ -238,6 +243,18 @@ class TrainConfig:
     blend_at: int = 40
     blend_width: int = 40
 
+    def __post_init__(self) -> None:
+        for name in ("eval_every", "cuts_sample_rows", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+        if self.base_margin not in ("auto", "zero", "mean"):
+            try:
+                float(self.base_margin)
+            except ValueError:
+                raise ConfigError(
+                    f"train.base_margin must be auto, zero, mean or a number, got {self.base_margin!r}"
+                ) from None
+
 
 @dataclass(frozen=True)
 class GridConfig:
@@ -269,6 +286,17 @@ class GridConfig:
     data: str = ""
     difficulty: str = ""
     log_models: bool = True
+
+    def __post_init__(self) -> None:
+        if self.objectives not in ("python", "builtin"):
+            raise ConfigError(f"grid.objectives must be 'python' or 'builtin', got {self.objectives!r}")
+        bad = [t for t in self.switch_points if not 0 < t < self.trees]
+        if bad:
+            raise ConfigError(f"grid.switch_points must lie strictly between 0 and grid.trees={self.trees}; got {bad}")
+        choices = [s for s in STRATEGIES if s != "none"]
+        unknown = [s for s in self.strategies if s not in choices]
+        if unknown:
+            raise ConfigError(f"grid.strategies: unknown {unknown}; choose from {choices}")
 
 
 @dataclass(frozen=True)

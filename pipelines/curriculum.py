@@ -54,7 +54,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.config import EMPTY_QUERY_POLICIES, ConfigError, CurriculumConfig, DifficultyConfig
+from pipelines.config import EMPTY_QUERY_POLICIES, STRATEGIES, ConfigError, CurriculumConfig, DifficultyConfig
 from pipelines.dataset import MANIFEST, Dataset, DatasetError, load_split, open_dataset
 from pipelines.difficulty import SUMMARY as DIFFICULTY_SUMMARY
 from pipelines.storage import atomic_output, read_json
@@ -66,7 +66,6 @@ log = logging.getLogger(__name__)
 
 SUMMARY = "_curriculum.json"
 QUERIES = "queries.parquet"
-STRATEGIES = ("q_nrel", "q_bm25", "q_pagerank", "l_hrel", "random", "none")
 SCORE_OF = {"q_nrel": "n_rel", "q_bm25": "ndcg_bm25", "q_pagerank": "ndcg_pagerank"}
 #: Strategies whose score (an NDCG) is undefined for a query without relevant documents.
 UNDEFINED_WHEN_EMPTY = ("q_bm25", "q_pagerank")

@@ -63,9 +63,8 @@ def test_children_of_a_fold(tmp_path):
         ("random", 4, "lambdamart@random.0:4,lambdamart:2"),
         ("blend", None, "blend:6"),
     ]
-    bad = _cfg(tmp_path, **{"grid.switch_points": "[0, 6]"})
     with pytest.raises(ValueError, match=r"grid.switch_points must lie strictly between 0 and grid.trees=6"):
-        grid_children(bad, 1)
+        _cfg(tmp_path, **{"grid.switch_points": "[0, 6]"})  # refused where the config is typed
 
 
 @pytest.fixture(scope="module")
