@@ -20,6 +20,7 @@ INSTALL_REQUIRES = [
     "mlflow>=3.0,<4",  # mlflow.xgboost.log_model(name=...), experiment kinds
     "scipy>=1.11",  # stats.permutation_test(paired), ttest_rel
     "matplotlib>=3.8",
+    "markdown-it-py>=3",  # the report's HTML from its Markdown (CommonMark with tables)
     "tqdm>=4.66",  # the progress bar on a terminal
     "venv-pack2>=0.9,<1",  # `ltr pack`: a maintained fork of venv-pack (same `venv_pack` module; see pipelines/pack.py)
 ]

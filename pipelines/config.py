@@ -318,7 +318,7 @@ class ReportConfig:
     validation: LambdaMART's curve ends at T trees, so a size says something only while
     LambdaMART can still catch up within T; three sizes evenly spaced up to the last curve
     point before the MSE-t's mean vali NDCG exceeds the best LambdaMART reaches within T
-    (:func:`pipelines.report.default_table2_sizes`; on the default grid about 3, 5, 8:
+    (:func:`pipelines.report.tables.default_table2_sizes`; on the default grid about 3, 5, 8:
     pure MSE after 20 trees already beats LambdaMART's 100). Every size must be a point of
     the NDCG curves (a multiple of ``train.eval_every``) and at most T.
     """

@@ -13,16 +13,11 @@ from scipy import stats
 from pipelines.config import load_config
 from pipelines.dataset import open_dataset
 from pipelines.grid import run_grid
-from pipelines.report import (
-    Record,
-    ReportError,
-    build_report,
-    kl_divergence,
-    paired_differences,
-    randomization_test,
-    table1,
-    table2,
-)
+from pipelines.report import ReportError, build_report
+from pipelines.report.pairing import paired_differences
+from pipelines.report.records import Record
+from pipelines.report.stats import kl_divergence, randomization_test
+from pipelines.report.tables import table1, table2
 from pipelines.study import grid_children, plan_fold, unfinished_units
 from pipelines.tracking import TAG_FOLD, TAG_PARENT, TAG_STRATEGY, TAG_SWITCH, Tracker
 
@@ -238,7 +233,7 @@ def test_report_header_tests_and_table2_of_the_grid(grid_run, tmp_path):
     assert "t-test p, Holm" in md and "Holm-corrected side by side" in md and "Warning" not in md
     assert "folds]" not in md  # every cell has both folds
     html_page = (tmp_path / "r" / "report.html").read_text()
-    assert "<td>randomisation p, Holm</td>" in html_page
+    assert "<th>randomisation p, Holm</th>" in html_page
 
 
 def test_report_of_an_unfinished_grid_and_the_latest_finished_one(grid_run, tmp_path):

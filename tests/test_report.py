@@ -11,21 +11,12 @@ import pytest
 from scipy import stats
 
 from pipelines.config import ConfigError, ReportConfig, conf_dir, load_config
-from pipelines.report import (
-    Record,
-    ReportError,
-    build_report,
-    default_table2_sizes,
-    groups,
-    holm,
-    open_tracker,
-    paired_samples,
-    paired_t_test,
-    randomization_test,
-    render,
-    table1,
-    table2,
-)
+from pipelines.report import ReportError, build_report, open_tracker
+from pipelines.report.pairing import groups, paired_samples
+from pipelines.report.records import Record
+from pipelines.report.render import render
+from pipelines.report.stats import holm, paired_t_test, randomization_test
+from pipelines.report.tables import default_table2_sizes, table1, table2
 from pipelines.tracking import TAG_FOLD, TAG_KIND, TAG_PARENT, TAG_STRATEGY, TAG_SWITCH, Tracker
 
 
@@ -125,7 +116,7 @@ def test_table1_holm_over_the_comparisons_and_missing_folds():
     assert "[k/3 folds]: the cell averages only the k folds" in md
     assert "mean ± standard deviation over the grid's 3 folds" in md
     assert "| t-test p | t-test p, Holm | randomisation p | randomisation p, Holm |" in md
-    assert "raw and Holm-corrected side by side" in md and "<td>t-test p, Holm</td>" in page
+    assert "raw and Holm-corrected side by side" in md and "<th>t-test p, Holm</th>" in page
 
 
 def _meta(**extra):

@@ -1,0 +1,122 @@
+"""``ltr report``'s entry point: a grid's tables and figures, written to a folder and logged to its parent run."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from pipelines.report.figures import figure1, figure2
+from pipelines.report.loading import code_versions, find_grid, load_grid, report_version
+from pipelines.report.pairing import groups
+from pipelines.report.records import ReportError
+from pipelines.report.render import render
+from pipelines.report.tables import table1, table2
+from pipelines.study import BASELINE, MSE
+from pipelines.tracking import (
+    Tracker,
+)
+
+log = logging.getLogger(__name__)
+
+
+def build_report(
+    tracker: Tracker,
+    out: str,
+    parent: str | None = None,
+    metric_name: str = "ndcg_at_10",
+    n_perm: int = 10_000,
+    seed: int = 0,
+    table2_sizes: Sequence[int] = (),
+) -> dict[str, Any]:
+    """Rebuild the tables and figures of a grid: ``parent`` (a grid's parent run id), else the experiment's
+    latest FINISHED grid. ``table2_sizes``: empty = :func:`default_table2_sizes`."""
+    run = find_grid(tracker, parent)
+    parent = run.info.run_id
+    records, state = load_grid(tracker, run, metric_name)
+    if not records:
+        raise ReportError(f"grid run {parent} ({state.status}) has no finished children")
+    problems = state.problems(records)
+    if problems:
+        log.warning("grid %s is unfinished: %s", parent, "; ".join(problems))
+    t1 = table1(records, n_perm, seed, folds=state.folds)
+    g = groups(records)
+    t2, no_table2 = None, None
+    if not any(r.vali for r in records):
+        no_table2 = "the dataset has no vali split, and Table 2 chooses its MSE-t on validation"
+        log.warning("no Table 2: %s", no_table2)
+    elif (BASELINE, None) in g and any(k[0] == MSE for k in g):
+        t2 = table2(records, list(table2_sizes) or None)
+    else:
+        no_table2 = "the grid has no finished LambdaMART baseline and MSE-t runs"
+        log.warning("no Table 2: %s", no_table2)
+    os.makedirs(out, exist_ok=True)
+    files = {"figure1.png": figure1(records, metric_name.replace("_at_", "@").upper(), state.split)}
+    fig2 = None
+    dist_trees = sorted({d["tree"] for r in records for d in r.score_dists})
+    if dist_trees:
+        try:
+            files["figure2.png"], fig2 = figure2(records, dist_trees[0])
+        except ReportError as e:
+            log.warning("no Figure 2: %s", e)
+    params = state.params
+    metric = params.get("metric", metric_name)
+    child_metrics = sorted({r.metric for r in records if r.metric and r.metric != metric})
+    versions = code_versions(records)
+    meta = {
+        "title": f"Curriculum and continuation LtR: {tracker.experiment}",
+        "experiment": tracker.experiment,
+        "parent": parent,
+        "status": state.status,
+        "folds": state.folds,
+        "problems": problems,
+        "data": params.get("data", "?"),
+        "fingerprint": params.get("data_fingerprint", "?"),
+        "metric": metric,
+        "metric_warning": ("- **Warning: some children used other metric conventions**: " + "; ".join(child_metrics))
+        if child_metrics
+        else None,
+        "metric_name": metric_name,
+        "n_perm": n_perm,
+        "seed": seed,
+        "versions": versions,
+        "report_version": report_version(),
+        "no_table2": no_table2,
+        "split": state.split,
+    }
+    if any(len(v) > 1 for v in versions.values()):
+        log.warning(
+            "children of grid %s ran different code: %s", parent, {k: v for k, v in versions.items() if len(v) > 1}
+        )
+    md, page = render(t1, t2, fig2, meta)
+    files["report.md"] = md.encode()
+    files["report.html"] = page.encode()
+    files["table1.json"] = json.dumps(t1, indent=1).encode()
+    if t2:
+        files["table2.json"] = json.dumps(t2, indent=1).encode()
+    if fig2:
+        files["figure2.json"] = json.dumps(fig2, indent=1).encode()
+    for name, data in files.items():
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(data)
+        tracker.client.log_artifact(parent, os.path.join(out, name), "report")
+    log.info(
+        "report of %d runs of grid %s (%s) written to %s (and logged to that run)",
+        len(records),
+        parent,
+        state.status,
+        out,
+    )
+    return {
+        "out": out,
+        "parent": parent,
+        "status": state.status,
+        "problems": problems,
+        "table1": t1,
+        "table2": t2,
+        "figure2": fig2,
+        "records": len(records),
+        "versions": versions,
+    }

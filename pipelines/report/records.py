@@ -1,0 +1,66 @@
+"""What the report reads of one finished child run (:class:`Record`), and its error."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipelines.study import BASELINE, MSE
+
+log = logging.getLogger(__name__)
+
+
+class ReportError(ValueError):
+    """Nothing (or not enough, or inconsistent data) to report on."""
+
+
+def label_of(strategy: str, switch: int | None) -> str:
+    """Display name of a system: ``LambdaMART``, ``MSE-t``, ``<strategy>-t`` or an extra path's name."""
+    if strategy == BASELINE:
+        return "LambdaMART"
+    if strategy == MSE:
+        return f"MSE-{switch}"
+    return strategy + ("" if switch is None else f"-{switch}")
+
+
+@dataclass
+class Record:
+    """What the report needs of one finished child run (one system on one fold)."""
+
+    fold: int
+    strategy: str
+    switch: int | None
+    steps: list[int]
+    test: list[float]
+    vali: list[float] = field(default_factory=list)
+    per_query: dict[int, float] = field(default_factory=dict)
+    score_dists: list[dict[str, Any]] = field(default_factory=list)
+    run_id: str = ""
+    code: dict[str, str] = field(default_factory=dict)  # the child's code.* params without the prefix
+    metric: str = ""  # the child's metric conventions (its ``metric`` param)
+
+    @property
+    def label(self) -> str:
+        return label_of(self.strategy, self.switch)
+
+    @property
+    def final(self) -> float:
+        """Test NDCG after the last tree."""
+        return self.test[-1]
+
+    @property
+    def final_vali(self) -> float:
+        """Validation NDCG after the last tree."""
+        if not self.vali:
+            raise ReportError(f"{self.label} fold {self.fold} (run {self.run_id}): no validation curve")
+        return self.vali[-1]
+
+    def at(self, tree: int) -> float:
+        """Test NDCG after ``tree`` trees."""
+        if tree not in self.steps:
+            raise ReportError(
+                f"{self.label} fold {self.fold}: no NDCG recorded after {tree} trees "
+                "(train.eval_every must divide the report's model sizes, report.table2_sizes)"
+            )
+        return self.test[self.steps.index(tree)]

@@ -1,0 +1,175 @@
+"""The report as Markdown, and as HTML from that Markdown (markdown-it-py, not by hand)."""
+
+from __future__ import annotations
+
+import html
+import logging
+from typing import Any
+
+from pipelines.report.stats import KL_PSEUDO_COUNT
+from pipelines.study import BASELINE, MSE
+
+log = logging.getLogger(__name__)
+
+
+def _p(v: float | None) -> str:
+    return "n/a" if v is None else ("<0.0001" if v < 1e-4 else f"{v:.4f}")
+
+
+def _cell(r: dict[str, Any]) -> str:
+    spread = f" ± {r['std']:.4f}" if r["folds"] > 1 else ""
+    short = f" [{r['folds']}/{r['folds_expected']} folds]" if r["folds"] < r["folds_expected"] else ""
+    return f"{r['mean']:.4f}{spread}{short}"
+
+
+def _versions_line(v: dict[str, dict[str, int]]) -> tuple[str, str | None]:
+    if not v:
+        return "- Code of the runs: not recorded (no `code.*` params)", None
+    parts = []
+    split = []
+    for k, vals in v.items():
+        if len(vals) == 1:
+            parts.append(f"{k} `{next(iter(vals)) or '?'}`")
+        else:
+            parts.append(f"{k} (differs)")
+            split.append(
+                f"{k}: " + ", ".join(f"`{x or '?'}` ({n} run{'s' * (n != 1)})" for x, n in sorted(vals.items()))
+            )
+    warn = ("- **Warning: the children of this grid ran different code**: " + "; ".join(split)) if split else None
+    return "- Code of the runs: " + ", ".join(parts), warn
+
+
+def render(t1: list[dict], t2: dict | None, fig2: dict | None, meta: dict[str, Any]) -> tuple[str, str]:
+    """Markdown and HTML of the report."""
+    m = meta["metric_name"].replace("_at_", "@").upper()
+    switches = sorted({r["switch"] for r in t1 if r["switch"] is not None})
+    folds = meta["folds"]
+    n_folds = len(folds)
+    md = [
+        f"# {meta['title']}",
+        "",
+        f"- Experiment `{meta['experiment']}`, parent run `{meta['parent']}` ({meta['status']}), grid folds {folds}",
+    ]
+    if meta.get("problems"):
+        md.append(
+            "- **Warning: this grid is unfinished**: "
+            + "; ".join(meta["problems"])
+            + ". The tables use the finished child runs only."
+        )
+    md += [f"- Dataset `{meta['data']}`, fingerprint `{meta['fingerprint']}`", f"- Metric: {meta['metric']}"]
+    if meta.get("metric_warning"):
+        md.append(meta["metric_warning"])
+    line, warn = _versions_line(meta.get("versions", {}))
+    md.append(line)
+    if warn:
+        md.append(warn)
+    rv = meta.get("report_version")
+    if rv:
+        md.append(f"- Report written by ltr `{rv['ltr']}` (git `{rv['git'] or '?'}`), scipy `{rv['scipy']}`")
+    spread = "one fold" if n_folds == 1 else f"mean ± standard deviation over the grid's {n_folds} folds"
+    split = meta.get("split", "test")
+    if split != "test":
+        md.append(
+            f"- **The dataset has no test split**: every {m} below is on {split} (no significance tests: "
+            "they pair per-query test NDCG)"
+        )
+    md += ["", f"## Table 1: {m} on {split} after the last tree, {spread}", ""]
+    head = ["model"] + ([f"t={s}" for s in switches] or [m])
+    md += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    by_strategy: dict[str, dict[Any, dict]] = {}
+    for r in t1:
+        by_strategy.setdefault(r["strategy"], {})[r["switch"]] = r
+    others = []
+    for strat, cells in by_strategy.items():
+        if strat == BASELINE:
+            md.append(
+                "| LambdaMART (baseline, all t) | " + " | ".join([_cell(cells[None])] * max(1, len(switches))) + " |"
+            )
+        elif None in cells:  # a path without switch points: listed below
+            others.append(cells[None])
+        else:
+            row = ["MSE-t" if strat == MSE else strat] + [_cell(cells[s]) if s in cells else "" for s in switches]
+            md.append("| " + " | ".join(row) + " |")
+    if others:
+        md += ["", f"### Other training paths ({m} on {split})", "", "| path | NDCG |", "|---|---|"] + [
+            f"| {r['label']} | {_cell(r)} |" for r in others
+        ]
+    if any(r["folds"] < r["folds_expected"] for r in t1):
+        md += [
+            "",
+            f"[k/{n_folds} folds]: the cell averages only the k folds whose run of that system finished; "
+            "the grid's other folds are missing for it (see the warning above).",
+        ]
+    tested = [r for r in t1 if r["t_p"] is not None or r["perm_p"] is not None]
+    if tested:
+        md += [
+            "",
+            "## Significance against LambdaMART",
+            "",
+            f"Paired per test query over the folds both systems finished (one difference per query, folds "
+            f"pooled). Two-sided paired t-test (scipy.stats.ttest_rel) and two-sided randomisation test "
+            f"(scipy.stats.permutation_test, the two values of each pair swapped at random, statistic the mean "
+            f"difference, {meta['n_perm']} resamples, seed {meta['seed']}; exact when 2^queries is fewer). "
+            f"p-values are shown raw and Holm-corrected side by side (Holm-Bonferroni step-down over the "
+            f"{len(tested)} comparisons of this table, for each test separately).",
+            "",
+            f"| model | Δ {m} | queries (folds) | t-test p | t-test p, Holm | randomisation p | "
+            "randomisation p, Holm |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in tested:
+            d = "n/a" if r["delta"] is None else f"{r['delta']:+.4f}"
+            md.append(
+                f"| {r['label']} | {d} | {r['queries']} ({len(r['paired_folds'])}) | {_p(r['t_p'])} | "
+                f"{_p(r['t_p_holm'])} | {_p(r['perm_p'])} | {_p(r['perm_p_holm'])} |"
+            )
+    if t2:
+        T = t2["baseline_max_trees"]
+        vali = ", ".join(f"{k} {v:.4f}" for k, v in t2["vali"].items())
+        md += [
+            "",
+            f"## Table 2: smallest LambdaMART with {m} at least that of {t2['mse']}",
+            "",
+            f"{t2['mse']} is the MSE-t with the best mean final {m} on validation ({vali}); test {m}, means over "
+            f"folds {t2['folds']}. Sizes: {t2['sizes_from']}. LambdaMART's curve ends at {T} trees: '> {T}' "
+            "means it never reaches that NDCG.",
+            "",
+            f"| size of {t2['mse']} (trees) | its {m} | LambdaMART trees | ratio |",
+            "|---|---|---|---|",
+        ]
+        for r in t2["rows"]:
+            lm = r["baseline_trees"] if r["baseline_trees"] else f"> {T}"
+            ratio = f"{r['ratio']:.2f}" if r["ratio"] else f"> {T / r['size']:.2f}"
+            md.append(f"| {r['size']} | {r['mse_ndcg']:.4f} | {lm} | {ratio} |")
+    elif meta.get("no_table2"):
+        md += ["", f"## Table 2: not built ({meta['no_table2']})"]
+    md += ["", f"## Figure 1: {m} against the number of trees", "", "![Figure 1](figure1.png)"]
+    if fig2:
+        md += [
+            "",
+            f"## Figure 2: score distributions after {fig2['tree']} trees",
+            "",
+            f"KL(P_lowest ‖ P_highest): MSE ({fig2['mse_run']}) {fig2['kl_mean']['MSE']:.4f}, "
+            f"LambdaMART {fig2['kl_mean']['LambdaMART']:.4f} (mean over folds; natural log, the trainer's "
+            f"histogram bins, {KL_PSEUDO_COUNT} added per bin)",
+            "",
+            "![Figure 2](figure2.png)",
+        ]
+    text = "\n".join(md) + "\n"
+    return text, _html(md, meta["title"])
+
+
+def _html(md: list[str], title: str) -> str:
+    """The Markdown page as HTML: CommonMark with tables (markdown-it-py, the parser of MyST and Jupyter Book),
+    raw HTML in the Markdown escaped, in a minimal page with the figures at a readable width."""
+    from markdown_it import MarkdownIt
+
+    body = MarkdownIt("commonmark", {"html": False}).enable("table").render("\n".join(md) + "\n")
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>"
+        + html.escape(title)
+        + "</title><style>body{font-family:sans-serif} img{max-width:900px} "
+        + "table{border-collapse:collapse} td,th{border:1px solid #999;padding:4px}</style></head><body>\n"
+        + body
+        + "</body></html>\n"
+    )

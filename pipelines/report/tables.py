@@ -1,0 +1,169 @@
+"""Table 1 (final NDCG and significance against the baseline) and Table 2 (the best MSE-t against LambdaMART's
+size)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from pipelines.report.pairing import groups, paired_samples
+from pipelines.report.records import Record, ReportError, label_of
+from pipelines.report.stats import holm, paired_t_test, randomization_test
+from pipelines.study import BASELINE, MSE
+
+log = logging.getLogger(__name__)
+
+
+def order_systems(keys: Sequence[tuple[str, int | None]]) -> list[tuple[str, int | None]]:
+    return sorted(keys, key=lambda k: (k[0] != BASELINE, k[0] != MSE, k[0], k[1] or 0))
+
+
+def table1(
+    records: list[Record], n_perm: int = 10_000, seed: int = 0, folds: Sequence[int] | None = None
+) -> list[dict[str, Any]]:
+    """Mean/std over folds of the final test NDCG per system, and paired tests against the baseline.
+
+    ``folds``: the grid's folds (default: every fold in ``records``); a row over fewer lists the
+    missing ones. p-values: raw (``t_p``, ``perm_p``) and Holm-corrected over all the rows compared
+    with the baseline (``t_p_holm``, ``perm_p_holm``); ``None`` where nothing could be paired.
+    """
+    g = groups(records)
+    grid_folds = sorted(set(folds) if folds is not None else {r.fold for r in records})
+    base = g.get((BASELINE, None), [])
+    rows = []
+    for key in order_systems(list(g)):
+        rs = g[key]
+        finals = np.array([r.final for r in rs])
+        have = [r.fold for r in rs]
+        row = {
+            "strategy": key[0],
+            "switch": key[1],
+            "label": rs[0].label,
+            "folds": len(rs),
+            "folds_expected": len(grid_folds),
+            "fold_ids": have,
+            "missing_folds": [f for f in grid_folds if f not in have],
+            "mean": float(finals.mean()),
+            "std": float(finals.std(ddof=1)) if len(rs) > 1 else 0.0,
+            "per_fold": finals.tolist(),
+            "delta": None,
+            "queries": 0,
+            "paired_folds": [],
+            "t_p": None,
+            "perm_p": None,
+            "t_p_holm": None,
+            "perm_p_holm": None,
+        }
+        if key != (BASELINE, None) and base:
+            x, y, pf = paired_samples(rs, base)
+            row.update(
+                delta=float(np.mean(x - y)) if x.size else None,
+                queries=int(x.size),
+                paired_folds=pf,
+                t_p=paired_t_test(x, y),
+                perm_p=randomization_test(x, y, n_perm, seed),
+            )
+        rows.append(row)
+    for raw, adj in (("t_p", "t_p_holm"), ("perm_p", "perm_p_holm")):
+        for row, p in zip(rows, holm([r[raw] for r in rows]), strict=True):
+            row[adj] = p
+    return rows
+
+
+def default_table2_sizes(
+    steps: Sequence[int], base_vali: Sequence[float], mse_vali: Sequence[float], count: int = 3
+) -> tuple[list[int], int]:
+    """Table 2's sizes when ``report.table2_sizes`` is empty, chosen on validation; returns (sizes, n_max).
+
+    LambdaMART's curve ends at T trees, so a size n says something only while LambdaMART can
+    still reach MSE-t's NDCG at n within T trees. n_max: the last curve point before the MSE-t's
+    mean vali NDCG first exceeds the best mean vali NDCG LambdaMART reaches within T (T when it
+    never does); sizes: ``count`` evenly spaced curve points up to n_max (n_max/3, 2 n_max/3,
+    n_max, each the nearest curve point; duplicates dropped). Validation, not test, so that the
+    sizes do not depend on the numbers the table shows (rows LambdaMART still misses on test say
+    ``> T``). Fixed fractions of T do not work across datasets: on the default synthetic grid
+    (T = 100) pure MSE after 20 trees beats LambdaMART's best of 100 trees already, while the
+    paper's MSE-200 at 300 trees needs 400.
+    """
+    steps = list(steps)
+    best = max(base_vali)
+    over = [s for s, v in zip(steps, mse_vali, strict=True) if v > best + 1e-12]
+    before = [s for s in steps if s < over[0]] if over else steps
+    if not before:
+        return [steps[0]], steps[0]
+    n_max = before[-1]
+    targets = [n_max * k / count for k in range(1, count + 1)]
+    return sorted({min(before, key=lambda s: (abs(s - t), s)) for t in targets}), n_max
+
+
+def table2(records: list[Record], sizes: Sequence[int] | None = None) -> dict[str, Any]:
+    """The best MSE-t (chosen on validation) at each size n vs the smallest baseline reaching its test NDCG.
+
+    Selection: the highest mean over folds of the final vali NDCG among the MSE-t systems
+    (ties: the smallest t). Every mean is over the folds the baseline and all MSE-t have
+    (the same folds for the choice and the table). ``sizes`` default: :func:`default_table2_sizes`.
+    Row: ``size`` n, ``mse_ndcg`` (mean test NDCG of the chosen MSE-t at n trees),
+    ``baseline_trees`` (the first point of LambdaMART's mean test curve >= it; ``None`` when
+    it never gets there within ``baseline_max_trees``) and ``ratio`` (baseline trees / n).
+    """
+    g = groups(records)
+    base = g.get((BASELINE, None))
+    mses = {k: v for k, v in g.items() if k[0] == MSE}
+    if not base or not mses:
+        raise ReportError("Table 2 needs the LambdaMART baseline and MSE-t runs")
+    folds = sorted(set.intersection({r.fold for r in base}, *({r.fold for r in v} for v in mses.values())))
+    if not folds:
+        raise ReportError("Table 2: no fold has both the baseline and every MSE-t finished")
+    vali = {k: float(np.mean([r.final_vali for r in v if r.fold in folds])) for k, v in mses.items()}
+    best_key = max(sorted(mses, key=lambda k: k[1] or 0), key=lambda k: vali[k])
+    best = {r.fold: r for r in mses[best_key]}
+    bases = {r.fold: r for r in base}
+    bsteps = bases[folds[0]].steps
+    for f in folds:
+        if bases[f].steps != bsteps:
+            raise ReportError(
+                f"LambdaMART: fold {f}'s curve has other points than fold {folds[0]}'s "
+                f"({len(bases[f].steps)} vs {len(bsteps)}); were the folds trained with different "
+                "train.eval_every or trees?"
+            )
+    T = bsteps[-1]
+    if sizes:
+        sizes_from = "report.table2_sizes"
+    else:
+        for r in [bases[f] for f in folds] + [best[f] for f in folds]:
+            if r.steps != bsteps or len(r.vali) != len(r.steps):
+                raise ReportError(
+                    f"{r.label} fold {r.fold} (run {r.run_id}): its test/vali curves have other points "
+                    "than LambdaMART's; set report.table2_sizes explicitly"
+                )
+        bvali = np.mean([bases[f].vali for f in folds], axis=0)
+        chosen, n_max = default_table2_sizes(bsteps, bvali, np.mean([best[f].vali for f in folds], axis=0))
+        sizes_from = (
+            f"chosen on validation, evenly spaced up to {n_max} trees, the last point before "
+            f"{label_of(MSE, best_key[1])}'s mean vali NDCG exceeds the best LambdaMART reaches within "
+            f"{T} trees ({float(np.max(bvali)):.4f}); report.table2_sizes sets them"
+        )
+        sizes = chosen
+    too_big = [n for n in sizes if n > T]
+    if too_big:
+        raise ReportError(f"report.table2_sizes {list(sizes)}: {too_big} exceed the {T} trees of the grid's models")
+    bmean = np.mean([bases[f].test for f in folds], axis=0)
+    rows = []
+    for n in sizes:
+        v = float(np.mean([best[f].at(n) for f in folds]))
+        reach = [s for s, x in zip(bsteps, bmean, strict=True) if x >= v - 1e-12]
+        m = reach[0] if reach else None
+        rows.append({"size": n, "mse_ndcg": v, "baseline_trees": m, "ratio": (m / n) if m else None})
+    return {
+        "mse": label_of(MSE, best_key[1]),
+        "switch": best_key[1],
+        "selected_on": "vali",
+        "vali": {label_of(MSE, k[1]): v for k, v in sorted(vali.items(), key=lambda kv: kv[0][1] or 0)},
+        "folds": folds,
+        "sizes_from": sizes_from,
+        "rows": rows,
+        "baseline_max_trees": T,
+    }
