@@ -129,6 +129,7 @@ class ProcessTree:
     remembered process that still runs (a reused pid has another start time and is left alone)."""
 
     root: int
+    include_root: bool = True  # False: the processes below the root only (a task kills its children, not itself)
     seen: dict[int, int] = field(default_factory=dict)  # pid -> start time
     _last: float = 0.0
 
@@ -140,7 +141,8 @@ class ProcessTree:
         self._last = now
         procs = processes()
         for pid in _below({self.root}, procs):
-            self.seen[pid] = procs[pid].start  # a reused pid below the root is the process to remember now
+            if pid != self.root or self.include_root:
+                self.seen[pid] = procs[pid].start  # a reused pid below the root is the process to remember now
 
     def members(self) -> set[int]:
         """The remembered processes that still run: the same process (same start time; a reused pid is
@@ -156,7 +158,10 @@ class ProcessTree:
         """Freeze and kill the tree as it is now and every remembered process still running; returns the pids
         killed."""
         self.remember()
-        return kill_tree(*self.members(), timeout=timeout)
+        members = self.members()
+        if not self.include_root:  # the walk below each member must not reach back to the root
+            members.discard(self.root)
+        return kill_tree(*members, timeout=timeout)
 
 
 # ----------------------------------------------------------------- memory (the benchmarks' figures)

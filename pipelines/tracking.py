@@ -9,10 +9,12 @@
   trees; names like ``ndcg_at_10_test``: MLflow rejects ``@``), final metrics,
   the model (``mlflow.xgboost``), the input dataset, per-query test NDCG, score
   distributions and a plot. Tags make strategy, switch point and fold filterable.
-* Resumable: the parent is found again by a hash of the grid's resolved config
-  and data fingerprint; a child whose key (hash of its resolved config) has a
-  FINISHED run is skipped, one left RUNNING by a crash is marked FAILED and
-  trained again.
+* Resumable: the parent is found again by its grid key (:func:`pipelines.keys.study_keys`: the
+  study's resolved config, the data fingerprint and the code identity). A child run carries its
+  child key (:func:`pipelines.keys.child_key`: its name, its path and the key of its last plan
+  node), is made once, SCHEDULED, before anything trains, and a re-run continues the same runs: a
+  FINISHED child is skipped, one left RUNNING by a crash goes on from its nodes' checkpoints and is
+  finished by the process that trains its last node (:mod:`pipelines.live_children`).
 """
 
 from __future__ import annotations

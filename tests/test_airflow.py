@@ -108,43 +108,55 @@ def _states(run) -> dict[str, str]:
     }
 
 
-def test_the_parent_run_comes_from_grid_setup_or_its_record_never_a_guess(dag, tmp_path):
-    """In cluster deploy mode the driver's output does not reach the task: the parent run id is read from the
-    record ``ltr grid --setup-only --result`` writes; with neither, the task fails (the report never reads
-    "the latest grid" of the experiment, which may be another study)."""
-    from airflow.sdk.exceptions import AirflowFailException
+FAKE_SUBMIT = """#!/bin/sh
+# a spark-submit that starts a worker in a session of its own (as PySpark's daemon runs its workers), lives long
+# enough for the operator to remember its tree, and exits with $LTR_FAKE_EXIT, orphaning the worker
+echo "fake spark-submit $*"
+python3 -c 'import os, time; os.setsid(); time.sleep(600)' &
+echo $! > "$LTR_FAKE_PID"
+sleep 3
+exit "$LTR_FAKE_EXIT"
+"""
 
-    mod = sys.modules[dag.get_task("parent").python_callable.__module__]
-    study = mod.resolve_study(
-        {
-            "conf": "",
-            "set": [f"work_dir={tmp_path}"],
-            "src": "",
-            "train_timeout_base_s": 60,
-            "train_timeout_per_tree_s": 1,
-        },
-        "manual__2026-11-24T10:00:00+00:00",
-    )
-    record = Path(study["setup_record"])
-    assert record.parent == tmp_path / "airflow" / "manual__2026-11-24T10_00_00_00_00"
-    assert study["setup_args"][:3] == ["--setup-only", "--result", str(record)]
-    with pytest.raises(AirflowFailException, match="printed no parent run id and its record"):
-        mod.study_parent(study, None)
-    record.parent.mkdir(parents=True)
-    record.write_text(json.dumps({"parent_run_id": "", "finished": False}))
-    with pytest.raises(AirflowFailException, match="recorded no parent run id"):
-        mod.study_parent(study, None)
-    record.write_text(json.dumps({"parent_run_id": "abc123", "finished": True}))
-    assert mod.study_parent(study, None) == {"parent_run_id": "abc123", "finished": True}
-    assert mod.study_parent(study, {"parent_run_id": "printed", "finished": False})["parent_run_id"] == "printed"
-    with pytest.raises(AirflowFailException, match="train_timeout_base_s"):
-        mod.resolve_study(
-            {
-                "conf": "",
-                "set": [f"work_dir={tmp_path}"],
-                "src": "",
-                "train_timeout_base_s": -1,
-                "train_timeout_per_tree_s": 1,
-            },
-            "r",
-        )
+
+@pytest.mark.parametrize("code", [2, 1])
+def test_a_failed_submit_leaves_no_process_and_exit_2_is_not_retried(tmp_path, monkeypatch, code):
+    """The operator kills the whole tree below its task process, a worker orphaned by spark-submit's exit
+    included (remembered while it ran); exit code 2 (bad input) fails without retries, other codes stay
+    Airflow's retryable error."""
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    from pipelines.airflow_submit import LtrSubmitOperator
+    from pipelines.proctree import alive
+
+    fake = tmp_path / "bin" / "spark-submit"
+    fake.parent.mkdir()
+    fake.write_text(FAKE_SUBMIT)
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("LTR_FAKE_PID", str(tmp_path / "worker.pid"))
+    monkeypatch.setenv("LTR_FAKE_EXIT", str(code))
+    op = LtrSubmitOperator(task_id="t", application=str(JOBS / "grid.py"), conn_id="spark_default")
+    expected = AirflowFailException if code == 2 else AirflowException
+    with pytest.raises(expected) as err:
+        op.execute({"params": {"spark_conf": {"spark.task.cpus": "1"}, "driver_memory": "1g"}})
+    assert ("not retried" in str(err.value)) == (code == 2)
+    worker = int((tmp_path / "worker.pid").read_text())
+    assert not alive(worker), "the orphaned worker of the failed submit still runs"
+    assert op.conf == {"spark.task.cpus": "1", "spark.driver.memory": "1g"}
+
+
+def test_the_run_connection_is_the_one_private_attribute_pinned_to_the_provider(monkeypatch):
+    """``params.spark_conn_id`` has no public way into SparkSubmitOperator (``conn_id`` is no templated
+    field): the operator sets ``_conn_id``. This fails when a provider release changes that."""
+    from importlib.metadata import version
+
+    from pipelines.airflow_submit import LtrSubmitOperator
+
+    monkeypatch.setenv("AIRFLOW_CONN_OTHER_SPARK", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    assert version("apache-airflow-providers-apache-spark").split(".")[0] == "5", "check _conn_id again"
+    op = LtrSubmitOperator(task_id="t", application=str(JOBS / "grid.py"), conn_id="spark_default")
+    op.apply_params({"spark_conn_id": "other_spark", "archives": "env.tar.gz#env", "files": "a.txt"})
+    hook = op._get_hook()
+    assert hook._conn_id == "other_spark" and hook._connection["master"] == "local[2]"
+    assert op.conf["spark.archives"] == "env.tar.gz#env" and op.files == "a.txt"

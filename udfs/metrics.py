@@ -21,8 +21,10 @@ Conventions that libraries disagree on are explicit fields of :class:`NdcgSpec`:
   the positions the group occupies.
 
 Every function takes a whole partition of many queries: rows of a query are
-contiguous and ``offsets`` (length n_queries + 1) marks where each starts. All
-work is numpy segment operations: no Python loop over documents or queries.
+contiguous and ``offsets`` (length n_queries + 1) marks where each starts. The work is
+numpy segment operations (:func:`ndcg`) or one compiled numba loop over the queries
+(:func:`ndcg_fast`: top-k selection per query, in parallel threads): no Python-level loop
+over documents or queries.
 """
 
 from __future__ import annotations
