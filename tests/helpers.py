@@ -24,6 +24,17 @@ from tests.spark_holder import QUICK_JVM
 ROOT = Path(__file__).resolve().parent.parent
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 SPARK_BIN = SPARK_HOME / "bin"
+#: XGBoost parameters of the tests' small in-process boosters (the trainer's tree settings, small).
+XGB_PARAMS = {
+    "tree_method": "hist",
+    "grow_policy": "lossguide",
+    "max_depth": 0,
+    "max_leaves": 8,
+    "eta": 0.1,
+    "max_bin": 64,
+    "nthread": 1,
+    "seed": 0,
+}
 
 
 def set_args(overrides: Iterable[str]) -> list[str]:

@@ -12,18 +12,10 @@ from pipelines.plan import DONE, PARTIAL, TODO, Plan, build_plan, format_plan, n
 from pipelines.progress import EventClient, EventServer
 from pipelines.results import path_result
 from pipelines.worker_loop import Settings, SplitData, WorkerData, run_nodes
+from tests.helpers import XGB_PARAMS
 from udfs.objectives import document_normal
 
-PARAMS = {
-    "tree_method": "hist",
-    "grow_policy": "lossguide",
-    "max_depth": 0,
-    "max_leaves": 8,
-    "eta": 0.1,
-    "max_bin": 64,
-    "nthread": 1,
-    "seed": 0,
-}
+PARAMS = XGB_PARAMS
 
 
 def _paths():

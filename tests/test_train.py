@@ -24,20 +24,12 @@ from pipelines.paths import parse_path
 from pipelines.plan import Plan, build_plan
 from pipelines.results import PathResult, path_result
 from pipelines.worker_loop import Settings, SplitData, WorkerData, run_nodes
+from tests.helpers import XGB_PARAMS
 from udfs import schema
 from udfs.metrics import NdcgSpec, ndcg
 from udfs.objectives import BlendSchedule
 
-PARAMS = {
-    "tree_method": "hist",
-    "grow_policy": "lossguide",
-    "max_depth": 0,
-    "max_leaves": 8,
-    "eta": 0.1,
-    "max_bin": 64,
-    "nthread": 1,
-    "seed": 0,
-}
+PARAMS = XGB_PARAMS
 
 
 def _split(rng, n_queries: int, coarse: bool = True) -> SplitData:
