@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import threading
 from pathlib import Path
 
 import pytest
 
-from pipelines.proctree import kill_tree
+from pipelines.proctree import kill_tree, signal_tree
 from tests.deployment import Deployment, missing
 
 pytestmark = pytest.mark.skipif(bool(missing()), reason=missing() or "ok")
@@ -77,14 +78,17 @@ def _overlapping(tis: list[dict]) -> int:
 
 
 class Killer:
-    """Once fold 1's LambdaMART unit has committed a checkpoint and is not done, SIGKILL its task process and
+    """Once fold 1's LambdaMART unit has committed a checkpoint and is not done, freeze its task process and
     everything below it (spark-submit's JVM, the Python driver, PySpark's daemon and workers, in process
-    groups of their own). Polled every 50 ms by a thread of its own (:meth:`watch`), not between the DAG
-    run's polls: on a loaded machine those are seconds apart, and the unit once finished between the
-    checkpoint the killer saw and the kill (CI: first seen at 21 of 30 trees, the retry had nothing to train)."""
+    groups of their own), read the checkpoint it stopped at, and SIGKILL it (:mod:`pipelines.proctree`).
+    Polled every 50 ms by a thread of its own (:meth:`watch`), not between the DAG run's polls; the task
+    process is found as soon as its spark-submit runs, so that nothing but a checkpoint listing and the
+    freeze lies between the first checkpoint seen and the stop. (On a loaded machine the unit once finished
+    between the checkpoint the killer saw and the kill: CI, seen at 21 of 30 trees, then at 9: the retry had
+    nothing to train.)"""
 
     def __init__(self, work: Path) -> None:
-        self.work, self.node, self.done_at, self.killed, self.unit = work, None, None, 0, None
+        self.work, self.node, self.done_at, self.killed, self.unit, self.task = work, None, None, 0, None, None
 
     def __call__(self) -> None:
         import psutil
@@ -111,22 +115,25 @@ class Killer:
             from pipelines.checkpoints import CheckpointStore
 
             self.store = CheckpointStore(str(self.work / "checkpoints"))
-        latest = self.store.latest(self.node) or 0
-        if latest >= TREES:
-            raise AssertionError("fold 1's LambdaMART unit finished before it could be killed: make it longer")
-        if latest == 0:
+        if self.task is None:  # the unit's task process, found before it checkpoints
+            for p in psutil.process_iter(["cmdline"]):
+                cmd = p.info["cmdline"] or []
+                if (
+                    "org.apache.spark.deploy.SparkSubmit" in cmd
+                    and f"1:{self.unit}" in cmd
+                    and str(self.work) in " ".join(cmd)
+                ):
+                    self.task = p.parent().pid  # the Airflow task process that ran spark-submit
             return
-        for p in psutil.process_iter(["cmdline"]):
-            cmd = p.info["cmdline"] or []
-            if (
-                "org.apache.spark.deploy.SparkSubmit" in cmd
-                and f"1:{self.unit}" in cmd
-                and str(self.work) in " ".join(cmd)
-            ):
-                task = p.parent()  # the Airflow task process that ran spark-submit
-                self.killed = len(kill_tree(task.pid))
-                self.done_at = latest
-                return
+        if not self.store.latest(self.node):
+            return
+        signal_tree(self.task, sig=signal.SIGSTOP)  # the whole tree stops where it is...
+        latest = self.store.latest(self.node) or 0  # ...at the checkpoint it had committed
+        if latest >= TREES:
+            kill_tree(self.task)
+            raise AssertionError("fold 1's LambdaMART unit finished before it could be killed: make it longer")
+        self.killed = len(kill_tree(self.task))
+        self.done_at = latest
 
     def watch(self, stop: threading.Event) -> threading.Thread:
         """Call this killer every 50 ms until it has killed or ``stop`` is set; an error it raises is kept in
