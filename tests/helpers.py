@@ -191,3 +191,23 @@ class StandaloneCluster:
     def stop(self) -> None:
         for p in reversed(self.procs):  # workers (and their executors) first, then the master
             stop_process(p)
+
+
+def record(fold, strategy, switch, test, perq=(), dists=(), vali=None, code=None, run_id=""):
+    """A report's :class:`~pipelines.report.records.Record` of one system on one fold, from its test curve
+    (one point per tree; ``vali``: the same unless given), its per-query test NDCG ``perq`` (qid -> value),
+    score distributions, code params and run id."""
+    from pipelines.report.records import Record
+
+    return Record(
+        fold=fold,
+        strategy=strategy,
+        switch=switch,
+        steps=list(range(1, len(test) + 1)),
+        test=list(test),
+        vali=list(test if vali is None else vali),
+        per_query=dict(perq),
+        score_dists=list(dists),
+        run_id=run_id,
+        code=dict(code or {}),
+    )

@@ -15,11 +15,11 @@ from pipelines.dataset import open_dataset
 from pipelines.grid import run_grid
 from pipelines.report import ReportError, build_report
 from pipelines.report.pairing import paired_differences
-from pipelines.report.records import Record
 from pipelines.report.stats import kl_divergence, randomization_test
 from pipelines.report.tables import table1, table2
 from pipelines.study import grid_children, plan_fold, unfinished_units
 from pipelines.tracking import TAG_FOLD, TAG_PARENT, TAG_STRATEGY, TAG_SWITCH, Tracker
+from tests.helpers import record
 
 T = 6
 
@@ -146,26 +146,15 @@ def test_report_from_the_grid(grid_run, small_dataset, tmp_path):
 
 
 # ------------------------------------------------------------ report numbers
-def _rec(fold, strategy, switch, test, perq, dists=(), vali=None):
-    steps = list(range(1, len(test) + 1))
-    return Record(
-        fold=fold,
-        strategy=strategy,
-        switch=switch,
-        steps=steps,
-        test=list(test),
-        vali=list(test if vali is None else vali),
-        per_query=dict(perq),
-        score_dists=list(dists),
-    )
-
-
 def test_table1_numbers():
     base = [
-        _rec(1, "lambdamart", None, [0.4, 0.5], {1: 0.5, 2: 0.4, 3: 0.6}),
-        _rec(2, "lambdamart", None, [0.5, 0.6], {4: 0.6, 5: 0.5}),
+        record(1, "lambdamart", None, [0.4, 0.5], {1: 0.5, 2: 0.4, 3: 0.6}),
+        record(2, "lambdamart", None, [0.5, 0.6], {4: 0.6, 5: 0.5}),
     ]
-    mse = [_rec(1, "mse", 1, [0.45, 0.55], {1: 0.6, 2: 0.5, 3: 0.6}), _rec(2, "mse", 1, [0.55, 0.7], {4: 0.8, 5: 0.6})]
+    mse = [
+        record(1, "mse", 1, [0.45, 0.55], {1: 0.6, 2: 0.5, 3: 0.6}),
+        record(2, "mse", 1, [0.55, 0.7], {4: 0.8, 5: 0.6}),
+    ]
     rows = {r["label"]: r for r in table1(base + mse, n_perm=4000, seed=1)}
     b, m = rows["LambdaMART"], rows["MSE-1"]
     assert b["mean"] == pytest.approx(0.55) and b["std"] == pytest.approx(math.sqrt(0.005))
@@ -192,11 +181,11 @@ def test_randomization_test_extremes():
 
 
 def test_table2_chooses_mse_t_on_validation_and_kl():
-    base = [_rec(1, "lambdamart", None, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], {})]
+    base = [record(1, "lambdamart", None, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], {})]
     # MSE-2 has the better final test NDCG, MSE-4 the better final validation NDCG: Table 2 takes MSE-4
     mse = [
-        _rec(1, "mse", 2, [0.25, 0.35, 0.45, 0.5, 0.55, 0.58], {}, vali=[0.2, 0.3, 0.3, 0.3, 0.3, 0.40]),
-        _rec(1, "mse", 4, [0.2, 0.3, 0.4, 0.45, 0.5, 0.52], {}, vali=[0.2, 0.3, 0.3, 0.3, 0.3, 0.41]),
+        record(1, "mse", 2, [0.25, 0.35, 0.45, 0.5, 0.55, 0.58], {}, vali=[0.2, 0.3, 0.3, 0.3, 0.3, 0.40]),
+        record(1, "mse", 4, [0.2, 0.3, 0.4, 0.45, 0.5, 0.52], {}, vali=[0.2, 0.3, 0.3, 0.3, 0.3, 0.41]),
     ]
     t2 = table2(base + mse, [1, 2, 3])
     assert t2["mse"] == "MSE-4" and t2["selected_on"] == "vali" and t2["vali"] == {"MSE-2": 0.40, "MSE-4": 0.41}

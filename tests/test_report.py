@@ -13,25 +13,11 @@ from scipy import stats
 from pipelines.config import ConfigError, ReportConfig, conf_dir, load_config
 from pipelines.report import ReportError, build_report, open_tracker
 from pipelines.report.pairing import groups, paired_samples
-from pipelines.report.records import Record
 from pipelines.report.render import render
 from pipelines.report.stats import holm, paired_t_test, randomization_test
 from pipelines.report.tables import default_table2_sizes, table1, table2
 from pipelines.tracking import TAG_FOLD, TAG_KIND, TAG_PARENT, TAG_STRATEGY, TAG_SWITCH, Tracker
-
-
-def _rec(fold, strategy, switch, test, perq=(), vali=None, code=None, run_id=""):
-    return Record(
-        fold=fold,
-        strategy=strategy,
-        switch=switch,
-        steps=list(range(1, len(test) + 1)),
-        test=list(test),
-        vali=list(test if vali is None else vali),
-        per_query=dict(perq),
-        run_id=run_id,
-        code=dict(code or {}),
-    )
+from tests.helpers import record
 
 
 # ------------------------------------------------------------ statistics
@@ -73,8 +59,8 @@ def test_randomization_test_is_seeded_and_matches_scipy():
 
 # ------------------------------------------------------------ pairing
 def test_pairing_needs_the_same_queries_per_fold():
-    base = [_rec(1, "lambdamart", None, [0.5], {1: 0.5, 2: 0.4}, run_id="b1")]
-    other = [_rec(1, "mse", 2, [0.6], {1: 0.6, 3: 0.4}, run_id="m1")]
+    base = [record(1, "lambdamart", None, [0.5], {1: 0.5, 2: 0.4}, run_id="b1")]
+    other = [record(1, "mse", 2, [0.6], {1: 0.6, 3: 0.4}, run_id="m1")]
     with pytest.raises(
         ReportError,
         match=r"fold 1: MSE-2 \(run m1\) and LambdaMART \(run b1\) were evaluated on "
@@ -87,14 +73,14 @@ def test_pairing_needs_the_same_queries_per_fold():
 
 
 def test_a_fold_twice_is_an_error():
-    runs = [_rec(1, "mse", 2, [0.5], run_id="a"), _rec(1, "mse", 2, [0.6], run_id="b")]
+    runs = [record(1, "mse", 2, [0.5], run_id="a"), record(1, "mse", 2, [0.6], run_id="b")]
     with pytest.raises(ReportError, match=r"MSE-2: fold 1 has two finished runs \(a, b\)"):
         groups(runs)
 
 
 def test_pairs_only_the_folds_both_have():
-    base = [_rec(f, "lambdamart", None, [0.5], {10 * f: 0.5, 10 * f + 1: 0.4}) for f in (1, 2, 3)]
-    mse = [_rec(f, "mse", 2, [0.6], {10 * f: 0.7, 10 * f + 1: 0.4}) for f in (1, 3)]
+    base = [record(f, "lambdamart", None, [0.5], {10 * f: 0.5, 10 * f + 1: 0.4}) for f in (1, 2, 3)]
+    mse = [record(f, "mse", 2, [0.6], {10 * f: 0.7, 10 * f + 1: 0.4}) for f in (1, 3)]
     x, y, folds = paired_samples(mse, base)
     assert folds == [1, 3] and x.tolist() == [0.7, 0.4, 0.7, 0.4] and y.tolist() == [0.5, 0.4, 0.5, 0.4]
 
@@ -102,9 +88,9 @@ def test_pairs_only_the_folds_both_have():
 # ------------------------------------------------------------ Table 1
 def test_table1_holm_over_the_comparisons_and_missing_folds():
     q = {1: 0.5, 2: 0.4, 3: 0.6, 4: 0.3}
-    base = [_rec(f, "lambdamart", None, [0.5], q) for f in (1, 2, 3)]
-    a = [_rec(f, "mse", 2, [0.55], {k: v + 0.05 + 0.01 * k for k, v in q.items()}) for f in (1, 2, 3)]
-    b = [_rec(f, "q_nrel", 2, [0.52], {k: v + (0.02 if k % 2 else -0.01) for k, v in q.items()}) for f in (1, 2)]
+    base = [record(f, "lambdamart", None, [0.5], q) for f in (1, 2, 3)]
+    a = [record(f, "mse", 2, [0.55], {k: v + 0.05 + 0.01 * k for k, v in q.items()}) for f in (1, 2, 3)]
+    b = [record(f, "q_nrel", 2, [0.52], {k: v + (0.02 if k % 2 else -0.01) for k, v in q.items()}) for f in (1, 2)]
     rows = {r["label"]: r for r in table1(base + a + b, n_perm=500, seed=0, folds=[1, 2, 3])}
     ra, rb = rows["MSE-2"], rows["q_nrel-2"]
     assert ra["t_p_holm"] == pytest.approx(holm([ra["t_p"], rb["t_p"]])[0])
@@ -155,8 +141,8 @@ def test_default_table2_sizes_are_chosen_on_validation():
 
 
 def test_table2_says_more_than_T_when_the_baseline_never_gets_there():
-    base = [_rec(f, "lambdamart", None, [0.1, 0.2, 0.3, 0.4]) for f in (1, 2)]
-    mse = [_rec(f, "mse", 2, [0.15, 0.35, 0.45, 0.5]) for f in (1, 2)]
+    base = [record(f, "lambdamart", None, [0.1, 0.2, 0.3, 0.4]) for f in (1, 2)]
+    mse = [record(f, "mse", 2, [0.15, 0.35, 0.45, 0.5]) for f in (1, 2)]
     # default sizes: MSE-2's vali curve (= its test curve here) exceeds LambdaMART's best (0.4) at 3 trees,
     # so n_max = 2 and the sizes are 1 and 2; LambdaMART reaches 0.15 at 2 trees and 0.35 at 4
     t2 = table2(base + mse)
@@ -172,10 +158,10 @@ def test_table2_says_more_than_T_when_the_baseline_never_gets_there():
 
 
 def test_table2_means_over_the_folds_all_have():
-    base = [_rec(f, "lambdamart", None, [0.1, 0.2, 0.3, 0.4]) for f in (1, 2)]
+    base = [record(f, "lambdamart", None, [0.1, 0.2, 0.3, 0.4]) for f in (1, 2)]
     # MSE-1 is best on fold 1 alone, MSE-2 on the folds both have: the choice uses folds common to all
-    m1 = [_rec(1, "mse", 1, [0.2, 0.2, 0.2, 0.2], vali=[0.3] * 4)]
-    m2 = [_rec(f, "mse", 2, [0.3, 0.3, 0.3, 0.3], vali=[0.9 if f == 2 else 0.2] * 4) for f in (1, 2)]
+    m1 = [record(1, "mse", 1, [0.2, 0.2, 0.2, 0.2], vali=[0.3] * 4)]
+    m2 = [record(f, "mse", 2, [0.3, 0.3, 0.3, 0.3], vali=[0.9 if f == 2 else 0.2] * 4) for f in (1, 2)]
     t2 = table2(base + m1 + m2, [1])
     assert t2["folds"] == [1] and t2["mse"] == "MSE-1"
 
