@@ -244,6 +244,7 @@ def plan_context(
 def node_key(
     parent: str | None, objective: str, data: str, t0: int, t1: int, curriculum: str | None, context: Mapping[str, Any]
 ) -> str:
+    """A plan node's trees and margins: its parent, objective, data subset, trees t0..t1, curriculum, context."""
     return make_key(
         "node",
         {
@@ -292,6 +293,7 @@ def difficulty_key(
     metric: Mapping[str, Any],
     code: Mapping[str, str] | None = None,
 ) -> str:
+    """Per-query difficulty scores (:func:`pipelines.difficulty.difficulty_inputs` gives the arguments)."""
     return "sha256:" + make_key(
         "difficulty",
         {

@@ -49,6 +49,7 @@ class Layout:
 
     @property
     def letor(self) -> str:
+        """Generated LETOR text: ``<work_dir>/letor``."""
         return os.path.join(self.work_dir, "letor")
 
     @property
@@ -59,13 +60,16 @@ class Layout:
 
     @property
     def checkpoints(self) -> str:
+        """The checkpoint store (nodes, cuts, leases, plan records): ``<work_dir>/checkpoints``."""
         return os.path.join(self.work_dir, "checkpoints")
 
     def curriculum(self, fold: int, name: str) -> str:
+        """Curriculum ``name`` of ``fold``: ``<work_dir>/curricula/fold<F>/<name>``."""
         return os.path.join(self.work_dir, "curricula", f"fold{fold}", name)
 
     @property
     def ingest_key(self) -> str:
+        """The DAG's record of what the dataset was ingested from: ``<work_dir>/_ingest_key.json``."""
         return os.path.join(self.work_dir, INGEST_KEY)
 
     def airflow_record(self, run_id: str | None, name: str) -> str:
@@ -79,6 +83,7 @@ class Layout:
 
     @property
     def mlartifacts(self) -> str:
+        """The default store's artifacts: ``<work_dir>/mlartifacts``."""
         return os.path.join(self.work_dir, "mlartifacts")
 
 
