@@ -9,10 +9,11 @@ done through public ways:
   reads its options; ``files``, ``py_files``, ``jars`` and ``application_args`` are the operator's own fields;
 * **what a job hands on** (``ltr grid --setup-only``'s parent run id) is a file it writes (``--result``), read by
   the next task, in any deploy mode: nothing is parsed from spark-submit's output;
-* **no application left behind**: a failed, timed-out or killed task freezes and kills every process below
-  the task's own (:class:`pipelines.proctree.ProcessTree`; a thread remembers the tree every 2 s while the
-  application runs, so processes whose parent died are killed too), so no driver keeps training (and holding
-  its nodes' leases) beside the retry;
+* **no application left behind**: a failed, timed-out or killed task freezes and kills every process the
+  task's own process started for this submit, and everything below them
+  (:meth:`pipelines.proctree.ProcessTree.from_now_on`; a thread remembers the tree every 2 s while the
+  application runs, so processes whose parent died are killed too), so no driver keeps training (and
+  holding its nodes' leases) beside the retry;
 * **exit code 2** (bad input or configuration: :mod:`pipelines.cli`) fails the task without retries, read
   from the hook's error ("Error code is: 2").
 
@@ -81,7 +82,7 @@ class LtrSubmitOperator(SparkSubmitOperator):
             kwargs["execution_timeout"] = timedelta(seconds=float(timeout_s))
         super().__init__(**kwargs)
         self.unit_label = unit_label  # what the task trains, for the Grid view (map_index_template)
-        self._tree = ProcessTree(os.getpid(), include_root=False)
+        self._tree: ProcessTree | None = None  # set when the submit starts (execute)
 
     def apply_params(self, params: dict[str, Any]) -> None:
         """The run's Spark settings onto this submit (see the module docstring)."""
@@ -101,7 +102,7 @@ class LtrSubmitOperator(SparkSubmitOperator):
 
     def execute(self, context: Any) -> None:
         self.apply_params(context["params"])
-        self._tree = ProcessTree(os.getpid(), include_root=False)  # this task process's children: spark-submit
+        self._tree = ProcessTree.from_now_on(os.getpid())  # what this task process starts now: spark-submit
         stop = threading.Event()
         watcher = threading.Thread(target=self._remember, args=(stop,), name="ltr-process-tree", daemon=True)
         watcher.start()
@@ -124,11 +125,12 @@ class LtrSubmitOperator(SparkSubmitOperator):
     def _remember(self, stop: threading.Event) -> None:
         """Remember the task's process tree every 2 s while the application runs (tree memory: a worker whose
         parent died is still killed)."""
-        while not stop.wait(2.0):
+        while not stop.wait(2.0) and self._tree is not None:
             self._tree.remember()
 
     def on_kill(self) -> None:
-        self._tree.kill()
+        if self._tree is not None:
+            self._tree.kill()
         super().on_kill()
 
 

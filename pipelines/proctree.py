@@ -59,18 +59,19 @@ def processes() -> dict[int, Proc]:
     return out
 
 
-def _below(roots: set[int], procs: dict[int, Proc]) -> set[int]:
-    """``roots`` (those that exist) and every process descending from one of them in ``procs``."""
+def _below(roots: set[int], procs: dict[int, Proc], skip: frozenset[int] = frozenset()) -> set[int]:
+    """``roots`` (those that exist) and every process descending from one of them in ``procs``, except the
+    processes ``skip`` and everything below them."""
     kids: dict[int, list[int]] = {}
     for p in procs.values():
         kids.setdefault(p.ppid, []).append(p.pid)
     seen: set[int] = set()
-    todo = [r for r in roots if r in procs]
+    todo = [r for r in roots if r in procs and r not in skip]
     while todo:
         pid = todo.pop()
         if pid not in seen:
             seen.add(pid)
-            todo += kids.get(pid, [])
+            todo += [k for k in kids.get(pid, []) if k not in skip]
     return seen
 
 
@@ -130,8 +131,18 @@ class ProcessTree:
 
     root: int
     include_root: bool = True  # False: the processes below the root only (a task kills its children, not itself)
+    #: processes below the root that are not of this tree, with everything below them (see :meth:`from_now_on`)
+    skip: frozenset[int] = frozenset()
     seen: dict[int, int] = field(default_factory=dict)  # pid -> start time
     _last: float = 0.0
+
+    @classmethod
+    def from_now_on(cls, root: int) -> ProcessTree:
+        """The processes ``root`` starts from now on, and everything below them: its children of this moment
+        (and their trees) are not part of it, nor is ``root`` itself. What a task process uses to kill the
+        application it starts, and nothing it had started before (in a test, the shared Spark session)."""
+        procs = processes()
+        return cls(root, include_root=False, skip=frozenset(p.pid for p in procs.values() if p.ppid == root))
 
     def remember(self, every: float = 0.0) -> None:
         """Record the processes below the root; with ``every`` > 0, at most once per ``every`` s."""
@@ -140,7 +151,7 @@ class ProcessTree:
             return
         self._last = now
         procs = processes()
-        for pid in _below({self.root}, procs):
+        for pid in _below({self.root}, procs, self.skip):
             if pid != self.root or self.include_root:
                 self.seen[pid] = procs[pid].start  # a reused pid below the root is the process to remember now
 

@@ -15,6 +15,7 @@ import importlib.util
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -138,8 +139,15 @@ def test_a_failed_submit_leaves_no_process_and_exit_2_is_not_retried(tmp_path, m
     monkeypatch.setenv("LTR_FAKE_EXIT", str(code))
     op = LtrSubmitOperator(task_id="t", application=str(JOBS / "grid.py"), conn_id="spark_default")
     expected = AirflowFailException if code == 2 else AirflowException
-    with pytest.raises(expected) as err:
-        op.execute({"params": {"spark_conf": {"spark.task.cpus": "1"}, "driver_memory": "1g"}})
+    # a process this (task) process started before the submit, as the shared Spark session's JVM: not killed
+    before = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        with pytest.raises(expected) as err:
+            op.execute({"params": {"spark_conf": {"spark.task.cpus": "1"}, "driver_memory": "1g"}})
+        assert before.poll() is None, "the operator killed a process its task had started before the submit"
+    finally:
+        before.kill()
+        before.wait()
     assert ("not retried" in str(err.value)) == (code == 2)
     worker = int((tmp_path / "worker.pid").read_text())
     assert not alive(worker), "the orphaned worker of the failed submit still runs"

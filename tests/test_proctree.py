@@ -123,3 +123,24 @@ def test_remember_throttles_and_tree_memory_sums_the_tree():
     finally:
         kill_tree(root.pid)
         root.wait()
+
+
+def test_from_now_on_leaves_what_the_root_had_started_before():
+    """A task process kills the application it starts, never a process it had started before (in a test
+    process: the shared Spark session's JVM)."""
+    before = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    tree = ProcessTree.from_now_on(os.getpid())
+    after = subprocess.Popen([sys.executable, "-c", DAEMON_TREE], stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        daemon = int(after.stdout.readline())
+        tree.remember()
+        assert before.pid not in tree.seen and os.getpid() not in tree.seen and daemon in tree.seen
+        killed = tree.kill()
+        after.wait(10)
+        assert daemon in killed and not alive(daemon) and after.pid in killed
+        assert before.poll() is None and before.pid not in killed
+    finally:
+        for p in (before, after):
+            if p.poll() is None:
+                p.kill()
+            p.wait()
