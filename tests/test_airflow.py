@@ -111,9 +111,10 @@ def _states(run) -> dict[str, str]:
 
 FAKE_SUBMIT = """#!/bin/sh
 # a spark-submit that starts a worker in a session of its own (as PySpark's daemon runs its workers), lives long
-# enough for the operator to remember its tree, and exits with $LTR_FAKE_EXIT, orphaning the worker
+# enough for the operator to remember its tree, and exits with $LTR_FAKE_EXIT, orphaning the worker (whose
+# output goes elsewhere: holding spark-submit's stdout, it would keep the hook reading until the task's timeout)
 echo "fake spark-submit $*"
-python3 -c 'import os, time; os.setsid(); time.sleep(600)' &
+python3 -c 'import os, time; os.setsid(); time.sleep(600)' >/dev/null 2>&1 &
 echo $! > "$LTR_FAKE_PID"
 sleep 3
 exit "$LTR_FAKE_EXIT"
