@@ -7,7 +7,7 @@ commands pass to pip with ``-c constraints.txt``.
 
 from glob import glob
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 INSTALL_REQUIRES = [
     "pyspark>=4.0,<5",  # Spark 4: Java 17+, Python 3.10+
@@ -60,7 +60,7 @@ setup(
     version="0.1.0",
     description="Curriculum and continuation learning-to-rank on Spark (MSLR-WEB30K scale)",
     python_requires=">=3.10",  # PySpark 4's floor; CI runs 3.11 (see README)
-    packages=["pipelines", "udfs"],
+    packages=find_packages(include=["pipelines", "pipelines.*", "udfs", "udfs.*"]),  # pipelines.report too
     package_data={"pipelines": ["log4j2.properties"]},
     data_files=[
         ("share/ltr/conf", glob("conf/*.yaml")),
