@@ -120,10 +120,17 @@ class Killer:
                 cmd = p.info["cmdline"] or []
                 if (
                     "org.apache.spark.deploy.SparkSubmit" in cmd
+                    and "org.apache.spark.launcher.Main" not in cmd  # spark-class's launcher, not spark-submit
                     and f"1:{self.unit}" in cmd
                     and str(self.work) in " ".join(cmd)
                 ):
-                    self.task = p.parent().pid  # the Airflow task process that ran spark-submit
+                    try:
+                        while p is not None and p.name() in ("bash", "sh", "dash", "java"):
+                            p = p.parent()  # up from spark-submit's scripts (and subshells) to what ran them
+                    except psutil.NoSuchProcess:  # a subshell ended meanwhile: the next poll
+                        return
+                    self.task = p.pid if p is not None else None  # the Airflow task process
+                    return
             return
         if not self.store.latest(self.node):
             return
