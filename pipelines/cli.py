@@ -240,8 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
         "pack",
         help="the project's environment as a relocatable archive for spark-submit --archives",
         description="Build a fresh virtual environment with this interpreter, install the project from its source "
-        "tree non-editable with the lock file (pip -c constraints.txt), pack it with venv-pack and remove "
-        "it. Use it as: spark-submit --archives ltr-env.tar.gz#env --conf "
+        "tree non-editable with the lock file (-c constraints.txt; uv where installed, else pip), pack it "
+        "with venv-pack and remove it. Use it as: spark-submit --archives ltr-env.tar.gz#env --conf "
         "spark.pyspark.python=./env/bin/python jobs/<step>.py ... The archive holds no Python "
         "interpreter: its bin/python links to the base interpreter it was built with, which must exist "
         "at the same path on every executor (or at --python-prefix), on the same OS and architecture.",
@@ -263,6 +263,17 @@ def build_parser() -> argparse.ArgumentParser:
         "e.g. 'lib/python3.*/site-packages/pyspark/jars/*' where the cluster's Spark has the jars",
     )
     p.add_argument("--compress-level", type=int, default=4, help="gzip level 0-9 (default 4)")
+    p.add_argument(
+        "--installer",
+        default="auto",
+        help="what installs the project and the lock: uv, pip, or auto (default: uv where installed, else pip)",
+    )
+    p.add_argument(
+        "--no-compile",
+        dest="compile_bytecode",
+        action="store_false",
+        help="do not byte-compile the environment: built faster and smaller, the executors compile what they import",
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=cmd_pack)
     return parser
@@ -590,10 +601,19 @@ def cmd_pack(args: argparse.Namespace) -> int:
         python_prefix=args.python_prefix,
         exclude=tuple(args.exclude),
         compress_level=args.compress_level,
+        installer=args.installer,
+        compile_bytecode=args.compile_bytecode,
     )
     print(
         json.dumps(
-            {"out": r.out, "bytes": r.bytes, "python": r.python, "packages": r.packages, "seconds": round(r.seconds, 1)}
+            {
+                "out": r.out,
+                "bytes": r.bytes,
+                "python": r.python,
+                "packages": r.packages,
+                "installer": r.installer,
+                "seconds": round(r.seconds, 1),
+            }
         )
     )
     return 0

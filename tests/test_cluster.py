@@ -3,11 +3,13 @@
 A master and two one-core workers started with ``spark-class`` on loopback, each worker in its own
 work directory; the environment packed by ``ltr pack`` and shipped with ``--archives ...#env``;
 the executors run ``./env/bin/python`` (``spark.pyspark.python``), the client-mode driver the
-project's interpreter. ingest -> difficulty -> a tiny grid (which builds its q_nrel curriculum and trains
-with 2 barrier workers on the two executors), each a ``spark-submit jobs/<step>.py``, must give what the
-same steps give on ``local[2]`` (DESIGN.md section 7.3: distributed == local). The separate curriculum
-and train jobs run the same code as the grid's: they are left out here (each application on the cluster
-costs about a minute on 2 cores, unpacking the archive on the driver and both executors).
+project's interpreter. The README's main job, ``spark-submit jobs/run.py --src <letor>`` (ingest ->
+difficulty -> a tiny grid, which builds its q_nrel curriculum and trains with 2 barrier workers on the two
+executors -> report), must give what the same job gives on ``local[2]`` (DESIGN.md section 7.3:
+distributed == local). One application, not one per step: each application on the cluster costs about a
+minute on 2 cores before it computes anything (the driver and both executors unpack the archive, the
+executors' Python workers start and compile), and the step jobs (``jobs/ingest.py`` ...) run the same
+``pipelines.cli`` commands that ``ltr run`` calls.
 
 The cluster's processes have no PYTHONPATH, PYSPARK_PYTHON nor the project's virtual environment on
 their PATH: the executors can import :mod:`pipelines` only from the archive.
@@ -58,6 +60,7 @@ GRID = [
     "grid.extra_curricula={}",
     "grid.log_models=false",
 ]
+REPORT = ["report.permutations=100", "report.table2_sizes=[2]"]
 
 
 # ------------------------------------------------------------ ltr pack: bad input, before anything is built
@@ -81,6 +84,7 @@ def _no_build(monkeypatch) -> None:
         (lambda t: ["--out", str(t / "e.tgz"), "--constraints", str(t / "lock.txt")], "lock.txt: no such file"),
         (lambda t: ["--out", str(t / "e.tgz"), "--python-prefix", "usr"], "must be an absolute path"),
         (lambda t: ["--out", str(t / "e.tar.gz"), "--compress-level", "12"], "--compress-level must be in 0..9"),
+        (lambda t: ["--out", str(t / "e.tar.gz"), "--installer", "conda"], "--installer conda: use one of auto, uv"),
     ],
 )
 def test_pack_bad_arguments_exit_2_in_one_line(tmp_path, capsys, monkeypatch, make_args, message):
@@ -104,10 +108,11 @@ def test_pack_unwritable_directory_exits_2(capsys, monkeypatch):
 
 @pytest.fixture(scope="session")
 def packed_env(tmp_path_factory) -> Path:
-    """``ltr pack`` once per session: a fresh venv, pip install of the project from the source tree with
-    constraints.txt, the archive (about 2 min). Without PySpark's jars (the executors' Python workers use
-    the cluster's Spark, the driver the project's installation) and NCCL (CPU only): 0.45 instead of
-    1.2 GiB, which every application unpacks three times (driver and two executors)."""
+    """``ltr pack`` once per session: a fresh venv, install of the project from the source tree with
+    constraints.txt (uv, from the ``test`` extra; not byte-compiled), the archive. Without PySpark's jars
+    (the executors' Python workers use the cluster's Spark, the driver the project's installation) and NCCL
+    (CPU only): 0.45 instead of 1.2 GiB, which every application unpacks three times (driver and two
+    executors)."""
     out = tmp_path_factory.mktemp("pack") / "ltr-env.tar.gz"
     t0 = time.perf_counter()
     proc = subprocess.run(
@@ -120,6 +125,7 @@ def packed_env(tmp_path_factory) -> Path:
             str(out),
             "--compress-level",
             "1",
+            "--no-compile",
             *[a for p in PACK_EXCLUDE for a in ("--exclude", p)],
         ],
         cwd=ROOT,
@@ -211,15 +217,9 @@ def _on_cluster(cluster: StandaloneCluster, archive: Path, job: str, args: list[
     return out
 
 
-def _steps(work: Path, letor: Path) -> list[tuple[str, list[str]]]:
-    """The jobs of one run, all under ``work``: (job, arguments)."""
-    d = work / "dataset"
-    common = set_args([f"work_dir={work}", *COMMON])
-    return [
-        ("ingest", ["--src", str(letor), "--out", str(d), *common]),
-        ("difficulty", ["--data", str(d), "--out", str(work / "difficulty"), *common]),
-        ("grid", ["--data", str(d), *set_args([f"grid.difficulty={work / 'difficulty'}", *GRID]), *common]),
-    ]
+def _run_args(work: Path, letor: Path) -> list[str]:
+    """``ltr run``'s arguments, everything under ``work``: ingest ``letor`` (no generate), then the rest."""
+    return ["--src", str(letor), *set_args([f"work_dir={work}", *COMMON, *GRID, *REPORT])]
 
 
 def _grid_results(work: Path) -> dict[str, tuple[bytes, list[float], list[float]]]:
@@ -256,15 +256,14 @@ def test_jobs_on_a_standalone_cluster_with_the_packed_env_equal_local(packed_env
     remote, local = tmp_path / "cluster", tmp_path / "local"
     remote.mkdir()
     local.mkdir()
-    outputs = {job: _on_cluster(cluster, packed_env, job, args) for job, args in _steps(remote, letor)}
-    assert f"session on {cluster.url} (2 cores" in outputs["ingest"]  # the cluster, not a local master
+    out = _on_cluster(cluster, packed_env, "run", _run_args(remote, letor))
+    assert f"session on {cluster.url} (2 cores" in out  # the cluster, not a local master
     t1 = time.perf_counter()
-    # the same steps on local[2]: what each jobs/<step>.py runs (`main([step, *args])`), in this process on the
-    # session's local[2] (five spark-submits of their own cost about a minute more and test nothing more here)
+    # the same job on local[2]: what jobs/run.py runs (`main(["run", *args])`), in this process on the session's
+    # local[2] (a spark-submit of its own costs half a minute more and tests nothing more here)
     from pipelines.cli import main
 
-    for job, args in _steps(local, letor):
-        assert main([job, *args]) == 0, job
+    assert main(["run", *_run_args(local, letor)]) == 0
     log.warning("cluster run %.0f s, local run %.0f s", t1 - t0, time.perf_counter() - t1)
 
     def doc(work: Path, rel: str) -> dict:
@@ -289,6 +288,9 @@ def test_jobs_on_a_standalone_cluster_with_the_packed_env_equal_local(packed_env
         assert ga[name] == gb[name], name
     fa, fb = _child_finals(remote), _child_finals(local)
     assert fa == fb and len(fa) == 3
+    # the report: the same table 1, every number
+    a, b = doc(remote, "report/table1.json"), doc(local, "report/table1.json")
+    assert a == b and len(a) == 3
     log.warning("standalone cluster test: %.0f s", time.perf_counter() - t0)
 
 

@@ -222,8 +222,8 @@ def test_killed_executor_worker_is_retried_from_checkpoints(spark, small_dataset
     extra = [
         "grid.strategies=[]",
         "grid.extra_paths={}",
-        "grid.trees=300",
-        "grid.switch_points=[150]",
+        "grid.trees=120",
+        "grid.switch_points=[60]",
         "grid.mse=false",
         "train.workers=2",
         "train.nthread=1",
