@@ -201,7 +201,7 @@ INSTALLERS = ("auto", "uv", "pip")
 def find_uv() -> str | None:
     """The uv binary: the ``uv`` package's own (installed beside this interpreter), else ``uv`` on PATH."""
     try:
-        import uv  # type: ignore[import-not-found]
+        import uv
 
         return str(uv.find_uv_bin())
     except (ImportError, FileNotFoundError):
