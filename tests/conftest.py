@@ -112,6 +112,9 @@ SPARK_MODULES = (
     "test_resume.py",
     "test_spark_holder.py",
 )
+#: Modules without Spark whose tests start several Python processes (MLflow's store under concurrent writers):
+#: ``processes``; ``.ci/run`` leaves them out on the other Pythons.
+PROCESS_MODULES = ("test_tracking.py",)
 #: Modules that run Airflow, PostgreSQL or an MLflow server: ``deployment``.
 DEPLOYMENT_MODULES = ("test_airflow.py", "test_deploy.py")
 #: Fixtures that start (or need) the shared Spark session.
@@ -120,7 +123,7 @@ SPARK_FIXTURES = {"spark", "spark_holder"}
 
 def pytest_collection_modifyitems(session, config, items):
     """The markers, set here and nowhere else (pytest.ini declares them): ``spark`` (a test that needs a JVM:
-    it uses a Spark fixture, or its module starts Spark itself), ``deployment``, ``slow``. README's fast
+    it uses a Spark fixture, or its module starts Spark itself), ``deployment``, ``slow``, ``processes``. README's fast
     command runs ``-m "not spark"``. Then the order: the modules that take minutes first."""
     for item in items:
         name = item.path.name
@@ -130,5 +133,7 @@ def pytest_collection_modifyitems(session, config, items):
             item.add_marker(pytest.mark.deployment)
         if name in FIRST:
             item.add_marker(pytest.mark.slow)
+        if name in PROCESS_MODULES:
+            item.add_marker(pytest.mark.processes)
     rank = {name: i for i, name in enumerate(FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))  # stable: the rest keep their order

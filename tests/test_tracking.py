@@ -14,8 +14,8 @@ import os
 from pipelines.layout import mlflow_uri
 from pipelines.tracking import TAG_CHILD_KEY, TAG_PARENT, Tracker
 
-WRITERS = 4
-CHECKPOINTS = 12
+WRITERS = 3
+CHECKPOINTS = 8
 EVERY = 25  # trees per checkpoint: one curve batch per split per checkpoint
 
 
@@ -73,7 +73,7 @@ def _check(uri: str, artifacts: str, results: list[tuple[int, str, str]]) -> Non
 
 
 def test_concurrent_processes_open_a_fresh_store(tmp_path):
-    """Four processes open a store no one has made yet: one schema, one experiment, one parent run."""
+    """Three processes open a store no one has made yet: one schema, one experiment, one parent run."""
     work = tmp_path / "work"
     uri, artifacts = mlflow_uri(str(work)), str(work / "mlartifacts")
     assert not os.path.exists(work)
