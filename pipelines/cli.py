@@ -534,6 +534,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         cfg.report.permutations,
         cfg.report.seed,
         cfg.report.table2_sizes,
+        n_boot=cfg.report.bootstrap,
+        risk_alphas=cfg.report.risk_alphas,
     )
     log.info("report: %s%s", os.path.join(r["out"], "report.html"), " (unfinished grid)" if r["problems"] else "")
     return 0
@@ -579,6 +581,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         cfg.report.permutations,
         cfg.report.seed,
         cfg.report.table2_sizes,
+        n_boot=cfg.report.bootstrap,
+        risk_alphas=cfg.report.risk_alphas,
     )
     uri = g["tracking_uri"]
     print(

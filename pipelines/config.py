@@ -311,7 +311,9 @@ class TrackingConfig:
 @dataclass(frozen=True)
 class ReportConfig:
     """``ltr report``: output folder (empty = ``<work_dir>/report``), randomisation test
-    (``permutations`` sign flips, seeded by ``seed``), and Table 2's model sizes.
+    (``permutations`` sign flips, seeded by ``seed``), Table 2's model sizes, the paired bootstrap
+    interval's resamples (``bootstrap``, seeded by ``seed``) and the risk levels of URisk and TRisk
+    (``risk_alphas``: a loss counts 1 + alpha times).
 
     ``table2_sizes``: sizes n (trees) of the best MSE-t (chosen on validation) at which
     Table 2 looks for the smallest LambdaMART reaching its test NDCG. Empty = chosen on
@@ -327,10 +329,16 @@ class ReportConfig:
     permutations: int = 10000
     seed: int = 0
     table2_sizes: list[int] = field(default_factory=list)
+    bootstrap: int = 10000
+    risk_alphas: list[float] = field(default_factory=lambda: [1.0, 5.0])
 
     def __post_init__(self) -> None:
         if self.permutations < 1:
             raise ConfigError(f"report.permutations must be >= 1, got {self.permutations}")
+        if self.bootstrap < 2:
+            raise ConfigError(f"report.bootstrap must be >= 2 resamples, got {self.bootstrap}")
+        if not self.risk_alphas or any(not a >= 0 for a in self.risk_alphas):
+            raise ConfigError(f"report.risk_alphas: one or more alphas >= 0, got {self.risk_alphas}")
         bad = [n for n in self.table2_sizes if n < 1]
         if bad:
             raise ConfigError(f"report.table2_sizes: sizes are numbers of trees >= 1, got {bad}")

@@ -256,7 +256,11 @@ class LiveChildren:
             if curve and math.isfinite(curve[-1]):
                 final[f"final_{m}_{split}"] = curve[-1]
         t.log_metrics(e.run_id, final)
-        t.log_text(e.run_id, json.dumps({"qid": r.test_qid, m: r.test_ndcg}), "per_query_test.json")
+        t.log_text(
+            e.run_id,
+            json.dumps({"qid": r.test_qid, m: r.test_ndcg, "relevant": r.test_relevant}),
+            "per_query_test.json",
+        )
         t.log_text(
             e.run_id,
             json.dumps({"runs": r.runs, "score_dists": r.score_dists, "base_margin": r.base_margin}, indent=1),

@@ -33,6 +33,7 @@ class PathResult:
     base_margin: float = 0.0
     test_qid: list[int] = field(default_factory=list)
     test_ndcg: list[float] = field(default_factory=list)
+    test_relevant: list[int] = field(default_factory=list)  # relevant documents (label > 0) of each test query
     workers: list[int] = field(default_factory=list)  # workers that wrote each node's output, chain order
 
 
@@ -79,6 +80,9 @@ def path_result(store: CheckpointStore, name: str, chain: Iterable[str], with_mo
         v = np.concatenate([s["test_ndcg"] for s in shards])
         order = np.argsort(q, kind="stable")
         r.test_qid, r.test_ndcg = q[order].astype(int).tolist(), v[order].astype(float).tolist()
+        if "test_relevant" in shards[0]:
+            n = np.concatenate([s["test_relevant"] for s in shards])
+            r.test_relevant = n[order].astype(int).tolist()
     return r
 
 

@@ -292,6 +292,9 @@ class _Worker:
             sp = self.evals["test"]
             arrays["test_query"] = sp.qid[sp.offsets[:-1]].astype(np.int32)
             arrays["test_ndcg"] = ndcg_fast(sp.offsets, sp.y, st.test, self.s.metric, self.inv_idcg["test"])
+            # relevant documents per query (label > 0): the report leaves out of its paired statistics the
+            # queries with none, which every system scores metric.empty on (issue 29)
+            arrays["test_relevant"] = np.add.reduceat((sp.y > 0).astype(np.int32), sp.offsets[:-1])
         self.store.write_shard(node.key, st.tree, self.comm.rank, arrays, lease_token=self.lease_token)
         self.comm.allreduce(np.zeros(1), "sum")  # every shard is written before the commit
         st.cost["checkpoint"] = st.cost.get("checkpoint", 0.0) + time.perf_counter() - t0

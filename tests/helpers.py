@@ -193,10 +193,11 @@ class StandaloneCluster:
             stop_process(p)
 
 
-def record(fold, strategy, switch, test, perq=(), dists=(), vali=None, code=None, run_id=""):
+def record(fold, strategy, switch, test, perq=(), dists=(), vali=None, code=None, run_id="", rel=None):
     """A report's :class:`~pipelines.report.records.Record` of one system on one fold, from its test curve
     (one point per tree; ``vali``: the same unless given), its per-query test NDCG ``perq`` (qid -> value),
-    score distributions, code params and run id."""
+    score distributions, code params, run id and relevant documents per query ``rel`` (qid -> count;
+    default: one for every query of ``perq``)."""
     from pipelines.report.records import Record
 
     return Record(
@@ -207,6 +208,7 @@ def record(fold, strategy, switch, test, perq=(), dists=(), vali=None, code=None
         test=list(test),
         vali=list(test if vali is None else vali),
         per_query=dict(perq),
+        relevant={q: 1 for q in dict(perq)} if rel is None else dict(rel),
         score_dists=list(dists),
         run_id=run_id,
         code=dict(code or {}),

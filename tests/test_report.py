@@ -14,7 +14,17 @@ from pipelines.config import ConfigError, ReportConfig, conf_dir, load_config
 from pipelines.report import ReportError, build_report, open_tracker
 from pipelines.report.pairing import groups, paired_samples
 from pipelines.report.render import render
-from pipelines.report.stats import holm, paired_t_test, randomization_test
+from pipelines.report.stats import (
+    bootstrap_interval,
+    effect_size,
+    georisk,
+    holm,
+    paired_t_test,
+    randomization_test,
+    t_interval,
+    trisk,
+    urisk,
+)
 from pipelines.report.tables import default_table2_sizes, table1, table2
 from pipelines.tracking import TAG_FOLD, TAG_KIND, TAG_PARENT, TAG_STRATEGY, TAG_SWITCH, Tracker
 from tests.helpers import record
@@ -81,8 +91,116 @@ def test_a_fold_twice_is_an_error():
 def test_pairs_only_the_folds_both_have():
     base = [record(f, "lambdamart", None, [0.5], {10 * f: 0.5, 10 * f + 1: 0.4}) for f in (1, 2, 3)]
     mse = [record(f, "mse", 2, [0.6], {10 * f: 0.7, 10 * f + 1: 0.4}) for f in (1, 3)]
-    x, y, folds = paired_samples(mse, base)
-    assert folds == [1, 3] and x.tolist() == [0.7, 0.4, 0.7, 0.4] and y.tolist() == [0.5, 0.4, 0.5, 0.4]
+    p = paired_samples(mse, base)
+    assert p.folds == [1, 3] and p.x.tolist() == [0.7, 0.4, 0.7, 0.4] and p.y.tolist() == [0.5, 0.4, 0.5, 0.4]
+    assert p.keys == [(1, 10), (1, 11), (3, 30), (3, 31)] and p.no_relevant == 0
+
+
+# ------------------------------------------------------------ sound pairs, effect sizes, risk (issue 29)
+def _systems(n: int, seed: int) -> tuple[dict[int, float], dict[int, float]]:
+    rng = np.random.default_rng(seed)
+    base = rng.uniform(0.2, 0.8, n)
+    return dict(enumerate(base.tolist())), dict(enumerate(np.clip(base + rng.normal(0.02, 0.1, n), 0, 1).tolist()))
+
+
+PAIRED_FIGURES = ("delta", "queries", "t_p", "perm_p", "t_p_holm", "perm_p_holm", "ci_t", "ci_boot", "d_z", "wins",
+                  "ties", "losses", "urisk", "trisk", "georisk", "folds_won")  # fmt: skip
+
+
+@pytest.mark.parametrize("empty", [0.0, 1.0])  # metric.empty: what every system scores on such a query
+def test_queries_without_a_relevant_document_change_no_paired_figure(empty):
+    """100 queries without a relevant document added to both systems' runs (and to a third system's): no
+    p-value, interval, effect size, risk figure or count of wins changes; the rows say how many were left out."""
+    b1, s1 = _systems(40, 1)
+    b2, s2 = _systems(30, 2)
+    _, t1 = _systems(40, 3)
+    _, t2 = _systems(30, 4)
+
+    def rows(extra: int) -> dict[str, dict]:
+        empties = {1000 + i: empty for i in range(extra)}
+        rel = lambda d: {q: (0 if q >= 1000 else 2) for q in d}  # noqa: E731
+        recs = []
+        for fold, (b, s, t) in {1: (b1, s1, t1), 2: (b2, s2, t2)}.items():
+            for name, sw, perq, final in (("lambdamart", None, b, 0.5), ("mse", 2, s, 0.52), ("q_nrel", 2, t, 0.49)):
+                d = {**perq, **empties} if fold == 1 else perq
+                recs.append(record(fold, name, sw, [final + 0.01 * fold], d, rel=rel(d)))
+        return {r["label"]: r for r in table1(recs, n_perm=300, seed=3, n_boot=500, risk_alphas=(1, 5))}
+
+    before, after = rows(0), rows(100)
+    for label in ("MSE-2", "q_nrel-2"):
+        assert after[label]["queries"] == 70 and after[label]["queries_no_relevant"] == 100
+        assert before[label]["queries_no_relevant"] == 0
+        for k in PAIRED_FIGURES:
+            assert after[label][k] == before[label][k], (label, k)
+        assert before[label]["ci_boot"] is not None and before[label]["urisk"]["5.0"] is not None
+    assert after["LambdaMART"]["georisk"] == before["LambdaMART"]["georisk"] is not None
+
+
+def test_effect_size_by_hand():
+    x = np.array([0.5, 0.7, 0.4, 0.9, 0.3, 0.6])
+    y = np.array([0.4, 0.7, 0.5, 0.6, 0.3, 0.2])
+    d = x - y  # 0.1, 0, -0.1, 0.3, 0, 0.4
+    e = effect_size(x, y, n_resamples=2000, seed=5)
+    mean, sd = d.sum() / 6, np.sqrt(((d - d.sum() / 6) ** 2).sum() / 5)
+    assert e["delta"] == pytest.approx(0.7 / 6) and e["d_z"] == pytest.approx(mean / sd)
+    half = stats.t.ppf(0.975, 5) * sd / np.sqrt(6)
+    assert e["ci_t"] == pytest.approx((mean - half, mean + half))
+    assert (e["wins"], e["ties"], e["losses"]) == (3, 2, 1)
+    lo, hi = e["ci_boot"]
+    assert lo < mean < hi and e["ci_boot"] == bootstrap_interval(d, 2000, 5)  # seeded: the same interval again
+    assert bootstrap_interval(d, 2000, 6) != e["ci_boot"]
+    # the bootstrap and t intervals agree on many queries
+    rng = np.random.default_rng(0)
+    big = rng.normal(0.01, 0.1, 3000)
+    assert bootstrap_interval(big, 2000, 0) == pytest.approx(t_interval(big), abs=0.002)
+    # degenerate: one pair, constant differences
+    assert effect_size(x[:1], y[:1])["ci_t"] is None and effect_size(x[:1], y[:1])["d_z"] is None
+    dyadic = np.array([0.5, 0.75, 0.25, 1.0])  # exact in binary: every difference exactly 0.125
+    const = effect_size(dyadic, dyadic - 0.125)
+    assert const["ci_t"] == (0.125, 0.125) and const["ci_boot"] == (0.125, 0.125) and const["d_z"] is None
+
+
+def test_urisk_and_trisk_by_hand():
+    x = np.array([0.6, 0.2, 0.5, 0.9])
+    y = np.array([0.4, 0.5, 0.5, 0.8])
+    # differences 0.2, -0.3, 0, 0.1; wins 0.3 in all, one loss of 0.3
+    assert urisk(x, y, 0) == pytest.approx((0.2 - 0.3 + 0 + 0.1) / 4)
+    assert urisk(x, y, 1) == pytest.approx((0.2 + 0.1 - 2 * 0.3) / 4)
+    assert urisk(x, y, 5) == pytest.approx((0.2 + 0.1 - 6 * 0.3) / 4)
+    u = np.array([0.2, -0.6, 0.0, 0.1])  # alpha 1
+    se = np.sqrt(((u - u.mean()) ** 2).sum() / 3) / 2
+    assert trisk(x, y, 1) == pytest.approx(u.mean() / se)
+    assert trisk(x, y, 1) == pytest.approx(stats.ttest_1samp(u, 0).statistic)
+    assert trisk(x[:1], y[:1], 1) is None and urisk(x[:0], y[:0], 1) is None
+
+
+def test_georisk_by_hand():
+    x = np.array([[0.5, 0.3], [0.2, 0.4], [0.0, 0.0]])  # 3 queries x 2 systems; nobody scores on the third
+    s, t, n, c = np.array([0.7, 0.7]), np.array([0.8, 0.6, 0.0]), 1.4, 3
+    e = np.outer(t, s) / n  # 0.4 0.4 / 0.3 0.3 / 0 0
+    z0 = [(0.5 - 0.4) / np.sqrt(0.4), (0.2 - 0.3) / np.sqrt(0.3), 0.0]
+    z1 = [(0.3 - 0.4) / np.sqrt(0.4), (0.4 - 0.3) / np.sqrt(0.3), 0.0]
+    assert e[0, 0] == pytest.approx(0.4)
+    for alpha in (0.0, 1.0, 5.0):
+        zr0 = z0[0] + (1 + alpha) * z0[1]
+        zr1 = (1 + alpha) * z1[0] + z1[1]
+        want = [np.sqrt(s[0] / c * stats.norm.cdf(zr0 / c)), np.sqrt(s[1] / c * stats.norm.cdf(zr1 / c))]
+        np.testing.assert_allclose(georisk(x, alpha), want, rtol=1e-12)
+    # the system that loses on the query where the other wins by less ranks lower as alpha grows
+    assert georisk(x, 5.0)[0] < georisk(x, 5.0)[1]
+    with pytest.raises(ReportError, match="non-negative"):
+        georisk(-x, 1.0)
+
+
+def test_runs_without_relevance_counts_are_refused():
+    base = [record(1, "lambdamart", None, [0.5], {1: 0.5, 2: 0.4})]
+    old = [record(1, "mse", 2, [0.6], {1: 0.6, 2: 0.4}, run_id="old1")]
+    old[0].relevant = None
+    with pytest.raises(ReportError, match=r"MSE-2 fold 1 \(run old1\): its per_query_test.json has no relevant"):
+        table1(base + old)
+    other = [record(1, "mse", 2, [0.6], {1: 0.6, 2: 0.4}, rel={1: 1, 2: 0}, run_id="m1")]
+    with pytest.raises(ReportError, match="count relevant documents differently for 1 test queries"):
+        paired_samples(other, base)
 
 
 # ------------------------------------------------------------ Table 1
@@ -178,7 +296,9 @@ def test_report_config():
 
 
 # ------------------------------------------------------------ a grid written into MLflow
-def _child(tracker, parent, fold, strategy, switch, test, vali, qids, status="FINISHED", git="abc", key="k"):
+def _child(
+    tracker, parent, fold, strategy, switch, test, vali, qids, status="FINISHED", git="abc", key="k", counts=True
+):
     t = tracker.client.create_run(
         tracker.experiment_id,
         run_name=f"fold{fold}/{strategy}",
@@ -207,9 +327,10 @@ def _child(tracker, parent, fold, strategy, switch, test, vali, qids, status="FI
     tracker.log_history(rid, "ndcg_at_10_test", steps, test)
     tracker.log_history(rid, "ndcg_at_10_vali", steps, vali)
     rng = np.random.default_rng(fold * 100 + len(strategy) + (switch or 0))
-    tracker.log_text(
-        rid, json.dumps({"qid": qids, "ndcg_at_10": rng.uniform(size=len(qids)).tolist()}), "per_query_test.json"
-    )
+    relevant = [0 if q % 10 == 5 else 3 for q in qids]  # query x5 has no relevant document: NDCG 0 everywhere
+    ndcg = [v if n else 0.0 for v, n in zip(rng.uniform(size=len(qids)).tolist(), relevant, strict=True)]
+    perq = {"qid": qids, "ndcg_at_10": ndcg, **({"relevant": relevant} if counts else {})}
+    tracker.log_text(rid, json.dumps(perq), "per_query_test.json")
     tracker.log_text(rid, json.dumps({"runs": [], "score_dists": []}), "training.json")
     tracker.finish(rid, status)
     return rid

@@ -13,7 +13,7 @@ from pipelines.report.loading import code_versions, find_grid, load_grid, report
 from pipelines.report.pairing import groups
 from pipelines.report.records import ReportError
 from pipelines.report.render import render
-from pipelines.report.tables import table1, table2
+from pipelines.report.tables import RISK_ALPHAS, table1, table2
 from pipelines.study import BASELINE, MSE
 from pipelines.tracking import (
     Tracker,
@@ -30,9 +30,12 @@ def build_report(
     n_perm: int = 10_000,
     seed: int = 0,
     table2_sizes: Sequence[int] = (),
+    n_boot: int = 10_000,
+    risk_alphas: Sequence[float] = RISK_ALPHAS,
 ) -> dict[str, Any]:
     """Rebuild the tables and figures of a grid: ``parent`` (a grid's parent run id), else the experiment's
-    latest FINISHED grid. ``table2_sizes``: empty = :func:`default_table2_sizes`."""
+    latest FINISHED grid. ``table2_sizes``: empty = :func:`default_table2_sizes`; ``n_boot`` bootstrap
+    resamples and ``risk_alphas``: :func:`table1`."""
     run = find_grid(tracker, parent)
     parent = run.info.run_id
     records, state = load_grid(tracker, run, metric_name)
@@ -41,7 +44,7 @@ def build_report(
     problems = state.problems(records)
     if problems:
         log.warning("grid %s is unfinished: %s", parent, "; ".join(problems))
-    t1 = table1(records, n_perm, seed, folds=state.folds)
+    t1 = table1(records, n_perm, seed, folds=state.folds, n_boot=n_boot, risk_alphas=risk_alphas)
     g = groups(records)
     t2, no_table2 = None, None
     if not any(r.vali for r in records):
@@ -80,6 +83,8 @@ def build_report(
         else None,
         "metric_name": metric_name,
         "n_perm": n_perm,
+        "n_boot": n_boot,
+        "risk_alphas": list(risk_alphas),
         "seed": seed,
         "versions": versions,
         "report_version": report_version(),

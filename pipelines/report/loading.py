@@ -172,7 +172,7 @@ def load_grid(tracker: Tracker, run: Any, metric: str) -> tuple[list[Record], Gr
             )
         # a dataset without a test split: the curves on vali stand in (said in the report), no pairing
         splits.add("test" if hist else "vali")
-        perq = tracker.load_json(rid, "per_query_test.json") if hist else {"qid": [], metric: []}
+        perq = tracker.load_json(rid, "per_query_test.json") if hist else {"qid": [], metric: [], "relevant": []}
         if len(set(perq["qid"])) != len(perq["qid"]):
             raise ReportError(
                 f"run {rid} ({label_of(strategy, switch)}, fold {fold}): per_query_test.json lists a query id twice"
@@ -188,6 +188,8 @@ def load_grid(tracker: Tracker, run: Any, metric: str) -> tuple[list[Record], Gr
                 test=[m.value for m in hist or vh],
                 vali=[m.value for m in vh],
                 per_query=dict(zip(perq["qid"], perq[metric], strict=True)),
+                # runs of an ltr before issue 29 logged no counts: None, and the paired statistics refuse them
+                relevant=dict(zip(perq["qid"], perq["relevant"], strict=True)) if "relevant" in perq else None,
                 score_dists=training.get("score_dists", []),
                 run_id=rid,
                 code={k[5:]: v for k, v in params.items() if k.startswith("code.")},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,17 +28,52 @@ def groups(records: list[Record]) -> dict[tuple[str, int | None], list[Record]]:
     return out
 
 
-def paired_samples(records: list[Record], base: list[Record]) -> tuple[np.ndarray, np.ndarray, list[int]]:
+@dataclass(frozen=True)
+class Paired:
+    """Two systems' per-query test scores, paired by (fold, query id) over the folds both finished, the
+    queries without a relevant document left out (:func:`paired_samples`)."""
+
+    x: np.ndarray  #: the system's scores
+    y: np.ndarray  #: the baseline's scores
+    folds: list[int]  #: the folds paired
+    keys: list[tuple[int, int]]  #: (fold, query id) of each pair
+    no_relevant: int  #: queries of those folds left out: no relevant document
+
+    @property
+    def n(self) -> int:
+        """Pairs used."""
+        return int(self.x.size)
+
+
+def relevant_queries(r: Record) -> set[int]:
+    """Query ids of ``r``'s test queries with at least one relevant document; ReportError if the run did not
+    log the counts (per_query_test.json of an ltr before the paired statistics left such queries out)."""
+    if r.relevant is None:
+        raise ReportError(
+            f"{r.label} fold {r.fold} (run {r.run_id}): its per_query_test.json has no relevant-document counts "
+            "(a run of an older ltr): the paired statistics leave out the queries without a relevant document "
+            "and cannot tell which those are; train the grid again with this version"
+        )
+    return {q for q, n in r.relevant.items() if n > 0}
+
+
+def paired_samples(records: list[Record], base: list[Record]) -> Paired:
     """Per-query test NDCG of ``records`` and of the baseline ``base``, paired by (fold, query id), over
-    the folds both have; returns (system, baseline, folds). The two runs of a fold must have been
-    evaluated on the same query ids, and each system has each fold once."""
+    the folds both have. The two runs of a fold must have been evaluated on the same query ids with the
+    same relevance counts, and each system has each fold once.
+
+    Queries without a relevant document are left out: every system scores them ``metric.empty``, so each
+    would add a zero difference, inflating n and shrinking every p-value and interval by a convention that
+    says nothing about ranking. Their number is ``no_relevant``.
+    """
     rs = groups(records)
     bs = groups(base)
     if len(rs) > 1 or len(bs) > 1:
         raise ReportError("paired_samples: pass the runs of one system and of the baseline")
     r_by = {r.fold: r for v in rs.values() for r in v}
     b_by = {b.fold: b for v in bs.values() for b in v}
-    xs, ys, folds = [], [], []
+    xs, ys, folds, keys = [], [], [], []
+    left_out = 0
     for f in sorted(set(r_by) & set(b_by)):
         r, b = r_by[f], b_by[f]
         if set(r.per_query) != set(b.per_query):
@@ -48,16 +84,26 @@ def paired_samples(records: list[Record], base: list[Record]) -> tuple[np.ndarra
                 f"on different test queries ({len(only_r)} only in {r.label}, e.g. {only_r[:3]}; "
                 f"{len(only_b)} only in {b.label}, e.g. {only_b[:3]}): they cannot be paired"
             )
-        qs = sorted(r.per_query)
+        rel = relevant_queries(r)
+        if rel != relevant_queries(b):
+            diff = sorted(rel ^ relevant_queries(b))
+            raise ReportError(
+                f"fold {f}: {r.label} (run {r.run_id}) and {b.label} (run {b.run_id}) count relevant documents "
+                f"differently for {len(diff)} test queries (e.g. {diff[:3]}): were they evaluated on the same labels?"
+            )
+        qs = sorted(q for q in r.per_query if q in rel)
+        left_out += len(r.per_query) - len(qs)
         xs.append(np.array([r.per_query[q] for q in qs], np.float64))
         ys.append(np.array([b.per_query[q] for q in qs], np.float64))
         folds.append(f)
+        keys += [(f, q) for q in qs]
     if not xs:
-        return np.empty(0), np.empty(0), []
-    return np.concatenate(xs), np.concatenate(ys), folds
+        return Paired(np.empty(0), np.empty(0), [], [], 0)
+    return Paired(np.concatenate(xs), np.concatenate(ys), folds, keys, left_out)
 
 
 def paired_differences(records: list[Record], base: list[Record]) -> np.ndarray:
-    """Per-query differences system - baseline over the test queries of the folds both have."""
-    x, y, _ = paired_samples(records, base)
-    return x - y
+    """Per-query differences system - baseline over the test queries of the folds both have (queries with a
+    relevant document)."""
+    p = paired_samples(records, base)
+    return p.x - p.y

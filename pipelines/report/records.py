@@ -35,6 +35,8 @@ class Record:
     test: list[float]
     vali: list[float] = field(default_factory=list)
     per_query: dict[int, float] = field(default_factory=dict)
+    #: relevant documents (label > 0) of each test query; None: not logged (a run of an older ltr)
+    relevant: dict[int, int] | None = field(default_factory=dict)
     score_dists: list[dict[str, Any]] = field(default_factory=list)
     run_id: str = ""
     code: dict[str, str] = field(default_factory=dict)  # the child's code.* params without the prefix

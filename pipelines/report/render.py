@@ -107,22 +107,26 @@ def render(t1: list[dict], t2: dict | None, fig2: dict | None, meta: dict[str, A
             "## Significance against LambdaMART",
             "",
             f"Paired per test query over the folds both systems finished (one difference per query, folds "
-            f"pooled). Two-sided paired t-test (scipy.stats.ttest_rel) and two-sided randomisation test "
+            f"pooled), leaving out the test queries without a relevant document: every system scores them by "
+            f"the metric's empty-query convention, so they carry no evidence and would only inflate n "
+            f"(the means of Table 1 keep them). Two-sided paired t-test (scipy.stats.ttest_rel) and two-sided "
+            f"randomisation test "
             f"(scipy.stats.permutation_test, the two values of each pair swapped at random, statistic the mean "
             f"difference, {meta['n_perm']} resamples, seed {meta['seed']}; exact when 2^queries is fewer). "
             f"p-values are shown raw and Holm-corrected side by side (Holm-Bonferroni step-down over the "
             f"{len(tested)} comparisons of this table, for each test separately).",
             "",
-            f"| model | Δ {m} | queries (folds) | t-test p | t-test p, Holm | randomisation p | "
-            "randomisation p, Holm |",
-            "|---|---|---|---|---|---|---|",
+            f"| model | Δ {m} | queries (folds) | left out: no relevant document | t-test p | t-test p, Holm | "
+            "randomisation p | randomisation p, Holm |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for r in tested:
             d = "n/a" if r["delta"] is None else f"{r['delta']:+.4f}"
             md.append(
-                f"| {r['label']} | {d} | {r['queries']} ({len(r['paired_folds'])}) | {_p(r['t_p'])} | "
-                f"{_p(r['t_p_holm'])} | {_p(r['perm_p'])} | {_p(r['perm_p_holm'])} |"
+                f"| {r['label']} | {d} | {r['queries']} ({len(r['paired_folds'])}) | {r['queries_no_relevant']} | "
+                f"{_p(r['t_p'])} | {_p(r['t_p_holm'])} | {_p(r['perm_p'])} | {_p(r['perm_p_holm'])} |"
             )
+        md += _effect_table(tested, t1, meta, m)
     if t2:
         T = t2["baseline_max_trees"]
         vali = ", ".join(f"{k} {v:.4f}" for k, v in t2["vali"].items())
@@ -157,6 +161,57 @@ def render(t1: list[dict], t2: dict | None, fig2: dict | None, meta: dict[str, A
         ]
     text = "\n".join(md) + "\n"
     return text, _html(md, meta["title"])
+
+
+def _ci(ci: list[float] | tuple[float, float] | None) -> str:
+    return "n/a" if ci is None else f"[{ci[0]:+.4f}, {ci[1]:+.4f}]"
+
+
+def _f(v: float | None, fmt: str = "+.4f") -> str:
+    return "n/a" if v is None else format(v, fmt)
+
+
+def _effect_table(tested: list[dict[str, Any]], t1: list[dict[str, Any]], meta: dict[str, Any], m: str) -> list[str]:
+    """The effect sizes, risk and folds of each comparison with the baseline (issue 29)."""
+    alphas = [str(float(a)) for a in meta.get("risk_alphas", [])]  # the keys of table1's risk figures
+    shown = [f"{float(a):g}" for a in meta.get("risk_alphas", [])]
+    md = [
+        "",
+        "## Effect sizes and risk against LambdaMART",
+        "",
+        f"The same pairs as above (queries with a relevant document). Δ: mean difference, with its 95% paired t "
+        f"interval and its 95% paired bootstrap interval (scipy.stats.bootstrap, percentile, "
+        f"{meta.get('n_boot', '?')} resamples of the queries, seed {meta['seed']}); d_z: Δ / standard deviation "
+        "of the differences; W/T/L: queries won, tied and lost. URisk_α: the mean difference with each loss "
+        "counted 1 + α times (Wang et al., SIGIR 2012); TRisk_α: URisk_α / its standard error (Dinçer et al., "
+        "SIGIR 2014; below -2: significantly riskier than the baseline, above 2: significantly safer). GeoRisk_α "
+        "(Dinçer et al., SIGIR 2016): over the systems of this table with every fold of the baseline, the "
+        "geometric mean of the mean score and of the normal CDF of the chi-square-like z-scores, losses "
+        "weighted 1 + α (higher is better). Folds won: folds whose final test "
+        f"{m} beats LambdaMART's.",
+        "",
+        "| model | Δ | 95% CI (t) | 95% CI (bootstrap) | d_z | W / T / L | "
+        + " | ".join(f"URisk α={a} | TRisk α={a}" for a in shown)
+        + " | "
+        + " | ".join(f"GeoRisk α={a}" for a in shown)
+        + " | folds won |",
+        "|---|---|---|---|---|---|" + "---|---|" * len(alphas) + "---|" * len(alphas) + "---|",
+    ]
+    base = next((r for r in t1 if r["strategy"] == BASELINE), None)
+    if base is not None and base.get("georisk"):
+        cells = ["n/a | n/a"] * len(alphas)
+        geo = [_f(base["georisk"].get(a), ".4f") for a in alphas]
+        md.append(f"| {base['label']} (baseline) | | | | | | " + " | ".join(cells + geo) + " | |")
+    for r in tested:
+        wtl = "n/a" if r["wins"] is None else f"{r['wins']} / {r['ties']} / {r['losses']}"
+        risk = [f"{_f((r['urisk'] or {}).get(a))} | {_f((r['trisk'] or {}).get(a), '+.2f')}" for a in alphas]
+        geo = [_f((r["georisk"] or {}).get(a), ".4f") for a in alphas]
+        won = "n/a" if r["folds_won"] is None else f"{r['folds_won']} / {len(r['paired_folds'])}"
+        md.append(
+            f"| {r['label']} | {_f(r['delta'])} | {_ci(r['ci_t'])} | {_ci(r['ci_boot'])} | {_f(r['d_z'], '+.3f')} | "
+            f"{wtl} | " + " | ".join(risk + geo) + f" | {won} |"
+        )
+    return md
 
 
 def _html(md: list[str], title: str) -> str:

@@ -1,5 +1,5 @@
-"""Table 1 (final NDCG and significance against the baseline) and Table 2 (the best MSE-t against LambdaMART's
-size)."""
+"""Table 1 (final NDCG; significance, effect sizes and risk against the baseline) and Table 2 (the best MSE-t
+against LambdaMART's size)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.report.pairing import groups, paired_samples
+from pipelines.report.pairing import groups, paired_samples, relevant_queries
 from pipelines.report.records import Record, ReportError, label_of
-from pipelines.report.stats import holm, paired_t_test, randomization_test
+from pipelines.report.stats import effect_size, georisk, holm, paired_t_test, randomization_test, trisk, urisk
 from pipelines.study import BASELINE, MSE
 
 log = logging.getLogger(__name__)
@@ -21,24 +21,45 @@ def order_systems(keys: Sequence[tuple[str, int | None]]) -> list[tuple[str, int
     return sorted(keys, key=lambda k: (k[0] != BASELINE, k[0] != MSE, k[0], k[1] or 0))
 
 
+#: Risk levels of URisk and TRisk when the config gives none (``report.risk_alphas``).
+RISK_ALPHAS = (1.0, 5.0)
+
+
 def table1(
-    records: list[Record], n_perm: int = 10_000, seed: int = 0, folds: Sequence[int] | None = None
+    records: list[Record],
+    n_perm: int = 10_000,
+    seed: int = 0,
+    folds: Sequence[int] | None = None,
+    n_boot: int = 10_000,
+    risk_alphas: Sequence[float] = RISK_ALPHAS,
 ) -> list[dict[str, Any]]:
-    """Mean/std over folds of the final test NDCG per system, and paired tests against the baseline.
+    """Mean/std over folds of the final test NDCG per system, and paired statistics against the baseline.
 
     ``folds``: the grid's folds (default: every fold in ``records``); a row over fewer lists the
-    missing ones. p-values: raw (``t_p``, ``perm_p``) and Holm-corrected over all the rows compared
-    with the baseline (``t_p_holm``, ``perm_p_holm``); ``None`` where nothing could be paired.
+    missing ones. The means keep every test query (the declared ``metric.empty`` convention); every
+    paired figure leaves out the queries without a relevant document (:func:`paired_samples`):
+    ``queries`` is the n used, ``queries_no_relevant`` the number left out.
+
+    Per row compared with the baseline: p-values raw (``t_p``, ``perm_p``) and Holm-corrected over all
+    the rows compared (``t_p_holm``, ``perm_p_holm``); the effect size (:func:`effect_size`: ``delta``,
+    ``ci_t``, ``ci_boot`` from ``n_boot`` resamples seeded by ``seed``, ``d_z``, ``wins``/``ties``/
+    ``losses``); ``urisk`` and ``trisk`` at each alpha of ``risk_alphas`` (keys ``str(float(alpha))``, e.g. "1.0");
+    ``folds_won`` (folds whose final NDCG beats the baseline's, of ``paired_folds``). ``georisk`` (every
+    row, baseline included, at each alpha): over the systems of the table that finished every fold the
+    baseline did, on those folds' queries with a relevant document (:func:`georisk`); ``None`` for the
+    others. ``None`` throughout where nothing could be paired.
     """
     g = groups(records)
     grid_folds = sorted(set(folds) if folds is not None else {r.fold for r in records})
     base = g.get((BASELINE, None), [])
+    base_final = {r.fold: r.final for r in base}
     rows = []
-    for key in order_systems(list(g)):
+    keys = order_systems(list(g))
+    for key in keys:
         rs = g[key]
         finals = np.array([r.final for r in rs])
         have = [r.fold for r in rs]
-        row = {
+        row: dict[str, Any] = {
             "strategy": key[0],
             "switch": key[1],
             "label": rs[0].label,
@@ -51,26 +72,70 @@ def table1(
             "per_fold": finals.tolist(),
             "delta": None,
             "queries": 0,
+            "queries_no_relevant": 0,
             "paired_folds": [],
+            "folds_won": None,
             "t_p": None,
             "perm_p": None,
             "t_p_holm": None,
             "perm_p_holm": None,
+            "ci_t": None,
+            "ci_boot": None,
+            "d_z": None,
+            "wins": None,
+            "ties": None,
+            "losses": None,
+            "urisk": None,
+            "trisk": None,
+            "georisk": None,
         }
         if key != (BASELINE, None) and base:
-            x, y, pf = paired_samples(rs, base)
+            p = paired_samples(rs, base)
             row.update(
-                delta=float(np.mean(x - y)) if x.size else None,
-                queries=int(x.size),
-                paired_folds=pf,
-                t_p=paired_t_test(x, y),
-                perm_p=randomization_test(x, y, n_perm, seed),
+                queries=p.n,
+                queries_no_relevant=p.no_relevant,
+                paired_folds=p.folds,
+                folds_won=sum(1 for r in rs if r.fold in base_final and r.final > base_final[r.fold]),
+                t_p=paired_t_test(p.x, p.y),
+                perm_p=randomization_test(p.x, p.y, n_perm, seed),
             )
+            if p.n:
+                row.update(effect_size(p.x, p.y, n_boot, seed))
+                row["urisk"] = {str(float(a)): urisk(p.x, p.y, a) for a in risk_alphas}
+                row["trisk"] = {str(float(a)): trisk(p.x, p.y, a) for a in risk_alphas}
         rows.append(row)
     for raw, adj in (("t_p", "t_p_holm"), ("perm_p", "perm_p_holm")):
-        for row, p in zip(rows, holm([r[raw] for r in rows]), strict=True):
-            row[adj] = p
+        for row, pv in zip(rows, holm([r[raw] for r in rows]), strict=True):
+            row[adj] = pv
+    if base:
+        for row, v in zip(rows, georisk_of_table(g, keys, risk_alphas), strict=True):
+            row["georisk"] = v
     return rows
+
+
+def georisk_of_table(
+    g: dict[tuple[str, int | None], list[Record]],
+    keys: Sequence[tuple[str, int | None]],
+    alphas: Sequence[float],
+) -> list[dict[str, float] | None]:
+    """GeoRisk (:func:`georisk`) of each system in ``keys`` at each alpha (keys ``str(alpha)``), over the
+    systems that finished every fold the baseline finished, on those folds' test queries with a relevant
+    document (one matrix row per (fold, query)); ``None`` for a system missing one of those folds."""
+    base = g[(BASELINE, None)]
+    folds = {r.fold for r in base}
+    members = [k for k in keys if folds <= {r.fold for r in g[k]}]
+    rows = [(r.fold, q) for r in base for q in sorted(relevant_queries(r))]
+    if not rows:
+        return [None] * len(keys)
+    matrix = np.empty((len(rows), len(members)))
+    for j, k in enumerate(members):
+        by_fold = {r.fold: r for r in g[k]}
+        missing = [(f, q) for f, q in rows if q not in by_fold[f].per_query]
+        if missing:
+            raise ReportError(f"GeoRisk: {label_of(*k)} has no score for {len(missing)} queries, e.g. {missing[:3]}")
+        matrix[:, j] = [by_fold[f].per_query[q] for f, q in rows]
+    values = {str(float(a)): georisk(matrix, a) for a in alphas}
+    return [{a: float(v[members.index(k)]) for a, v in values.items()} if k in members else None for k in keys]
 
 
 def default_table2_sizes(
