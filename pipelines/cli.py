@@ -536,6 +536,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         cfg.report.table2_sizes,
         n_boot=cfg.report.bootstrap,
         risk_alphas=cfg.report.risk_alphas,
+        target_fraction=cfg.report.target_fraction,
     )
     log.info("report: %s%s", os.path.join(r["out"], "report.html"), " (unfinished grid)" if r["problems"] else "")
     return 0
@@ -583,6 +584,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         cfg.report.table2_sizes,
         n_boot=cfg.report.bootstrap,
         risk_alphas=cfg.report.risk_alphas,
+        target_fraction=cfg.report.target_fraction,
     )
     uri = g["tracking_uri"]
     print(

@@ -313,7 +313,8 @@ class ReportConfig:
     """``ltr report``: output folder (empty = ``<work_dir>/report``), randomisation test
     (``permutations`` sign flips, seeded by ``seed``), Table 2's model sizes, the paired bootstrap
     interval's resamples (``bootstrap``, seeded by ``seed``) and the risk levels of URisk and TRisk
-    (``risk_alphas``: a loss counts 1 + alpha times).
+    (``risk_alphas``: a loss counts 1 + alpha times), and the convergence table's target
+    (``target_fraction`` of the baseline's final vali NDCG).
 
     ``table2_sizes``: sizes n (trees) of the best MSE-t (chosen on validation) at which
     Table 2 looks for the smallest LambdaMART reaching its test NDCG. Empty = chosen on
@@ -331,6 +332,7 @@ class ReportConfig:
     table2_sizes: list[int] = field(default_factory=list)
     bootstrap: int = 10000
     risk_alphas: list[float] = field(default_factory=lambda: [1.0, 5.0])
+    target_fraction: float = 0.99
 
     def __post_init__(self) -> None:
         if self.permutations < 1:
@@ -339,6 +341,8 @@ class ReportConfig:
             raise ConfigError(f"report.bootstrap must be >= 2 resamples, got {self.bootstrap}")
         if not self.risk_alphas or any(not a >= 0 for a in self.risk_alphas):
             raise ConfigError(f"report.risk_alphas: one or more alphas >= 0, got {self.risk_alphas}")
+        if not 0 < self.target_fraction <= 1:
+            raise ConfigError(f"report.target_fraction must be in (0, 1], got {self.target_fraction}")
         bad = [n for n in self.table2_sizes if n < 1]
         if bad:
             raise ConfigError(f"report.table2_sizes: sizes are numbers of trees >= 1, got {bad}")

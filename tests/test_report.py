@@ -25,7 +25,7 @@ from pipelines.report.stats import (
     trisk,
     urisk,
 )
-from pipelines.report.tables import default_table2_sizes, table1, table2
+from pipelines.report.tables import convergence, default_table2_sizes, table1, table2
 from pipelines.tracking import TAG_FOLD, TAG_KIND, TAG_PARENT, TAG_STRATEGY, TAG_SWITCH, Tracker
 from tests.helpers import record
 
@@ -201,6 +201,33 @@ def test_runs_without_relevance_counts_are_refused():
     other = [record(1, "mse", 2, [0.6], {1: 0.6, 2: 0.4}, rel={1: 1, 2: 0}, run_id="m1")]
     with pytest.raises(ReportError, match="count relevant documents differently for 1 test queries"):
         paired_samples(other, base)
+
+
+def test_convergence_by_hand():
+    base = [
+        record(1, "lambdamart", None, [0.1, 0.2, 0.3, 0.35], vali=[0.1, 0.2, 0.3, 0.4]),
+        record(2, "lambdamart", None, [0.1, 0.2, 0.3, 0.35], vali=[0.2, 0.3, 0.5, 0.5]),
+    ]
+    mse = [
+        record(1, "mse", 2, [0.3, 0.33, 0.36, 0.34], vali=[0.2, 0.39, 0.45, 0.44]),
+        record(2, "mse", 2, [0.3, 0.33, 0.36, 0.34], vali=[0.2, 0.3, 0.4, 0.45]),  # never 0.99 x 0.5
+    ]
+    rows = {r["label"]: r for r in convergence(base + mse, 0.99)}
+    m = rows["MSE-2"]
+    assert m["per_fold"][0] == {
+        "fold": 1,
+        "target": pytest.approx(0.396),
+        "trees_to_target": 3,  # 0.39 < 0.396 <= 0.45
+        "best_iteration": 3,
+        "test_at_best": 0.36,
+        "vali_auc": pytest.approx((0.2 + 0.39 + 0.45 + 0.44) / 4),
+    }
+    assert m["per_fold"][1]["trees_to_target"] is None and m["per_fold"][1]["best_iteration"] == 4
+    assert (m["reached"], m["folds"], m["trees_to_target"]) == (1, 2, 3.0)
+    assert m["best_iteration"] == 3.5 and m["test_at_best"] == pytest.approx((0.36 + 0.34) / 2)
+    b = rows["LambdaMART"]  # the baseline reaches 0.99 of its own final value: fold 1 at tree 4, fold 2 at tree 3
+    assert b["trees_to_target"] == 3.5 and b["best_iteration"] == 3.5  # fold 2's first maximum: tree 3
+    assert convergence(base + mse, 0.5)[1]["trees_to_target"] == 1.5  # fold 1 at tree 1 (0.2 >= 0.2), fold 2 at 2
 
 
 # ------------------------------------------------------------ Table 1
@@ -395,6 +422,14 @@ def test_report_of_a_grid_with_missing_folds_and_mixed_code(fake_grid, tmp_path)
         [(1, 3), (2, 3), (3, 4)],
     )
     assert json.loads((tmp_path / "r" / "table2.json").read_text())["selected_on"] == "vali"
+    # the paired figures leave out query x5 of each fold (no relevant document): MSE-3 pairs 3 folds x 5 queries
+    rows = {x["label"]: x for x in r["table1"]}
+    assert (rows["MSE-3"]["queries"], rows["MSE-3"]["queries_no_relevant"]) == (15, 3)
+    assert (rows["MSE-2"]["queries"], rows["MSE-2"]["queries_no_relevant"]) == (10, 2)
+    assert "| MSE-3 | " in md.split("## Effect sizes and risk against LambdaMART")[1]
+    assert "## Folds side by side" in md and "## Convergence: chosen on validation, reported on test" in md
+    conv = {x["label"]: x for x in json.loads((tmp_path / "r" / "convergence.json").read_text())}
+    assert conv["MSE-2"]["folds"] == 2 and conv["LambdaMART"]["folds"] == 3
 
 
 def test_report_on_an_unknown_or_unfinished_grid(fake_grid, tmp_path):

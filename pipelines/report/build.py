@@ -13,7 +13,7 @@ from pipelines.report.loading import code_versions, find_grid, load_grid, report
 from pipelines.report.pairing import groups
 from pipelines.report.records import ReportError
 from pipelines.report.render import render
-from pipelines.report.tables import RISK_ALPHAS, table1, table2
+from pipelines.report.tables import RISK_ALPHAS, TARGET_FRACTION, convergence, table1, table2
 from pipelines.study import BASELINE, MSE
 from pipelines.tracking import (
     Tracker,
@@ -32,10 +32,11 @@ def build_report(
     table2_sizes: Sequence[int] = (),
     n_boot: int = 10_000,
     risk_alphas: Sequence[float] = RISK_ALPHAS,
+    target_fraction: float = TARGET_FRACTION,
 ) -> dict[str, Any]:
     """Rebuild the tables and figures of a grid: ``parent`` (a grid's parent run id), else the experiment's
     latest FINISHED grid. ``table2_sizes``: empty = :func:`default_table2_sizes`; ``n_boot`` bootstrap
-    resamples and ``risk_alphas``: :func:`table1`."""
+    resamples and ``risk_alphas``: :func:`table1`; ``target_fraction``: :func:`convergence`."""
     run = find_grid(tracker, parent)
     parent = run.info.run_id
     records, state = load_grid(tracker, run, metric_name)
@@ -46,6 +47,7 @@ def build_report(
         log.warning("grid %s is unfinished: %s", parent, "; ".join(problems))
     t1 = table1(records, n_perm, seed, folds=state.folds, n_boot=n_boot, risk_alphas=risk_alphas)
     g = groups(records)
+    conv = convergence(records, target_fraction) if (BASELINE, None) in g and any(r.vali for r in records) else None
     t2, no_table2 = None, None
     if not any(r.vali for r in records):
         no_table2 = "the dataset has no vali split, and Table 2 chooses its MSE-t on validation"
@@ -95,12 +97,15 @@ def build_report(
         log.warning(
             "children of grid %s ran different code: %s", parent, {k: v for k, v in versions.items() if len(v) > 1}
         )
+    meta["convergence"] = conv
     md, page = render(t1, t2, fig2, meta)
     files["report.md"] = md.encode()
     files["report.html"] = page.encode()
     files["table1.json"] = json.dumps(t1, indent=1).encode()
     if t2:
         files["table2.json"] = json.dumps(t2, indent=1).encode()
+    if conv:
+        files["convergence.json"] = json.dumps(conv, indent=1).encode()
     if fig2:
         files["figure2.json"] = json.dumps(fig2, indent=1).encode()
     for name, data in files.items():
@@ -121,6 +126,7 @@ def build_report(
         "problems": problems,
         "table1": t1,
         "table2": t2,
+        "convergence": conv,
         "figure2": fig2,
         "records": len(records),
         "versions": versions,

@@ -147,6 +147,9 @@ def render(t1: list[dict], t2: dict | None, fig2: dict | None, meta: dict[str, A
             md.append(f"| {r['size']} | {r['mse_ndcg']:.4f} | {lm} | {ratio} |")
     elif meta.get("no_table2"):
         md += ["", f"## Table 2: not built ({meta['no_table2']})"]
+    md += _folds_table(t1, m, split)
+    if meta.get("convergence"):
+        md += _convergence_table(meta["convergence"], m)
     md += ["", f"## Figure 1: {m} against the number of trees", "", "![Figure 1](figure1.png)"]
     if fig2:
         md += [
@@ -210,6 +213,50 @@ def _effect_table(tested: list[dict[str, Any]], t1: list[dict[str, Any]], meta: 
         md.append(
             f"| {r['label']} | {_f(r['delta'])} | {_ci(r['ci_t'])} | {_ci(r['ci_boot'])} | {_f(r['d_z'], '+.3f')} | "
             f"{wtl} | " + " | ".join(risk + geo) + f" | {won} |"
+        )
+    return md
+
+
+def _folds_table(t1: list[dict[str, Any]], m: str, split: str) -> list[str]:
+    """Each system's final NDCG fold by fold, next to the pooled mean, and the folds it beats the baseline on."""
+    folds = sorted({f for r in t1 for f in r["fold_ids"]})
+    if len(folds) < 2:
+        return []
+    md = [
+        "",
+        f"## Folds side by side: final {m} on {split}",
+        "",
+        "| model | " + " | ".join(f"fold {f}" for f in folds) + " | mean | folds beating LambdaMART |",
+        "|---|" + "---|" * len(folds) + "---|---|",
+    ]
+    for r in t1:
+        by = dict(zip(r["fold_ids"], r["per_fold"], strict=True))
+        cells = [f"{by[f]:.4f}" if f in by else "" for f in folds]
+        won = "" if r["folds_won"] is None else f"{r['folds_won']} / {len(r['paired_folds'])}"
+        md.append(f"| {r['label']} | " + " | ".join(cells) + f" | {r['mean']:.4f} | {won} |")
+    return md
+
+
+def _convergence_table(conv: list[dict[str, Any]], m: str) -> list[str]:
+    """How fast each system gets there (:func:`pipelines.report.tables.convergence`)."""
+    frac = conv[0]["fraction"]
+    md = [
+        "",
+        "## Convergence: chosen on validation, reported on test",
+        "",
+        f"Means over folds. Trees to target: the first curve point whose vali {m} reaches {frac:g} x LambdaMART's "
+        f"final vali {m} on that fold (mean over the folds that reach it). Best iteration: the curve point of the "
+        f"highest vali {m}, and the test {m} there. Vali AUC per tree: the mean of the vali curve's points.",
+        "",
+        f"| model | trees to {frac:g} x LambdaMART (folds reaching it) | best vali iteration | test {m} there | "
+        "vali AUC per tree |",
+        "|---|---|---|---|---|",
+    ]
+    for r in conv:
+        tt = "never" if r["trees_to_target"] is None else f"{r['trees_to_target']:.1f}"
+        md.append(
+            f"| {r['label']} | {tt} ({r['reached']}/{r['folds']}) | {r['best_iteration']:.1f} | "
+            f"{r['test_at_best']:.4f} | {r['vali_auc']:.4f} |"
         )
     return md
 

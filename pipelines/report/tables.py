@@ -232,3 +232,68 @@ def table2(records: list[Record], sizes: Sequence[int] | None = None) -> dict[st
         "rows": rows,
         "baseline_max_trees": T,
     }
+
+
+#: Fraction of the baseline's final vali NDCG that :func:`convergence` counts trees to (``report.target_fraction``).
+TARGET_FRACTION = 0.99
+
+
+def convergence(records: list[Record], fraction: float = TARGET_FRACTION) -> list[dict[str, Any]]:
+    """How fast each system gets there, chosen on validation and reported on test (the paper's second claim).
+
+    Per system and fold, against the baseline's run of that fold: ``target`` = ``fraction`` x the
+    baseline's final vali NDCG; ``trees_to_target``: the first curve point whose vali NDCG reaches it
+    (``None`` when it never does); ``best_iteration``: the curve point of the highest vali NDCG (the first
+    one on ties) and ``test_at_best`` the test NDCG there; ``vali_auc``: the area under the vali curve per
+    tree (the mean of the curve's points: with one point every ``train.eval_every`` trees, the rectangle
+    rule). Each row holds the means over the folds that have both the system and the baseline (and
+    ``trees_to_target`` over the folds that reached it, with ``reached`` of ``folds`` saying how many),
+    and the per-fold values. Systems without a vali curve are left out.
+    """
+    g = groups(records)
+    base = {r.fold: r for r in g.get((BASELINE, None), [])}
+    if not base:
+        raise ReportError("convergence: no finished LambdaMART baseline run")
+    rows = []
+    for key in order_systems(list(g)):
+        per_fold = []
+        for r in g[key]:
+            b = base.get(r.fold)
+            if b is None or not r.vali or not b.vali:
+                continue
+            if len(r.vali) != len(r.steps) or len(r.test) != len(r.steps):
+                raise ReportError(
+                    f"{r.label} fold {r.fold} (run {r.run_id}): its vali and test curves have different points"
+                )
+            target = fraction * b.final_vali
+            reached = next((s for s, v in zip(r.steps, r.vali, strict=True) if v >= target), None)
+            best = int(np.argmax(r.vali))
+            per_fold.append(
+                {
+                    "fold": r.fold,
+                    "target": target,
+                    "trees_to_target": reached,
+                    "best_iteration": r.steps[best],
+                    "test_at_best": r.test[best],
+                    "vali_auc": float(np.mean(r.vali)),
+                }
+            )
+        if not per_fold:
+            continue
+        hit = [p["trees_to_target"] for p in per_fold if p["trees_to_target"] is not None]
+        rows.append(
+            {
+                "strategy": key[0],
+                "switch": key[1],
+                "label": label_of(*key),
+                "folds": len(per_fold),
+                "reached": len(hit),
+                "trees_to_target": float(np.mean(hit)) if hit else None,
+                "best_iteration": float(np.mean([p["best_iteration"] for p in per_fold])),
+                "test_at_best": float(np.mean([p["test_at_best"] for p in per_fold])),
+                "vali_auc": float(np.mean([p["vali_auc"] for p in per_fold])),
+                "fraction": fraction,
+                "per_fold": per_fold,
+            }
+        )
+    return rows
