@@ -203,6 +203,30 @@ def test_runs_without_relevance_counts_are_refused():
         paired_samples(other, base)
 
 
+def test_latex_tables_mark_significance_as_ranx_does_and_csv_has_every_query():
+    import csv
+    import io
+
+    from pipelines.report.latex import per_query_csv, risk_tex, table1_tex
+
+    rng = np.random.default_rng(7)
+    b = rng.uniform(0.2, 0.8, 60)
+    recs = [record(1, "lambdamart", None, [0.5], dict(enumerate(b.tolist())))]
+    recs.append(record(1, "mse", 2, [0.6], dict(enumerate((b + 0.1).tolist()))))  # better on every query
+    recs.append(record(1, "q_nrel", 2, [0.4], dict(enumerate((b - rng.uniform(0, 0.01, 60)).tolist()))))  # worse
+    t1 = table1(recs, n_perm=100, n_boot=100)
+    tex = table1_tex(t1, "NDCG@10")
+    assert tex.count(r"\toprule") == 1 and r"\bottomrule" in tex and r"\caption{" in tex
+    lines = {line.split(" & ")[0]: line for line in tex.splitlines() if line.startswith("(")}
+    assert lines["(b) MSE-2"].split(" & ")[1] == r"0.6000\textsuperscript{a}"  # better than (a), the baseline
+    assert r"\textsuperscript" not in lines[r"(c) q\_nrel-2"] and "(a) LambdaMART" in lines  # worse: no mark
+    assert "GeoRisk$_{5}$" in risk_tex(t1, [1.0, 5.0])
+    rows = list(csv.DictReader(io.StringIO(per_query_csv(recs, "ndcg_at_10"))))
+    assert len(rows) == 180 and {r["system"] for r in rows} == {"LambdaMART", "MSE-2", "q_nrel-2"}
+    first = next(r for r in rows if r["system"] == "MSE-2" and r["qid"] == "3")
+    assert float(first["ndcg_at_10"]) == recs[1].per_query[3] and first["relevant"] == "1"
+
+
 def test_convergence_by_hand():
     base = [
         record(1, "lambdamart", None, [0.1, 0.2, 0.3, 0.35], vali=[0.1, 0.2, 0.3, 0.4]),
@@ -430,6 +454,33 @@ def test_report_of_a_grid_with_missing_folds_and_mixed_code(fake_grid, tmp_path)
     assert "## Folds side by side" in md and "## Convergence: chosen on validation, reported on test" in md
     conv = {x["label"]: x for x in json.loads((tmp_path / "r" / "convergence.json").read_text())}
     assert conv["MSE-2"]["folds"] == 2 and conv["LambdaMART"]["folds"] == 3
+    for name in ("table1.tex", "risk.tex", "table2.tex", "convergence.tex", "per_query.csv"):
+        assert (tmp_path / "r" / name).stat().st_size > 0, name
+
+
+def test_the_report_logs_its_figures_on_the_children_once(fake_grid, tmp_path):
+    """MLflow's run comparison can sort by what the tables say: each child gets its final NDCG, best vali
+    iteration, trees to target and its system's figures against the baseline; a second report adds nothing."""
+    cfg, tracker, pid = fake_grid
+    r = build_report(tracker, str(tmp_path / "a"), pid, n_perm=20)
+    rows = {x["label"]: x for x in r["table1"]}
+    conv = {x["label"]: x for x in r["convergence"]}
+    kids = {
+        (k.data.tags[TAG_STRATEGY], k.data.tags[TAG_SWITCH], k.data.tags[TAG_FOLD]): k for k in tracker.children(pid)
+    }
+    m = tracker.client.get_run(kids[("mse", "3", "2")].info.run_id).data.metrics
+    assert m["report.delta_ndcg_at_10"] == rows["MSE-3"]["delta"] and m["report.d_z"] == rows["MSE-3"]["d_z"]
+    assert m["report.t_p_holm"] == rows["MSE-3"]["t_p_holm"]
+    assert m["report.urisk_alpha1"] == rows["MSE-3"]["urisk"]["1.0"]
+    fold2 = next(p for p in conv["MSE-3"]["per_fold"] if p["fold"] == 2)
+    assert m["report.best_vali_iteration"] == fold2["best_iteration"] and m["final_ndcg_at_10_test"] == 0.42
+    base = tracker.client.get_run(kids[("lambdamart", "", "1")].info.run_id).data.metrics
+    assert "report.delta_ndcg_at_10" not in base and base["report.trees_to_target"] == 4  # no NaN for "none"
+    build_report(tracker, str(tmp_path / "b"), pid, n_perm=30)
+    for k in kids.values():
+        if k.info.status == "FINISHED":
+            hist = tracker.client.get_metric_history(k.info.run_id, "report.best_vali_iteration")
+            assert len(hist) == 1, k.info.run_name
 
 
 def test_report_on_an_unknown_or_unfinished_grid(fake_grid, tmp_path):

@@ -9,15 +9,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from pipelines.report.figures import figure1, figure2
+from pipelines.report.latex import convergence_tex, per_query_csv, risk_tex, table1_tex, table2_tex
 from pipelines.report.loading import code_versions, find_grid, load_grid, report_version
 from pipelines.report.pairing import groups
-from pipelines.report.records import ReportError
+from pipelines.report.records import Record, ReportError
 from pipelines.report.render import render
 from pipelines.report.tables import RISK_ALPHAS, TARGET_FRACTION, convergence, table1, table2
 from pipelines.study import BASELINE, MSE
-from pipelines.tracking import (
-    Tracker,
-)
+from pipelines.tracking import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -106,12 +105,24 @@ def build_report(
         files["table2.json"] = json.dumps(t2, indent=1).encode()
     if conv:
         files["convergence.json"] = json.dumps(conv, indent=1).encode()
+    # for a paper: LaTeX (booktabs) and the per-query values as CSV
+    m_label = metric_name.replace("_at_", "@").upper()
+    files["table1.tex"] = table1_tex(t1, m_label).encode()
+    if any(r["urisk"] for r in t1):
+        files["risk.tex"] = risk_tex(t1, list(risk_alphas)).encode()
+    if t2:
+        files["table2.tex"] = table2_tex(t2, m_label).encode()
+    if conv:
+        files["convergence.tex"] = convergence_tex(conv, m_label).encode()
+    files["per_query.csv"] = per_query_csv(records, metric_name).encode()
     if fig2:
         files["figure2.json"] = json.dumps(fig2, indent=1).encode()
     for name, data in files.items():
         with open(os.path.join(out, name), "wb") as f:
             f.write(data)
         tracker.client.log_artifact(parent, os.path.join(out, name), "report")
+    logged = log_child_metrics(tracker, metrics_for_children(records, t1, conv, metric_name))
+    log.info("report: %d metric values logged on the %d child runs", logged, len(records))
     log.info(
         "report of %d runs of grid %s (%s) written to %s (and logged to that run)",
         len(records),
@@ -131,3 +142,52 @@ def build_report(
         "records": len(records),
         "versions": versions,
     }
+
+
+#: Prefix of the metrics the report logs on the child runs (:func:`metrics_for_children`).
+REPORT_METRIC = "report."
+
+
+def metrics_for_children(
+    records: list[Record], t1: list[dict[str, Any]], conv: list[dict[str, Any]] | None, metric_name: str
+) -> dict[str, dict[str, float]]:
+    """What the report logs on each child run, by run id, so that MLflow's run comparison sorts and plots what
+    the tables say: the child's own final vali/test NDCG, best vali iteration and trees to the convergence
+    target on its fold; and its system's pooled figures against the baseline from Table 1 (the same on every
+    fold's child): mean difference, Holm-corrected t-test p, d_z, URisk at alpha 1. A figure that does not
+    exist (no baseline, target never reached, nothing paired) is left out, not logged as NaN."""
+    rows = {(r["strategy"], r["switch"]): r for r in t1}
+    per_fold = {
+        (c["strategy"], c["switch"], p["fold"]): p for c in (conv or []) for p in c["per_fold"]
+    }  # fmt: skip
+    out: dict[str, dict[str, float]] = {}
+    for rec in records:
+        m: dict[str, float | None] = {f"final_{metric_name}_test": rec.final}
+        if rec.vali:
+            m[f"final_{metric_name}_vali"] = rec.final_vali
+        p = per_fold.get((rec.strategy, rec.switch, rec.fold))
+        if p is not None:
+            m[f"{REPORT_METRIC}best_vali_iteration"] = p["best_iteration"]
+            m[f"{REPORT_METRIC}trees_to_target"] = p["trees_to_target"]
+        row = rows.get((rec.strategy, rec.switch))
+        if row is not None:
+            m[f"{REPORT_METRIC}delta_{metric_name}"] = row["delta"]
+            m[f"{REPORT_METRIC}t_p_holm"] = row["t_p_holm"]
+            m[f"{REPORT_METRIC}d_z"] = row["d_z"]
+            m[f"{REPORT_METRIC}urisk_alpha1"] = (row["urisk"] or {}).get("1.0")
+        out[rec.run_id] = {k: float(v) for k, v in m.items() if v is not None}
+    return out
+
+
+def log_child_metrics(tracker: Tracker, metrics: dict[str, dict[str, float]]) -> int:
+    """Log ``metrics`` (:func:`metrics_for_children`) on the child runs, idempotently: a metric whose latest value
+    on the run is already that value is not logged again (a second report adds no history points).
+    Returns the number of metric values written."""
+    written = 0
+    for run_id, values in metrics.items():
+        have = tracker.client.get_run(run_id).data.metrics
+        new = {k: v for k, v in values.items() if have.get(k) != v}
+        if new:
+            tracker.log_metrics(run_id, new)
+            written += len(new)
+    return written

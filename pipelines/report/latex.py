@@ -1,0 +1,169 @@
+"""The report's tables for a paper: LaTeX (booktabs) and the per-query values as CSV.
+
+Significance is marked the way ranx's ``Report.to_latex`` marks it: every system gets a letter (the
+baseline ``a``), and a mean carries the superscript letter of each system it is significantly better
+than; here each system is compared with the baseline only, by the paired t-test, Holm-corrected over
+the table, at ``SIGNIFICANCE`` (the table's caption says so).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import string
+from typing import Any
+
+from pipelines.report.records import Record
+from pipelines.study import BASELINE
+
+#: Level at which a Holm-corrected t-test p-value marks a mean as significantly better than the baseline.
+SIGNIFICANCE = 0.05
+
+_ESCAPES = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\~{}",
+            "^": r"\^{}", "\\": r"\textbackslash{}"}  # fmt: skip
+
+
+def tex(text: Any) -> str:
+    """``text`` with LaTeX's special characters escaped."""
+    return "".join(_ESCAPES.get(c, c) for c in str(text))
+
+
+def _num(v: float | None, fmt: str = ".4f") -> str:
+    return "--" if v is None else format(v, fmt).replace("-", "$-$")
+
+
+def _table(caption: str, label: str, head: list[str], rows: list[list[str]], align: str) -> str:
+    return "\n".join(
+        [
+            r"\begin{table}[t]",
+            r"\centering",
+            rf"\caption{{{caption}}}",
+            rf"\label{{{label}}}",
+            rf"\begin{{tabular}}{{{align}}}",
+            r"\toprule",
+            " & ".join(head) + r" \\",
+            r"\midrule",
+            *(" & ".join(r) + r" \\" for r in rows),
+            r"\bottomrule",
+            r"\end{tabular}",
+            r"\end{table}",
+            "",
+        ]
+    )
+
+
+def letters(t1: list[dict[str, Any]]) -> dict[str, str]:
+    """Each system's letter, in Table 1's order (the baseline first: ``a``)."""
+    return {r["label"]: string.ascii_lowercase[i % 26] for i, r in enumerate(t1)}
+
+
+def table1_tex(t1: list[dict[str, Any]], metric: str) -> str:
+    """Table 1: mean (and sd over folds) per system, the significance mark, Δ with its t interval, d_z."""
+    mark = letters(t1)
+    base = next((r["label"] for r in t1 if r["strategy"] == BASELINE), None)
+    rows = []
+    for r in t1:
+        sig = (
+            rf"\textsuperscript{{{mark[base]}}}"
+            if base and r["t_p_holm"] is not None and r["t_p_holm"] < SIGNIFICANCE and (r["delta"] or 0) > 0
+            else ""
+        )
+        ci = "--" if r["ci_t"] is None else f"[{_num(r['ci_t'][0])}, {_num(r['ci_t'][1])}]"
+        rows.append(
+            [
+                f"({mark[r['label']]}) {tex(r['label'])}",
+                f"{_num(r['mean'])}{sig}",
+                _num(r["std"]) if r["folds"] > 1 else "--",
+                _num(r["delta"], "+.4f"),
+                ci,
+                _num(r["d_z"], "+.3f"),
+                str(r["queries"]) if r["strategy"] != BASELINE else "--",
+            ]
+        )
+    caption = (
+        f"{tex(metric)} on test after the last tree: mean and standard deviation over folds; $\\Delta$ against "
+        f"{tex(base or 'the baseline')} over the test queries with a relevant document, its 95\\% paired t "
+        f"interval and $d_z$. A superscript letter: significantly better than that system (paired t-test, "
+        f"Holm-corrected over the table, $p < {SIGNIFICANCE}$)."
+    )
+    head = ["System", "Mean", "SD", r"$\Delta$", r"95\% CI", "$d_z$", "Queries"]
+    return _table(caption, "tab:table1", head, rows, "lrrrrrr")
+
+
+def risk_tex(t1: list[dict[str, Any]], alphas: list[float]) -> str:
+    """URisk, TRisk and GeoRisk at each alpha, wins / ties / losses."""
+    keys = [str(float(a)) for a in alphas]
+    head = ["System", "W/T/L"] + [rf"URisk$_{{{a:g}}}$ & TRisk$_{{{a:g}}}$" for a in alphas]
+    head += [rf"GeoRisk$_{{{a:g}}}$" for a in alphas]
+    rows = []
+    for r in t1:
+        wtl = "--" if r["wins"] is None else f"{r['wins']}/{r['ties']}/{r['losses']}"
+        risk = [f"{_num((r['urisk'] or {}).get(k), '+.4f')} & {_num((r['trisk'] or {}).get(k), '+.2f')}" for k in keys]
+        geo = [_num((r["georisk"] or {}).get(k)) for k in keys]
+        rows.append([tex(r["label"]), wtl, *risk, *geo])
+    caption = "Risk against the baseline: URisk (Wang et al., 2012), TRisk (Din\\c{c}er et al., 2014), GeoRisk "
+    caption += "over the systems of the table (Din\\c{c}er et al., 2016); wins, ties and losses per query."
+    return _table(caption, "tab:risk", head, rows, "l" + "r" * (1 + 3 * len(alphas)))
+
+
+def table2_tex(t2: dict[str, Any], metric: str) -> str:
+    """Table 2: the best MSE-t at each size against the smallest LambdaMART reaching its test NDCG."""
+    T = t2["baseline_max_trees"]
+    rows = [
+        [
+            str(r["size"]),
+            _num(r["mse_ndcg"]),
+            str(r["baseline_trees"]) if r["baseline_trees"] else f"$>{T}$",
+            _num(r["ratio"], ".2f") if r["ratio"] else f"$>{T / r['size']:.2f}$",
+        ]
+        for r in t2["rows"]
+    ]
+    caption = f"Smallest LambdaMART with test {tex(metric)} at least that of {tex(t2['mse'])} (chosen on validation)."
+    head = [f"{tex(t2['mse'])} trees", tex(metric), "LambdaMART trees", "Ratio"]
+    return _table(caption, "tab:table2", head, rows, "rrrr")
+
+
+def convergence_tex(conv: list[dict[str, Any]], metric: str) -> str:
+    """Trees to the target, best vali iteration, test NDCG there, vali AUC per tree."""
+    frac = conv[0]["fraction"]
+    rows = [
+        [
+            tex(r["label"]),
+            ("never" if r["trees_to_target"] is None else f"{r['trees_to_target']:.1f}")
+            + f" ({r['reached']}/{r['folds']})",
+            f"{r['best_iteration']:.1f}",
+            _num(r["test_at_best"]),
+            _num(r["vali_auc"]),
+        ]
+        for r in conv
+    ]
+    caption = (
+        f"Convergence, chosen on validation and reported on test (means over folds): trees to reach {frac:g} of "
+        f"LambdaMART's final vali {tex(metric)}, the best vali iteration and the test {tex(metric)} there, the "
+        "area under the vali curve per tree."
+    )
+    head = ["System", "Trees to target", "Best iteration", f"Test {tex(metric)}", "Vali AUC"]
+    return _table(caption, "tab:convergence", head, rows, "lrrrr")
+
+
+def per_query_csv(records: list[Record], metric_name: str) -> str:
+    """Every finished child's per-query test value: system, fold, qid, value, relevant documents."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["system", "strategy", "switch", "fold", "qid", metric_name, "relevant", "run_id"])
+    for r in sorted(records, key=lambda r: (r.strategy, r.switch or 0, r.fold)):
+        for q in sorted(r.per_query):
+            rel = "" if r.relevant is None else r.relevant.get(q, "")
+            w.writerow(
+                [
+                    r.label,
+                    r.strategy,
+                    "" if r.switch is None else r.switch,
+                    r.fold,
+                    q,
+                    repr(r.per_query[q]),
+                    rel,
+                    r.run_id,
+                ]
+            )
+    return buf.getvalue()
