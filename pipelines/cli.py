@@ -537,6 +537,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         n_boot=cfg.report.bootstrap,
         risk_alphas=cfg.report.risk_alphas,
         target_fraction=cfg.report.target_fraction,
+        difficulty=Layout.of(cfg).difficulty,
     )
     log.info("report: %s%s", os.path.join(r["out"], "report.html"), " (unfinished grid)" if r["problems"] else "")
     return 0
@@ -585,6 +586,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         n_boot=cfg.report.bootstrap,
         risk_alphas=cfg.report.risk_alphas,
         target_fraction=cfg.report.target_fraction,
+        difficulty=Layout.of(cfg).difficulty,
     )
     uri = g["tracking_uri"]
     print(

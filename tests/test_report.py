@@ -227,6 +227,45 @@ def test_latex_tables_mark_significance_as_ranx_does_and_csv_has_every_query():
     assert float(first["ndcg_at_10"]) == recs[1].per_query[3] and first["relevant"] == "1"
 
 
+def test_the_effect_by_difficulty_in_quartiles(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipelines.report.difficulty import by_difficulty, load_scores
+
+    # 2 folds x 8 test queries; query q's BM25 NDCG is q / 10: the system gains 0.1 on the 4 hardest of a fold
+    base, sys_ = [], []
+    for f in (1, 2):
+        qs = range(10 * f, 10 * f + 8)
+        b = {q: 0.5 for q in qs}
+        base.append(record(f, "lambdamart", None, [0.5], b))
+        sys_.append(record(f, "mse", 2, [0.5], {q: 0.6 if q % 10 < 4 else 0.5 for q in qs}))
+    subset = {1: "S5", 2: "S1"}
+    rows = [(subset[f], q, q % 10 / 10, 0.3, 1 + q % 10 // 4) for f in (1, 2) for q in range(10 * f, 10 * f + 8)]
+    rows.append(("S2", 10, 0.9, 0.9, 9))  # the same qid in another subset (not a test query of fold 1)
+    folder = tmp_path / "scores"
+    folder.mkdir()
+    cols = list(zip(*rows, strict=True))
+    pq.write_table(
+        pa.table({"subset": cols[0], "qid": cols[1], "ndcg_bm25": cols[2], "ndcg_pagerank": cols[3], "n_rel": cols[4]}),
+        folder / "part-0.parquet",
+    )
+    with pytest.raises(ReportError, match="appear in several subsets"):
+        load_scores(str(folder), None, [1, 2])  # qid 10 twice and no manifest to tell
+    data = tmp_path / "ds"
+    data.mkdir()
+    (data / "_manifest.json").write_text(json.dumps({"folds": {"1": {"test": ["S5"]}, "2": {"test": ["S1"]}}}))
+    scores = load_scores(str(folder), str(data), [1, 2])
+    assert scores[(1, 10)]["ndcg_bm25"] == 0.0 and len(scores) == 16
+    t = by_difficulty(base + sys_, scores)
+    bm25 = t["ndcg_bm25"]
+    assert len(bm25["edges"]) == 5 and bm25["systems"]["MSE-2"][0]["n"] == 4
+    assert [c["delta"] for c in bm25["systems"]["MSE-2"]] == pytest.approx([0.1, 0.1, 0.0, 0.0])
+    assert bm25["systems"]["MSE-2"][0]["ci_t"] == pytest.approx((0.1, 0.1))
+    # PageRank's NDCG is one value for every query: one bin holding all 16
+    assert [c["n"] for c in t["ndcg_pagerank"]["systems"]["MSE-2"]] == [16]
+
+
 def test_convergence_by_hand():
     base = [
         record(1, "lambdamart", None, [0.1, 0.2, 0.3, 0.35], vali=[0.1, 0.2, 0.3, 0.4]),

@@ -8,6 +8,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from pipelines.report.difficulty import by_difficulty, figure_by_difficulty, load_scores
 from pipelines.report.figures import figure1, figure2
 from pipelines.report.latex import convergence_tex, per_query_csv, risk_tex, table1_tex, table2_tex
 from pipelines.report.loading import code_versions, find_grid, load_grid, report_version
@@ -32,10 +33,13 @@ def build_report(
     n_boot: int = 10_000,
     risk_alphas: Sequence[float] = RISK_ALPHAS,
     target_fraction: float = TARGET_FRACTION,
+    difficulty: str | None = None,
 ) -> dict[str, Any]:
     """Rebuild the tables and figures of a grid: ``parent`` (a grid's parent run id), else the experiment's
     latest FINISHED grid. ``table2_sizes``: empty = :func:`default_table2_sizes`; ``n_boot`` bootstrap
-    resamples and ``risk_alphas``: :func:`table1`; ``target_fraction``: :func:`convergence`."""
+    resamples and ``risk_alphas``: :func:`table1`; ``target_fraction``: :func:`convergence`; ``difficulty``:
+    the study's difficulty scores (``ltr difficulty``'s output) for the effect by difficulty (left out, with a
+    note, when absent)."""
     run = find_grid(tracker, parent)
     parent = run.info.run_id
     records, state = load_grid(tracker, run, metric_name)
@@ -97,6 +101,18 @@ def build_report(
             "children of grid %s ran different code: %s", parent, {k: v for k, v in versions.items() if len(v) > 1}
         )
     meta["convergence"] = conv
+    by_diff, meta["no_difficulty"] = None, None
+    if difficulty and (BASELINE, None) in g and state.split == "test":
+        try:
+            scores = load_scores(difficulty, state.params.get("data"), state.folds)
+            by_diff = by_difficulty(records, scores)
+        except ReportError as e:
+            meta["no_difficulty"] = str(e)
+            log.warning("no effect by difficulty: %s", e)
+    if by_diff:
+        files["by_difficulty.png"] = figure_by_difficulty(by_diff)
+        files["by_difficulty.json"] = json.dumps(by_diff, indent=1).encode()
+    meta["by_difficulty"] = by_diff
     md, page = render(t1, t2, fig2, meta)
     files["report.md"] = md.encode()
     files["report.html"] = page.encode()
@@ -138,6 +154,7 @@ def build_report(
         "table1": t1,
         "table2": t2,
         "convergence": conv,
+        "by_difficulty": by_diff,
         "figure2": fig2,
         "records": len(records),
         "versions": versions,

@@ -150,6 +150,10 @@ def render(t1: list[dict], t2: dict | None, fig2: dict | None, meta: dict[str, A
     md += _folds_table(t1, m, split)
     if meta.get("convergence"):
         md += _convergence_table(meta["convergence"], m)
+    if meta.get("by_difficulty"):
+        md += _difficulty_tables(meta["by_difficulty"], m)
+    elif meta.get("no_difficulty"):
+        md += ["", f"## The effect by difficulty: not built ({meta['no_difficulty']})"]
     md += ["", f"## Figure 1: {m} against the number of trees", "", "![Figure 1](figure1.png)"]
     if fig2:
         md += [
@@ -258,6 +262,29 @@ def _convergence_table(conv: list[dict[str, Any]], m: str) -> list[str]:
             f"| {r['label']} | {tt} ({r['reached']}/{r['folds']}) | {r['best_iteration']:.1f} | "
             f"{r['test_at_best']:.4f} | {r['vali_auc']:.4f} |"
         )
+    return md
+
+
+def _difficulty_tables(by: dict[str, dict[str, Any]], m: str) -> list[str]:
+    """Per difficulty score: each system's mean difference with LambdaMART in each quartile of the score."""
+    md = [
+        "",
+        "## The effect by difficulty",
+        "",
+        f"The paired test queries (those with a relevant document) in quartiles of each difficulty score the study "
+        f"computed; per system, the mean difference in {m} with LambdaMART, its 95% paired t interval and the "
+        "number of queries. Tied scores stay in one bin, so a score with few distinct values has fewer bins.",
+        "",
+        "![The effect by difficulty](by_difficulty.png)",
+    ]
+    for t in by.values():
+        e = t["edges"]
+        bins = [f"[{e[i]:.3g}, {e[i + 1]:.3g}]" for i in range(len(e) - 1)]
+        md += ["", f"### By {t['name']}", "", "| model | " + " | ".join(bins) + " |", "|---|" + "---|" * len(bins)]
+        for label, cells in t["systems"].items():
+            md.append(
+                f"| {label} | " + " | ".join(f"{_f(c['delta'])} {_ci(c['ci_t'])} ({c['n']})" for c in cells) + " |"
+            )
     return md
 
 

@@ -1,0 +1,143 @@
+"""The effect by difficulty: did the hard queries pay for the curriculum?
+
+For each difficulty score the study computed (``ltr difficulty``: BM25's NDCG, PageRank's NDCG, the
+number of relevant documents), the paired test queries (those with a relevant document) are cut into
+quartiles of that score, and per system the mean difference with the baseline and its paired t interval
+are computed in each quartile. Read from the scores' Parquet (pyarrow, no Spark); a query's row is found
+by its fold's test subsets when the dataset's manifest is at hand, else by its query id alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import numpy as np
+
+from pipelines.report.pairing import groups, paired_samples
+from pipelines.report.records import Record, ReportError, label_of
+from pipelines.report.stats import t_interval
+from pipelines.study import BASELINE
+
+log = logging.getLogger(__name__)
+
+#: The difficulty scores broken down by, and their names in the report.
+SCORES = {"ndcg_bm25": "BM25 NDCG@k", "ndcg_pagerank": "PageRank NDCG@k", "n_rel": "relevant documents"}
+QUARTILES = 4
+
+
+def load_scores(path: str, dataset: str | None, folds: list[int]) -> dict[tuple[int, int], dict[str, float]]:
+    """Difficulty scores of each fold's test queries, by (fold, query id), from ``ltr difficulty``'s output
+    ``path``. ``dataset``: the ingested dataset (its manifest names each fold's test subsets); without it a
+    query id must appear once in the scores. ReportError when the folder has no scores."""
+    import pyarrow.dataset as pads
+
+    if not os.path.isdir(path):
+        raise ReportError(f"no difficulty scores at {path}")
+    table = pads.dataset(path, format="parquet").to_table(columns=["subset", "qid", *SCORES])
+    rows = table.to_pydict()
+    by_key = {(s, q): i for i, (s, q) in enumerate(zip(rows["subset"], rows["qid"], strict=True))}
+    subsets: dict[int, list[str]] | None = None
+    if dataset:
+        from pipelines.dataset import DatasetError, open_dataset
+
+        try:
+            ds = open_dataset(dataset)
+            subsets = {f: ds.subsets(f, "test") for f in folds}
+        except (DatasetError, OSError) as e:
+            log.warning("difficulty by test subsets: cannot read the dataset %s (%s); matching by query id", dataset, e)
+    by_qid: dict[int, int] = {}
+    dup: set[int] = set()
+    for (_, q), i in by_key.items():
+        if q in by_qid:
+            dup.add(q)
+        by_qid[q] = i
+    out: dict[tuple[int, int], dict[str, float]] = {}
+
+    def row(i: int) -> dict[str, float]:
+        return {c: float(rows[c][i]) for c in SCORES}
+
+    for f in folds:
+        if subsets is not None:
+            for s in subsets[f]:
+                for (ss, q), i in by_key.items():
+                    if ss == s:
+                        out[(f, q)] = row(i)
+        else:
+            if dup:
+                raise ReportError(
+                    f"difficulty scores {path}: {len(dup)} query ids appear in several subsets (e.g. "
+                    f"{sorted(dup)[:3]}) and the dataset's manifest is not at hand to pick each fold's test subset"
+                )
+            out.update({(f, q): row(i) for q, i in by_qid.items()})
+    return out
+
+
+def by_difficulty(records: list[Record], scores: dict[tuple[int, int], dict[str, float]]) -> dict[str, dict[str, Any]]:
+    """Per difficulty score: the quartile edges over the paired test queries and, per system, the mean
+    difference with the baseline, its 95% paired t interval and n in each quartile (``pandas.qcut`` on the
+    score; tied values stay in one bin, so a score with few distinct values, such as the number of
+    relevant documents, can have fewer than four bins: the edges say which)."""
+    import pandas as pd
+
+    g = groups(records)
+    base = g.get((BASELINE, None))
+    if not base:
+        raise ReportError("the effect by difficulty needs the LambdaMART baseline")
+    out: dict[str, dict[str, Any]] = {}
+    pairs = {k: paired_samples(v, base) for k, v in g.items() if k != (BASELINE, None)}
+    for col, name in SCORES.items():
+        keys = sorted({key for p in pairs.values() for key in p.keys})
+        missing = [k for k in keys if k not in scores]
+        if missing:
+            raise ReportError(
+                f"the difficulty scores have no row for {len(missing)} paired test queries (fold, qid), e.g. "
+                f"{missing[:3]}: were they computed on the grid's dataset?"
+            )
+        if not keys:
+            continue
+        values = pd.Series([scores[k][col] for k in keys], index=pd.MultiIndex.from_tuples(keys))
+        if values.nunique() > 1:
+            bins, edges = pd.qcut(values, QUARTILES, labels=False, retbins=True, duplicates="drop")
+        else:  # one value for every query: one bin (qcut would drop every edge)
+            bins, edges = pd.Series(0, index=values.index), np.array([values.iloc[0], values.iloc[0]])
+        systems = {}
+        for key, p in pairs.items():
+            b = bins.loc[pd.MultiIndex.from_tuples(p.keys)].to_numpy() if p.n else np.empty(0)
+            d = p.x - p.y
+            cells = []
+            for q in range(len(edges) - 1):
+                dq = d[b == q]
+                cells.append(
+                    {"n": int(dq.size), "delta": float(dq.mean()) if dq.size else None, "ci_t": t_interval(dq)}
+                )
+            systems[label_of(*key)] = cells
+        out[col] = {"name": name, "edges": [float(e) for e in edges], "systems": systems}
+    return out
+
+
+def figure_by_difficulty(table: dict[str, dict[str, Any]]) -> bytes:
+    """One panel per score: each system's mean difference with the baseline per quartile, with its interval."""
+    from pipelines.tracking import png_bytes, pyplot
+
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(table), figsize=(5 * len(table), 3.8), squeeze=False)
+    for ax, t in zip(axes[0], table.values(), strict=True):
+        e = t["edges"]
+        ticks = [f"[{e[i]:.3g}, {e[i + 1]:.3g}]" for i in range(len(e) - 1)]
+        for j, (label, cells) in enumerate(t["systems"].items()):
+            x = np.arange(len(cells)) + (j - len(t["systems"]) / 2) * 0.04
+            y = [c["delta"] if c["delta"] is not None else np.nan for c in cells]
+            lo = [c["delta"] - c["ci_t"][0] if c["ci_t"] else 0.0 for c in cells]
+            hi = [c["ci_t"][1] - c["delta"] if c["ci_t"] else 0.0 for c in cells]
+            ax.errorbar(x, y, yerr=[lo, hi], marker="o", ms=3, capsize=2, lw=1, label=label)
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_xticks(range(len(ticks)), ticks, fontsize=7)
+        ax.set_xlabel(f"quartile of {t['name']} (hard to easy)")
+        ax.set_title(t["name"], fontsize=9)
+    axes[0][0].set_ylabel("mean difference with LambdaMART (95% CI)")
+    axes[0][-1].legend(fontsize=6, loc="best")
+    out = png_bytes(fig)
+    plt.close(fig)
+    return out
