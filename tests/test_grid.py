@@ -72,7 +72,7 @@ def grid_run(spark_holder, small_dataset, tmp_path_factory):
     return cfg, summary, tracker
 
 
-def test_runs_links_and_histories(grid_run):
+def test_runs_links_and_histories(grid_run, small_dataset):
     cfg, summary, tracker = grid_run
     assert summary["trained"] == 16 and summary["skipped"] == 0
     kids = tracker.children(summary["parent_run_id"])
@@ -99,6 +99,15 @@ def test_runs_links_and_histories(grid_run):
         ).read()
     )
     assert np.mean(perq["ndcg_at_10"]) == pytest.approx(final, abs=1e-12)
+    # ... with each query's relevant documents, as ltr difficulty counts them (the report leaves out those with 0)
+    from pipelines.layout import Layout
+    from pipelines.report.difficulty import load_scores
+
+    fold = int(run.data.tags[TAG_FOLD])
+    scores = load_scores(Layout.of(cfg).difficulty, small_dataset, [fold])
+    assert perq["relevant"] == [int(scores[(fold, q)]["n_rel"]) for q in perq["qid"]]
+    empty = [v for v, n in zip(perq["ndcg_at_10"], perq["relevant"], strict=True) if n == 0]
+    assert empty == [cfg.metric.empty] * len(empty)  # the declared convention on queries without one
 
 
 def test_resume_continues_the_same_child_run_and_retrains_nothing(spark, small_dataset, grid_run):
