@@ -85,6 +85,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``ltr`` command line: one subcommand per step (``ltr COMMAND --help``), each bound to its ``cmd_*``."""
     parser = argparse.ArgumentParser(prog="ltr", description="Curriculum and continuation learning-to-rank on Spark.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -290,6 +291,14 @@ def _flag_overrides(args: argparse.Namespace, mapping: dict[str, str]) -> list[s
 
 
 def resolve_config(args: argparse.Namespace, mapping: dict[str, str]) -> Config:
+    """The run's typed config: ``--conf`` (default ``conf/default.yaml``), then ``--set`` overrides, then the
+    command's flags that were given (``mapping``: flag attribute -> config key), then ``--master``.
+
+    Raises
+    ------
+    ConfigError
+        An unknown key or a value of the wrong type (exit code 2).
+    """
     overrides = list(args.overrides) + _flag_overrides(args, mapping)
     if args.master:
         overrides.append(f"spark.master={json.dumps(args.master)}")
@@ -304,6 +313,7 @@ def _session(cfg: Config):
 
 # ------------------------------------------------------------ commands
 def cmd_generate(args: argparse.Namespace) -> int:
+    """``ltr generate``: synthetic MSLR-shaped LETOR files (default folder ``<work_dir>/letor``); exit code 0."""
     from pipelines.generate import generate
 
     cfg = resolve_config(args, {"queries": "generate.queries", "seed": "generate.seed", "workers": "generate.workers"})
@@ -322,6 +332,7 @@ def _check_flags(args: argparse.Namespace, minimum: dict[str, tuple[str, int, st
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
+    """``ltr ingest``: LETOR text to the Parquet dataset, bad lines counted or refused (``--strict``); exit code 0."""
     from pipelines.ingest import ingest, line_spec
 
     _check_flags(
@@ -361,6 +372,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_difficulty(args: argparse.Namespace) -> int:
+    """``ltr difficulty``: one row of difficulty scores per stored query (``pipelines.difficulty``); exit code 0."""
     from pipelines.difficulty import run_difficulty
 
     overrides = []
@@ -386,6 +398,7 @@ def cmd_difficulty(args: argparse.Namespace) -> int:
 
 
 def cmd_curriculum(args: argparse.Namespace) -> int:
+    """``ltr curriculum``: the stages of one curriculum for one fold, or ``--check`` of a built one; exit code 0."""
     from pipelines.config import EMPTY_QUERY_POLICIES
     from pipelines.curriculum import build_curriculum, check_curriculum
     from pipelines.dataset import open_dataset
@@ -434,6 +447,7 @@ def cmd_curriculum(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    """``ltr train``: one training path on one fold, distributed over barrier workers, from its checkpoints; exit 0."""
     from pipelines.train import run_train
 
     cfg = resolve_config(
@@ -463,6 +477,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_grid(args: argparse.Namespace) -> int:
+    """``ltr grid``: the study (every fold, path and child run), or ``--plan``, ``--setup-only`` or one unit; exit 0."""
     from pipelines.grid import run_grid
 
     overrides = []
@@ -515,6 +530,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    """``ltr report``: a grid's tables and figures from MLflow (:func:`pipelines.report.build_report`); exit code 0."""
 
     from pipelines.report import build_report, open_tracker
 
@@ -642,6 +658,7 @@ class _StderrHandler(logging.StreamHandler):
 
 
 def setup_logging(level: str) -> None:
+    """Log ``level`` and above to the current ``sys.stderr`` with times; py4j's chatter at WARNING."""
     logging.basicConfig(
         level=getattr(logging, level),
         handlers=[_StderrHandler()],

@@ -122,6 +122,7 @@ class LiveChildren:
 
     @property
     def metric(self) -> str:
+        """The metric's name in MLflow keys (``ndcg_at_10``)."""
         return self.cfg.metric.name
 
     def todo(self) -> list[_Live]:
@@ -277,6 +278,7 @@ class LiveChildren:
         self.existing[e.key] = (e.run_id, "FINISHED")
 
     def fail_started(self, error: str) -> None:
+        """Mark every owned child run that started and did not finish FAILED, ``error`` as its ``ltr.error`` tag."""
         for e in self.owned():
             if e.run_id and not e.finished:
                 self.tracker.client.set_tag(e.run_id, "ltr.error", error[:5000])

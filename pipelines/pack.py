@@ -188,6 +188,7 @@ def _copy_source(source: Path, dest: Path) -> None:
     """Copy the source tree without the parts in :data:`SOURCE_IGNORE` nor virtual environments."""
 
     def ignore(folder: str, names: list[str]) -> set[str]:
+        """The names in ``folder`` that :func:`shutil.copytree` skips: :data:`SOURCE_IGNORE`, virtual environments."""
         skip = {n for n in names if any(fnmatch.fnmatch(n, p) for p in SOURCE_IGNORE)}
         return skip | {n for n in names if os.path.isfile(os.path.join(folder, n, "pyvenv.cfg"))}
 

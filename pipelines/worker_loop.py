@@ -78,6 +78,7 @@ class Settings:
 
     @property
     def objectives(self) -> ObjectiveSettings:
+        """What the custom objectives need of these settings (:class:`udfs.objectives.ObjectiveSettings`)."""
         return ObjectiveSettings(
             k=self.k,
             exp_gain=self.metric.gain == "exp2",
@@ -193,6 +194,14 @@ class _Worker:
 
     # -- helpers -------------------------------------------------------
     def base_for(self, node: Node) -> float:
+        """The base margin of a root node: 0 for ranking objectives (``auto``, ``zero``), the global mean label
+        over every worker's train rows for regression (``auto``, ``mean``), or the number given.
+
+        Raises
+        ------
+        ValueError
+            ``train.base_margin`` is none of those.
+        """
         mode = self.s.base_margin
         if mode == "zero" or (mode == "auto" and node.objective not in REGRESSION):
             return 0.0
@@ -206,6 +215,7 @@ class _Worker:
             raise ValueError(f"train.base_margin must be auto, zero, mean or a number, got {mode!r}") from None
 
     def mean_ndcg(self, name: str, margins: np.ndarray) -> float:
+        """Mean NDCG of split ``name`` over every worker's queries (an allreduce), NaN for a split without queries."""
         sp = self.evals[name]
         local = float(ndcg_fast(sp.offsets, sp.y, margins, self.s.metric, self.inv_idcg[name]).sum())
         total = self.comm.allreduce(np.array([local]), "sum")[0]
@@ -262,6 +272,7 @@ class _Worker:
         return int(both[0])
 
     def load(self, node: Node, tree: int) -> _State:
+        """This worker's state of ``node`` at checkpoint ``tree``: margins from its shard, the rest from the meta."""
         t0 = time.perf_counter()
         meta = self.store.meta(node.key, tree)
         shards = self.store.shards(node.key, tree)
@@ -357,6 +368,13 @@ class _Worker:
         )
 
     def load_parent(self, key: str, tree: int) -> _State:
+        """The state a child node starts from: its parent ``key``'s finished checkpoint.
+
+        Raises
+        ------
+        RuntimeError
+            The parent's checkpoint at ``tree`` is not its last tree.
+        """
         meta = self.store.meta(key, tree)
         node = Node(**{**meta["node"], "ends": tuple(meta["node"]["ends"])})
         if tree != node.t1:
@@ -364,6 +382,8 @@ class _Worker:
         return self.load(node, tree)
 
     def run_node(self, node: Node, parent: _State | None) -> _State:
+        """Train ``node`` from its latest checkpoint (or ``parent``'s state, or a fresh root) to its last tree,
+        checkpointing every ``train.checkpoint_every`` trees and sending progress events; returns the final state."""
         st = self.start_state(node, parent)
         if st.tree < node.t1:
             self.events({"ev": "node_start", "node": node.key, "tree": st.tree})

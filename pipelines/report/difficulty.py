@@ -56,6 +56,7 @@ def load_scores(path: str, dataset: str | None, folds: list[int]) -> dict[tuple[
     out: dict[tuple[int, int], dict[str, float]] = {}
 
     def row(i: int) -> dict[str, float]:
+        """The scores of row ``i``."""
         return {c: float(rows[c][i]) for c in SCORES}
 
     for f in folds:

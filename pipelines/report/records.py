@@ -44,6 +44,7 @@ class Record:
 
     @property
     def label(self) -> str:
+        """The system's name in the report (``LambdaMART``, ``MSE-20``, ``q_nrel-20``)."""
         return label_of(self.strategy, self.switch)
 
     @property

@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 
 
 def order_systems(keys: Sequence[tuple[str, int | None]]) -> list[tuple[str, int | None]]:
+    """The report's order of systems: the baseline, the MSE-t, then the other strategies, each by switch point."""
     return sorted(keys, key=lambda k: (k[0] != BASELINE, k[0] != MSE, k[0], k[1] or 0))
 
 
