@@ -61,6 +61,13 @@ def fail_fast(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
+        """Call ``fn``; a :class:`~pipelines.study_tasks.StudyTaskError` becomes ``AirflowFailException``.
+
+        Raises
+        ------
+        AirflowFailException
+            With the message of the ``StudyTaskError`` that ``fn`` raised (Airflow does not retry it).
+        """
         try:
             return fn(*args, **kwargs)
         except StudyTaskError as e:
@@ -101,6 +108,25 @@ class LtrSubmitOperator(SparkSubmitOperator):
         ]
 
     def execute(self, context: Any) -> None:
+        """Apply the run's params (:meth:`apply_params`) and run spark-submit, killing what it started if it fails.
+
+        While the application runs, a thread remembers the task's process tree every 2 s. On any exception
+        (a failed submit, Airflow's ``execution_timeout``, a kill) every process of that tree is killed before
+        the exception propagates.
+
+        Parameters
+        ----------
+        context : Any
+            Airflow's task context; its ``"params"`` are the run params (:func:`study_params`).
+
+        Raises
+        ------
+        AirflowFailException
+            When spark-submit exited with code 2 (:data:`EXIT_USAGE`: bad input or configuration), so that
+            Airflow does not retry the task.
+        BaseException
+            Any other exception of the submit, re-raised unchanged after the kill.
+        """
         self.apply_params(context["params"])
         self._tree = ProcessTree.from_now_on(os.getpid())  # what this task process starts now: spark-submit
         stop = threading.Event()
@@ -129,6 +155,7 @@ class LtrSubmitOperator(SparkSubmitOperator):
             self._tree.remember()
 
     def on_kill(self) -> None:
+        """Kill every process this submit started (when it has started), then the operator's own ``on_kill``."""
         if self._tree is not None:
             self._tree.kill()
         super().on_kill()

@@ -77,17 +77,28 @@ class Curriculum:
 
     @property
     def name(self) -> str:
+        """The curriculum's name: the summary's ``name``, else its ``strategy``."""
         return str(self.summary.get("name") or self.summary["strategy"])
 
     @property
     def n_stages(self) -> int:
+        """Number of stages of the curriculum (the summary's ``n_stages``)."""
         return int(self.summary["n_stages"])
 
     @property
     def column(self) -> str:
+        """Name of the training frame's column holding each train row's first stage (``_cur_<name>``)."""
         return f"_cur_{self.name}"
 
     def label_filters(self) -> dict[int, list[int]]:
+        """Stage -> the labels a stage's rows are restricted to, for the stages that have a label filter.
+
+        Returns
+        -------
+        dict[int, list[int]]
+            Only the stages whose summary has a non-empty ``label_filter`` (``l_hrel``'s); the other stages
+            train on every label of their queries.
+        """
         return {s["stage"]: s["label_filter"] for s in self.summary["stages"] if s.get("label_filter")}
 
 
@@ -108,6 +119,33 @@ def load_curricula(paths: list[str], ds: Dataset, fold: int) -> list[Curriculum]
 
 # ------------------------------------------------------------ settings
 def make_settings(cfg: TrainConfig, metric: NdcgSpec, ds: Dataset, nthread: int) -> Settings:
+    """The workers' :class:`~pipelines.worker_loop.Settings` of a training run, built on the driver.
+
+    The XGBoost booster params are ``hist`` trees grown leaf-wise (``lossguide``, at most ``train.leaves``
+    leaves, no depth limit) with the config's learning rate, bins, regularisation, sampling, seed and device.
+    Logs a warning when row or column subsampling is on (a resumed run may then draw other samples).
+
+    Parameters
+    ----------
+    cfg : TrainConfig
+        The ``train`` section of the config.
+    metric : NdcgSpec
+        The NDCG conventions of evaluation.
+    ds : Dataset
+        The dataset; its manifest's ``label_range`` (default ``[0, 4]``) gives the label bounds.
+    nthread : int
+        XGBoost threads per worker (:func:`resolve_workers`).
+
+    Returns
+    -------
+    Settings
+        Everything a worker needs besides its data.
+
+    Raises
+    ------
+    ConfigError
+        When the blend schedule is invalid, or ``train.device`` asks for CUDA from an XGBoost built without it.
+    """
     params = {
         "tree_method": "hist",
         "grow_policy": "lossguide",
@@ -351,6 +389,30 @@ def run_nodes_distributed(
     ]
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """One barrier task: load this worker's rows, join XGBoost's collective and train ``nodes``.
+
+        Parameters
+        ----------
+        batches : Iterator[pa.RecordBatch]
+            The rows of this worker's partition (whole queries, see :func:`arrange_by_qid`).
+
+        Yields
+        ------
+        pa.RecordBatch
+            One row: the worker's rank and its timings as JSON (``load``, ``rows``, ``rank`` and those of
+            :func:`pipelines.worker_loop.run_nodes`).
+
+        Raises
+        ------
+        StaleAttemptError
+            When Spark retried the barrier stage (its tracker is spent) or the driver has already seen this
+            task check in.
+        TrainError
+            When this executor runs other code than the driver (:func:`check_same_code`), or a worker got no
+            training query.
+        SplitQueryError
+            When a query's rows are on more than one worker.
+        """
         from pyspark import BarrierTaskContext
         from xgboost.collective import CommunicatorContext
 

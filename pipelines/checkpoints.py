@@ -95,10 +95,12 @@ class CheckpointStore:
         raise AssertionError("unreachable")
 
     def latest(self, key: str) -> int | None:
+        """Tree of the newest committed checkpoint of node ``key``; None when it has none."""
         t = self.trees(key)
         return t[-1] if t else None
 
     def latest_all(self, keys: list[str]) -> dict[str, int | None]:
+        """Node key -> :meth:`latest` for each of ``keys``."""
         return {k: self.latest(k) for k in keys}
 
     # -- writing (inside the barrier tasks) ------------------------------
@@ -156,6 +158,10 @@ class CheckpointStore:
             self.delete(key, old)
 
     def delete(self, key: str, tree: int) -> None:
+        """Remove checkpoint ``tree`` of node ``key`` (its directory); best effort.
+
+        A failure to remove is logged as a warning, never raised: a checkpoint left behind only takes space.
+        """
         try:
             self.fs.delete_dir(self._dir(key, tree))
         except OSError as e:  # best effort: an older checkpoint left behind is only disk space
@@ -182,6 +188,19 @@ class CheckpointStore:
             raise CheckpointError(f"checkpoint {self._where(key, tree)}: {name} is unreadable: {e}") from None
 
     def meta(self, key: str, tree: int) -> dict[str, Any]:
+        """The metadata (``_checkpoint.json``) of checkpoint ``tree`` of node ``key``.
+
+        Returns
+        -------
+        dict[str, Any]
+            What :meth:`commit` wrote: the caller's ``meta`` plus ``tree``.
+
+        Raises
+        ------
+        CheckpointError
+            When the checkpoint does not exist, was replaced by a newer one since it was listed, or its
+            metadata is unreadable or not JSON.
+        """
         raw = self._read(key, tree, MARKER)
         try:
             return json.loads(raw.decode())
@@ -199,6 +218,13 @@ class CheckpointStore:
         return total
 
     def segment(self, key: str, t_start: int, t_end: int) -> bytes:
+        """The trees ``t_start..t_end`` of node ``key`` as :meth:`write_segment` wrote them (XGBoost JSON).
+
+        Raises
+        ------
+        CheckpointError
+            When the segment cannot be read (removed with its node, or never written).
+        """
         path = f"{self._dir(key)}/trees-{t_start:06d}-{t_end:06d}.json"
         try:
             with self.fs.open_input_stream(path) as f:

@@ -63,9 +63,11 @@ class FoldCuts:
 
     @property
     def n_features(self) -> int:
+        """Number of features the cuts are for."""
         return int(self.ptr.size - 1)
 
     def to_bytes(self) -> bytes:
+        """The cuts as an ``.npz`` archive (arrays, ``rows`` and ``max_bin``, key), read by :meth:`from_bytes`."""
         buf = io.BytesIO()
         np.savez(
             buf,
@@ -80,6 +82,23 @@ class FoldCuts:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> FoldCuts:
+        """The cuts :meth:`to_bytes` wrote.
+
+        Parameters
+        ----------
+        data : bytes
+            An ``.npz`` archive as :meth:`to_bytes` makes it.
+
+        Returns
+        -------
+        FoldCuts
+            Equal to the cuts that were written.
+
+        Raises
+        ------
+        ValueError, KeyError, OSError, zipfile.BadZipFile
+            When ``data`` is not such an archive (:func:`load_cuts` turns these into :class:`CutsError`).
+        """
         with np.load(io.BytesIO(data)) as z:
             rows, max_bin = (int(v) for v in z["meta"])
             return cls(str(z["key"]), z["ptr"], z["values"], z["lo"], z["hi"], rows, max_bin)
@@ -153,6 +172,14 @@ def compute_cuts(
     n_features = ds.n_features
 
     def sketch(batches: Any) -> Any:
+        """The one task's work: the sample's rows (Arrow batches, in order) -> one batch holding their cuts.
+
+        Yields
+        ------
+        pyarrow.RecordBatch
+            One row whose ``payload`` is :meth:`FoldCuts.to_bytes` of :func:`cuts_of` over the rows (an empty
+            sample gives cuts of zero rows, refused by the caller).
+        """
         rb = list(batches)
         table = pa.Table.from_batches(rb) if rb else None
         if table is None or table.num_rows == 0:

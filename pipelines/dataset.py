@@ -50,18 +50,22 @@ class Dataset:
 
     @property
     def n_features(self) -> int:
+        """Number of features of every row (the manifest's ``n_features``)."""
         return int(self.manifest["n_features"])
 
     @property
     def folds(self) -> dict[int, dict[str, list[str]]]:
+        """Fold number -> split (``train``, ``vali``, ``test``) -> the subsets that make it up."""
         return {int(k): v for k, v in self.manifest["folds"].items()}
 
     @property
     def fingerprint(self) -> str:
+        """The manifest's content fingerprint of the stored data (in every key computed from it)."""
         return str(self.manifest["fingerprint"])
 
     @property
     def feature_roles(self) -> dict[str, int]:
+        """Role (``bm25``, ``pagerank``) -> feature id, as recorded at ingest; empty when none was."""
         return {k: int(v) for k, v in self.manifest.get("feature_roles", {}).items()}
 
     def subsets(self, fold: int, split: str) -> list[str]:

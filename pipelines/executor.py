@@ -110,6 +110,7 @@ def execute_plan(
     display = ProgressDisplay(f"fold {plan.fold}", total, total - info["trees"])
 
     def callback(ev: dict[str, Any]) -> None:
+        """Advance the progress display by one tree on each ``tree`` event, then pass ``ev`` to ``on_event``."""
         if ev.get("ev") == "tree":
             display.advance(1)
         if on_event is not None:
@@ -161,6 +162,13 @@ def _run_parallel(
     pools = threading.local()
 
     def unit(node: Node) -> dict[str, Any]:
+        """Train ``node`` as one barrier job (:func:`_run_unit`) in this pool thread's own FAIR pool.
+
+        Returns
+        -------
+        dict[str, Any]
+            The job's timings.
+        """
         if getattr(pools, "name", None) is None:
             pools.name = f"ltr-{threading.get_ident()}"
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", pools.name)

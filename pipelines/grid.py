@@ -93,6 +93,23 @@ class _Study:
     existing: dict[str, tuple[str, str]]  # the child runs as they were at setup
 
     def summary(self, finished: bool, folds: list[int], **counts: int) -> dict[str, Any]:
+        """The summary :func:`run_grid` returns: the parent run, the tracking store, whether it resumed.
+
+        Parameters
+        ----------
+        finished : bool
+            Whether every fold of the study is finished (the parent run ends FINISHED).
+        folds : list[int]
+            The folds reported on (the study's, or the ones trained now).
+        **counts : int
+            Counts added as they are (``trained``, ``skipped``, ``trees_built``).
+
+        Returns
+        -------
+        dict[str, Any]
+            ``parent_run_id``, ``experiment``, ``tracking_uri``, ``resumed``, ``folds``, ``finished`` and the
+            counts.
+        """
         return {
             "parent_run_id": self.parent,
             "experiment": self.tracker.experiment,

@@ -135,9 +135,11 @@ class _FileResult:
 
     @property
     def n_lines(self) -> int:
+        """Lines of the file: the sum over its chunks."""
         return sum(r["n_lines"] for r in self.rows)
 
     def line_offsets(self) -> list[int]:
+        """Lines of the file before each chunk (0-based line of each chunk's first line), in chunk order."""
         out, acc = [], 0
         for r in self.rows:
             out.append(acc)
@@ -145,6 +147,7 @@ class _FileResult:
         return out
 
     def sum(self, key: str) -> int:
+        """Sum of the count ``key`` (a column of the chunk results) over the file's chunks."""
         return sum(r[key] for r in self.rows)
 
     def blocks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -692,6 +695,13 @@ def _merge_subset(
     merged.write.option("compression", compression).parquet(out)
 
     def hashes(batches):
+        """Content hash of each Arrow batch of merged rows (:func:`udfs.letor_parse.row_hashes_sum`).
+
+        Yields
+        ------
+        pyarrow.RecordBatch
+            One row per input batch: its hash as a decimal string (``h``), summed mod 2**64 by the caller.
+        """
         for b in batches:
             X = (
                 np.column_stack([b.column(c).to_numpy() for c in schema.feature_cols(n_features)])

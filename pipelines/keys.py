@@ -107,6 +107,10 @@ def _source_files(package: str) -> list[tuple[str, bytes]]:
     out: list[tuple[str, bytes]] = []
 
     def walk(node: Any, prefix: str) -> None:
+        """Add every ``.py`` file under the resource folder ``node`` to ``out``, its path written ``prefix<name>``.
+
+        Goes into subfolders; skips ``__pycache__`` and names starting with a dot.
+        """
         for child in node.iterdir():
             name = child.name
             if name == "__pycache__" or name.startswith("."):

@@ -484,6 +484,7 @@ class HeldLeases:
         self._lock = threading.Lock()
 
     def add(self, lease: Lease) -> None:
+        """Count ``lease`` among the held ones (renewed from the next heartbeat on, released at the end)."""
         with self._lock:
             self.leases[lease.key] = lease
 

@@ -57,17 +57,27 @@ class Segment:
 
     @property
     def builtin(self) -> str | None:
+        """The XGBoost objective of a built-in objective (``xgb_*``); None for the Python objectives."""
         return OBJECTIVES[self.objective]
 
     @property
     def curriculum(self) -> str | None:
+        """Name of the curriculum the segment trains on; None when it trains on all rows."""
         return None if self.data == "all" else self.data.split(".")[0]
 
     @property
     def stage(self) -> int | None:
+        """Index of the curriculum stage the segment trains on; None when it trains on all rows.
+
+        Raises
+        ------
+        ValueError
+            For ``NAME.*``, which has no index until :func:`resolve` expands it.
+        """
         return None if self.data == "all" else int(self.data.split(".")[1])
 
     def shorthand(self) -> str:
+        """The segment as ``OBJ[@DATA]:TREES`` (``@DATA`` left out for all rows), as :func:`parse_path` reads it."""
         return f"{self.objective}{'' if self.data == 'all' else '@' + self.data}:{self.trees}"
 
 
@@ -80,9 +90,11 @@ class TrainingPath:
 
     @property
     def trees(self) -> int:
+        """Trees of the whole path: the sum over its segments."""
         return sum(s.trees for s in self.segments)
 
     def shorthand(self) -> str:
+        """The path as comma-separated :meth:`Segment.shorthand`, as :func:`parse_path` reads it."""
         return ",".join(s.shorthand() for s in self.segments)
 
     @property
@@ -92,6 +104,7 @@ class TrainingPath:
 
     @property
     def label(self) -> str:
+        """The path's name, else its shorthand: what names the path in plans (its chain) and results."""
         return self.name or self.shorthand()
 
     def boundaries(self) -> list[int]:

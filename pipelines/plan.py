@@ -56,13 +56,16 @@ class Node:
 
     @property
     def trees(self) -> int:
+        """Trees the node builds (``t1 - t0``)."""
         return self.t1 - self.t0
 
     @property
     def curriculum(self) -> str | None:
+        """Name of the curriculum the node trains on; None when it trains on all rows."""
         return None if self.data == "all" else self.data.split(".")[0]
 
     def describe(self) -> str:
+        """``objective[@data] t0..t1`` (``@data`` left out for all rows), e.g. ``lambdamart 20..100``."""
         return f"{self.objective}{'' if self.data == 'all' else '@' + self.data} {self.t0}..{self.t1}"
 
 
@@ -74,6 +77,8 @@ class NodeState:
     tree: int
 
     def trees_left(self, node: Node) -> int:
+        """Trees ``node`` (the node this is the state of) still has to build: 0 when done, else from the
+        checkpoint (or ``t0``) to ``t1``."""
         return 0 if self.state == DONE else node.t1 - max(self.tree, node.t0)
 
 
@@ -91,12 +96,20 @@ class Plan:
         object.__setattr__(self, "_by_key", {n.key: n for n in self.nodes})
 
     def node(self, key: str) -> Node:
+        """The node with key ``key``.
+
+        Raises
+        ------
+        PathError
+            When the plan has no such node.
+        """
         try:
             return self._by_key[key]  # type: ignore[attr-defined]
         except KeyError:
             raise PathError(f"fold {self.fold} has no plan node {key!r}") from None
 
     def children(self, key: str | None) -> list[Node]:
+        """The nodes whose parent is ``key`` (None: the root nodes), in plan order."""
         return [n for n in self.nodes if n.parent == key]
 
     @property
@@ -105,6 +118,7 @@ class Plan:
         return sum(n.trees for n in self.nodes)
 
     def depth(self, node: Node) -> int:
+        """Number of ancestors of ``node`` (0 for a root node)."""
         d = 0
         while node.parent is not None:
             node, d = self.node(node.parent), d + 1
@@ -151,6 +165,7 @@ class Plan:
 
     # -- serialisation ---------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
+        """The plan as JSON-ready data: ``fold``, ``nodes`` and ``chains`` (``inputs`` is not serialised)."""
         return {
             "fold": self.fold,
             "nodes": [{**asdict(n), "ends": list(n.ends)} for n in self.nodes],
@@ -159,6 +174,7 @@ class Plan:
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> Plan:
+        """The plan :meth:`to_dict` wrote (without ``inputs``, which is not serialised)."""
         nodes = tuple(Node(**{**n, "ends": tuple(n["ends"])}) for n in doc["nodes"])
         return cls(int(doc["fold"]), nodes, {p: tuple(c) for p, c in doc["chains"].items()})
 
@@ -275,6 +291,20 @@ def pending(plan: Plan, states: Mapping[str, NodeState]) -> list[Node]:
 
 
 def trees_left(plan: Plan, states: Mapping[str, NodeState]) -> int:
+    """Trees the plan still has to build: :meth:`NodeState.trees_left` summed over its nodes.
+
+    Parameters
+    ----------
+    plan : Plan
+        The plan.
+    states : Mapping[str, NodeState]
+        State of every node of ``plan`` by key (:func:`node_states`, :func:`states_of`).
+
+    Returns
+    -------
+    int
+        0 when every node is done.
+    """
     return sum(states[n.key].trees_left(n) for n in plan.nodes)
 
 

@@ -41,6 +41,11 @@ Callback = Callable[[dict[str, Any]], None]
 
 class _Handler(socketserver.StreamRequestHandler):
     def handle(self) -> None:
+        """Read one connection's JSON lines until it closes: answer each ``hello``, dispatch every other event.
+
+        A ``hello`` is answered on the same connection with ``{"fresh": bool}`` (:meth:`EventServer.register`);
+        a line that is not JSON is logged and skipped.
+        """
         server: EventServer = self.server  # type: ignore[assignment]
         for line in self.rfile:
             try:
@@ -82,10 +87,16 @@ class EventServer(socketserver.ThreadingTCPServer):
 
     @property
     def address(self) -> tuple[str, int]:
+        """(host, port) the listener is bound to (the port is chosen by the system), for the workers to connect."""
         host, port = self.server_address[:2]
         return str(host), int(port)
 
     def dispatch(self, ev: dict[str, Any]) -> None:
+        """Hand ``ev`` to the callback, one event at a time across all connections.
+
+        An exception of the callback is logged and counted in ``errors``, never raised: a display or tracking
+        failure must not break the connection of a training job.
+        """
         with self._lock:  # events of concurrent jobs reach the callback one at a time
             try:
                 self.callback(ev)
@@ -112,6 +123,11 @@ class EventClient:
         self._broken = False
 
     def send(self, ev: dict[str, Any]) -> None:
+        """Send ``ev`` as one JSON line, connecting on the first call; best effort.
+
+        On the first connection or send error, logs one warning and drops this and every later event (the
+        client is broken from then on); nothing is raised.
+        """
         if self._broken:
             return
         try:
@@ -140,6 +156,7 @@ class EventClient:
             return None
 
     def close(self) -> None:
+        """Close the connection, if one is open (a later :meth:`send` would open a new one)."""
         if self._sock is not None:
             try:
                 self._sock.close()
@@ -161,6 +178,11 @@ class ProgressDisplay:
             self._bar = tqdm(total=total, initial=done, desc=label, unit="tree", dynamic_ncols=True)
 
     def advance(self, n: int = 1) -> None:
+        """Count ``n`` more trees built (``done`` capped at ``total``) and update the bar or, at most every
+        ``interval`` seconds, log :meth:`line`.
+
+        The rate counts from the first call, not from the job's start-up.
+        """
         self.done = min(self.total, self.done + n)
         if self._first is None:  # the rate counts from the first tree's arrival, not from the job's start-up
             self._first, self._start_done = time.perf_counter(), self.done
@@ -173,6 +195,7 @@ class ProgressDisplay:
             log.info("%s", self.line())
 
     def line(self) -> str:
+        """``label: done/total trees``, with the rate and time left once trees arrived after the first call."""
         head = f"{self.label}: {self.done}/{self.total} trees"
         if self._first is None or self.done == self._start_done:  # no rate from fewer than two trees
             return head
@@ -180,6 +203,7 @@ class ProgressDisplay:
         return f"{head} ({rate:.1f} trees/s, about {(self.total - self.done) / rate:.0f} s left)"
 
     def close(self) -> None:
+        """Close the tqdm bar, or log the final :meth:`line` when there is none."""
         if self._bar is not None:
             self._bar.close()
         else:

@@ -117,6 +117,7 @@ class Output:
     uri: str
 
     def write_json(self, name: str, doc: Any) -> None:
+        """Write ``doc`` as indented JSON, keys sorted, to the file ``name`` of the output directory."""
         with self.fs.open_output_stream(f"{self.path}/{name}") as f:
             f.write(json.dumps(doc, indent=2, sort_keys=True).encode())
 

@@ -49,6 +49,7 @@ class Child:
 
     @property
     def name(self) -> str:
+        """The child's name, ``fold<F>/<strategy>`` with ``-<switch>`` when it has a switch point."""
         return f"fold{self.fold}/{self.strategy}" + ("" if self.switch is None else f"-{self.switch}")
 
 
@@ -70,6 +71,7 @@ def grid_children(cfg: Config, fold: int) -> list[Child]:
 
 
 def curricula_needed(children: list[Child]) -> set[str]:
+    """Names of the curricula the paths of ``children`` train on (each once)."""
     return {n for c in children for n in c.path.curricula}
 
 
@@ -136,6 +138,11 @@ class FoldPlan:
     plan: Plan
 
     def child_key(self, i: int) -> str:
+        """The key of the ``i``-th child's MLflow run (:func:`pipelines.keys.child_key`).
+
+        It holds the child's name, its resolved path's shorthand and the key of the last node of the path's
+        chain, so a change of any input of the path's trees gives the child a new key (a new run).
+        """
         c, p = self.children[i], self.paths[i]
         return keys.child_key(c.name, p.shorthand(), self.plan.chains[p.label][-1])
 
@@ -223,10 +230,25 @@ def show_plan(cfg: Config, data: str | None = None) -> str:
 
 
 def plan_record_path(store: CheckpointStore, experiment: str, fold: int) -> str:
+    """Where :func:`record_plan` keeps the plan record of ``experiment`` and ``fold`` in the checkpoint store.
+
+    Returns
+    -------
+    str
+        ``_plans/<digest of experiment>-fold<fold>.json`` under the store's path (a path on ``store.fs``).
+    """
     return f"{store.path}/_plans/{keys.digest(experiment, 12)}-fold{fold}.json"
 
 
 def read_plan_record(store: CheckpointStore, experiment: str, fold: int) -> dict[str, Any]:
+    """The plan record :func:`record_plan` wrote for ``experiment`` and ``fold``.
+
+    Returns
+    -------
+    dict[str, Any]
+        Node signature (:meth:`pipelines.plan.Plan.signature`) -> ``{"key": ..., "inputs": ...}``; empty when
+        there is no record or it cannot be read or parsed.
+    """
     try:
         with store.fs.open_input_stream(plan_record_path(store, experiment, fold)) as f:
             return json.loads(f.read().decode())

@@ -143,6 +143,18 @@ def ingest_key(study: dict[str, Any]) -> str:
 
 
 def dataset_fingerprint(data: str) -> str | None:
+    """The fingerprint of the dataset at ``data``; None when there is no readable dataset there.
+
+    Parameters
+    ----------
+    data : str
+        The dataset's directory (a path or URI).
+
+    Returns
+    -------
+    str or None
+        The manifest's ``fingerprint``; None when ``data`` has no manifest, or it cannot be read or lacks one.
+    """
     from pipelines.dataset import DatasetError, open_dataset
 
     try:

@@ -178,6 +178,7 @@ class Tracker:
         )
 
     def children(self, parent_id: str) -> list[Any]:
+        """Every run of the experiment tagged as a child of ``parent_id`` (MLflow ``Run`` objects, any status)."""
         return self.client.search_runs(
             [self.experiment_id], filter_string=f"tags.`{TAG_PARENT}` = '{parent_id}'", max_results=50000
         )
@@ -193,6 +194,8 @@ class Tracker:
         return out
 
     def log_params(self, run_id: str, params: dict[str, Any]) -> None:
+        """Log ``params`` on run ``run_id`` in batches of 100, sorted by name, each value as a string cut to
+        6000 characters."""
         from mlflow.entities import Param
 
         items = [Param(k, str(v)[:6000]) for k, v in sorted(params.items())]
@@ -209,12 +212,26 @@ class Tracker:
             self.client.log_batch(run_id, metrics=ms[i : i + 1000])
 
     def log_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
+        """Log ``metrics`` (name -> value) on run ``run_id`` in one batch, at step 0 and the current time."""
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
         self.client.log_batch(run_id, metrics=[Metric(k, float(v), ts, 0) for k, v in metrics.items()])
 
     def log_text(self, run_id: str, text: str | bytes, name: str, folder: str | None = None) -> None:
+        """Log ``text`` (a str is UTF-8 encoded) as the artifact file ``name`` of run ``run_id``.
+
+        Parameters
+        ----------
+        run_id : str
+            The run.
+        text : str or bytes
+            The file's content.
+        name : str
+            The artifact's file name.
+        folder : str, optional
+            The artifact folder to put it in; None: the run's artifact root.
+        """
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, name)
             with open(path, "wb") as f:
@@ -222,6 +239,21 @@ class Tracker:
             self.client.log_artifact(run_id, path, folder)
 
     def log_dataset(self, run_id: str, path: str, name: str, fingerprint: str, context: str) -> None:
+        """Record the dataset at ``path`` as an input of run ``run_id`` (MLflow's dataset tracking).
+
+        Parameters
+        ----------
+        run_id : str
+            The run.
+        path : str
+            The dataset's location (its source in MLflow).
+        name : str
+            The name MLflow shows.
+        fingerprint : str
+            The dataset's fingerprint; its part after the last ``:``, cut to 16 characters, is the digest.
+        context : str
+            The input's ``mlflow.data.context`` tag (``grid``, ``fold<F>``).
+        """
         from mlflow.data.dataset_source_registry import resolve_dataset_source
         from mlflow.data.meta_dataset import MetaDataset
         from mlflow.entities import DatasetInput, InputTag
@@ -235,6 +267,11 @@ class Tracker:
         )
 
     def log_model(self, run_id: str, model_json: bytes) -> None:
+        """Log an XGBoost model (its JSON) as the MLflow model ``model`` of run ``run_id``; the run stays RUNNING.
+
+        The model is logged in JSON format with the running XGBoost version as its pip requirement. Logging
+        ends the run (FINISHED), so its status is set back to RUNNING: :meth:`finish` ends it.
+        """
         import mlflow
         import xgboost as xgb
 
@@ -246,6 +283,8 @@ class Tracker:
         self.client.update_run(run_id, status="RUNNING")  # end_run above marked it FINISHED
 
     def finish(self, run_id: str, status: str = "FINISHED") -> None:
+        """Set run ``run_id``'s status and end time (``MlflowClient.set_terminated``): ``FINISHED``, ``FAILED``,
+        or ``RUNNING`` for a grid parent whose study has folds left to train."""
         self.client.set_terminated(run_id, status=status)
 
     def load_json(self, run_id: str, name: str) -> Any:
@@ -265,6 +304,7 @@ def pyplot() -> Any:
 
 
 def png_bytes(fig: Any) -> bytes:
+    """The matplotlib figure ``fig`` as PNG bytes (110 dpi, tight bounding box); the figure is not closed."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     return buf.getvalue()

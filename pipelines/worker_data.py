@@ -73,10 +73,12 @@ class SplitData:
 
     @property
     def n_queries(self) -> int:
+        """Number of queries in the split."""
         return int(self.offsets.size - 1)
 
     @property
     def nbytes(self) -> int:
+        """Bytes held by the split's arrays (rows or codes, labels, qids, positions, offsets)."""
         return sum(a.nbytes for a in (self.X, self.y, self.qid, self.doc, self.codes, self.offsets) if a is not None)
 
 
@@ -107,6 +109,7 @@ class WorkerData:
 
     @property
     def coded(self) -> bool:
+        """Whether every split present is held as bin codes (training needs them: :func:`encode`)."""
         return all(sp.codes is not None for sp in (self.train, self.vali, self.test) if sp is not None)
 
 
@@ -114,6 +117,7 @@ def encode(data: WorkerData, cuts: Cuts) -> WorkerData:
     """``data`` with every split's floats replaced by their bin codes (a new object: the caller's keeps its X)."""
 
     def one(sp: SplitData | None) -> SplitData | None:
+        """``sp`` as codes: a new :class:`SplitData` without ``X``; ``sp`` itself when absent or already coded."""
         if sp is None or sp.codes is not None:
             return sp
         return SplitData(None, sp.y, sp.qid, sp.doc, bin_codes(np.asarray(sp.X, np.float32), cuts))
@@ -131,6 +135,23 @@ class _Builder:
         self.curricula = curricula
 
     def add(self, batch: pa.RecordBatch, feats: list[str], cuts: Cuts) -> None:
+        """Keep the rows of ``batch`` (all of this split): their bin codes on ``cuts``, labels, qids, positions
+        and curriculum stages.
+
+        Parameters
+        ----------
+        batch : pa.RecordBatch
+            Rows of this split.
+        feats : list[str]
+            The feature columns, in feature order.
+        cuts : Cuts
+            The fold's cuts the features are binned on.
+
+        Raises
+        ------
+        DataError
+            When a row has no stage in one of the curriculum columns.
+        """
         X = np.empty((batch.num_rows, len(feats)), np.float32)  # one batch of floats, freed at once
         for j, f in enumerate(feats):
             X[:, j] = batch.column(f).to_numpy(zero_copy_only=False)
@@ -149,6 +170,13 @@ class _Builder:
             self.parts[c].append(col.to_numpy(zero_copy_only=False).astype(np.int32))
 
     def finish(self) -> tuple[SplitData, dict[str, np.ndarray]]:
+        """The split's rows joined and put in (qid, doc) order, the per-batch parts freed as they are copied.
+
+        Returns
+        -------
+        tuple[SplitData, dict[str, np.ndarray]]
+            The split (codes, no floats) and, per curriculum column, each row's first stage in the same order.
+        """
         codes = _join(self.parts.pop("codes"), (0, self.n_features), np.uint16)
         cols = {k: _join(v, (0,), np.int32 if k != "y" else np.float32) for k, v in self.parts.items()}
         order = np.lexsort((cols["doc"], cols["qid"]))
@@ -276,6 +304,13 @@ class _CodesIter(xgb.DataIter):
         super().__init__(release_data=True)
 
     def next(self, input_data: Any) -> bool:
+        """Hand XGBoost the next chunk of whole queries, decoded to float32, with its labels and qids.
+
+        Returns
+        -------
+        bool
+            False when every chunk has been handed (XGBoost's ``DataIter`` protocol), else True.
+        """
         if self.i + 1 >= self.bounds.size:
             return False
         idx = self.rows[self.bounds[self.i] : self.bounds[self.i + 1]]
@@ -285,6 +320,7 @@ class _CodesIter(xgb.DataIter):
         return True
 
     def reset(self) -> None:
+        """Start again from the first chunk (XGBoost iterates more than once)."""
         self.i = 0
 
 

@@ -23,10 +23,14 @@ import xgboost as xgb
 
 # ------------------------------------------------------------ collective
 class Comm(Protocol):
+    """The collective a worker sums its evaluation with: its ``rank``, the number of workers (``world``)."""
+
     rank: int
     world: int
 
-    def allreduce(self, data: np.ndarray, op: str) -> np.ndarray: ...
+    def allreduce(self, data: np.ndarray, op: str) -> np.ndarray:
+        """``data`` reduced element-wise over every worker (``op``: ``"sum"`` or ``"max"``), the same on all."""
+        ...
 
 
 class LocalComm:
@@ -36,6 +40,7 @@ class LocalComm:
     world = 1
 
     def allreduce(self, data: np.ndarray, op: str) -> np.ndarray:
+        """``data`` itself (as an array): the reduction over one worker, whatever ``op``."""
         return np.asarray(data)
 
 
@@ -50,6 +55,25 @@ class XgbComm:
         self.world = collective.get_world_size()
 
     def allreduce(self, data: np.ndarray, op: str) -> np.ndarray:
+        """``data`` summed or maximised element-wise over every worker of XGBoost's collective.
+
+        Parameters
+        ----------
+        data : np.ndarray
+            This worker's values (any shape; reduced as float64).
+        op : str
+            ``"sum"`` or ``"max"``.
+
+        Returns
+        -------
+        np.ndarray
+            float64, the shape of ``data``; the same on every worker.
+
+        Raises
+        ------
+        KeyError
+            For another ``op``.
+        """
         ops = {"sum": self._c.Op.SUM, "max": self._c.Op.MAX}
         arr = np.ascontiguousarray(data, dtype=np.float64)
         return np.asarray(self._c.allreduce(arr, ops[op])).reshape(arr.shape)  # it returns a flat array

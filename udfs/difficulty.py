@@ -80,6 +80,10 @@ def difficulty_one_query(pdf: pd.DataFrame, bm25_col: str, pagerank_col: str, sp
     ideal = float(top @ disc[: top.size])
 
     def by(col: str) -> float:
+        """NDCG@k of the query's documents ranked by feature column ``col``, descending (ties: stored order).
+
+        ``spec.empty`` when the query has no relevant document (IDCG 0).
+        """
         order = np.argsort(-pdf[col].to_numpy(), kind="stable")
         g = gain[order][: spec.k]
         return float(g @ disc[: g.size]) / ideal if ideal > 0 else spec.empty

@@ -45,6 +45,14 @@ def run_chunk_tasks(spark: SparkSession, tasks: list[ChunkTask]) -> pa.Table:
     ids = sorted(by_id)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Run the chunk tasks whose indices (into the sorted chunk ids) the batches' first column holds.
+
+        Yields
+        ------
+        pa.RecordBatch
+            One row of ``TASK_SCHEMA`` per task: its metadata with ``error`` None, or, if the task raised, its
+            ``chunk_id`` and the exception with a short traceback in ``error`` (the other fields None).
+        """
         for batch in batches:
             for k in batch.column(0).to_pylist():
                 task = by_id[ids[k]]

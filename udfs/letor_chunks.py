@@ -62,6 +62,7 @@ class ByteSource:
         return np.frombuffer(self._file.read_at(n, offset), dtype=np.uint8)
 
     def close(self) -> None:
+        """Close the file (also done on leaving a ``with`` block)."""
         self._file.close()
 
     def __enter__(self) -> ByteSource:

@@ -593,10 +593,12 @@ class ParsedBlock:
 
     @property
     def n_rows(self) -> int:
+        """Number of rows parsed (lines kept)."""
         return int(self.qid.size)
 
     @property
     def n_bad(self) -> int:
+        """Number of quarantined lines."""
         return int(self.bad_line.size)
 
 

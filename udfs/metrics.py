@@ -72,6 +72,7 @@ class NdcgSpec:
         )
 
     def to_dict(self) -> dict[str, object]:
+        """The conventions as a dict (``k``, ``gain``, ``empty``, ``ties``): ``NdcgSpec(**d)`` makes them again."""
         return {"k": self.k, "gain": self.gain, "empty": self.empty, "ties": self.ties}
 
 

@@ -281,6 +281,7 @@ def document_normal(seed: int, tree: int, qid: np.ndarray, doc: np.ndarray) -> n
     """
 
     def mix(z: np.ndarray) -> np.ndarray:
+        """SplitMix64's finaliser of every uint64 in ``z`` (wrapping arithmetic): a well-mixed 64-bit hash."""
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         return z ^ (z >> np.uint64(31))
@@ -420,6 +421,11 @@ def objective(
     if name == "stochastic_ndcg":
 
         def stochastic(m: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
+            """(grad, hess) of stochastic_ndcg at margins ``m`` for global tree ``t``.
+
+            The noise scale falls linearly from ``stochastic_noise`` at tree 0 to 0 at ``stochastic_anneal``;
+            at 0 no noise is drawn (plain LambdaMART).
+            """
             # Noise anneals to 0 at global tree `stochastic_anneal`, and depends only on (seed, tree, qid, doc).
             noise = s.stochastic_noise * max(0.0, 1.0 - t / max(s.stochastic_anneal, 1))
             eps = document_normal(s.seed, t, qid, doc) if noise > 0 else None
@@ -428,6 +434,10 @@ def objective(
         return stochastic
 
     def blended(m: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """(grad, hess) of blend at margins ``m`` for global tree ``t``: γ from the blend schedule.
+
+        Only the gradients the weights need are computed (no MSE at γ = 1, no LambdaMART at γ = 0).
+        """
         g = s.blend.gamma(t)
         a = mse_grad(m, y) if g < 1.0 else None
         r = lambdarank_grad(m, y, offsets, k=k, exp_gain=s.exp_gain, inv_idcg=inv) if g > 0.0 else None

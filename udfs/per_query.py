@@ -53,6 +53,13 @@ def whole_query_batches(batches: Iterator[pd.DataFrame], keys: Sequence[str]) ->
     finished: set = set()
 
     def check(done: pd.DataFrame) -> None:
+        """Record the key of every run in ``done`` as finished.
+
+        Raises
+        ------
+        QueryOrderError
+            When one of them was already finished in an earlier frame (its rows are not contiguous).
+        """
         starts = run_starts(done, keys)
         heads = done.iloc[starts][keys].itertuples(index=False, name=None)
         for key in heads:
@@ -107,6 +114,7 @@ def map_queries(
         df = df.repartition(n, *keys).sortWithinPartitions(*keys, *order)
 
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        """One partition: ``fn`` over each frame of whole queries (:func:`whole_query_batches`), its result yielded."""
         for part in whole_query_batches(batches, keys):
             yield fn(part)
 
