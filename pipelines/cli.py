@@ -650,11 +650,12 @@ class _StderrHandler(logging.StreamHandler):
 
     @property
     def stream(self):  # type: ignore[override]
+        """``sys.stderr`` at the moment of the call."""
         return sys.stderr
 
     @stream.setter
     def stream(self, value) -> None:  # StreamHandler.__init__ assigns it; the property always reads sys.stderr
-        pass
+        """Ignored: the handler always writes to the current ``sys.stderr``."""
 
 
 def setup_logging(level: str) -> None:
