@@ -145,7 +145,9 @@ def test_report_from_the_grid(grid_run, small_dataset, tmp_path):
     assert base["folds"] == 2 and base["t_p"] is None
     mse2 = next(row for row in r["table1"] if row["label"] == "MSE-2")
     # paired over every test query of folds 1 and 2
-    assert mse2["queries"] == splits["1"]["test"]["queries"] + splits["2"]["test"]["queries"]
+    # every test query of both folds, those without a relevant document counted apart (left out of the pairs)
+    total = splits["1"]["test"]["queries"] + splits["2"]["test"]["queries"]
+    assert mse2["queries"] + mse2["queries_no_relevant"] == total and mse2["queries"] > 0
     md = (tmp_path / "report" / "report.md").read_text()
     assert "Table 1" in md and "Table 2" in md and "fingerprint `sha256:" in md and "ties: input" in md
     for name in ("report.html", "figure1.png", "figure2.png", "table1.json"):
