@@ -144,8 +144,7 @@ def test_report_from_the_grid(grid_run, small_dataset, tmp_path):
     base = next(row for row in r["table1"] if row["label"] == "LambdaMART")
     assert base["folds"] == 2 and base["t_p"] is None
     mse2 = next(row for row in r["table1"] if row["label"] == "MSE-2")
-    # paired over every test query of folds 1 and 2
-    # every test query of both folds, those without a relevant document counted apart (left out of the pairs)
+    # paired over the test queries of folds 1 and 2, those without a relevant document counted apart (left out)
     total = splits["1"]["test"]["queries"] + splits["2"]["test"]["queries"]
     assert mse2["queries"] + mse2["queries_no_relevant"] == total and mse2["queries"] > 0
     md = (tmp_path / "report" / "report.md").read_text()
