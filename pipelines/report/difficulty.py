@@ -88,16 +88,16 @@ def by_difficulty(records: list[Record], scores: dict[tuple[int, int], dict[str,
         raise ReportError("the effect by difficulty needs the LambdaMART baseline")
     out: dict[str, dict[str, Any]] = {}
     pairs = {k: paired_samples(v, base) for k, v in g.items() if k != (BASELINE, None)}
+    keys = sorted({key for p in pairs.values() for key in p.keys})  # the same queries for every score
+    missing = [k for k in keys if k not in scores]
+    if missing:
+        raise ReportError(
+            f"the difficulty scores have no row for {len(missing)} paired test queries (fold, qid), e.g. "
+            f"{missing[:3]}: were they computed on the grid's dataset?"
+        )
+    if not keys:
+        return out
     for col, name in SCORES.items():
-        keys = sorted({key for p in pairs.values() for key in p.keys})
-        missing = [k for k in keys if k not in scores]
-        if missing:
-            raise ReportError(
-                f"the difficulty scores have no row for {len(missing)} paired test queries (fold, qid), e.g. "
-                f"{missing[:3]}: were they computed on the grid's dataset?"
-            )
-        if not keys:
-            continue
         values = pd.Series([scores[k][col] for k in keys], index=pd.MultiIndex.from_tuples(keys))
         if values.nunique() > 1:
             bins, edges = pd.qcut(values, QUARTILES, labels=False, retbins=True, duplicates="drop")

@@ -84,9 +84,9 @@ def paired_samples(records: list[Record], base: list[Record]) -> Paired:
                 f"on different test queries ({len(only_r)} only in {r.label}, e.g. {only_r[:3]}; "
                 f"{len(only_b)} only in {b.label}, e.g. {only_b[:3]}): they cannot be paired"
             )
-        rel = relevant_queries(r)
-        if rel != relevant_queries(b):
-            diff = sorted(rel ^ relevant_queries(b))
+        rel, rel_b = relevant_queries(r), relevant_queries(b)
+        if rel != rel_b:
+            diff = sorted(rel ^ rel_b)
             raise ReportError(
                 f"fold {f}: {r.label} (run {r.run_id}) and {b.label} (run {b.run_id}) count relevant documents "
                 f"differently for {len(diff)} test queries (e.g. {diff[:3]}): were they evaluated on the same labels?"
