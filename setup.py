@@ -35,6 +35,7 @@ TEST_REQUIRES = [
     "mypy>=1.15",  # types of pipelines/ and udfs/ (mypy.ini), new errors only (mypy-baseline.txt)
     "mypy-baseline>=0.7",
     "uv>=0.9",  # .ci/run: the project on the other supported Pythons, installed in seconds
+    "pytrec-eval-terrier>=0.5",  # trec_eval (C) on the report's TREC run files: the cross-check of its NDCG
 ]
 
 # Airflow 3 and its providers. The Spark provider stays below 6: 6.x depends on pyspark-client,

@@ -19,6 +19,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 from pipelines.config import Config, ConfigError, load_config, load_dataset_spec
 from pipelines.dataset import DatasetError
@@ -529,10 +530,30 @@ def cmd_grid(args: argparse.Namespace) -> int:
     return 0
 
 
+def _build_report(cfg: Config, tracker: Any, out: str, parent: str | None) -> dict[str, Any]:
+    """:func:`pipelines.report.build_report` with the config's ``report:`` and ``metric:`` settings."""
+    from pipelines.report import build_report
+
+    return build_report(
+        tracker,
+        out,
+        parent,
+        cfg.metric.name,
+        cfg.report.permutations,
+        cfg.report.seed,
+        cfg.report.table2_sizes,
+        n_boot=cfg.report.bootstrap,
+        risk_alphas=cfg.report.risk_alphas,
+        target_fraction=cfg.report.target_fraction,
+        difficulty=Layout.of(cfg).difficulty,
+        trec_depth=cfg.report.trec_depth,
+    )
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """``ltr report``: a grid's tables and figures from MLflow (:func:`pipelines.report.build_report`); exit code 0."""
 
-    from pipelines.report import build_report, open_tracker
+    from pipelines.report import open_tracker
 
     if args.run_id is not None and not args.run_id.strip():  # a scheduler's template that found no parent
         raise UsageError(
@@ -542,19 +563,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     cfg = resolve_config(args, {"out": "report.out"})
     out = Layout.of(cfg).report
     # an existing experiment only: a mistyped --experiment is an error (exit 2), never a new empty one
-    r = build_report(
-        open_tracker(cfg, args.experiment),
-        out,
-        args.run_id,
-        cfg.metric.name,
-        cfg.report.permutations,
-        cfg.report.seed,
-        cfg.report.table2_sizes,
-        n_boot=cfg.report.bootstrap,
-        risk_alphas=cfg.report.risk_alphas,
-        target_fraction=cfg.report.target_fraction,
-        difficulty=Layout.of(cfg).difficulty,
-    )
+    r = _build_report(cfg, open_tracker(cfg, args.experiment), out, args.run_id)
     log.info("report: %s%s", os.path.join(r["out"], "report.html"), " (unfinished grid)" if r["problems"] else "")
     return 0
 
@@ -566,7 +575,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     from pipelines.generate import generate
     from pipelines.grid import run_grid
     from pipelines.ingest import ingest
-    from pipelines.report import build_report
     from pipelines.tracking import Tracker
 
     cfg = resolve_config(args, {"queries": "generate.queries"})
@@ -591,19 +599,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     g = run_grid(spark, cfg, data=data)
     out = layout.report
     log.info("[%d/%d] report -> %s", next(step), steps, out)
-    r = build_report(
-        Tracker.for_config(cfg),
-        out,
-        g["parent_run_id"],
-        cfg.metric.name,
-        cfg.report.permutations,
-        cfg.report.seed,
-        cfg.report.table2_sizes,
-        n_boot=cfg.report.bootstrap,
-        risk_alphas=cfg.report.risk_alphas,
-        target_fraction=cfg.report.target_fraction,
-        difficulty=Layout.of(cfg).difficulty,
-    )
+    r = _build_report(cfg, Tracker.for_config(cfg), out, g["parent_run_id"])
     uri = g["tracking_uri"]
     print(
         f"\nDone in {time.perf_counter() - t0:.0f} s.\n"

@@ -314,7 +314,8 @@ class ReportConfig:
     (``permutations`` sign flips, seeded by ``seed``), Table 2's model sizes, the paired bootstrap
     interval's resamples (``bootstrap``, seeded by ``seed``) and the risk levels of URisk and TRisk
     (``risk_alphas``: a loss counts 1 + alpha times), and the convergence table's target
-    (``target_fraction`` of the baseline's final vali NDCG).
+    (``target_fraction`` of the baseline's final vali NDCG). ``trec_depth``: documents per query in the TREC run
+    files (:mod:`pipelines.report.export`; 0 writes none).
 
     ``table2_sizes``: sizes n (trees) of the best MSE-t (chosen on validation) at which
     Table 2 looks for the smallest LambdaMART reaching its test NDCG. Empty = chosen on
@@ -333,8 +334,11 @@ class ReportConfig:
     bootstrap: int = 10000
     risk_alphas: list[float] = field(default_factory=lambda: [1.0, 5.0])
     target_fraction: float = 0.99
+    trec_depth: int = 1000
 
     def __post_init__(self) -> None:
+        if self.trec_depth < 0:
+            raise ConfigError(f"report.trec_depth must be >= 0 documents per query (0: none), got {self.trec_depth}")
         if self.permutations < 1:
             raise ConfigError(f"report.permutations must be >= 1, got {self.permutations}")
         if self.bootstrap < 2:

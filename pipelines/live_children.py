@@ -22,7 +22,7 @@ from pipelines.lease import hold
 from pipelines.paths import TrainingPath
 from pipelines.plan import DONE, states_of
 from pipelines.provenance import code_version
-from pipelines.results import PathResult, path_result
+from pipelines.results import PathResult, path_result, scores_npz
 from pipelines.study import Child, FoldPlan
 from pipelines.tracking import (
     TAG_CHILD_KEY,
@@ -262,6 +262,8 @@ class LiveChildren:
             json.dumps({"qid": r.test_qid, m: r.test_ndcg, "relevant": r.test_relevant}),
             "per_query_test.json",
         )
+        if r.test_scores is not None:  # every test document's final score: the report's TREC run files
+            t.log_text(e.run_id, scores_npz(r.test_scores), "test_scores.npz")
         t.log_text(
             e.run_id,
             json.dumps({"runs": r.runs, "score_dists": r.score_dists, "base_margin": r.base_margin}, indent=1),

@@ -7,6 +7,7 @@ nodes' segments into one XGBoost JSON model that says what was trained.
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -35,6 +36,9 @@ class PathResult:
     test_ndcg: list[float] = field(default_factory=list)
     test_relevant: list[int] = field(default_factory=list)  # relevant documents (label > 0) of each test query
     workers: list[int] = field(default_factory=list)  # workers that wrote each node's output, chain order
+    #: the final model's score of every test document: arrays ``qid``, ``doc`` (position in the query),
+    #: ``label`` and ``score`` (the float32 margin the metric ranked), in (qid, doc) order; None: not saved
+    test_scores: dict[str, np.ndarray] | None = None
 
 
 def path_result(store: CheckpointStore, name: str, chain: Iterable[str], with_model: bool = True) -> PathResult:
@@ -83,7 +87,27 @@ def path_result(store: CheckpointStore, name: str, chain: Iterable[str], with_mo
         if "test_relevant" in shards[0]:
             n = np.concatenate([s["test_relevant"] for s in shards])
             r.test_relevant = n[order].astype(int).tolist()
+    if shards and "test_doc" in shards[0]:
+        cols = {
+            name: np.concatenate([s[f"test_{src}"] for s in shards])
+            for name, src in (("qid", "qid"), ("doc", "doc"), ("label", "label"), ("score", "margin"))
+        }
+        order = np.lexsort((cols["doc"], cols["qid"]))
+        r.test_scores = {k: v[order] for k, v in cols.items()}
     return r
+
+
+def scores_npz(scores: dict[str, np.ndarray]) -> bytes:
+    """``test_scores.npz``'s bytes: :attr:`PathResult.test_scores` as a compressed NumPy archive."""
+    buf = io.BytesIO()
+    np.savez_compressed(
+        buf,
+        qid=np.asarray(scores["qid"], np.int64),
+        doc=np.asarray(scores["doc"], np.int32),
+        label=np.asarray(scores["label"], np.int8),
+        score=np.asarray(scores["score"], np.float32),
+    )
+    return buf.getvalue()
 
 
 # ------------------------------------------------------------ models

@@ -306,6 +306,10 @@ class _Worker:
             # relevant documents per query (label > 0): the report leaves out of its paired statistics the
             # queries with none, which every system scores metric.empty on (issue 29)
             arrays["test_relevant"] = np.add.reduceat((sp.y > 0).astype(np.int32), sp.offsets[:-1])
+            # each document's position in its query and label, beside test_margin: the report's TREC run
+            # and qrels files (docno = the position, the order metric.ties=input breaks ties by)
+            arrays["test_doc"] = np.asarray(sp.doc, np.int32)
+            arrays["test_label"] = np.asarray(sp.y, np.int8)
         self.store.write_shard(node.key, st.tree, self.comm.rank, arrays, lease_token=self.lease_token)
         self.comm.allreduce(np.zeros(1), "sum")  # every shard is written before the commit
         st.cost["checkpoint"] = st.cost.get("checkpoint", 0.0) + time.perf_counter() - t0

@@ -108,6 +108,17 @@ def test_runs_links_and_histories(grid_run, small_dataset):
     assert perq["relevant"] == [int(scores[(fold, q)]["n_rel"]) for q in perq["qid"]]
     empty = [v for v, n in zip(perq["ndcg_at_10"], perq["relevant"], strict=True) if n == 0]
     assert empty == [cfg.metric.empty] * len(empty)  # the declared convention on queries without one
+    # every test document's final score (the report's TREC runs): the per-query NDCG again, by the plain function
+    from pipelines.report.export import load_test_scores
+    from udfs import metrics
+
+    ts = load_test_scores(tracker, run.info.run_id)
+    assert ts is not None and ts["score"].dtype == np.float32
+    offsets = metrics.offsets_from_qids(ts["qid"])
+    assert ts["qid"][offsets[:-1]].tolist() == perq["qid"]
+    assert np.add.reduceat((ts["label"] > 0).astype(int), offsets[:-1]).tolist() == perq["relevant"]
+    again = metrics.ndcg(offsets, ts["label"], ts["score"], cfg.metric)
+    np.testing.assert_allclose(again, perq["ndcg_at_10"], rtol=0, atol=1e-9)
 
 
 def test_resume_continues_the_same_child_run_and_retrains_nothing(spark, small_dataset, grid_run):
@@ -152,7 +163,11 @@ def test_report_from_the_grid(grid_run, small_dataset, tmp_path):
     for name in ("report.html", "figure1.png", "figure2.png", "table1.json"):
         assert (tmp_path / "report" / name).stat().st_size > 0
     logged = {a.path for a in tracker.client.list_artifacts(summary["parent_run_id"], "report")}
-    assert "report/report.md" in logged and "report/figure1.png" in logged
+    assert "report/report.md" in logged and "report/figure1.png" in logged and "report/runs" in logged
+    assert len(r["trec"]["runs"]) == 16 and not r["trec"]["without_scores"]  # a TREC run per child
+    assert sorted(os.listdir(tmp_path / "report" / "qrels")) == [
+        "fold1.exp2.qrels", "fold1.qrels", "fold2.exp2.qrels", "fold2.qrels"
+    ]  # fmt: skip
 
 
 # ------------------------------------------------------------ report numbers

@@ -26,8 +26,10 @@ from pipelines.report.stats import (
     urisk,
 )
 from pipelines.report.tables import convergence, default_table2_sizes, table1, table2
+from pipelines.results import scores_npz
 from pipelines.tracking import TAG_FOLD, TAG_KIND, TAG_PARENT, TAG_STRATEGY, TAG_SWITCH, Tracker
 from tests.helpers import record
+from udfs import metrics
 
 
 # ------------------------------------------------------------ statistics
@@ -132,7 +134,7 @@ def test_queries_without_a_relevant_document_change_no_paired_figure(empty):
         assert before[label]["queries_no_relevant"] == 0
         for k in PAIRED_FIGURES:
             assert after[label][k] == before[label][k], (label, k)
-        assert before[label]["ci_boot"] is not None and before[label]["urisk"]["5.0"] is not None
+        assert before[label]["ci_boot"] is not None and before[label]["urisk"]["5"] is not None
     assert after["LambdaMART"]["georisk"] == before["LambdaMART"]["georisk"] is not None
 
 
@@ -416,11 +418,24 @@ def _child(
     steps = list(range(1, len(test) + 1))
     tracker.log_history(rid, "ndcg_at_10_test", steps, test)
     tracker.log_history(rid, "ndcg_at_10_vali", steps, vali)
+    # 12 documents a query; the labels are the fold's (every system), the scores the system's; query x5 has no
+    # relevant document; one tie of different labels in query x0's top 10. NDCG@10 by the trainer's function.
+    labels = np.random.default_rng(fold).integers(0, 5, size=(len(qids), 12)).astype(np.int8)
+    labels[:, 0] = np.where(labels[:, 0] == 0, 1, labels[:, 0])  # x5 aside, at least one relevant document
+    labels[[i for i, q in enumerate(qids) if q % 10 == 5]] = 0
     rng = np.random.default_rng(fold * 100 + len(strategy) + (switch or 0))
-    relevant = [0 if q % 10 == 5 else 3 for q in qids]  # query x5 has no relevant document: NDCG 0 everywhere
-    ndcg = [v if n else 0.0 for v, n in zip(rng.uniform(size=len(qids)).tolist(), relevant, strict=True)]
+    scores = rng.normal(size=labels.shape).astype(np.float32)
+    labels[0, :2] = [0, 4]
+    scores[0, :2] = scores[0].max() + 1.0  # ranks 1 and 2 tied, different labels
+    offsets = np.arange(0, labels.size + 1, 12)
+    ndcg = metrics.ndcg(offsets, labels.ravel(), scores.ravel(), metrics.NdcgSpec()).tolist()
+    relevant = (labels > 0).sum(axis=1).tolist()
     perq = {"qid": qids, "ndcg_at_10": ndcg, **({"relevant": relevant} if counts else {})}
     tracker.log_text(rid, json.dumps(perq), "per_query_test.json")
+    if counts:  # a run of today's ltr: every test document's final score
+        doc = np.tile(np.arange(12, dtype=np.int32), len(qids))
+        arrays = {"qid": np.repeat(qids, 12), "doc": doc, "label": labels.ravel(), "score": scores.ravel()}
+        tracker.log_text(rid, scores_npz(arrays), "test_scores.npz")
     tracker.log_text(rid, json.dumps({"runs": [], "score_dists": []}), "training.json")
     tracker.finish(rid, status)
     return rid
@@ -497,6 +512,56 @@ def test_report_of_a_grid_with_missing_folds_and_mixed_code(fake_grid, tmp_path)
         assert (tmp_path / "r" / name).stat().st_size > 0, name
 
 
+def test_report_json_and_trec_runs_that_trec_eval_reads(fake_grid, tmp_path):
+    """report.json holds every comparison under the documented names; trec_eval (pytrec_eval, the C code) on the
+    exported runs and qrels gives back each query's NDCG@10 of the report to 1e-9 (gain 2^label-1 from the
+    exp2 qrels), except the one query whose top 10 holds a tie of different labels, which the export counts."""
+    import pytrec_eval
+
+    cfg, tracker, pid = fake_grid
+    out = tmp_path / "r"
+    r = build_report(tracker, str(out), pid, n_perm=50, n_boot=200)
+    rep = json.loads((out / "report.json").read_text())
+    comp = {c["system"]: c for c in rep["comparisons"]}
+    assert set(comp) == {"MSE-2", "MSE-3"} and rep["georisk"].keys() == {"LambdaMART", "MSE-3"}
+    want = {"system", "baseline", "n", "n_without_relevant", "mean_delta", "ci95_t", "ci95_bootstrap", "d_z", "wins",
+            "ties", "losses", "t_p", "t_p_holm", "perm_p", "perm_p_holm", "urisk", "trisk"}  # fmt: skip
+    assert want <= comp["MSE-3"].keys() and comp["MSE-3"]["baseline"] == "LambdaMART"
+    row = {x["label"]: x for x in r["table1"]}["MSE-3"]
+    assert (comp["MSE-3"]["n"], comp["MSE-3"]["n_without_relevant"]) == (15, 3)
+    assert comp["MSE-3"]["ci95_t"] == list(row["ci_t"]) and comp["MSE-3"]["t_p_holm"] == row["t_p_holm"]
+    assert comp["MSE-3"]["urisk"].keys() == {"1", "5"} and rep["settings"]["bootstrap"] == 200
+    assert (out / "runs" / "MSE-3.fold3.trec").exists()
+    names = sorted(p.name for p in (out / "runs").iterdir())
+    assert len(names) == 8 and sorted(p.name for p in (out / "qrels").iterdir()) == [
+        f"fold{f}.{g}qrels" for f in (1, 2, 3) for g in ("exp2.", "")
+    ]
+    kids = {k.info.run_id: k for k in tracker.children(pid)}
+    for name in names:
+        info = rep["trec"]["runs"][f"runs/{name}"]
+        assert info["tied_queries"] == 1 and info["lines"] == 6 * 12
+        perq = tracker.load_json(info["run_id"], "per_query_test.json")
+        assert kids[info["run_id"]].data.tags[TAG_FOLD] == str(info["fold"])
+        run: dict[str, dict[str, float]] = {}
+        for line in (out / "runs" / name).read_text().splitlines():
+            q, q0, doc, rank, score, tag = line.split()
+            assert q0 == "Q0" and tag == info["system"]
+            run.setdefault(q, {})[doc] = float(score)
+        qrels: dict[str, dict[str, int]] = {}
+        for line in (out / "qrels" / f"fold{info['fold']}.exp2.qrels").read_text().splitlines():
+            q, _, doc, gain = line.split()
+            qrels.setdefault(q, {})[doc] = int(gain)
+        got = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(run)
+        for q, ours, n_rel in zip(perq["qid"], perq["ndcg_at_10"], perq["relevant"], strict=True):
+            theirs = got[str(q)]["ndcg_cut_10"]
+            if n_rel == 0:  # trec_eval: 0 for a query without relevant documents, the report: metric.empty (1)
+                assert (theirs, ours) == (0.0, 1.0)
+            elif q % 10 == 0:  # the tie of labels 0 and 4 at ranks 1-2: the report puts position 0 first
+                assert theirs > ours
+            else:
+                assert abs(theirs - ours) < 1e-9, (name, q)
+
+
 def test_the_report_logs_its_figures_on_the_children_once(fake_grid, tmp_path):
     """MLflow's run comparison can sort by what the tables say: each child gets its final NDCG, best vali
     iteration, trees to target and its system's figures against the baseline; a second report adds nothing."""
@@ -510,7 +575,7 @@ def test_the_report_logs_its_figures_on_the_children_once(fake_grid, tmp_path):
     m = tracker.client.get_run(kids[("mse", "3", "2")].info.run_id).data.metrics
     assert m["report.delta_ndcg_at_10"] == rows["MSE-3"]["delta"] and m["report.d_z"] == rows["MSE-3"]["d_z"]
     assert m["report.t_p_holm"] == rows["MSE-3"]["t_p_holm"]
-    assert m["report.urisk_alpha1"] == rows["MSE-3"]["urisk"]["1.0"]
+    assert m["report.urisk_alpha1"] == rows["MSE-3"]["urisk"]["1"]
     fold2 = next(p for p in conv["MSE-3"]["per_fold"] if p["fold"] == 2)
     assert m["report.best_vali_iteration"] == fold2["best_iteration"] and m["final_ndcg_at_10_test"] == 0.42
     base = tracker.client.get_run(kids[("lambdamart", "", "1")].info.run_id).data.metrics

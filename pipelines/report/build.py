@@ -9,12 +9,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from pipelines.report.difficulty import by_difficulty, figure_by_difficulty, load_scores
+from pipelines.report.export import load_test_scores, report_json, trec_files
 from pipelines.report.figures import figure1, figure2
 from pipelines.report.latex import convergence_tex, per_query_csv, risk_tex, table1_tex, table2_tex
 from pipelines.report.loading import code_versions, find_grid, load_grid, report_version
 from pipelines.report.pairing import groups
 from pipelines.report.records import Record, ReportError
 from pipelines.report.render import render
+from pipelines.report.stats import alpha_key
 from pipelines.report.tables import RISK_ALPHAS, TARGET_FRACTION, convergence, table1, table2
 from pipelines.study import BASELINE, MSE
 from pipelines.tracking import Tracker
@@ -34,12 +36,14 @@ def build_report(
     risk_alphas: Sequence[float] = RISK_ALPHAS,
     target_fraction: float = TARGET_FRACTION,
     difficulty: str | None = None,
+    trec_depth: int = 1000,
 ) -> dict[str, Any]:
     """Rebuild the tables and figures of a grid: ``parent`` (a grid's parent run id), else the experiment's
     latest FINISHED grid. ``table2_sizes``: empty = :func:`default_table2_sizes`; ``n_boot`` bootstrap
     resamples and ``risk_alphas``: :func:`table1`; ``target_fraction``: :func:`convergence`; ``difficulty``:
     the study's difficulty scores (``ltr difficulty``'s output) for the effect by difficulty (left out, with a
-    note, when absent)."""
+    note, when absent); ``trec_depth``: documents per query in the TREC run files (0: none;
+    :func:`pipelines.report.export.trec_files`)."""
     run = find_grid(tracker, parent)
     parent = run.info.run_id
     records, state = load_grid(tracker, run, metric_name)
@@ -90,6 +94,7 @@ def build_report(
         "n_perm": n_perm,
         "n_boot": n_boot,
         "risk_alphas": list(risk_alphas),
+        "target_fraction": target_fraction,
         "seed": seed,
         "versions": versions,
         "report_version": report_version(),
@@ -113,10 +118,21 @@ def build_report(
         files["by_difficulty.png"] = figure_by_difficulty(by_diff)
         files["by_difficulty.json"] = json.dumps(by_diff, indent=1).encode()
     meta["by_difficulty"] = by_diff
+    trec = None
+    if trec_depth and state.split == "test":
+        scores = {r.run_id: s for r in records if (s := load_test_scores(tracker, r.run_id)) is not None}
+        k = int(metric_name.rsplit("_", 1)[-1]) if metric_name.rsplit("_", 1)[-1].isdigit() else 10
+        gain = "exp2" if "2^label-1" in str(metric) else "linear"
+        trec_out, trec = trec_files(records, scores, trec_depth, k, gain)
+        files.update(trec_out)
+        if trec["without_scores"]:
+            log.warning("no TREC run for %s: their ltr logged no test scores", ", ".join(trec["without_scores"]))
+    meta["trec"] = trec
     md, page = render(t1, t2, fig2, meta)
     files["report.md"] = md.encode()
     files["report.html"] = page.encode()
     files["table1.json"] = json.dumps(t1, indent=1).encode()
+    files["report.json"] = json.dumps(report_json(meta, t1, t2, conv, by_diff, fig2, trec), indent=1).encode()
     if t2:
         files["table2.json"] = json.dumps(t2, indent=1).encode()
     if conv:
@@ -134,9 +150,11 @@ def build_report(
     if fig2:
         files["figure2.json"] = json.dumps(fig2, indent=1).encode()
     for name, data in files.items():
-        with open(os.path.join(out, name), "wb") as f:
+        path = os.path.join(out, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
             f.write(data)
-        tracker.client.log_artifact(parent, os.path.join(out, name), "report")
+        tracker.client.log_artifact(parent, path, os.path.dirname(os.path.join("report", name)))
     logged = log_child_metrics(tracker, metrics_for_children(records, t1, conv, metric_name))
     log.info("report: %d metric values logged on the %d child runs", logged, len(records))
     log.info(
@@ -156,6 +174,7 @@ def build_report(
         "convergence": conv,
         "by_difficulty": by_diff,
         "figure2": fig2,
+        "trec": trec,
         "records": len(records),
         "versions": versions,
     }
@@ -191,7 +210,7 @@ def metrics_for_children(
             m[f"{REPORT_METRIC}delta_{metric_name}"] = row["delta"]
             m[f"{REPORT_METRIC}t_p_holm"] = row["t_p_holm"]
             m[f"{REPORT_METRIC}d_z"] = row["d_z"]
-            m[f"{REPORT_METRIC}urisk_alpha1"] = (row["urisk"] or {}).get("1.0")
+            m[f"{REPORT_METRIC}urisk_alpha1"] = (row["urisk"] or {}).get(alpha_key(1))
         out[rec.run_id] = {k: float(v) for k, v in m.items() if v is not None}
     return out
 

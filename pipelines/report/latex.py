@@ -14,6 +14,7 @@ import string
 from typing import Any
 
 from pipelines.report.records import Record
+from pipelines.report.stats import alpha_key
 from pipelines.study import BASELINE
 
 #: Level at which a Holm-corrected t-test p-value marks a mean as significantly better than the baseline.
@@ -92,7 +93,7 @@ def table1_tex(t1: list[dict[str, Any]], metric: str) -> str:
 
 def risk_tex(t1: list[dict[str, Any]], alphas: list[float]) -> str:
     """URisk, TRisk and GeoRisk at each alpha, wins / ties / losses."""
-    keys = [str(float(a)) for a in alphas]
+    keys = [alpha_key(a) for a in alphas]
     head = ["System", "W/T/L"] + [rf"URisk$_{{{a:g}}}$ & TRisk$_{{{a:g}}}$" for a in alphas]
     head += [rf"GeoRisk$_{{{a:g}}}$" for a in alphas]
     rows = []

@@ -6,7 +6,7 @@ import html
 import logging
 from typing import Any
 
-from pipelines.report.stats import KL_PSEUDO_COUNT
+from pipelines.report.stats import KL_PSEUDO_COUNT, alpha_key
 from pipelines.study import BASELINE, MSE
 
 log = logging.getLogger(__name__)
@@ -166,8 +166,38 @@ def render(t1: list[dict], t2: dict | None, fig2: dict | None, meta: dict[str, A
             "",
             "![Figure 2](figure2.png)",
         ]
+    md += _files_section(meta)
     text = "\n".join(md) + "\n"
     return text, _html(md, meta["title"])
+
+
+def _files_section(meta: dict[str, Any]) -> list[str]:
+    """Where the numbers are for scripts and other tools (``report.json``, the TREC runs, LaTeX, CSV)."""
+    md = [
+        "",
+        "## Files for scripts and other tools",
+        "",
+        "- `report.json`: every number of every table (`comparisons`: each system against LambdaMART; `georisk`)",
+        "- `table1.tex`, `risk.tex`, `table2.tex`, `convergence.tex` (booktabs) and `per_query.csv`",
+    ]
+    trec = meta.get("trec")
+    if trec and trec["runs"]:
+        tied = sum(v["tied_queries"] for v in trec["runs"].values())
+        k = trec["k"]
+        qrels = "fold<F>.exp2.qrels" if trec["gain"] == "exp2" else "fold<F>.qrels"
+        md += [
+            f"- `runs/<system>.fold<F>.trec` ({len(trec['runs'])} runs, top {trec['depth']} documents a query; "
+            "docno: the document's position in its query) and `qrels/fold<F>.qrels` (graded labels)"
+            + (", `qrels/fold<F>.exp2.qrels` (gain 2^label-1)" if trec["gain"] == "exp2" else ""),
+            f"- `trec_eval -m ndcg_cut.{k} qrels/{qrels} runs/<system>.fold<F>.trec` gives each query's "
+            f"NDCG@{k} of this report; trec_eval scores a query without relevant documents 0 (here: "
+            f"metric.empty) and orders tied scores by docno descending (here: by position): {tied} query-run "
+            "pairs hold such a tie in their top "
+            f"{k} with different labels",
+        ]
+    if trec and trec["without_scores"]:
+        md.append(f"- No TREC run for {', '.join(trec['without_scores'])}: their ltr logged no test scores")
+    return md
 
 
 def _ci(ci: list[float] | tuple[float, float] | None) -> str:
@@ -180,8 +210,8 @@ def _f(v: float | None, fmt: str = "+.4f") -> str:
 
 def _effect_table(tested: list[dict[str, Any]], t1: list[dict[str, Any]], meta: dict[str, Any], m: str) -> list[str]:
     """The effect sizes, risk and folds of each comparison with the baseline (issue 29)."""
-    alphas = [str(float(a)) for a in meta.get("risk_alphas", [])]  # the keys of table1's risk figures
-    shown = [f"{float(a):g}" for a in meta.get("risk_alphas", [])]
+    alphas = [alpha_key(a) for a in meta.get("risk_alphas", [])]  # the keys of table1's risk figures
+    shown = alphas
     md = [
         "",
         "## Effect sizes and risk against LambdaMART",

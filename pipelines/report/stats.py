@@ -181,6 +181,11 @@ def effect_size(x: np.ndarray, y: np.ndarray, n_resamples: int = 10_000, seed: i
 
 
 # ------------------------------------------------------------ risk against a baseline (issue 29)
+def alpha_key(alpha: float) -> str:
+    """The key of a risk level in the report's tables and ``report.json``: ``1`` for 1 and 1.0, ``0.5`` for 0.5."""
+    return f"{float(alpha):g}"
+
+
 def _risk_adjusted(x: np.ndarray, y: np.ndarray, alpha: float) -> np.ndarray:
     d = np.asarray(x, np.float64) - np.asarray(y, np.float64)
     return np.where(d >= 0, d, (1.0 + alpha) * d)

@@ -11,7 +11,16 @@ import numpy as np
 
 from pipelines.report.pairing import groups, paired_samples, relevant_queries
 from pipelines.report.records import Record, ReportError, label_of
-from pipelines.report.stats import effect_size, georisk, holm, paired_t_test, randomization_test, trisk, urisk
+from pipelines.report.stats import (
+    alpha_key,
+    effect_size,
+    georisk,
+    holm,
+    paired_t_test,
+    randomization_test,
+    trisk,
+    urisk,
+)
 from pipelines.study import BASELINE, MSE
 
 log = logging.getLogger(__name__)
@@ -44,7 +53,7 @@ def table1(
     Per row compared with the baseline: p-values raw (``t_p``, ``perm_p``) and Holm-corrected over all
     the rows compared (``t_p_holm``, ``perm_p_holm``); the effect size (:func:`effect_size`: ``delta``,
     ``ci_t``, ``ci_boot`` from ``n_boot`` resamples seeded by ``seed``, ``d_z``, ``wins``/``ties``/
-    ``losses``); ``urisk`` and ``trisk`` at each alpha of ``risk_alphas`` (keys ``str(float(alpha))``, e.g. "1.0");
+    ``losses``); ``urisk`` and ``trisk`` at each alpha of ``risk_alphas`` (keys :func:`alpha_key`, e.g. "1", "5");
     ``folds_won`` (folds whose final NDCG beats the baseline's, of ``paired_folds``). ``georisk`` (every
     row, baseline included, at each alpha): over the systems of the table that finished every fold the
     baseline did, on those folds' queries with a relevant document (:func:`georisk`); ``None`` for the
@@ -102,8 +111,8 @@ def table1(
             )
             if p.n:
                 row.update(effect_size(p.x, p.y, n_boot, seed))
-                row["urisk"] = {str(float(a)): urisk(p.x, p.y, a) for a in risk_alphas}
-                row["trisk"] = {str(float(a)): trisk(p.x, p.y, a) for a in risk_alphas}
+                row["urisk"] = {alpha_key(a): urisk(p.x, p.y, a) for a in risk_alphas}
+                row["trisk"] = {alpha_key(a): trisk(p.x, p.y, a) for a in risk_alphas}
         rows.append(row)
     for raw, adj in (("t_p", "t_p_holm"), ("perm_p", "perm_p_holm")):
         for row, pv in zip(rows, holm([r[raw] for r in rows]), strict=True):
@@ -119,7 +128,7 @@ def georisk_of_table(
     keys: Sequence[tuple[str, int | None]],
     alphas: Sequence[float],
 ) -> list[dict[str, float] | None]:
-    """GeoRisk (:func:`georisk`) of each system in ``keys`` at each alpha (keys ``str(alpha)``), over the
+    """GeoRisk (:func:`georisk`) of each system in ``keys`` at each alpha (keys :func:`alpha_key`), over the
     systems that finished every fold the baseline finished, on those folds' test queries with a relevant
     document (one matrix row per (fold, query)); ``None`` for a system missing one of those folds."""
     base = g[(BASELINE, None)]
@@ -135,7 +144,7 @@ def georisk_of_table(
         if missing:
             raise ReportError(f"GeoRisk: {label_of(*k)} has no score for {len(missing)} queries, e.g. {missing[:3]}")
         matrix[:, j] = [by_fold[f].per_query[q] for f, q in rows]
-    values = {str(float(a)): georisk(matrix, a) for a in alphas}
+    values = {alpha_key(a): georisk(matrix, a) for a in alphas}
     return [{a: float(v[members.index(k)]) for a, v in values.items()} if k in members else None for k in keys]
 
 

@@ -1,0 +1,243 @@
+"""What the report hands to other tools: ``report.json`` (every number of every table, for scripts) and the TREC
+run and qrels files (for trec_eval, ranx and ir_measures).
+
+TREC files (:func:`trec_files`), one run per system and fold and one qrels file per fold:
+
+* ``runs/<system>.fold<F>.trec``: ``qid Q0 docno rank score tag``, the final model's test scores (the float32
+  margins the report's NDCG ranked, written with 9 significant digits, which give back the same float32), at most
+  ``depth`` documents per query. ``docno`` is the document's position in its query as stored (0-based), and
+  ``rank`` the report's order: score descending, ties in position order (``metric.ties=input``). trec_eval
+  re-sorts by score and breaks ties by docno descending as strings, so the two agree wherever no two of a
+  query's top k documents with different labels share a score; :func:`trec_files` counts the queries where
+  some do (``tied_queries``).
+* ``qrels/fold<F>.qrels``: ``qid 0 docno label``, the graded labels. trec_eval and pytrec_eval take the qrels
+  value as the gain (linear gain); ``qrels/fold<F>.exp2.qrels`` holds 2^label - 1 instead, the gain of
+  ``metric.gain=exp2`` (ranx: ``ndcg_burges`` on the labels; ir_measures: ``nDCG(gains=...)``).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from typing import Any
+
+import numpy as np
+
+from pipelines.report.records import Record, ReportError
+from pipelines.study import BASELINE
+from pipelines.tracking import Tracker
+
+log = logging.getLogger(__name__)
+
+#: The name of the per-child artifact that holds every test document's final score (:func:`load_test_scores`).
+TEST_SCORES = "test_scores.npz"
+
+
+def comparisons(t1: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each comparison of Table 1 with the baseline, under the names ``report.json`` documents."""
+    base = next((r["label"] for r in t1 if r["strategy"] == BASELINE), None)
+    out = []
+    for r in t1:
+        if r["strategy"] == BASELINE or base is None:
+            continue
+        out.append(
+            {
+                "system": r["label"],
+                "strategy": r["strategy"],
+                "switch": r["switch"],
+                "baseline": base,
+                "n": r["queries"],
+                "n_without_relevant": r["queries_no_relevant"],
+                "folds": r["paired_folds"],
+                "folds_won": r["folds_won"],
+                "mean_delta": r["delta"],
+                "ci95_t": None if r["ci_t"] is None else list(r["ci_t"]),
+                "ci95_bootstrap": None if r["ci_boot"] is None else list(r["ci_boot"]),
+                "d_z": r["d_z"],
+                "wins": r["wins"],
+                "ties": r["ties"],
+                "losses": r["losses"],
+                "t_p": r["t_p"],
+                "t_p_holm": r["t_p_holm"],
+                "perm_p": r["perm_p"],
+                "perm_p_holm": r["perm_p_holm"],
+                "urisk": r["urisk"],
+                "trisk": r["trisk"],
+            }
+        )
+    return out
+
+
+def report_json(
+    meta: dict[str, Any],
+    t1: list[dict[str, Any]],
+    t2: dict[str, Any] | None,
+    conv: list[dict[str, Any]] | None,
+    by_diff: dict[str, Any] | None,
+    fig2: dict[str, Any] | None,
+    trec: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """``report.json``: the report's settings and every number of every table.
+
+    Keys: the grid (``experiment``, ``parent``, ``status``, ``folds``, ``split``, ``data``, ``fingerprint``,
+    ``metric``, ``versions``, ``problems``), ``settings`` (resamples, seed, risk levels, convergence target),
+    ``systems`` (Table 1: per system the mean and sd over folds and each fold's final value), ``comparisons``
+    (:func:`comparisons`: each system against the baseline, the paired statistics on the queries with a
+    relevant document), ``georisk`` (per system, per alpha), ``table2``, ``convergence``, ``by_difficulty``,
+    ``figure2`` and ``trec`` (:func:`trec_files`' summary); ``null`` where the report built none.
+    """
+    systems = [
+        {
+            "system": r["label"],
+            "strategy": r["strategy"],
+            "switch": r["switch"],
+            "folds": r["fold_ids"],
+            "missing_folds": r["missing_folds"],
+            "mean": r["mean"],
+            "sd": r["std"],
+            "per_fold": dict(zip((str(f) for f in r["fold_ids"]), r["per_fold"], strict=True)),
+        }
+        for r in t1
+    ]
+    keep = ("experiment", "parent", "status", "folds", "split", "data", "fingerprint", "metric", "metric_name")
+    return {
+        **{k: meta.get(k) for k in keep},
+        "report_version": meta.get("report_version"),
+        "versions": meta.get("versions"),
+        "problems": meta.get("problems"),
+        "settings": {
+            "permutations": meta.get("n_perm"),
+            "bootstrap": meta.get("n_boot"),
+            "seed": meta.get("seed"),
+            "risk_alphas": meta.get("risk_alphas"),
+            "target_fraction": meta.get("target_fraction"),
+            "confidence": 0.95,
+        },
+        "systems": systems,
+        "comparisons": comparisons(t1),
+        "georisk": {r["label"]: r["georisk"] for r in t1 if r["georisk"] is not None},
+        "table2": t2,
+        "convergence": conv,
+        "by_difficulty": by_diff,
+        "figure2": fig2,
+        "trec": trec,
+    }
+
+
+def load_test_scores(tracker: Tracker, run_id: str) -> dict[str, np.ndarray] | None:
+    """A child's ``test_scores.npz`` (arrays ``qid``, ``doc``, ``label``, ``score``); None for a run of an ltr that
+    logged none."""
+    names = {a.path for a in tracker.client.list_artifacts(run_id)}
+    if TEST_SCORES not in names:
+        return None
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d, np.load(tracker.client.download_artifacts(run_id, TEST_SCORES, d)) as z:
+        return {k: z[k] for k in ("qid", "doc", "label", "score")}
+
+
+def _check_scores(rec: Record, s: dict[str, np.ndarray]) -> None:
+    qid, doc = s["qid"], s["doc"]
+    n = {len(v) for v in s.values()}
+    if len(n) != 1:
+        raise ReportError(f"{rec.label} fold {rec.fold} (run {rec.run_id}): {TEST_SCORES} has arrays of lengths {n}")
+    if qid.size and np.any((np.diff(qid) < 0) | ((np.diff(qid) == 0) & (np.diff(doc) <= 0))):
+        raise ReportError(f"{rec.label} fold {rec.fold} (run {rec.run_id}): {TEST_SCORES} is not in (qid, doc) order")
+    if set(np.unique(qid).tolist()) != set(rec.per_query):
+        raise ReportError(
+            f"{rec.label} fold {rec.fold} (run {rec.run_id}): {TEST_SCORES}'s queries are not those of its "
+            "per_query_test.json"
+        )
+
+
+def _ranked(s: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The report's order (per query: score descending, ties by position) and each row's 1-based rank in it."""
+    order = np.lexsort((s["doc"], -s["score"].astype(np.float64), s["qid"]))
+    q = s["qid"][order]
+    start = np.r_[0, np.flatnonzero(np.diff(q)) + 1]
+    rank = np.arange(q.size) - np.repeat(start, np.diff(np.r_[start, q.size])) + 1
+    return order, rank
+
+
+def _tied_queries(s: dict[str, np.ndarray], order: np.ndarray, rank: np.ndarray, k: int) -> int:
+    """Queries with a group of equal scores that reaches into the top ``k`` (in the report's order) and holds
+    different labels: where trec_eval's tie order (docno descending) can give another NDCG@k than the
+    report's (position ascending)."""
+    if not order.size:
+        return 0
+    q, sc, lab = s["qid"][order], s["score"][order], s["label"][order]
+    start = np.r_[0, np.flatnonzero((q[1:] != q[:-1]) | (sc[1:] != sc[:-1])) + 1]  # groups of equal scores
+    mixed = np.minimum.reduceat(lab, start) != np.maximum.reduceat(lab, start)
+    return int(np.unique(q[start][mixed & (rank[start] <= k)]).size)
+
+
+def _lines(cols: dict[str, Any]) -> bytes:
+    import pandas as pd
+
+    buf = io.StringIO()
+    pd.DataFrame(cols).to_csv(buf, sep=" ", header=False, index=False, float_format="%.9g", lineterminator="\n")
+    return buf.getvalue().encode()
+
+
+def trec_files(
+    records: list[Record], scores: dict[str, dict[str, np.ndarray]], depth: int, k: int, gain: str
+) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """The TREC run files of every record with scores (``scores`` by run id) and each fold's qrels (see the
+    module's docstring): ``{"runs/<system>.fold<F>.trec": bytes, "qrels/fold<F>.qrels": bytes, ...}`` and a
+    summary (depth, files, and per run file the queries with ties that trec_eval can order otherwise at ``k``).
+
+    Every system on a fold must carry the same documents and labels (one qrels per fold); otherwise a
+    ReportError names the two runs.
+    """
+    files: dict[str, bytes] = {}
+    runs: dict[str, dict[str, Any]] = {}
+    qrels_of: dict[int, tuple[Record, dict[str, np.ndarray]]] = {}
+    for rec in sorted(records, key=lambda r: (r.fold, r.label)):
+        s = scores.get(rec.run_id)
+        if s is None:
+            continue
+        _check_scores(rec, s)
+        first = qrels_of.setdefault(rec.fold, (rec, s))
+        if first[0] is not rec and not all(np.array_equal(first[1][c], s[c]) for c in ("qid", "doc", "label")):
+            raise ReportError(
+                f"fold {rec.fold}: {rec.label} (run {rec.run_id}) and {first[0].label} (run {first[0].run_id}) "
+                "were tested on different documents or labels; one qrels file per fold cannot hold both"
+            )
+        order, rank = _ranked(s)
+        keep = rank <= depth
+        o = order[keep]
+        name = f"runs/{rec.label}.fold{rec.fold}.trec"
+        files[name] = _lines(
+            {
+                "qid": s["qid"][o],
+                "q0": "Q0",
+                "docno": s["doc"][o],
+                "rank": rank[keep],
+                "score": s["score"][o].astype(np.float64),
+                "tag": rec.label,
+            }
+        )
+        runs[name] = {
+            "system": rec.label,
+            "fold": rec.fold,
+            "run_id": rec.run_id,
+            "queries": int(np.unique(s["qid"]).size),
+            "lines": int(keep.sum()),
+            "tied_queries": _tied_queries(s, order, rank, k),
+        }
+    for fold, (_, s) in sorted(qrels_of.items()):
+        files[f"qrels/fold{fold}.qrels"] = _lines({"qid": s["qid"], "zero": 0, "docno": s["doc"], "rel": s["label"]})
+        if gain == "exp2":
+            g = (np.left_shift(1, s["label"].astype(np.int64)) - 1).astype(np.int64)
+            files[f"qrels/fold{fold}.exp2.qrels"] = _lines({"qid": s["qid"], "zero": 0, "docno": s["doc"], "rel": g})
+    missing = sorted({f"{r.label} fold {r.fold}" for r in records if r.run_id not in scores})
+    tied = sum(v["tied_queries"] for v in runs.values())
+    if tied:
+        log.warning(
+            "TREC runs: %d queries (over %d run files) have tied scores in their top %d with different labels: "
+            "trec_eval orders such ties otherwise than the report (see report.json's trec.runs)",
+            tied,
+            len(runs),
+            k,
+        )
+    return files, {"depth": depth, "k": k, "gain": gain, "runs": runs, "without_scores": missing}
