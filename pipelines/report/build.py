@@ -120,10 +120,10 @@ def build_report(
     meta["by_difficulty"] = by_diff
     trec = None
     if trec_depth and state.split == "test":
-        scores = {r.run_id: s for r in records if (s := load_test_scores(tracker, r.run_id)) is not None}
+        by_run = {r.run_id: s for r in records if (s := load_test_scores(tracker, r.run_id)) is not None}
         k = int(metric_name.rsplit("_", 1)[-1]) if metric_name.rsplit("_", 1)[-1].isdigit() else 10
         gain = "exp2" if "2^label-1" in str(metric) else "linear"
-        trec_out, trec = trec_files(records, scores, trec_depth, k, gain)
+        trec_out, trec = trec_files(records, by_run, trec_depth, k, gain)
         files.update(trec_out)
         if trec["without_scores"]:
             log.warning("no TREC run for %s: their ltr logged no test scores", ", ".join(trec["without_scores"]))
