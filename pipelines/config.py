@@ -261,7 +261,10 @@ class GridConfig:
     """An experiment grid (:mod:`pipelines.grid`): per fold, the LambdaMART baseline,
     MSE-t for every switch point, every curriculum strategy at every switch point,
     and ``extra_paths`` (name -> path shorthand; curricula they name are the
-    strategies, or ``extra_curricula``: name -> curriculum settings)."""
+    strategies, or ``extra_curricula``: name -> curriculum settings). ``seeds``: how many times each child whose
+    trees depend on a seed (the ``random`` curriculum control, the stochastic_ndcg objective) is trained, the
+    i-th time with the curriculum's and the training's seeds + i (:func:`pipelines.study.grid_children`); the
+    report averages them."""
 
     experiment: str = "ltr-default"
     folds: list[int] = field(default_factory=lambda: [1])
@@ -286,8 +289,11 @@ class GridConfig:
     data: str = ""
     difficulty: str = ""
     log_models: bool = True
+    seeds: int = 1
 
     def __post_init__(self) -> None:
+        if self.seeds < 1:
+            raise ConfigError(f"grid.seeds must be >= 1 (1: every child once), got {self.seeds}")
         if self.objectives not in ("python", "builtin"):
             raise ConfigError(f"grid.objectives must be 'python' or 'builtin', got {self.objectives!r}")
         bad = [t for t in self.switch_points if not 0 < t < self.trees]

@@ -52,6 +52,8 @@ INPUTS: dict[str, tuple[str, ...]] = {
     "cuts": ("dataset", "fold", "max_bin", "sample_rows", "code"),
     # a plan node's trees and margins (pipelines.plan): its place in the path, and the plan's context
     "node": ("parent", "objective", "data", "t0", "t1", "curriculum", "context"),
+    # a node of a grid.seeds repetition (seed offset not 0): the same and its seed offset
+    "seeded_node": ("parent", "objective", "data", "t0", "t1", "curriculum", "context", "seed"),
     # the plan's context, shared by every node of a fold
     "context": ("train", "metric", "dataset", "fold", "cuts", "code"),
     # a study (the grid's parent run in MLflow), with and without the code that runs it
@@ -246,21 +248,28 @@ def plan_context(
 
 
 def node_key(
-    parent: str | None, objective: str, data: str, t0: int, t1: int, curriculum: str | None, context: Mapping[str, Any]
+    parent: str | None,
+    objective: str,
+    data: str,
+    t0: int,
+    t1: int,
+    curriculum: str | None,
+    context: Mapping[str, Any],
+    seed: int = 0,
 ) -> str:
-    """A plan node's trees and margins: its parent, objective, data subset, trees t0..t1, curriculum, context."""
-    return make_key(
-        "node",
-        {
-            "parent": parent,
-            "objective": objective,
-            "data": data,
-            "t0": t0,
-            "t1": t1,
-            "curriculum": curriculum,
-            "context": dict(context),
-        },
-    )
+    """A plan node's trees and margins: its parent, objective, data subset, trees t0..t1, curriculum, context,
+    and its seed offset (``grid.seeds``), which enters the key only when it is not 0 (the keys of every node
+    but a seed repetition's are those of before seeds existed)."""
+    doc = {
+        "parent": parent,
+        "objective": objective,
+        "data": data,
+        "t0": t0,
+        "t1": t1,
+        "curriculum": curriculum,
+        "context": dict(context),
+    }
+    return make_key("seeded_node", {**doc, "seed": seed}) if seed else make_key("node", doc)
 
 
 def curriculum_content_key(summary: Mapping[str, Any]) -> str:

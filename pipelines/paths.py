@@ -4,12 +4,13 @@ A training path is a list of segments ``(objective, data, trees)``; segment
 ``i+1`` continues from the model after segment ``i``, and the tree count is
 global (segment 2 starts at tree ``t``). Shorthand::
 
-    OBJ[@DATA]:TREES[,OBJ[@DATA]:TREES...]
+    OBJ[@DATA][~SEED]:TREES[,OBJ[@DATA][~SEED]:TREES...]
 
     mse:200,lambdamart:300                 the continuation method, MSE-200
     lambdamart@q_bm25:200,lambdamart:300   curriculum: q_bm25's first stage, then all
     lambdamart@q_bm25.*:300,lambdamart:200 every stage of a paced curriculum (300 trees split evenly)
     xgb_mse:200,xgb_lambdamart:300         the same with XGBoost's built-in objectives
+    stochastic_ndcg~2:500                  the stochastic objective with train.seed + 2 (grid.seeds)
 
 ``DATA`` is ``all`` (default) or ``NAME[.STAGE]`` where NAME is the strategy of
 a curriculum passed to ``ltr train --curriculum`` and STAGE its stage index
@@ -39,8 +40,12 @@ OBJECTIVES: dict[str, str | None] = {
 }
 #: Objectives whose natural starting score is the mean label.
 REGRESSION = {"mse", "xgb_mse", "blend"}
+#: Objectives whose trees depend on a seed (the noise of stochastic_ndcg): ``grid.seeds`` repeats their paths.
+SEEDED = {"stochastic_ndcg"}
 
-_SEGMENT = re.compile(r"(?P<obj>[a-z_]+)(?:@(?P<data>[A-Za-z0-9_]+(?:\.(?:\d+|\*))?))?:(?P<trees>\d+)")
+_SEGMENT = re.compile(
+    r"(?P<obj>[a-z_]+)(?:@(?P<data>[A-Za-z0-9_]+(?:\.(?:\d+|\*))?))?(?:~(?P<seed>\d+))?:(?P<trees>\d+)"
+)
 
 
 class PathError(ValueError):
@@ -49,11 +54,14 @@ class PathError(ValueError):
 
 @dataclass(frozen=True)
 class Segment:
-    """``trees`` trees with ``objective`` on ``data`` (``all`` or ``NAME.STAGE``)."""
+    """``trees`` trees with ``objective`` on ``data`` (``all`` or ``NAME.STAGE``); ``seed``: added to
+    ``train.seed`` for this segment's randomness (the noise of stochastic_ndcg, XGBoost's sampling): 0, the
+    config's seed, for every path but a ``grid.seeds`` repetition."""
 
     objective: str
     trees: int
     data: str = "all"
+    seed: int = 0
 
     @property
     def builtin(self) -> str | None:
@@ -77,8 +85,10 @@ class Segment:
         return None if self.data == "all" else int(self.data.split(".")[1])
 
     def shorthand(self) -> str:
-        """The segment as ``OBJ[@DATA]:TREES`` (``@DATA`` left out for all rows), as :func:`parse_path` reads it."""
-        return f"{self.objective}{'' if self.data == 'all' else '@' + self.data}:{self.trees}"
+        """The segment as ``OBJ[@DATA][~SEED]:TREES`` (``@DATA`` left out for all rows, ``~SEED`` for seed 0), as
+        :func:`parse_path` reads it."""
+        data = "" if self.data == "all" else "@" + self.data
+        return f"{self.objective}{data}{f'~{self.seed}' if self.seed else ''}:{self.trees}"
 
 
 @dataclass(frozen=True)
@@ -123,7 +133,8 @@ def parse_path(text: str, name: str = "") -> TrainingPath:
         m = _SEGMENT.fullmatch(raw)
         if not m:
             raise PathError(
-                f"--path {text!r}: segment {raw!r} is not OBJECTIVE[@DATA]:TREES (e.g. mse:200, lambdamart@q_bm25:100)"
+                f"--path {text!r}: segment {raw!r} is not OBJECTIVE[@DATA][~SEED]:TREES (e.g. mse:200, "
+                "lambdamart@q_bm25:100, stochastic_ndcg~1:100)"
             )
         obj = m.group("obj")
         if obj not in OBJECTIVES:
@@ -134,7 +145,7 @@ def parse_path(text: str, name: str = "") -> TrainingPath:
         data = m.group("data") or "all"
         if data != "all" and "." not in data:
             data += ".0"
-        segs.append(Segment(obj, trees, data))
+        segs.append(Segment(obj, trees, data, int(m.group("seed") or 0)))
     if not segs:
         raise PathError("--path is empty")
     return TrainingPath(tuple(segs), name)
@@ -157,7 +168,7 @@ def resolve(path: TrainingPath, stages: dict[str, int]) -> TrainingPath:
             if s.trees < n:
                 raise PathError(f"path {path.shorthand()!r}: {s.shorthand()} has fewer trees than {name}'s {n} stages")
             base, extra = divmod(s.trees, n)
-            out += [Segment(s.objective, base + (extra if i == n - 1 else 0), f"{name}.{i}") for i in range(n)]
+            out += [Segment(s.objective, base + (extra if i == n - 1 else 0), f"{name}.{i}", s.seed) for i in range(n)]
         else:
             if int(st) >= n:
                 raise PathError(f"path {path.shorthand()!r}: {name} has stages 0..{n - 1}, not {st}")

@@ -53,6 +53,7 @@ class Node:
     t0: int
     t1: int
     ends: tuple[str, ...] = ()  # labels of the paths complete after t1
+    seed: int = 0  # added to train.seed for the node's randomness (a grid.seeds repetition; 0 otherwise)
 
     @property
     def trees(self) -> int:
@@ -66,7 +67,8 @@ class Node:
 
     def describe(self) -> str:
         """``objective[@data] t0..t1`` (``@data`` left out for all rows), e.g. ``lambdamart 20..100``."""
-        return f"{self.objective}{'' if self.data == 'all' else '@' + self.data} {self.t0}..{self.t1}"
+        data = "" if self.data == "all" else "@" + self.data
+        return f"{self.objective}{data}{f'~{self.seed}' if self.seed else ''} {self.t0}..{self.t1}"
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,9 @@ class Plan:
         """The plan as JSON-ready data: ``fold``, ``nodes`` and ``chains`` (``inputs`` is not serialised)."""
         return {
             "fold": self.fold,
-            "nodes": [{**asdict(n), "ends": list(n.ends)} for n in self.nodes],
+            "nodes": [
+                {**{k: v for k, v in asdict(n).items() if k != "seed" or v}, "ends": list(n.ends)} for n in self.nodes
+            ],
             "chains": {p: list(c) for p, c in self.chains.items()},
         }
 
@@ -224,10 +228,10 @@ def _split(
     chains: dict[str, list[str]],
     inputs: dict[str, dict[str, Any]],
 ) -> None:
-    groups: dict[tuple[str, str], list[tuple[str, tuple[Segment, ...]]]] = {}
+    groups: dict[tuple[str, str, int], list[tuple[str, tuple[Segment, ...]]]] = {}
     for name, segs in items:
-        groups.setdefault((segs[0].objective, segs[0].data), []).append((name, segs))
-    for (obj, data), members in groups.items():
+        groups.setdefault((segs[0].objective, segs[0].data, segs[0].seed), []).append((name, segs))
+    for (obj, data, seed), members in groups.items():
         step = min(segs[0].trees for _, segs in members)  # the first point where a member ends or parts
         cur = None if data == "all" else data.split(".")[0]
         if cur is not None and cur not in ckeys and ckeys:
@@ -240,6 +244,7 @@ def _split(
             "t1": t + step,
             "curriculum": ckeys.get(cur) if cur else None,
             "context": ctx,
+            **({"seed": seed} if seed else {}),  # seed 0 keys as before seeds existed
         }
         key = node_key(**doc)
         inputs[key] = doc
@@ -247,12 +252,12 @@ def _split(
         for name, segs in members:
             chains[name].append(key)
             head = segs[0]
-            remaining = segs[1:] if head.trees == step else (Segment(obj, head.trees - step, data), *segs[1:])
+            remaining = segs[1:] if head.trees == step else (Segment(obj, head.trees - step, data, seed), *segs[1:])
             if remaining:
                 rest.append((name, remaining))
             else:
                 ends.append(name)
-        nodes.append(Node(key, parent, obj, data, t, t + step, tuple(ends)))
+        nodes.append(Node(key, parent, obj, data, t, t + step, tuple(ends), seed))
         if rest:
             _split(rest, t + step, key, ctx, ckeys, nodes, chains, inputs)
 

@@ -27,7 +27,7 @@ from pipelines.dataset import Dataset, DatasetError, open_dataset
 from pipelines.difficulty import SUMMARY as DIFFICULTY_SUMMARY
 from pipelines.difficulty import difficulty_inputs
 from pipelines.layout import Layout
-from pipelines.paths import TrainingPath, parse_path, resolve
+from pipelines.paths import SEEDED, TrainingPath, parse_path, resolve
 from pipelines.plan import DONE, Plan, build_plan, format_plan, states_of
 from pipelines.storage import read_json
 
@@ -46,15 +46,47 @@ class Child:
     strategy: str  # "lambdamart" (baseline), "mse", a curriculum strategy, or an extra path's name
     switch: int | None
     path: TrainingPath
+    seed: int = 0  # a grid.seeds repetition: its seeds are the config's + seed (0: the child itself)
 
     @property
     def name(self) -> str:
-        """The child's name, ``fold<F>/<strategy>`` with ``-<switch>`` when it has a switch point."""
-        return f"fold{self.fold}/{self.strategy}" + ("" if self.switch is None else f"-{self.switch}")
+        """The child's name, ``fold<F>/<strategy>`` with ``-<switch>`` when it has a switch point and
+        ``/seed<i>`` for the i-th repetition of a seed-dependent child (:func:`grid_children`)."""
+        sw = "" if self.switch is None else f"-{self.switch}"
+        return f"fold{self.fold}/{self.strategy}{sw}" + (f"/seed{self.seed}" if self.seed else "")
+
+
+#: A curriculum name's suffix for the i-th seed repetition of a seeded curriculum (``random_seed1``).
+SEED_SUFFIX = "_seed"
+
+
+def seed_dependent(cfg: Config, path: TrainingPath) -> bool:
+    """Whether the trees of ``path`` depend on a seed that :func:`grid_children` varies: a segment with a seeded
+    objective (stochastic_ndcg) or on a curriculum whose strategy is ``random``. (XGBoost's row and column
+    sampling, ``train.subsample`` or ``colsample_bytree`` below 1, would make every path depend on the seed;
+    ``grid.seeds`` does not repeat those.)"""
+    return any(s.objective in SEEDED for s in path.segments) or any(
+        curriculum_config(cfg, n).strategy == "random" for n in path.curricula
+    )
+
+
+def with_seed(cfg: Config, path: TrainingPath, i: int) -> TrainingPath:
+    """The ``i``-th seed repetition of ``path``: its seeded segments with seed ``i`` (``train.seed + i``), its
+    random curricula replaced by ``<name>_seed<i>`` (``curriculum.seed + i``)."""
+    segs = []
+    for s in path.segments:
+        cur = s.curriculum
+        data = s.data
+        if cur is not None and curriculum_config(cfg, cur).strategy == "random":
+            data = f"{cur}{SEED_SUFFIX}{i}.{s.data.split('.')[1]}"
+        segs.append(replace(s, data=data, seed=i if s.objective in SEEDED else s.seed))
+    return TrainingPath(tuple(segs), f"{path.label}.seed{i}")
 
 
 def grid_children(cfg: Config, fold: int) -> list[Child]:
-    """The children of one fold, in a stable order."""
+    """The children of one fold, in a stable order; with ``grid.seeds`` = n > 1, each seed-dependent child
+    (:func:`seed_dependent`) is followed by its repetitions 1..n-1 (:func:`with_seed`). The others are not
+    repeated, and no child's key depends on ``grid.seeds``."""
     g = cfg.grid  # checked where it is typed (pipelines.config.GridConfig)
     lm, mse = ("xgb_lambdamart", "xgb_mse") if g.objectives == "builtin" else ("lambdamart", "mse")
     T = g.trees
@@ -67,6 +99,17 @@ def grid_children(cfg: Config, fold: int) -> list[Child]:
         out += [Child(fold, s, t, parse_path(f"{lm}@{s}:{t},{lm}:{T - t}", f"{s}-{t}")) for t in g.switch_points]
     for name, text in sorted(g.extra_paths.items()):
         out.append(Child(fold, name, None, parse_path(text, name)))
+    if g.seeds > 1:
+        out = [
+            rep
+            for c in out
+            for rep in [c]
+            + (
+                [replace(c, seed=i, path=with_seed(cfg, c.path, i)) for i in range(1, g.seeds)]
+                if seed_dependent(cfg, c.path)
+                else []
+            )
+        ]
     return out
 
 
@@ -82,6 +125,10 @@ def curriculum_config(cfg: Config, name: str) -> Any:
         return replace(cfg.curriculum, **cfg.grid.extra_curricula[name])
     if name in STRATEGIES:
         return replace(cfg.curriculum, strategy=name, pacing="")
+    base, sep, i = name.rpartition(SEED_SUFFIX)
+    if sep and base and i.isdigit() and int(i) > 0:  # a seed repetition of a random curriculum (with_seed)
+        c = curriculum_config(cfg, base)
+        return replace(c, seed=c.seed + int(i))
     raise ConfigError(
         f"grid path refers to curriculum {name!r}, which is neither a strategy nor in "
         f"grid.extra_curricula ({sorted(cfg.grid.extra_curricula)})"

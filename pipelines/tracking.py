@@ -46,6 +46,7 @@ TAG_CHILD_KEY = "ltr.child_key"
 TAG_PARENT = "mlflow.parentRunId"
 TAG_STRATEGY = "ltr.strategy"
 TAG_SWITCH = "ltr.switch_point"
+TAG_SEED = "ltr.seed"  # a grid.seeds repetition's index (absent: the child itself, seed 0)
 TAG_FOLD = "ltr.fold"
 TAG_PATH = "ltr.path"
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numba
@@ -75,6 +75,15 @@ class Settings:
     stochastic_noise: float = 1.0
     stochastic_anneal: int = 100  # global tree at which the noise of stochastic_ndcg has annealed to 0
     blend: BlendSchedule = BlendSchedule("linear", 200, 100)
+
+    def with_seed(self, offset: int) -> Settings:
+        """These settings with ``offset`` added to the seed of the objectives' noise and of XGBoost's sampling
+        (a plan node of a ``grid.seeds`` repetition); themselves for offset 0."""
+        if not offset:
+            return self
+        return replace(
+            self, seed=self.seed + offset, params={**self.params, "seed": self.params.get("seed", 0) + offset}
+        )
 
     @property
     def objectives(self) -> ObjectiveSettings:
@@ -327,6 +336,7 @@ class _Worker:
                         "t0": node.t0,
                         "t1": node.t1,
                         "ends": list(node.ends),
+                        **({"seed": node.seed} if node.seed else {}),
                     },
                     "shards": self.comm.world,
                     "base": st.base,
@@ -400,7 +410,7 @@ class _Worker:
 
     def segment(self, node: Node, st: _State, end: int) -> _State:
         """Trees ``st.tree..end`` of ``node`` with a fresh booster on the margins so far; then a checkpoint."""
-        s = self.s
+        s = self.s.with_seed(node.seed)
         dtrain, rows, y, offsets, comp = self.training_matrix(node.data)
         dtrain.set_base_margin(st.train if rows is None else st.train[rows])
         ev = {name: np.array(getattr(st, name), dtype=np.float32) for name in self.evals}  # own copies

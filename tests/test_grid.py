@@ -62,11 +62,34 @@ def test_children_of_a_fold(tmp_path):
         _cfg(tmp_path, **{"grid.switch_points": "[0, 6]"})  # refused where the config is typed
 
 
+def test_seeds_repeat_only_the_children_that_depend_on_a_seed(tmp_path):
+    from pipelines.study import curriculum_config
+
+    one = grid_children(_cfg(tmp_path), 1)
+    cfg = _cfg(tmp_path, **{"grid.seeds": 3, "grid.extra_paths": "{blend: 'blend:6', noisy: 'stochastic_ndcg:6'}"})
+    three = grid_children(cfg, 1)
+    again = [c for c in three if c.seed == 0]
+    assert [(c.name, c.path) for c in again if c.strategy != "noisy"] == [(c.name, c.path) for c in one]
+    reps = [(c.name, c.path.shorthand()) for c in three if c.seed]
+    assert reps == [
+        ("fold1/random-2/seed1", "lambdamart@random_seed1.0:2,lambdamart:4"),
+        ("fold1/random-2/seed2", "lambdamart@random_seed2.0:2,lambdamart:4"),
+        ("fold1/random-4/seed1", "lambdamart@random_seed1.0:4,lambdamart:2"),
+        ("fold1/random-4/seed2", "lambdamart@random_seed2.0:4,lambdamart:2"),
+        ("fold1/noisy/seed1", "stochastic_ndcg~1:6"),
+        ("fold1/noisy/seed2", "stochastic_ndcg~2:6"),
+    ]
+    assert curriculum_config(cfg, "random_seed2").seed == cfg.curriculum.seed + 2
+    assert curriculum_config(cfg, "random_seed2").strategy == "random"
+    with pytest.raises(ValueError, match=r"grid.seeds must be >= 1"):
+        _cfg(tmp_path, **{"grid.seeds": 0})
+
+
 @pytest.fixture(scope="module")
 def grid_run(spark_holder, small_dataset, tmp_path_factory):
     spark = spark_holder.get()
     tmp = tmp_path_factory.mktemp("grid")
-    cfg = _cfg(tmp)
+    cfg = _cfg(tmp, **{"grid.seeds": 2})  # the random curriculum children twice (seeds 2018, 2019)
     summary = run_grid(spark, cfg, data=small_dataset)
     tracker = Tracker(summary["tracking_uri"], cfg.grid.experiment, os.path.join(cfg.work_dir, "mlartifacts"))
     return cfg, summary, tracker
@@ -74,9 +97,9 @@ def grid_run(spark_holder, small_dataset, tmp_path_factory):
 
 def test_runs_links_and_histories(grid_run, small_dataset):
     cfg, summary, tracker = grid_run
-    assert summary["trained"] == 16 and summary["skipped"] == 0
+    assert summary["trained"] == 20 and summary["skipped"] == 0
     kids = tracker.children(summary["parent_run_id"])
-    assert len(kids) == 16 and all(k.info.status == "FINISHED" for k in kids)
+    assert len(kids) == 20 and all(k.info.status == "FINISHED" for k in kids)
     assert all(k.data.tags[TAG_PARENT] == summary["parent_run_id"] for k in kids)
     assert sorted({k.data.tags[TAG_FOLD] for k in kids}) == ["1", "2"]
     assert sorted(k.data.tags[TAG_SWITCH] for k in kids if k.data.tags[TAG_STRATEGY] == "mse") == ["2", "2", "4", "4"]
@@ -136,13 +159,13 @@ def test_resume_continues_the_same_child_run_and_retrains_nothing(spark, small_d
     assert len(plans[fold].plan.units()) > 1
     again = run_grid(spark, cfg, data=small_dataset)
     assert again["parent_run_id"] == summary["parent_run_id"] and again["resumed"]
-    assert (again["trained"], again["skipped"], again["trees_built"]) == (1, 15, 0)  # its nodes are checkpointed
+    assert (again["trained"], again["skipped"], again["trees_built"]) == (1, 19, 0)  # its nodes are checkpointed
     kids = tracker.children(summary["parent_run_id"])
-    assert len(kids) == 16 and all(k.info.status == "FINISHED" for k in kids)  # same run ids, no new run
+    assert len(kids) == 20 and all(k.info.status == "FINISHED" for k in kids)  # same run ids, no new run
     after = sorted((m.step, m.value) for m in tracker.client.get_metric_history(victim.info.run_id, "ndcg_at_10_test"))
     assert after == before  # nothing logged twice
     third = run_grid(spark, cfg, data=small_dataset)
-    assert (third["trained"], third["skipped"]) == (0, 16)
+    assert (third["trained"], third["skipped"]) == (0, 20)
     assert all(unfinished_units(fp, tracker.child_runs(summary["parent_run_id"])) == [] for fp in plans.values())
 
 
@@ -154,6 +177,20 @@ def test_report_from_the_grid(grid_run, small_dataset, tmp_path):
     assert {"LambdaMART", "MSE-2", "MSE-4", "q_nrel-2", "random-4", "blend"} <= names
     base = next(row for row in r["table1"] if row["label"] == "LambdaMART")
     assert base["folds"] == 2 and base["t_p"] is None
+    # grid.seeds = 2: the random children's two seeds averaged query by query; their spread seed by seed
+    assert [(s["system"], s["seeds"]) for s in r["seeds"]] == [("random-2", [0, 1]), ("random-4", [0, 1])]
+    kids = tracker.children(summary["parent_run_id"])
+    rand = {
+        (k.data.tags[TAG_FOLD], k.data.tags.get("ltr.seed", "0")): k.data.metrics["final_ndcg_at_10_test"]
+        for k in kids
+        if (k.data.tags[TAG_STRATEGY], k.data.tags[TAG_SWITCH]) == ("random", "4")
+    }
+    per_seed = [np.mean([rand[(f, s)] for f in ("1", "2")]) for s in ("0", "1")]
+    row = next(s for s in r["seeds"] if s["system"] == "random-4")
+    assert [s["final"] for s in row["per_seed"]] == pytest.approx(per_seed, abs=1e-12)
+    assert row["final_sd"] == pytest.approx(np.std(per_seed, ddof=1), abs=1e-12) and per_seed[0] != per_seed[1]
+    r4 = next(row for row in r["table1"] if row["label"] == "random-4")
+    assert r4["mean"] == pytest.approx(np.mean(per_seed), abs=1e-12) and r4["folds"] == 2
     mse2 = next(row for row in r["table1"] if row["label"] == "MSE-2")
     # paired over the test queries of folds 1 and 2, those without a relevant document counted apart (left out)
     total = splits["1"]["test"]["queries"] + splits["2"]["test"]["queries"]
@@ -164,7 +201,7 @@ def test_report_from_the_grid(grid_run, small_dataset, tmp_path):
         assert (tmp_path / "report" / name).stat().st_size > 0
     logged = {a.path for a in tracker.client.list_artifacts(summary["parent_run_id"], "report")}
     assert "report/report.md" in logged and "report/figure1.png" in logged and "report/runs" in logged
-    assert len(r["trec"]["runs"]) == 16 and not r["trec"]["without_scores"]  # a TREC run per child
+    assert len(r["trec"]["runs"]) == 20 and not r["trec"]["without_scores"]  # a TREC run per child
     assert sorted(os.listdir(tmp_path / "report" / "qrels")) == [
         "fold1.exp2.qrels", "fold1.qrels", "fold2.exp2.qrels", "fold2.qrels"
     ]  # fmt: skip

@@ -15,6 +15,11 @@ def test_parse_and_shorthand():
     c = parse_path("lambdamart@q_bm25:200,lambdamart:300")
     assert c.segments[0].data == "q_bm25.0" and c.segments[0].curriculum == "q_bm25" and c.segments[0].stage == 0
     assert parse_path("xgb_mse:5").segments[0].builtin == "reg:squarederror"
+    s = parse_path("lambdamart@random:4,stochastic_ndcg~2:6")  # a grid.seeds repetition's seed offset
+    assert s.segments[1] == Segment("stochastic_ndcg", 6, "all", 2) and s.segments[0].seed == 0
+    assert s.shorthand() == "lambdamart@random.0:4,stochastic_ndcg~2:6" and parse_path(s.shorthand()) == s
+    assert parse_path("stochastic_ndcg~0:6").shorthand() == "stochastic_ndcg:6"  # seed 0: the config's seed
+    assert [x.seed for x in resolve(parse_path("stochastic_ndcg@c.*~3:4"), {"c": 2}).segments] == [3, 3]
 
 
 @pytest.mark.parametrize(

@@ -210,6 +210,30 @@ def test_one_training_matrix_at_a_time_and_the_same_trees(data, tmp_path, monkey
         assert ra.model == rb.model and ra.test == rb.test and ra.vali == rb.vali, p
 
 
+def test_a_seed_repetition_is_its_own_node_and_trains_as_the_config_with_that_seed(data, tmp_path):
+    """``stochastic_ndcg~1`` (a grid.seeds repetition): a node of its own after the shared deterministic prefix,
+    keys of seed-0 nodes as before seeds existed, and the trees of a study whose train.seed is 1 higher."""
+    plain, rep = "lambdamart:4,stochastic_ndcg:8", "lambdamart:4,stochastic_ndcg~1:8"
+    plan = build_plan([parse_path(plain, "s0"), parse_path(rep, "s1")], fold=1)
+    c0, c1 = plan.chains["s0"], plan.chains["s1"]
+    assert c0[0] == c1[0] and c0[1] != c1[1] and plan.node(c1[1]).seed == 1 and plan.node(c0[1]).seed == 0
+    alone = build_plan([parse_path(plain, "s0")], fold=1)
+    assert alone.chains["s0"] == c0  # no seed in the key of a seed-0 node
+    assert "stochastic_ndcg~1 4..12" in format_plan(plan, {n.key: node_states(plan, {})[n.key] for n in plan.nodes})
+    assert Plan.from_dict(plan.to_dict()).nodes == plan.nodes
+    s = Settings(params={**PARAMS, "seed": 5}, seed=5, stochastic_anneal=12, score_dist_trees=(4,))
+    store = CheckpointStore(str(tmp_path / "a"))
+    run_nodes(data, plan.nodes, s, store)
+    other = build_plan([parse_path(plain, "s0")], fold=1, context={"seed": 6})
+    store6 = CheckpointStore(str(tmp_path / "b"))
+    run_nodes(data, other.nodes, Settings(params={**PARAMS, "seed": 6}, seed=6, stochastic_anneal=12,
+                                          score_dist_trees=(4,)), store6)  # fmt: skip
+    r0, r1 = path_result(store, "s0", c0), path_result(store, "s1", c1)
+    r6 = path_result(store6, "s0", other.chains["s0"])
+    assert r0.model != r1.model and r1.test == r6.test and r1.test_scores is not None
+    np.testing.assert_array_equal(r1.test_scores["score"], r6.test_scores["score"])
+
+
 def test_stochastic_noise_depends_on_tree_query_document_only():
     qid, doc = np.array([5, 5, 5, 9]), np.array([0, 1, 2, 0])
     a = document_normal(3, 10, qid, doc)

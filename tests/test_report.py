@@ -376,6 +376,44 @@ def test_table2_means_over_the_folds_all_have():
     assert t2["folds"] == [1] and t2["mse"] == "MSE-1"
 
 
+def test_seed_repetitions_are_averaged_query_by_query_and_their_spread_reported():
+    """grid.seeds: Table 1 tests one score per query, its mean over the seeds (n = queries, not seeds x
+    queries); the seeds table gives each seed's mean final NDCG and difference, and their mean and sd."""
+    from dataclasses import replace
+
+    from pipelines.report.seeds import average_seeds
+
+    rel = {1: 1, 2: 1, 3: 0}
+    base = [record(f, "lambdamart", None, [0.5], {1: 0.5, 2: 0.5, 3: 1.0}, rel=rel, run_id=f"b{f}") for f in (1, 2)]
+    seeds = {  # (fold, seed) -> per-query NDCG of random-4
+        (1, 0): {1: 0.7, 2: 0.3, 3: 1.0},
+        (1, 1): {1: 0.9, 2: 0.5, 3: 1.0},
+        (2, 0): {1: 0.6, 2: 0.6, 3: 1.0},
+        (2, 1): {1: 0.2, 2: 0.4, 3: 1.0},
+    }
+    runs = [
+        replace(record(f, "random", 4, [float(np.mean(list(v.values())))], v, rel=rel, run_id=f"r{f}{s}"), seed=s)
+        for (f, s), v in seeds.items()
+    ]
+    recs, rows = average_seeds(base + runs)
+    avg = {r.fold: r for r in recs if r.strategy == "random"}
+    assert avg[1].per_query == pytest.approx({1: 0.8, 2: 0.4, 3: 1.0}) and avg[1].seeds == 2
+    assert avg[2].per_query == pytest.approx({1: 0.4, 2: 0.5, 3: 1.0}) and avg[1].run_id == "r10,r11"
+    t1 = {r["label"]: r for r in table1(recs, n_perm=100, n_boot=100)}
+    assert t1["random-4"]["queries"] == 4 and t1["random-4"]["queries_no_relevant"] == 2
+    assert t1["random-4"]["delta"] == pytest.approx(np.mean([0.3, -0.1, -0.1, 0.0]))
+    (row,) = rows
+    finals = [np.mean([np.mean(list(seeds[(f, s)].values())) for f in (1, 2)]) for s in (0, 1)]
+    deltas = [np.mean([0.2, -0.2, 0.1, 0.1]), np.mean([0.4, 0.0, -0.3, -0.1])]
+    assert [p["final"] for p in row["per_seed"]] == pytest.approx(finals)
+    assert [p["delta"] for p in row["per_seed"]] == pytest.approx(deltas)
+    assert row["delta_sd"] == pytest.approx(np.std(deltas, ddof=1)) and row["seeds"] == [0, 1]
+    md, _ = render(table1(recs, n_perm=10, n_boot=10), None, None, _meta(seeds=rows))
+    assert "## Seeds: final NDCG@10 on test" in md and "| random-4 | 2 |" in md
+    with pytest.raises(ReportError, match=r"random-4 fold 1: seed 1 \(run r11\) was tested on other queries"):
+        average_seeds([runs[0], replace(runs[1], per_query={1: 0.1})])
+
+
 # ------------------------------------------------------------ config
 def test_report_config():
     assert ReportConfig().table2_sizes == []

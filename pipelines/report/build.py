@@ -16,8 +16,9 @@ from pipelines.report.loading import code_versions, find_grid, load_grid, report
 from pipelines.report.pairing import groups
 from pipelines.report.records import Record, ReportError
 from pipelines.report.render import render
+from pipelines.report.seeds import average_seeds
 from pipelines.report.stats import alpha_key
-from pipelines.report.tables import RISK_ALPHAS, TARGET_FRACTION, convergence, table1, table2
+from pipelines.report.tables import RISK_ALPHAS, TARGET_FRACTION, convergence, run_convergence, table1, table2
 from pipelines.study import BASELINE, MSE
 from pipelines.tracking import Tracker
 
@@ -46,10 +47,12 @@ def build_report(
     :func:`pipelines.report.export.trec_files`)."""
     run = find_grid(tracker, parent)
     parent = run.info.run_id
-    records, state = load_grid(tracker, run, metric_name)
-    if not records:
+    runs, state = load_grid(tracker, run, metric_name)
+    if not runs:
         raise ReportError(f"grid run {parent} ({state.status}) has no finished children")
-    problems = state.problems(records)
+    problems = state.problems(runs)
+    # the tables: one record per system and fold, seed repetitions (grid.seeds) averaged query by query
+    records, seed_rows = average_seeds(runs)
     if problems:
         log.warning("grid %s is unfinished: %s", parent, "; ".join(problems))
     t1 = table1(records, n_perm, seed, folds=state.folds, n_boot=n_boot, risk_alphas=risk_alphas)
@@ -75,8 +78,8 @@ def build_report(
             log.warning("no Figure 2: %s", e)
     params = state.params
     metric = params.get("metric", metric_name)
-    child_metrics = sorted({r.metric for r in records if r.metric and r.metric != metric})
-    versions = code_versions(records)
+    child_metrics = sorted({r.metric for r in runs if r.metric and r.metric != metric})
+    versions = code_versions(runs)
     meta = {
         "title": f"Curriculum and continuation LtR: {tracker.experiment}",
         "experiment": tracker.experiment,
@@ -120,19 +123,22 @@ def build_report(
     meta["by_difficulty"] = by_diff
     trec = None
     if trec_depth and state.split == "test":
-        by_run = {r.run_id: s for r in records if (s := load_test_scores(tracker, r.run_id)) is not None}
+        by_run = {r.run_id: s for r in runs if (s := load_test_scores(tracker, r.run_id)) is not None}
         k = int(metric_name.rsplit("_", 1)[-1]) if metric_name.rsplit("_", 1)[-1].isdigit() else 10
         gain = "exp2" if "2^label-1" in str(metric) else "linear"
-        trec_out, trec = trec_files(records, by_run, trec_depth, k, gain)
+        trec_out, trec = trec_files(runs, by_run, trec_depth, k, gain)
         files.update(trec_out)
         if trec["without_scores"]:
             log.warning("no TREC run for %s: their ltr logged no test scores", ", ".join(trec["without_scores"]))
     meta["trec"] = trec
+    meta["seeds"] = seed_rows
     md, page = render(t1, t2, fig2, meta)
     files["report.md"] = md.encode()
     files["report.html"] = page.encode()
     files["table1.json"] = json.dumps(t1, indent=1).encode()
-    files["report.json"] = json.dumps(report_json(meta, t1, t2, conv, by_diff, fig2, trec), indent=1).encode()
+    files["report.json"] = json.dumps(
+        report_json(meta, t1, t2, conv, by_diff, fig2, trec, seed_rows), indent=1
+    ).encode()
     if t2:
         files["table2.json"] = json.dumps(t2, indent=1).encode()
     if conv:
@@ -155,8 +161,9 @@ def build_report(
         with open(path, "wb") as f:
             f.write(data)
         tracker.client.log_artifact(parent, path, os.path.dirname(os.path.join("report", name)))
-    logged = log_child_metrics(tracker, metrics_for_children(records, t1, conv, metric_name))
-    log.info("report: %d metric values logged on the %d child runs", logged, len(records))
+    # each child run (a seed repetition too) its own convergence figures and its system's Table 1 figures
+    logged = log_child_metrics(tracker, metrics_for_children(runs, t1, target_fraction, metric_name))
+    log.info("report: %d metric values logged on the %d child runs", logged, len(runs))
     log.info(
         "report of %d runs of grid %s (%s) written to %s (and logged to that run)",
         len(records),
@@ -175,7 +182,8 @@ def build_report(
         "by_difficulty": by_diff,
         "figure2": fig2,
         "trec": trec,
-        "records": len(records),
+        "records": len(runs),
+        "seeds": seed_rows,
         "versions": versions,
     }
 
@@ -185,7 +193,7 @@ REPORT_METRIC = "report."
 
 
 def metrics_for_children(
-    records: list[Record], t1: list[dict[str, Any]], conv: list[dict[str, Any]] | None, metric_name: str
+    records: list[Record], t1: list[dict[str, Any]], target_fraction: float, metric_name: str
 ) -> dict[str, dict[str, float]]:
     """What the report logs on each child run, by run id, so that MLflow's run comparison sorts and plots what
     the tables say: the child's own final vali/test NDCG, best vali iteration and trees to the convergence
@@ -193,15 +201,13 @@ def metrics_for_children(
     fold's child): mean difference, Holm-corrected t-test p, d_z, URisk at alpha 1. A figure that does not
     exist (no baseline, target never reached, nothing paired) is left out, not logged as NaN."""
     rows = {(r["strategy"], r["switch"]): r for r in t1}
-    per_fold = {
-        (c["strategy"], c["switch"], p["fold"]): p for c in (conv or []) for p in c["per_fold"]
-    }  # fmt: skip
+    base = {r.fold: r for r in records if (r.strategy, r.switch, r.seed) == (BASELINE, None, 0)}
     out: dict[str, dict[str, float]] = {}
     for rec in records:
         m: dict[str, float | None] = {f"final_{metric_name}_test": rec.final}
         if rec.vali:
             m[f"final_{metric_name}_vali"] = rec.final_vali
-        p = per_fold.get((rec.strategy, rec.switch, rec.fold))
+        p = run_convergence(rec, base.get(rec.fold), target_fraction)
         if p is not None:
             m[f"{REPORT_METRIC}best_vali_iteration"] = p["best_iteration"]
             m[f"{REPORT_METRIC}trees_to_target"] = p["trees_to_target"]

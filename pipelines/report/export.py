@@ -76,6 +76,7 @@ def report_json(
     by_diff: dict[str, Any] | None,
     fig2: dict[str, Any] | None,
     trec: dict[str, Any] | None,
+    seeds: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """``report.json``: the report's settings and every number of every table.
 
@@ -84,7 +85,8 @@ def report_json(
     ``systems`` (Table 1: per system the mean and sd over folds and each fold's final value), ``comparisons``
     (:func:`comparisons`: each system against the baseline, the paired statistics on the queries with a
     relevant document), ``georisk`` (per system, per alpha), ``table2``, ``convergence``, ``by_difficulty``,
-    ``figure2`` and ``trec`` (:func:`trec_files`' summary); ``null`` where the report built none.
+    ``figure2``, ``trec`` (:func:`trec_files`' summary) and ``seeds`` (the spread across ``grid.seeds``
+    repetitions: :func:`pipelines.report.seeds.average_seeds`); ``null`` where the report built none.
     """
     systems = [
         {
@@ -121,6 +123,7 @@ def report_json(
         "by_difficulty": by_diff,
         "figure2": fig2,
         "trec": trec,
+        "seeds": seeds or None,
     }
 
 
@@ -192,7 +195,7 @@ def trec_files(
     files: dict[str, bytes] = {}
     runs: dict[str, dict[str, Any]] = {}
     qrels_of: dict[int, tuple[Record, dict[str, np.ndarray]]] = {}
-    for rec in sorted(records, key=lambda r: (r.fold, r.label)):
+    for rec in sorted(records, key=lambda r: (r.fold, r.label, r.seed)):
         s = scores.get(rec.run_id)
         if s is None:
             continue
@@ -206,7 +209,8 @@ def trec_files(
         order, rank = _ranked(s)
         keep = rank <= depth
         o = order[keep]
-        name = f"runs/{rec.label}.fold{rec.fold}.trec"
+        system = rec.label + (f".seed{rec.seed}" if rec.seed else "")
+        name = f"runs/{system}.fold{rec.fold}.trec"
         files[name] = _lines(
             {
                 "qid": s["qid"][o],
@@ -214,11 +218,11 @@ def trec_files(
                 "docno": s["doc"][o],
                 "rank": rank[keep],
                 "score": s["score"][o].astype(np.float64),
-                "tag": rec.label,
+                "tag": system,
             }
         )
         runs[name] = {
-            "system": rec.label,
+            "system": system,
             "fold": rec.fold,
             "run_id": rec.run_id,
             "queries": int(np.unique(s["qid"]).size),
@@ -230,7 +234,9 @@ def trec_files(
         if gain == "exp2":
             g = (np.left_shift(1, s["label"].astype(np.int64)) - 1).astype(np.int64)
             files[f"qrels/fold{fold}.exp2.qrels"] = _lines({"qid": s["qid"], "zero": 0, "docno": s["doc"], "rel": g})
-    missing = sorted({f"{r.label} fold {r.fold}" for r in records if r.run_id not in scores})
+    missing = sorted(
+        {f"{r.label}{f' seed {r.seed}' if r.seed else ''} fold {r.fold}" for r in records if r.run_id not in scores}
+    )
     tied = sum(v["tied_queries"] for v in runs.values())
     if tied:
         log.warning(

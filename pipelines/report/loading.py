@@ -17,6 +17,7 @@ from pipelines.tracking import (
     TAG_FOLD,
     TAG_KIND,
     TAG_PATH,
+    TAG_SEED,
     TAG_STRATEGY,
     TAG_SWITCH,
     Tracker,
@@ -158,9 +159,10 @@ def load_grid(tracker: Tracker, run: Any, metric: str) -> tuple[list[Record], Gr
         tags = r.data.tags
         sw = tags.get(TAG_SWITCH, "")
         fold, strategy, switch = int(tags[TAG_FOLD]), tags[TAG_STRATEGY], int(sw) if sw else None
+        seed = int(tags.get(TAG_SEED) or 0)
         systems.add((strategy, switch))
         if r.info.status != "FINISHED":
-            others.append((strategy, switch, fold, r.info.status))
+            others.append((strategy, switch, fold, seed, r.info.status))
             continue
         rid = r.info.run_id
         hist = _one_point_per_step(tracker.client.get_metric_history(rid, f"{metric}_test"), rid)
@@ -194,16 +196,22 @@ def load_grid(tracker: Tracker, run: Any, metric: str) -> tuple[list[Record], Gr
                 run_id=rid,
                 code={k[5:]: v for k, v in params.items() if k.startswith("code.")},
                 metric=params.get("metric", ""),
+                seed=seed,
             )
         )
-    done = {(r.strategy, r.switch, r.fold) for r in records}
+    done = {(r.strategy, r.switch, r.fold, r.seed) for r in records}
     unfinished = sorted(
-        {(label_of(s, t), f, st) for s, t, f, st in others if (s, t, f) not in done}, key=lambda x: (x[1], x[0])
+        {
+            (label_of(s, t) + (f" seed {i}" if i else ""), f, st)
+            for s, t, f, i, st in others
+            if (s, t, f, i) not in done
+        },
+        key=lambda x: (x[1], x[0]),
     )
     folds = _folds_param(run.data.params.get("folds"))
     if folds is None:
         log.warning("grid run %s records no folds param: taking the folds of its children", parent)
-        folds = sorted({r.fold for r in records} | {f for _, _, f, _ in others})
+        folds = sorted({r.fold for r in records} | {o[2] for o in others})
     if len(splits) > 1:
         raise ReportError(f"grid run {parent}: some children have test curves and some only vali curves")
     state = GridState(
@@ -237,15 +245,15 @@ def _one_point_per_step(history: list[Any], run_id: str) -> list[Any]:
 
 
 def _one_finished_run_per_child(children: list[Any]) -> tuple[list[Any], list[str]]:
-    """The grid's child runs with at most one FINISHED run per (fold, strategy, switch point), and a note per
-    run left out.
+    """The grid's child runs with at most one FINISHED run per (fold, strategy, switch point, seed repetition), and
+    a note per run left out.
 
     Two FINISHED runs of one child with the same ``ltr.child_key`` (the same path and last plan node, so the
     same checkpoints and results: what a scheduler running a study's units at once made before children were
     owned) are one result logged twice: the earliest is reported, the others are named with the command
     that deletes them. Two with different keys are two different results for one cell of the tables: an
     error that names both runs and how to repair the grid."""
-    finished: dict[tuple[str, str, str], list[Any]] = {}
+    finished: dict[tuple[str, str, str, str], list[Any]] = {}
     out = []
     for r in children:
         tags = r.data.tags
@@ -253,17 +261,18 @@ def _one_finished_run_per_child(children: list[Any]) -> tuple[list[Any], list[st
             continue
         if r.info.status == "FINISHED":
             finished.setdefault(
-                (tags.get(TAG_FOLD, ""), tags.get(TAG_STRATEGY, ""), tags.get(TAG_SWITCH, "")), []
+                (tags.get(TAG_FOLD, ""), tags.get(TAG_STRATEGY, ""), tags.get(TAG_SWITCH, ""), tags.get(TAG_SEED, "")),
+                [],
             ).append(r)
         else:
             out.append(r)
     notes = []
-    for (fold, strategy, switch), rs in finished.items():
+    for (fold, strategy, switch, seed), rs in finished.items():
         rs.sort(key=lambda r: (r.info.start_time or 0, r.info.run_id))
         out.append(rs[0])
         if len(rs) == 1:
             continue
-        label = label_of(strategy, int(switch) if switch else None)
+        label = label_of(strategy, int(switch) if switch else None) + (f" seed {seed}" if seed else "")
         keys = {r.data.tags.get(TAG_CHILD_KEY, "") for r in rs}
         ids = [r.info.run_id for r in rs]
         if len(keys) > 1 or "" in keys:

@@ -41,6 +41,9 @@ class Record:
     run_id: str = ""
     code: dict[str, str] = field(default_factory=dict)  # the child's code.* params without the prefix
     metric: str = ""  # the child's metric conventions (its ``metric`` param)
+    seed: int = 0  # the grid.seeds repetition (0: the child itself)
+    #: the seed repetitions averaged into this record (:func:`pipelines.report.seeds.average_seeds`); 1: a run
+    seeds: int = 1
 
     @property
     def label(self) -> str:

@@ -148,6 +148,8 @@ def render(t1: list[dict], t2: dict | None, fig2: dict | None, meta: dict[str, A
     elif meta.get("no_table2"):
         md += ["", f"## Table 2: not built ({meta['no_table2']})"]
     md += _folds_table(t1, m, split)
+    if meta.get("seeds"):
+        md += _seeds_table(meta["seeds"], m, split)
     if meta.get("convergence"):
         md += _convergence_table(meta["convergence"], m)
     if meta.get("by_difficulty"):
@@ -268,6 +270,32 @@ def _folds_table(t1: list[dict[str, Any]], m: str, split: str) -> list[str]:
         cells = [f"{by[f]:.4f}" if f in by else "" for f in folds]
         won = "" if r["folds_won"] is None else f"{r['folds_won']} / {len(r['paired_folds'])}"
         md.append(f"| {r['label']} | " + " | ".join(cells) + f" | {r['mean']:.4f} | {won} |")
+    return md
+
+
+def _seeds_table(rows: list[dict[str, Any]], m: str, split: str) -> list[str]:
+    """The spread across seed repetitions (:func:`pipelines.report.seeds.average_seeds`)."""
+    md = [
+        "",
+        f"## Seeds: final {m} on {split} and the difference with LambdaMART, seed by seed",
+        "",
+        f"The systems whose trees depend on a seed (the random curriculum, the stochastic objective) ran once per "
+        f"seed (grid.seeds); every other table uses each query's {m} averaged over the seeds. Per seed: the mean "
+        f"over folds of the final {m}, and Δ, the mean paired difference with LambdaMART (queries with a relevant "
+        "document); then their mean and standard deviation across seeds.",
+        "",
+        f"| model | seeds | final {m} per seed | mean ± sd | Δ per seed | Δ mean ± sd |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        finals = ", ".join(f"{s['final']:.4f}" for s in r["per_seed"])
+        deltas = ", ".join(_f(s["delta"]) for s in r["per_seed"])
+        sd = "" if r["final_sd"] is None else f" ± {r['final_sd']:.4f}"
+        dsd = "" if r["delta_sd"] is None else f" ± {r['delta_sd']:.4f}"
+        md.append(
+            f"| {r['system']} | {len(r['seeds'])} | {finals} | {r['final_mean']:.4f}{sd} | {deltas} | "
+            f"{_f(r['delta_mean'])}{dsd} |"
+        )
     return md
 
 

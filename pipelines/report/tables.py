@@ -248,6 +248,26 @@ def table2(records: list[Record], sizes: Sequence[int] | None = None) -> dict[st
 TARGET_FRACTION = 0.99
 
 
+def run_convergence(r: Record, b: Record | None, fraction: float = TARGET_FRACTION) -> dict[str, Any] | None:
+    """One run's convergence against the baseline's run ``b`` of its fold (:func:`convergence`'s per-fold
+    entry); None when either has no vali curve."""
+    if b is None or not r.vali or not b.vali:
+        return None
+    if len(r.vali) != len(r.steps) or len(r.test) != len(r.steps):
+        raise ReportError(f"{r.label} fold {r.fold} (run {r.run_id}): its vali and test curves have different points")
+    target = fraction * b.final_vali
+    reached = next((s for s, v in zip(r.steps, r.vali, strict=True) if v >= target), None)
+    best = int(np.argmax(r.vali))
+    return {
+        "fold": r.fold,
+        "target": target,
+        "trees_to_target": reached,
+        "best_iteration": r.steps[best],
+        "test_at_best": r.test[best],
+        "vali_auc": float(np.mean(r.vali)),
+    }
+
+
 def convergence(records: list[Record], fraction: float = TARGET_FRACTION) -> list[dict[str, Any]]:
     """How fast each system gets there, chosen on validation and reported on test (the paper's second claim).
 
@@ -266,28 +286,7 @@ def convergence(records: list[Record], fraction: float = TARGET_FRACTION) -> lis
         raise ReportError("convergence: no finished LambdaMART baseline run")
     rows = []
     for key in order_systems(list(g)):
-        per_fold = []
-        for r in g[key]:
-            b = base.get(r.fold)
-            if b is None or not r.vali or not b.vali:
-                continue
-            if len(r.vali) != len(r.steps) or len(r.test) != len(r.steps):
-                raise ReportError(
-                    f"{r.label} fold {r.fold} (run {r.run_id}): its vali and test curves have different points"
-                )
-            target = fraction * b.final_vali
-            reached = next((s for s, v in zip(r.steps, r.vali, strict=True) if v >= target), None)
-            best = int(np.argmax(r.vali))
-            per_fold.append(
-                {
-                    "fold": r.fold,
-                    "target": target,
-                    "trees_to_target": reached,
-                    "best_iteration": r.steps[best],
-                    "test_at_best": r.test[best],
-                    "vali_auc": float(np.mean(r.vali)),
-                }
-            )
+        per_fold = [p for r in g[key] if (p := run_convergence(r, base.get(r.fold), fraction)) is not None]
         if not per_fold:
             continue
         hit = [p["trees_to_target"] for p in per_fold if p["trees_to_target"] is not None]
