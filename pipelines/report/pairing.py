@@ -12,19 +12,27 @@ from pipelines.report.records import Record, ReportError
 log = logging.getLogger(__name__)
 
 
+def sort_once(rs: list[Record], by: str) -> list[Record]:
+    """``rs`` (one system's runs) sorted in place by ``by`` (``fold`` or ``seed``); two runs with the same value
+    are an error naming both."""
+    rs.sort(key=lambda r: getattr(r, by))
+    for a, b in zip(rs, rs[1:]):
+        if getattr(a, by) == getattr(b, by):
+            seed = f" seed {a.seed}" if by == "seed" else ""
+            raise ReportError(
+                f"{a.label}: fold {a.fold}{seed} has two finished runs ({a.run_id}, {b.run_id}); "
+                f"a system must have one run per fold{' and seed' if seed else ''} (delete the stray run in MLflow)"
+            )
+    return rs
+
+
 def groups(records: list[Record]) -> dict[tuple[str, int | None], list[Record]]:
     """Records by system (strategy, switch point), each sorted by fold; a fold twice is an error."""
     out: dict[tuple[str, int | None], list[Record]] = {}
     for r in records:
         out.setdefault((r.strategy, r.switch), []).append(r)
     for rs in out.values():
-        rs.sort(key=lambda r: r.fold)
-        for a, b in zip(rs, rs[1:]):
-            if a.fold == b.fold:
-                raise ReportError(
-                    f"{a.label}: fold {a.fold} has two finished runs ({a.run_id}, {b.run_id}); "
-                    "a system must have one run per fold (delete the stray run in MLflow)"
-                )
+        sort_once(rs, "fold")
     return out
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.report.pairing import paired_samples
+from pipelines.report.pairing import paired_samples, sort_once
 from pipelines.report.records import Record, ReportError
 from pipelines.study import BASELINE
 
@@ -60,12 +60,7 @@ def average_seeds(records: list[Record]) -> tuple[list[Record], list[dict[str, A
         by.setdefault((r.strategy, r.switch, r.fold), []).append(r)
     out = []
     for runs in by.values():
-        runs.sort(key=lambda r: r.seed)
-        for a, b in zip(runs, runs[1:]):
-            if a.seed == b.seed:
-                raise ReportError(
-                    f"{a.label} fold {a.fold}: seed {a.seed} has two finished runs ({a.run_id}, {b.run_id})"
-                )
+        sort_once(runs, "seed")
         out.append(runs[0] if len(runs) == 1 else _average(runs))
     base = [r for r in out if (r.strategy, r.switch) == (BASELINE, None)]
     rows: list[dict[str, Any]] = []
