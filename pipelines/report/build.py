@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,9 +46,18 @@ def build_report(
     the study's difficulty scores (``ltr difficulty``'s output) for the effect by difficulty (left out, with a
     note, when absent); ``trec_depth``: documents per query in the TREC run files (0: none;
     :func:`pipelines.report.export.trec_files`)."""
+    laps: dict[str, float] = {}  # where the report's time goes (seconds per stage; logged at the end)
+    t_lap = [time.perf_counter()]
+
+    def lap(stage: str) -> None:
+        now = time.perf_counter()
+        laps[stage] = laps.get(stage, 0.0) + now - t_lap[0]
+        t_lap[0] = now
+
     run = find_grid(tracker, parent)
     parent = run.info.run_id
     runs, state = load_grid(tracker, run, metric_name)
+    lap("load (MLflow)")
     if not runs:
         raise ReportError(f"grid run {parent} ({state.status}) has no finished children")
     problems = state.problems(runs)
@@ -56,6 +66,7 @@ def build_report(
     if problems:
         log.warning("grid %s is unfinished: %s", parent, "; ".join(problems))
     t1 = table1(records, n_perm, seed, folds=state.folds, n_boot=n_boot, risk_alphas=risk_alphas)
+    lap("table 1 (tests, bootstrap, risk)")
     g = groups(records)
     conv = convergence(records, target_fraction) if (BASELINE, None) in g and any(r.vali for r in records) else None
     t2, no_table2 = None, None
@@ -67,6 +78,7 @@ def build_report(
     else:
         no_table2 = "the grid has no finished LambdaMART baseline and MSE-t runs"
         log.warning("no Table 2: %s", no_table2)
+    lap("convergence, table 2")
     os.makedirs(out, exist_ok=True)
     files = {"figure1.png": figure1(records, metric_name.replace("_at_", "@").upper(), state.split)}
     fig2 = None
@@ -76,6 +88,7 @@ def build_report(
             files["figure2.png"], fig2 = figure2(records, dist_trees[0])
         except ReportError as e:
             log.warning("no Figure 2: %s", e)
+    lap("figures")
     params = state.params
     metric = params.get("metric", metric_name)
     child_metrics = sorted({r.metric for r in runs if r.metric and r.metric != metric})
@@ -121,6 +134,7 @@ def build_report(
         files["by_difficulty.png"] = figure_by_difficulty(by_diff)
         files["by_difficulty.json"] = json.dumps(by_diff, indent=1).encode()
     meta["by_difficulty"] = by_diff
+    lap("by difficulty")
     trec = None
     if trec_depth and state.split == "test":
         by_run = {r.run_id: s for r in runs if (s := load_test_scores(tracker, r.run_id)) is not None}
@@ -130,6 +144,7 @@ def build_report(
         files.update(trec_out)
         if trec["without_scores"]:
             log.warning("no TREC run for %s: their ltr logged no test scores", ", ".join(trec["without_scores"]))
+    lap("TREC runs")
     meta["trec"] = trec
     meta["seeds"] = seed_rows
     md, page = render(t1, t2, fig2, meta)
@@ -155,15 +170,19 @@ def build_report(
     files["per_query.csv"] = per_query_csv(records, metric_name).encode()
     if fig2:
         files["figure2.json"] = json.dumps(fig2, indent=1).encode()
+    lap("render")
     for name, data in files.items():
         path = os.path.join(out, name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:
             f.write(data)
         tracker.client.log_artifact(parent, path, os.path.dirname(os.path.join("report", name)))
+    lap("write, log to the parent run")
     # each child run (a seed repetition too) its own convergence figures and its system's Table 1 figures
     logged = log_child_metrics(tracker, metrics_for_children(runs, t1, target_fraction, metric_name))
     log.info("report: %d metric values logged on the %d child runs", logged, len(runs))
+    lap("metrics on the children")
+    log.info("report time: %s", ", ".join(f"{k} {v:.1f} s" for k, v in laps.items()))
     log.info(
         "report of %d runs of grid %s (%s) written to %s (and logged to that run)",
         len(records),
@@ -184,6 +203,7 @@ def build_report(
         "trec": trec,
         "records": len(runs),
         "seeds": seed_rows,
+        "timings": laps,
         "versions": versions,
     }
 
