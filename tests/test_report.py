@@ -69,6 +69,25 @@ def test_randomization_test_is_seeded_and_matches_scipy():
     assert p == pytest.approx(stats.ttest_rel(x, y).pvalue, abs=0.06)
 
 
+@pytest.mark.parametrize("n, n_perm, seed", [(15, 999, 1), (117, 4001, 0), (2001, 1500, 5), (9, 999, 2)])
+def test_our_sign_flips_are_scipys_draws_and_p_value(n, n_perm, seed):
+    """The Monte Carlo randomisation test reads scipy's own random draws off the bit generator (stats._swaps):
+    the same p-value as scipy.stats.permutation_test to the last bit, odd sizes and several batches included
+    (n = 9: 2^9 <= 999, scipy's exact test)."""
+    rng = np.random.default_rng(n)
+    x, y = rng.uniform(size=n), rng.uniform(size=n) + 0.01
+    y[::7] = x[::7]  # zero differences too
+    ref = stats.permutation_test(
+        (x, y),
+        lambda a, b, axis: np.mean(a - b, axis=axis),
+        vectorized=True,
+        permutation_type="samples",
+        n_resamples=n_perm,
+        rng=seed,
+    )
+    assert randomization_test(x, y, n_perm=n_perm, seed=seed) == ref.pvalue
+
+
 # ------------------------------------------------------------ pairing
 def test_pairing_needs_the_same_queries_per_fold():
     base = [record(1, "lambdamart", None, [0.5], {1: 0.5, 2: 0.4}, run_id="b1")]

@@ -179,7 +179,8 @@ def build_report(
         tracker.client.log_artifact(parent, path, os.path.dirname(os.path.join("report", name)))
     lap("write, log to the parent run")
     # each child run (a seed repetition too) its own convergence figures and its system's Table 1 figures
-    logged = log_child_metrics(tracker, metrics_for_children(runs, t1, target_fraction, metric_name))
+    have = {r.run_id: r.logged for r in runs}
+    logged = log_child_metrics(tracker, metrics_for_children(runs, t1, target_fraction, metric_name), have)
     log.info("report: %d metric values logged on the %d child runs", logged, len(runs))
     lap("metrics on the children")
     log.info("report time: %s", ", ".join(f"{k} {v:.1f} s" for k, v in laps.items()))
@@ -241,14 +242,19 @@ def metrics_for_children(
     return out
 
 
-def log_child_metrics(tracker: Tracker, metrics: dict[str, dict[str, float]]) -> int:
+def log_child_metrics(
+    tracker: Tracker, metrics: dict[str, dict[str, float]], have: dict[str, dict[str, float]] | None = None
+) -> int:
     """Log ``metrics`` (:func:`metrics_for_children`) on the child runs, idempotently: a metric whose latest value
-    on the run is already that value is not logged again (a second report adds no history points).
+    on the run is already that value is not logged again (a second report adds no history points). ``have``:
+    the runs' metrics as already read (run id -> name -> latest value); a run not in it is read from MLflow.
     Returns the number of metric values written."""
     written = 0
     for run_id, values in metrics.items():
-        have = tracker.client.get_run(run_id).data.metrics
-        new = {k: v for k, v in values.items() if have.get(k) != v}
+        latest = (have or {}).get(run_id)
+        if latest is None:
+            latest = tracker.client.get_run(run_id).data.metrics
+        new = {k: v for k, v in values.items() if latest.get(k) != v}
         if new:
             tracker.log_metrics(run_id, new)
             written += len(new)

@@ -197,6 +197,7 @@ def load_grid(tracker: Tracker, run: Any, metric: str) -> tuple[list[Record], Gr
                 code={k[5:]: v for k, v in params.items() if k.startswith("code.")},
                 metric=params.get("metric", ""),
                 seed=seed,
+                logged=dict(r.data.metrics),
             )
         )
     done = {(r.strategy, r.switch, r.fold, r.seed) for r in records}

@@ -44,6 +44,8 @@ class Record:
     seed: int = 0  # the grid.seeds repetition (0: the child itself)
     #: the seed repetitions averaged into this record (:func:`pipelines.report.seeds.average_seeds`); 1: a run
     seeds: int = 1
+    #: the run's metrics (latest values) when the report read it: what :func:`log_child_metrics` need not log again
+    logged: dict[str, float] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
