@@ -593,6 +593,9 @@ def test_report_json_and_trec_runs_that_trec_eval_reads(fake_grid, tmp_path):
     assert len(names) == 8 and sorted(p.name for p in (out / "qrels").iterdir()) == [
         f"fold{f}.{g}qrels" for f in (1, 2, 3) for g in ("exp2.", "")
     ]
+    from pipelines.report.export import load_test_scores
+
+    assert load_test_scores(tracker, pid) is None  # a run without test scores (an older ltr's child): no run file
     kids = {k.info.run_id: k for k in tracker.children(pid)}
     for name in names:
         info = rep["trec"]["runs"][f"runs/{name}"]
