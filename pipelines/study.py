@@ -327,6 +327,8 @@ def study_keys(cfg: Config, ds: Dataset, code: dict[str, str] | None = None) -> 
     dataset moved to another path, resume the same grid; how many workers build the trees does not
     change them (global cuts), so it is in no key either."""
     grid_cfg = {k: v for k, v in asdict(cfg.grid).items() if k not in ("data", "difficulty")}
+    if grid_cfg["seeds"] == 1:  # the default: the key of a study from before grid.seeds existed
+        del grid_cfg["seeds"]
     return keys.study_keys(
         {
             "grid": grid_cfg,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -83,6 +84,25 @@ def test_seeds_repeat_only_the_children_that_depend_on_a_seed(tmp_path):
     assert curriculum_config(cfg, "random_seed2").strategy == "random"
     with pytest.raises(ValueError, match=r"grid.seeds must be >= 1"):
         _cfg(tmp_path, **{"grid.seeds": 0})
+    # the study's key: grid.seeds=1 leaves it as before seeds existed; more seeds make another study
+    from types import SimpleNamespace
+
+    from pipelines import keys
+    from pipelines.study import study_keys
+
+    ds = SimpleNamespace(fingerprint="sha256:x")
+    c1 = _cfg(tmp_path)
+    doc = {
+        "grid": {k: v for k, v in dataclasses.asdict(c1.grid).items() if k not in ("data", "difficulty", "seeds")},
+        "train": keys.train_inputs(c1.train),
+        "metric": c1.metric.to_dict(),
+        "curriculum": dataclasses.asdict(c1.curriculum),
+        "difficulty": dataclasses.asdict(c1.difficulty),
+        "dataset": "sha256:x",
+        "folds": [1, 2],
+    }
+    assert study_keys(c1, ds, {"sources": "s"}) == keys.study_keys(doc, {"sources": "s"})
+    assert study_keys(_cfg(tmp_path, **{"grid.seeds": 2}), ds, {"sources": "s"})[0] != study_keys(c1, ds)[0]
 
 
 @pytest.fixture(scope="module")
