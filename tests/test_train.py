@@ -400,7 +400,7 @@ def test_ltr_train_cli(spark, coarse_dataset, tmp_path, capsys):
     assert curve[0] == "tree,vali_ndcg_at_10,test_ndcg_at_10" and len(curve) == 6
     assert xgb.Booster(model_file=str(out / "model.json")).num_boosted_rounds() == 5
     assert main(["train", "--data", data, "--fold", "1", "--path", "mse200", "--out", str(tmp_path / "x")]) == 2
-    assert "segment 'mse200' is not OBJECTIVE[@DATA]:TREES" in capsys.readouterr().err
+    assert "segment 'mse200' is not OBJECTIVE[@DATA][~SEED]:TREES" in capsys.readouterr().err
 
 
 def test_concatenated_model_says_what_was_trained_and_round_trips_through_mlflow(local_data, tmp_path):
