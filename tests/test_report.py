@@ -285,6 +285,10 @@ def test_the_effect_by_difficulty_in_quartiles(tmp_path):
     assert bm25["systems"]["MSE-2"][0]["ci_t"] == pytest.approx((0.1, 0.1))
     # PageRank's NDCG is one value for every query: one bin holding all 16
     assert [c["n"] for c in t["ndcg_pagerank"]["systems"]["MSE-2"]] == [16]
+    from pipelines.report.latex import difficulty_tex
+
+    latex = difficulty_tex(t, "NDCG@10")
+    assert latex.count(r"\begin{table}") == len(t) and "MSE-2 & +0.1000 (4) & +0.1000 (4)" in latex
 
 
 def test_convergence_by_hand():
@@ -429,6 +433,9 @@ def test_seed_repetitions_are_averaged_query_by_query_and_their_spread_reported(
     assert row["delta_sd"] == pytest.approx(np.std(deltas, ddof=1)) and row["seeds"] == [0, 1]
     md, _ = render(table1(recs, n_perm=10, n_boot=10), None, None, _meta(seeds=rows))
     assert "## Seeds: final NDCG@10 on test" in md and "| random-4 | 2 |" in md
+    from pipelines.report.latex import seeds_tex
+
+    assert f"random-4 & 2 & {np.mean(finals):.4f} & {np.std(finals, ddof=1):.4f}" in seeds_tex(rows, "NDCG@10")
     with pytest.raises(ReportError, match=r"random-4 fold 1: seed 1 \(run r11\) was tested on other queries"):
         average_seeds([runs[0], replace(runs[1], per_query={1: 0.1})])
 
@@ -565,8 +572,10 @@ def test_report_of_a_grid_with_missing_folds_and_mixed_code(fake_grid, tmp_path)
     assert "## Folds side by side" in md and "## Convergence: chosen on validation, reported on test" in md
     conv = {x["label"]: x for x in json.loads((tmp_path / "r" / "convergence.json").read_text())}
     assert conv["MSE-2"]["folds"] == 2 and conv["LambdaMART"]["folds"] == 3
-    for name in ("table1.tex", "risk.tex", "table2.tex", "convergence.tex", "per_query.csv"):
+    for name in ("table1.tex", "risk.tex", "table2.tex", "convergence.tex", "folds.tex", "per_query.csv"):
         assert (tmp_path / "r" / name).stat().st_size > 0, name
+    folds = (tmp_path / "r" / "folds.tex").read_text()
+    assert "Fold 1 & Fold 2 & Fold 3 & Mean & Folds won" in folds and r"\toprule" in folds
 
 
 def test_report_json_and_trec_runs_that_trec_eval_reads(fake_grid, tmp_path):

@@ -12,7 +12,16 @@ from typing import Any
 from pipelines.report.difficulty import by_difficulty, figure_by_difficulty, load_scores
 from pipelines.report.export import load_test_scores, report_json, trec_files
 from pipelines.report.figures import figure1, figure2
-from pipelines.report.latex import convergence_tex, per_query_csv, risk_tex, table1_tex, table2_tex
+from pipelines.report.latex import (
+    convergence_tex,
+    difficulty_tex,
+    folds_tex,
+    per_query_csv,
+    risk_tex,
+    seeds_tex,
+    table1_tex,
+    table2_tex,
+)
 from pipelines.report.loading import code_versions, find_grid, load_grid, report_version
 from pipelines.report.pairing import groups
 from pipelines.report.records import Record, ReportError
@@ -167,6 +176,13 @@ def build_report(
         files["table2.tex"] = table2_tex(t2, m_label).encode()
     if conv:
         files["convergence.tex"] = convergence_tex(conv, m_label).encode()
+    folds_table = folds_tex(t1, m_label)
+    if folds_table:
+        files["folds.tex"] = folds_table.encode()
+    if seed_rows:
+        files["seeds.tex"] = seeds_tex(seed_rows, m_label).encode()
+    if by_diff:
+        files["by_difficulty.tex"] = difficulty_tex(by_diff, m_label).encode()
     files["per_query.csv"] = per_query_csv(records, metric_name).encode()
     if fig2:
         files["figure2.json"] = json.dumps(fig2, indent=1).encode()

@@ -147,6 +147,61 @@ def convergence_tex(conv: list[dict[str, Any]], metric: str) -> str:
     return _table(caption, "tab:convergence", head, rows, "lrrrr")
 
 
+def folds_tex(t1: list[dict[str, Any]], metric: str) -> str | None:
+    """Each system's final test value fold by fold, its mean, and the folds it beats the baseline on (None for
+    one fold)."""
+    folds = sorted({f for r in t1 for f in r["fold_ids"]})
+    if len(folds) < 2:
+        return None
+    rows = []
+    for r in t1:
+        by = dict(zip(r["fold_ids"], r["per_fold"], strict=True))
+        won = "--" if r["folds_won"] is None else f"{r['folds_won']}/{len(r['paired_folds'])}"
+        rows.append([tex(r["label"]), *(_num(by.get(f)) for f in folds), _num(r["mean"]), won])
+    caption = f"Final test {tex(metric)} fold by fold, the mean, and the folds on which the system beats the baseline."
+    head = ["System", *(f"Fold {f}" for f in folds), "Mean", "Folds won"]
+    return _table(caption, "tab:folds", head, rows, "l" + "r" * (len(folds) + 2))
+
+
+def seeds_tex(rows: list[dict[str, Any]], metric: str) -> str:
+    """The spread across seed repetitions (:func:`pipelines.report.seeds.average_seeds`)."""
+    body = [
+        [
+            tex(r["system"]),
+            str(len(r["seeds"])),
+            _num(r["final_mean"]),
+            _num(r["final_sd"]),
+            _num(r["delta_mean"], "+.4f"),
+            _num(r["delta_sd"]),
+        ]
+        for r in rows
+    ]
+    caption = (
+        f"Seed repetitions: the mean over seeds of each seed's mean final test {tex(metric)} and of its mean paired "
+        r"difference with the baseline ($\Delta$), and their standard deviations across seeds."
+    )
+    head = ["System", "Seeds", "Mean", "SD", r"$\Delta$", r"SD of $\Delta$"]
+    return _table(caption, "tab:seeds", head, body, "lrrrrr")
+
+
+def difficulty_tex(by: dict[str, dict[str, Any]], metric: str) -> str:
+    """Per difficulty score, each system's mean difference with the baseline in each quartile (n in brackets)."""
+    parts = []
+    for key, t in by.items():
+        e = t["edges"]
+        bins = [f"[{e[i]:.3g}, {e[i + 1]:.3g}]" for i in range(len(e) - 1)]
+        rows = [
+            [tex(label), *(f"{_num(c['delta'], '+.4f')} ({c['n']})" for c in cells)]
+            for label, cells in t["systems"].items()
+        ]
+        caption = (
+            f"Mean difference in test {tex(metric)} with the baseline by quartile of {tex(t['name'])} (queries with a "
+            "relevant document; number of queries in brackets)."
+        )
+        parts.append(_table(caption, f"tab:difficulty-{tex(key)}", ["System", *bins], rows, "l" + "r" * len(bins)))
+    return "\n".join(parts)
+
+
 def per_query_csv(records: list[Record], metric_name: str) -> str:
     """Every finished child's per-query test value: system, fold, qid, value, relevant documents."""
     buf = io.StringIO()

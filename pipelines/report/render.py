@@ -180,7 +180,8 @@ def _files_section(meta: dict[str, Any]) -> list[str]:
         "## Files for scripts and other tools",
         "",
         "- `report.json`: every number of every table (`comparisons`: each system against LambdaMART; `georisk`)",
-        "- `table1.tex`, `risk.tex`, `table2.tex`, `convergence.tex` (booktabs) and `per_query.csv`",
+        "- LaTeX (booktabs) of every table (`table1.tex`, `risk.tex`, `table2.tex`, `convergence.tex`, `folds.tex`, "
+        "`by_difficulty.tex`, `seeds.tex`, those the report has) and `per_query.csv`",
     ]
     trec = meta.get("trec")
     if trec and trec["runs"]:
