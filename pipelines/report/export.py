@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import logging
+import tempfile
 from typing import Any
 
 import numpy as np
@@ -130,8 +131,6 @@ def report_json(
 def load_test_scores(tracker: Tracker, run_id: str) -> dict[str, np.ndarray] | None:
     """A child's ``test_scores.npz`` (arrays ``qid``, ``doc``, ``label``, ``score``); None for a run of an ltr that
     logged none."""
-    import tempfile
-
     from mlflow.exceptions import MlflowException
 
     with tempfile.TemporaryDirectory() as d:
