@@ -189,7 +189,7 @@ def test_concurrent_units_one_run_per_child_and_a_killed_task_resumed_by_airflow
     trains = [t for t in tis if t["task_id"] == "train"]
     assert len(trains) == 3 and _overlapping(tis) >= 2, trains
     assert {t["rendered_map_index"] for t in trains} == {
-        "fold 1: lambdamart 0..30 -> lambdamart",
+        f"fold 1: lambdamart 0..{TREES} -> lambdamart",
         f"fold 1: mse 0..{SWITCH} -> mse-{SWITCH}",
         f"fold 1: lambdamart@q_nrel.0 0..{SWITCH} -> q_nrel-{SWITCH}",
     }
