@@ -5,7 +5,7 @@ everything). What ``dag.test()`` cannot show: mapped training tasks running at o
 process tree, SIGKILL) and retried by Airflow, MLflow children made and finished by concurrent processes.
 
 Skipped, with the reason, where PostgreSQL's server binaries or the ``[deploy]`` extra are missing.
-Tiny study: 40 generated queries, fold 1, LambdaMART-30, MSE-10 and q_nrel-10 (3 units).
+Tiny study: 40 generated queries, fold 1, LambdaMART-60, MSE-10 and q_nrel-10 (3 units).
 
 The default store (``sqlite:///<work_dir>/mlflow.db``) under concurrent writers is tested in
 ``tests/test_tracking.py`` with real processes; a second study here on that store (90 s in CI) tested the
@@ -195,7 +195,7 @@ def test_concurrent_units_one_run_per_child_and_a_killed_task_resumed_by_airflow
     }
 
     # (c) the killed task was retried by Airflow and continued from its checkpoints
-    killed = next(t for t in trains if t["rendered_map_index"] == "fold 1: lambdamart 0..30 -> lambdamart")
+    killed = next(t for t in trains if t["rendered_map_index"] == f"fold 1: lambdamart 0..{TREES} -> lambdamart")
     assert killed["try_number"] == 2, killed
     retry_log = d.task_log("study", "train", killed["map_index"], 2)
     built = [int(n) for n in re.findall(r"trained 1 nodes \((\d+) trees\)", retry_log)]
