@@ -15,6 +15,7 @@ same MLflow calls through the same DAG again, and was dropped to keep CI inside 
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import threading
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from pipelines.lease import read_lease
 from pipelines.proctree import kill_tree, signal_tree
 from tests.deployment import Deployment, missing
 
@@ -82,14 +84,16 @@ def _overlapping(tis: list[dict]) -> int:
 
 
 class Killer:
-    """Once fold 1's LambdaMART unit has committed a checkpoint and is not done, freeze its task process and
+    """Once fold 1's LambdaMART unit has committed a checkpoint and is not done, kill its task process and
     everything below it (spark-submit's JVM, the Python driver, PySpark's daemon and workers, in process
-    groups of their own), read the checkpoint it stopped at, and SIGKILL it (:mod:`pipelines.proctree`).
-    Polled every 50 ms by a thread of its own (:meth:`watch`), not between the DAG run's polls; the task
-    process is found as soon as its spark-submit runs, so that nothing but a checkpoint listing and the
-    freeze lies between the first checkpoint seen and the stop. (On a loaded machine the unit once finished
-    between the checkpoint the killer saw and the kill: CI, seen at 21 of 30 trees, then at 9: the retry had
-    nothing to train.)"""
+    groups of their own; :mod:`pipelines.proctree`), and remember the checkpoint it stopped at.
+
+    Called every 50 ms by a thread of its own (:meth:`watch`). The task process is found as soon as its
+    spark-submit runs; once its driver holds the node's lease, the unit runs in steps: each call freezes the
+    whole tree, reads the node's checkpoints, and either kills it (a checkpoint, not the last tree) or lets it
+    go on until the next call. So "a checkpoint committed and the unit not finished" is seen in one frozen
+    state, however slowly this thread is scheduled. (Before, the killer froze the unit once it saw a
+    checkpoint: on a loaded CI machine the unit finished in between, at 21 of 30 trees, then 9, then 27.)"""
 
     def __init__(self, work: Path) -> None:
         self.work, self.node, self.done_at, self.killed, self.unit, self.task = work, None, None, 0, None, None
@@ -136,13 +140,20 @@ class Killer:
                     self.task = p.pid if p is not None else None  # the Airflow task process
                     return
             return
-        if not self.store.latest(self.node):
+        if read_lease(self.store, self.node) is None and not self.store.latest(self.node):
+            return  # the unit's driver has not taken the node yet: it runs freely
+        frozen = signal_tree(self.task, sig=signal.SIGSTOP)  # the whole tree stops where it is...
+        latest = self.store.latest(self.node)  # ...at the checkpoint it had committed, if any
+        if latest is None:
+            for pid in frozen:  # no checkpoint yet: one more step
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
             return
-        signal_tree(self.task, sig=signal.SIGSTOP)  # the whole tree stops where it is...
-        latest = self.store.latest(self.node) or 0  # ...at the checkpoint it had committed
         if latest >= TREES:
             kill_tree(self.task)
-            raise AssertionError("fold 1's LambdaMART unit finished before it could be killed: make it longer")
+            raise AssertionError("fold 1's LambdaMART unit finished within one step of the killer")
         self.killed = len(kill_tree(self.task))
         self.done_at = latest
 

@@ -356,7 +356,7 @@ def test_a_two_worker_train_killed_on_a_cluster_resumes_on_one_worker_with_the_s
 
 
 def test_two_processes_on_one_node_one_trains_the_other_waits_or_stops(spark, small_dataset, tmp_path, caplog):
-    """Process A (`ltr train`) trains a node; process B (this one) on the same checkpoints: with no wait it
+    """Process A (`ltr train`) holds a node's lease; process B (this one) on the same checkpoints: with no wait it
     stops at once with one line naming A, before writing anything; with a wait it gets the lease once A
     released it, finds the node done and trains nothing. The result equals a single run's."""
     import logging
@@ -400,12 +400,16 @@ def test_two_processes_on_one_node_one_trains_the_other_waits_or_stops(spark, sm
     ckpt = work / "checkpoints"
     cfg = load_config(None, [*over, f"work_dir={work}", f"train.path={path}"])
     try:
+        # A is frozen as soon as its driver holds the node's lease, before its barrier job starts: seconds before
+        # its first tree (14.9 s from the start to the lease, 27.1 s to the first checkpoint, 27.9 s to the exit
+        # on this project's 2-core machine; CI once saw A finish between its first checkpoint and the freeze).
         deadline = time.time() + 240
-        while time.time() < deadline and proc.poll() is None and not list(ckpt.glob("*/t*/_checkpoint.json")):
-            time.sleep(0.05)  # A holds the lease and has committed its first checkpoint
+        while time.time() < deadline and proc.poll() is None and not list(ckpt.glob("*/_lease.json")):
+            time.sleep(0.01)
         assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
-        frozen = signal_tree(proc.pid, sig=signal.SIGSTOP)  # A mid-node, for as long as B's first try takes
+        frozen = signal_tree(proc.pid, sig=signal.SIGSTOP)  # A holds the node, for as long as B's first try takes
         try:
+            assert list(ckpt.glob("*/_lease.json")), "A released the node before it was frozen"
             before = {p: p.stat().st_mtime_ns for p in ckpt.rglob("*")}
             with pytest.raises(
                 LeaseHeld,
