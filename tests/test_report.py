@@ -472,6 +472,7 @@ def _child(
         rid,
         {
             "metric": "NDCG@10: gain 2^label-1",
+            **{f"metric.{k}": v for k, v in metrics.NdcgSpec().to_dict().items()},
             "code.ltr": "0.1",
             "code.git": git,
             "code.xgboost": "3.0.0",
@@ -629,6 +630,30 @@ def test_report_json_and_trec_runs_that_trec_eval_reads(fake_grid, tmp_path):
                 assert theirs > ours
             else:
                 assert abs(theirs - ours) < 1e-9, (name, q)
+
+
+def test_trec_export_follows_the_conventions_the_children_logged():
+    """k and the gain of the export come from the children's ``metric.k`` and ``metric.gain`` params: with
+    linear gain there is no exp2 qrels file, and ties are counted at the logged k (a tie at ranks 4-5 counts
+    at k=5, not at k=3); a run that logged neither is refused by name."""
+    from dataclasses import replace
+
+    from pipelines.report.export import trec_files
+
+    scores = {
+        "qid": np.repeat([1, 2], 6),
+        "doc": np.tile(np.arange(6, dtype=np.int32), 2),
+        "label": np.array([3, 2, 1, 0, 2, 0, 1, 0, 0, 0, 0, 0], dtype=np.int8),
+        "score": np.array([6, 5, 4, 2, 2, 1, 6, 5, 4, 3, 2, 1], dtype=np.float32),
+    }
+    rec = record(1, "lambdamart", None, [0.5], perq={1: 0.9, 2: 1.0}, run_id="r1")
+    files, info = trec_files([replace(rec, conventions={"k": "5", "gain": "linear"})], {"r1": scores}, 1000)
+    assert sorted(files) == ["qrels/fold1.qrels", "runs/LambdaMART.fold1.trec"]
+    assert (info["k"], info["gain"], info["runs"]["runs/LambdaMART.fold1.trec"]["tied_queries"]) == (5, "linear", 1)
+    files, info = trec_files([replace(rec, conventions={"k": "3", "gain": "exp2"})], {"r1": scores}, 1000)
+    assert "qrels/fold1.exp2.qrels" in files and info["runs"]["runs/LambdaMART.fold1.trec"]["tied_queries"] == 0
+    with pytest.raises(ReportError, match=r"LambdaMART fold 1 \(run r1\) logged no metric.k and metric.gain"):
+        trec_files([rec], {"r1": scores}, 1000)
 
 
 def test_the_report_logs_its_figures_on_the_children_once(fake_grid, tmp_path):

@@ -23,7 +23,7 @@ from pipelines.report.latex import (
     table2_tex,
 )
 from pipelines.report.loading import code_versions, find_grid, load_grid, report_version
-from pipelines.report.pairing import groups
+from pipelines.report.pairing import groups, pairs_with_baseline
 from pipelines.report.records import Record, ReportError
 from pipelines.report.render import render
 from pipelines.report.seeds import average_seeds
@@ -74,7 +74,8 @@ def build_report(
     records, seed_rows = average_seeds(runs)
     if problems:
         log.warning("grid %s is unfinished: %s", parent, "; ".join(problems))
-    t1 = table1(records, n_perm, seed, folds=state.folds, n_boot=n_boot, risk_alphas=risk_alphas)
+    pairs = pairs_with_baseline(records, (BASELINE, None))  # once, for Table 1 and the effect by difficulty
+    t1 = table1(records, n_perm, seed, folds=state.folds, n_boot=n_boot, risk_alphas=risk_alphas, pairs=pairs)
     lap("table 1 (tests, bootstrap, risk)")
     g = groups(records)
     conv = convergence(records, target_fraction) if (BASELINE, None) in g and any(r.vali for r in records) else None
@@ -135,7 +136,7 @@ def build_report(
     if difficulty and (BASELINE, None) in g and state.split == "test":
         try:
             scores = load_scores(difficulty, state.params.get("data"), state.folds)
-            by_diff = by_difficulty(records, scores)
+            by_diff = by_difficulty(records, scores, pairs)
         except ReportError as e:
             meta["no_difficulty"] = str(e)
             log.warning("no effect by difficulty: %s", e)
@@ -147,9 +148,7 @@ def build_report(
     trec = None
     if trec_depth and state.split == "test":
         by_run = {r.run_id: s for r in runs if (s := load_test_scores(tracker, r.run_id)) is not None}
-        k = int(metric_name.rsplit("_", 1)[-1]) if metric_name.rsplit("_", 1)[-1].isdigit() else 10
-        gain = "exp2" if "2^label-1" in str(metric) else "linear"
-        trec_out, trec = trec_files(runs, by_run, trec_depth, k, gain)
+        trec_out, trec = trec_files(runs, by_run, trec_depth)
         files.update(trec_out)
         if trec["without_scores"]:
             log.warning("no TREC run for %s: their ltr logged no test scores", ", ".join(trec["without_scores"]))

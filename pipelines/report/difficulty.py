@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from pipelines.report.pairing import groups, paired_samples
+from pipelines.report.pairing import Paired, pairs_with_baseline
 from pipelines.report.records import Record, ReportError, label_of
 from pipelines.report.stats import t_interval
 from pipelines.study import BASELINE
@@ -75,19 +76,23 @@ def load_scores(path: str, dataset: str | None, folds: list[int]) -> dict[tuple[
     return out
 
 
-def by_difficulty(records: list[Record], scores: dict[tuple[int, int], dict[str, float]]) -> dict[str, dict[str, Any]]:
+def by_difficulty(
+    records: list[Record],
+    scores: dict[tuple[int, int], dict[str, float]],
+    pairs: Mapping[tuple[str, int | None], Paired] | None = None,
+) -> dict[str, dict[str, Any]]:
     """Per difficulty score: the quartile edges over the paired test queries and, per system, the mean
     difference with the baseline, its 95% paired t interval and n in each quartile (``pandas.qcut`` on the
     score; tied values stay in one bin, so a score with few distinct values, such as the number of
-    relevant documents, can have fewer than four bins: the edges say which)."""
+    relevant documents, can have fewer than four bins: the edges say which). ``pairs``:
+    :func:`pairs_with_baseline` of ``records``, computed here when not given."""
     import pandas as pd
 
-    g = groups(records)
-    base = g.get((BASELINE, None))
-    if not base:
+    if not any(r.strategy == BASELINE and r.switch is None for r in records):
         raise ReportError("the effect by difficulty needs the LambdaMART baseline")
+    if pairs is None:
+        pairs = pairs_with_baseline(records, (BASELINE, None))
     out: dict[str, dict[str, Any]] = {}
-    pairs = {k: paired_samples(v, base) for k, v in g.items() if k != (BASELINE, None)}
     keys = sorted({key for p in pairs.values() for key in p.keys})  # the same queries for every score
     missing = [k for k in keys if k not in scores]
     if missing:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import logging
 import tempfile
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -185,16 +186,34 @@ def _lines(cols: dict[str, Any]) -> bytes:
     return buf.getvalue().encode()
 
 
+def ndcg_conventions(records: list[Record]) -> tuple[int, str]:
+    """The cut-off k and the gain the children computed their NDCG with, as each logged them (``metric.k``,
+    ``metric.gain``): the exported qrels and the ties counted at k follow the values they are checked against.
+    Children that disagree (the report warns of other conventions) give the most common; none logged (not a
+    run of ``ltr``): a ReportError."""
+    seen = Counter((r.conventions.get("k"), r.conventions.get("gain")) for r in records)
+    (k, gain), _ = seen.most_common(1)[0]
+    if k is None or gain is None:
+        bad = next(r for r in records if "k" not in r.conventions or "gain" not in r.conventions)
+        raise ReportError(
+            f"{bad.label} fold {bad.fold} (run {bad.run_id}) logged no metric.k and metric.gain params, which every "
+            "ltr child logs: its NDCG conventions are unknown (report.trec_depth=0 exports no TREC runs)"
+        )
+    return int(k), gain
+
+
 def trec_files(
-    records: list[Record], scores: dict[str, dict[str, np.ndarray]], depth: int, k: int, gain: str
+    records: list[Record], scores: dict[str, dict[str, np.ndarray]], depth: int
 ) -> tuple[dict[str, bytes], dict[str, Any]]:
     """The TREC run files of every record with scores (``scores`` by run id) and each fold's qrels (see the
     module's docstring): ``{"runs/<system>.fold<F>.trec": bytes, "qrels/fold<F>.qrels": bytes, ...}`` and a
-    summary (depth, files, and per run file the queries with ties that trec_eval can order otherwise at ``k``).
+    summary (depth, files, the conventions of :func:`ndcg_conventions`, and per run file the queries with ties
+    that trec_eval can order otherwise at k).
 
     Every system on a fold must carry the same documents and labels (one qrels per fold); otherwise a
     ReportError names the two runs.
     """
+    k, gain = ndcg_conventions(records)
     files: dict[str, bytes] = {}
     runs: dict[str, dict[str, Any]] = {}
     qrels_of: dict[int, tuple[Record, dict[str, np.ndarray]]] = {}

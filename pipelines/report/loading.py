@@ -196,6 +196,7 @@ def load_grid(tracker: Tracker, run: Any, metric: str) -> tuple[list[Record], Gr
                 run_id=rid,
                 code={k[5:]: v for k, v in params.items() if k.startswith("code.")},
                 metric=params.get("metric", ""),
+                conventions={k[7:]: v for k, v in params.items() if k.startswith("metric.")},
                 seed=seed,
                 logged=dict(r.data.metrics),
             )

@@ -110,6 +110,18 @@ def paired_samples(records: list[Record], base: list[Record]) -> Paired:
     return Paired(np.concatenate(xs), np.concatenate(ys), folds, keys, left_out)
 
 
+def pairs_with_baseline(
+    records: list[Record], baseline: tuple[str, int | None]
+) -> dict[tuple[str, int | None], Paired]:
+    """Every system of ``records`` but ``baseline`` (a system key) paired with it (:func:`paired_samples`):
+    computed once by the report, read by Table 1 and the effect by difficulty. Empty without the baseline."""
+    g = groups(records)
+    base = g.get(baseline)
+    if not base:
+        return {}
+    return {k: paired_samples(v, base) for k, v in g.items() if k != baseline}
+
+
 def paired_differences(records: list[Record], base: list[Record]) -> np.ndarray:
     """Per-query differences system - baseline over the test queries of the folds both have (queries with a
     relevant document)."""

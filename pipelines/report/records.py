@@ -40,7 +40,10 @@ class Record:
     score_dists: list[dict[str, Any]] = field(default_factory=list)
     run_id: str = ""
     code: dict[str, str] = field(default_factory=dict)  # the child's code.* params without the prefix
-    metric: str = ""  # the child's metric conventions (its ``metric`` param)
+    metric: str = ""  # the child's metric conventions in words (its ``metric`` param)
+    #: the same conventions as the child logged them, one param each (``metric.k``, ``metric.gain``, ...; values
+    #: as MLflow keeps params, strings), without the prefix
+    conventions: dict[str, str] = field(default_factory=dict)
     seed: int = 0  # the grid.seeds repetition (0: the child itself)
     #: the seed repetitions averaged into this record (:func:`pipelines.report.seeds.average_seeds`); 1: a run
     seeds: int = 1

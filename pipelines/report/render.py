@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import html
 import logging
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pipelines.report.stats import KL_PSEUDO_COUNT, alpha_key
 from pipelines.study import BASELINE, MSE
 
 log = logging.getLogger(__name__)
+
+
+def _md_table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """A Markdown table (the GFM pipe syntax markdown-it-py renders): the header, its rule, a line per row."""
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
 def _p(v: float | None) -> str:
@@ -74,26 +80,23 @@ def render(t1: list[dict], t2: dict | None, fig2: dict | None, meta: dict[str, A
             "they pair per-query test NDCG)"
         )
     md += ["", f"## Table 1: {m} on {split} after the last tree, {spread}", ""]
-    head = ["model"] + ([f"t={s}" for s in switches] or [m])
-    md += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     by_strategy: dict[str, dict[Any, dict]] = {}
     for r in t1:
         by_strategy.setdefault(r["strategy"], {})[r["switch"]] = r
-    others = []
+    rows, others = [], []
     for strat, cells in by_strategy.items():
         if strat == BASELINE:
-            md.append(
-                "| LambdaMART (baseline, all t) | " + " | ".join([_cell(cells[None])] * max(1, len(switches))) + " |"
-            )
+            rows.append(["LambdaMART (baseline, all t)"] + [_cell(cells[None])] * max(1, len(switches)))
         elif None in cells:  # a path without switch points: listed below
             others.append(cells[None])
         else:
-            row = ["MSE-t" if strat == MSE else strat] + [_cell(cells[s]) if s in cells else "" for s in switches]
-            md.append("| " + " | ".join(row) + " |")
+            rows.append(
+                ["MSE-t" if strat == MSE else strat] + [_cell(cells[s]) if s in cells else "" for s in switches]
+            )
+    md += _md_table(["model"] + ([f"t={s}" for s in switches] or [m]), rows)
     if others:
-        md += ["", f"### Other training paths ({m} on {split})", "", "| path | NDCG |", "|---|---|"] + [
-            f"| {r['label']} | {_cell(r)} |" for r in others
-        ]
+        md += ["", f"### Other training paths ({m} on {split})", ""]
+        md += _md_table(["path", "NDCG"], [[r["label"], _cell(r)] for r in others])
     if any(r["folds"] < r["folds_expected"] for r in t1):
         md += [
             "",
@@ -116,16 +119,21 @@ def render(t1: list[dict], t2: dict | None, fig2: dict | None, meta: dict[str, A
             f"p-values are shown raw and Holm-corrected side by side (Holm-Bonferroni step-down over the "
             f"{len(tested)} comparisons of this table, for each test separately).",
             "",
-            f"| model | Δ {m} | queries (folds) | left out: no relevant document | t-test p | t-test p, Holm | "
-            "randomisation p | randomisation p, Holm |",
-            "|---|---|---|---|---|---|---|---|",
         ]
-        for r in tested:
-            d = "n/a" if r["delta"] is None else f"{r['delta']:+.4f}"
-            md.append(
-                f"| {r['label']} | {d} | {r['queries']} ({len(r['paired_folds'])}) | {r['queries_no_relevant']} | "
-                f"{_p(r['t_p'])} | {_p(r['t_p_holm'])} | {_p(r['perm_p'])} | {_p(r['perm_p_holm'])} |"
-            )
+        md += _md_table(
+            ["model", f"Δ {m}", "queries (folds)", "left out: no relevant document"]
+            + ["t-test p", "t-test p, Holm", "randomisation p", "randomisation p, Holm"],
+            (
+                [
+                    r["label"],
+                    _f(r["delta"]),
+                    f"{r['queries']} ({len(r['paired_folds'])})",
+                    str(r["queries_no_relevant"]),
+                ]
+                + [_p(r[k]) for k in ("t_p", "t_p_holm", "perm_p", "perm_p_holm")]
+                for r in tested
+            ),
+        )
         md += _effect_table(tested, t1, meta, m)
     if t2:
         T = t2["baseline_max_trees"]
@@ -138,13 +146,19 @@ def render(t1: list[dict], t2: dict | None, fig2: dict | None, meta: dict[str, A
             f"folds {t2['folds']}. Sizes: {t2['sizes_from']}. LambdaMART's curve ends at {T} trees: '> {T}' "
             "means it never reaches that NDCG.",
             "",
-            f"| size of {t2['mse']} (trees) | its {m} | LambdaMART trees | ratio |",
-            "|---|---|---|---|",
         ]
-        for r in t2["rows"]:
-            lm = r["baseline_trees"] if r["baseline_trees"] else f"> {T}"
-            ratio = f"{r['ratio']:.2f}" if r["ratio"] else f"> {T / r['size']:.2f}"
-            md.append(f"| {r['size']} | {r['mse_ndcg']:.4f} | {lm} | {ratio} |")
+        md += _md_table(
+            [f"size of {t2['mse']} (trees)", f"its {m}", "LambdaMART trees", "ratio"],
+            (
+                [
+                    str(r["size"]),
+                    f"{r['mse_ndcg']:.4f}",
+                    str(r["baseline_trees"]) if r["baseline_trees"] else f"> {T}",
+                    f"{r['ratio']:.2f}" if r["ratio"] else f"> {T / r['size']:.2f}",
+                ]
+                for r in t2["rows"]
+            ),
+        )
     elif meta.get("no_table2"):
         md += ["", f"## Table 2: not built ({meta['no_table2']})"]
     md += _folds_table(t1, m, split)
@@ -214,7 +228,6 @@ def _f(v: float | None, fmt: str = "+.4f") -> str:
 def _effect_table(tested: list[dict[str, Any]], t1: list[dict[str, Any]], meta: dict[str, Any], m: str) -> list[str]:
     """The effect sizes, risk and folds of each comparison with the baseline (issue 29)."""
     alphas = [alpha_key(a) for a in meta.get("risk_alphas", [])]  # the keys of table1's risk figures
-    shown = alphas
     md = [
         "",
         "## Effect sizes and risk against LambdaMART",
@@ -230,28 +243,23 @@ def _effect_table(tested: list[dict[str, Any]], t1: list[dict[str, Any]], meta: 
         "weighted 1 + α (higher is better). Folds won: folds whose final test "
         f"{m} beats LambdaMART's.",
         "",
-        "| model | Δ | 95% CI (t) | 95% CI (bootstrap) | d_z | W / T / L | "
-        + " | ".join(f"URisk α={a} | TRisk α={a}" for a in shown)
-        + " | "
-        + " | ".join(f"GeoRisk α={a}" for a in shown)
-        + " | folds won |",
-        "|---|---|---|---|---|---|" + "---|---|" * len(alphas) + "---|" * len(alphas) + "---|",
     ]
+    head = ["model", "Δ", "95% CI (t)", "95% CI (bootstrap)", "d_z", "W / T / L"]
+    head += [f"{x} α={a}" for a in alphas for x in ("URisk", "TRisk")] + [f"GeoRisk α={a}" for a in alphas]
+    rows = []
     base = next((r for r in t1 if r["strategy"] == BASELINE), None)
     if base is not None and base.get("georisk"):
-        cells = ["n/a | n/a"] * len(alphas)
         geo = [_f(base["georisk"].get(a), ".4f") for a in alphas]
-        md.append(f"| {base['label']} (baseline) | | | | | | " + " | ".join(cells + geo) + " | |")
+        rows.append([f"{base['label']} (baseline)"] + [""] * 5 + ["n/a"] * (2 * len(alphas)) + geo + [""])
     for r in tested:
         wtl = "n/a" if r["wins"] is None else f"{r['wins']} / {r['ties']} / {r['losses']}"
-        risk = [f"{_f((r['urisk'] or {}).get(a))} | {_f((r['trisk'] or {}).get(a), '+.2f')}" for a in alphas]
+        risk = [v for a in alphas for v in (_f((r["urisk"] or {}).get(a)), _f((r["trisk"] or {}).get(a), "+.2f"))]
         geo = [_f((r["georisk"] or {}).get(a), ".4f") for a in alphas]
         won = "n/a" if r["folds_won"] is None else f"{r['folds_won']} / {len(r['paired_folds'])}"
-        md.append(
-            f"| {r['label']} | {_f(r['delta'])} | {_ci(r['ci_t'])} | {_ci(r['ci_boot'])} | {_f(r['d_z'], '+.3f')} | "
-            f"{wtl} | " + " | ".join(risk + geo) + f" | {won} |"
+        rows.append(
+            [r["label"], _f(r["delta"]), _ci(r["ci_t"]), _ci(r["ci_boot"]), _f(r["d_z"], "+.3f"), wtl, *risk, *geo, won]
         )
-    return md
+    return md + _md_table([*head, "folds won"], rows)
 
 
 def _folds_table(t1: list[dict[str, Any]], m: str, split: str) -> list[str]:
@@ -263,15 +271,14 @@ def _folds_table(t1: list[dict[str, Any]], m: str, split: str) -> list[str]:
         "",
         f"## Folds side by side: final {m} on {split}",
         "",
-        "| model | " + " | ".join(f"fold {f}" for f in folds) + " | mean | folds beating LambdaMART |",
-        "|---|" + "---|" * len(folds) + "---|---|",
     ]
+    rows = []
     for r in t1:
         by = dict(zip(r["fold_ids"], r["per_fold"], strict=True))
         cells = [f"{by[f]:.4f}" if f in by else "" for f in folds]
         won = "" if r["folds_won"] is None else f"{r['folds_won']} / {len(r['paired_folds'])}"
-        md.append(f"| {r['label']} | " + " | ".join(cells) + f" | {r['mean']:.4f} | {won} |")
-    return md
+        rows.append([r["label"], *cells, f"{r['mean']:.4f}", won])
+    return md + _md_table(["model", *(f"fold {f}" for f in folds), "mean", "folds beating LambdaMART"], rows)
 
 
 def _seeds_table(rows: list[dict[str, Any]], m: str, split: str) -> list[str]:
@@ -285,19 +292,18 @@ def _seeds_table(rows: list[dict[str, Any]], m: str, split: str) -> list[str]:
         f"over folds of the final {m}, and Δ, the mean paired difference with LambdaMART (queries with a relevant "
         "document); then their mean and standard deviation across seeds.",
         "",
-        f"| model | seeds | final {m} per seed | mean ± sd | Δ per seed | Δ mean ± sd |",
-        "|---|---|---|---|---|---|",
     ]
+    cells = []
     for r in rows:
         finals = ", ".join(f"{s['final']:.4f}" for s in r["per_seed"])
         deltas = ", ".join(_f(s["delta"]) for s in r["per_seed"])
         sd = "" if r["final_sd"] is None else f" ± {r['final_sd']:.4f}"
         dsd = "" if r["delta_sd"] is None else f" ± {r['delta_sd']:.4f}"
-        md.append(
-            f"| {r['system']} | {len(r['seeds'])} | {finals} | {r['final_mean']:.4f}{sd} | {deltas} | "
-            f"{_f(r['delta_mean'])}{dsd} |"
+        cells.append(
+            [r["system"], str(len(r["seeds"])), finals, f"{r['final_mean']:.4f}{sd}", deltas, _f(r["delta_mean"]) + dsd]
         )
-    return md
+    head = ["model", "seeds", f"final {m} per seed", "mean ± sd", "Δ per seed", "Δ mean ± sd"]
+    return md + _md_table(head, cells)
 
 
 def _convergence_table(conv: list[dict[str, Any]], m: str) -> list[str]:
@@ -311,17 +317,22 @@ def _convergence_table(conv: list[dict[str, Any]], m: str) -> list[str]:
         f"final vali {m} on that fold (mean over the folds that reach it). Best iteration: the curve point of the "
         f"highest vali {m}, and the test {m} there. Vali AUC per tree: the mean of the vali curve's points.",
         "",
-        f"| model | trees to {frac:g} x LambdaMART (folds reaching it) | best vali iteration | test {m} there | "
-        "vali AUC per tree |",
-        "|---|---|---|---|---|",
     ]
+    head = ["model", f"trees to {frac:g} x LambdaMART (folds reaching it)", "best vali iteration"]
+    head += [f"test {m} there", "vali AUC per tree"]
+    rows = []
     for r in conv:
         tt = "never" if r["trees_to_target"] is None else f"{r['trees_to_target']:.1f}"
-        md.append(
-            f"| {r['label']} | {tt} ({r['reached']}/{r['folds']}) | {r['best_iteration']:.1f} | "
-            f"{r['test_at_best']:.4f} | {r['vali_auc']:.4f} |"
+        rows.append(
+            [
+                r["label"],
+                f"{tt} ({r['reached']}/{r['folds']})",
+                f"{r['best_iteration']:.1f}",
+                f"{r['test_at_best']:.4f}",
+                f"{r['vali_auc']:.4f}",
+            ]
         )
-    return md
+    return md + _md_table(head, rows)
 
 
 def _difficulty_tables(by: dict[str, dict[str, Any]], m: str) -> list[str]:
@@ -339,11 +350,14 @@ def _difficulty_tables(by: dict[str, dict[str, Any]], m: str) -> list[str]:
     for t in by.values():
         e = t["edges"]
         bins = [f"[{e[i]:.3g}, {e[i + 1]:.3g}]" for i in range(len(e) - 1)]
-        md += ["", f"### By {t['name']}", "", "| model | " + " | ".join(bins) + " |", "|---|" + "---|" * len(bins)]
-        for label, cells in t["systems"].items():
-            md.append(
-                f"| {label} | " + " | ".join(f"{_f(c['delta'])} {_ci(c['ci_t'])} ({c['n']})" for c in cells) + " |"
-            )
+        md += ["", f"### By {t['name']}", ""]
+        md += _md_table(
+            ["model", *bins],
+            (
+                [label] + [f"{_f(c['delta'])} {_ci(c['ci_t'])} ({c['n']})" for c in cells]
+                for label, cells in t["systems"].items()
+            ),
+        )
     return md
 
 

@@ -4,12 +4,12 @@ against LambdaMART's size)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from pipelines.report.pairing import groups, paired_samples, relevant_queries
+from pipelines.report.pairing import Paired, groups, pairs_with_baseline, relevant_queries
 from pipelines.report.records import Record, ReportError, label_of
 from pipelines.report.stats import (
     alpha_key,
@@ -42,8 +42,10 @@ def table1(
     folds: Sequence[int] | None = None,
     n_boot: int = 10_000,
     risk_alphas: Sequence[float] = RISK_ALPHAS,
+    pairs: Mapping[tuple[str, int | None], Paired] | None = None,
 ) -> list[dict[str, Any]]:
-    """Mean/std over folds of the final test NDCG per system, and paired statistics against the baseline.
+    """Mean/std over folds of the final test NDCG per system, and paired statistics against the baseline
+    (``pairs``: :func:`pairs_with_baseline` of ``records``, computed here when not given).
 
     ``folds``: the grid's folds (default: every fold in ``records``); a row over fewer lists the
     missing ones. The means keep every test query (the declared ``metric.empty`` convention); every
@@ -60,6 +62,8 @@ def table1(
     others. ``None`` throughout where nothing could be paired.
     """
     g = groups(records)
+    if pairs is None:
+        pairs = pairs_with_baseline(records, (BASELINE, None))
     grid_folds = sorted(set(folds) if folds is not None else {r.fold for r in records})
     base = g.get((BASELINE, None), [])
     base_final = {r.fold: r.final for r in base}
@@ -100,7 +104,7 @@ def table1(
             "georisk": None,
         }
         if key != (BASELINE, None) and base:
-            p = paired_samples(rs, base)
+            p = pairs[key]
             row.update(
                 queries=p.n,
                 queries_no_relevant=p.no_relevant,
