@@ -247,6 +247,13 @@ def plan_context(
     return doc
 
 
+def seed_field(seed: int) -> dict[str, int]:
+    """``{"seed": seed}``, or nothing for seed 0: a seed repetition's offset (``grid.seeds``) is written into a
+    node's key document, the plan's JSON and a checkpoint's meta only when it is not 0, so that everything of
+    seed 0 reads and keys as it did before seeds existed."""
+    return {"seed": seed} if seed else {}
+
+
 def node_key(
     parent: str | None,
     objective: str,

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pipelines.keys import node_key
+from pipelines.keys import node_key, seed_field
 from pipelines.paths import OBJECTIVES, PathError, Segment, TrainingPath
 
 DONE, PARTIAL, TODO = "done", "partial", "todo"
@@ -171,7 +171,8 @@ class Plan:
         return {
             "fold": self.fold,
             "nodes": [
-                {**{k: v for k, v in asdict(n).items() if k != "seed" or v}, "ends": list(n.ends)} for n in self.nodes
+                {**{k: v for k, v in asdict(n).items() if k != "seed"}, "ends": list(n.ends), **seed_field(n.seed)}
+                for n in self.nodes
             ],
             "chains": {p: list(c) for p, c in self.chains.items()},
         }
@@ -244,7 +245,7 @@ def _split(
             "t1": t + step,
             "curriculum": ckeys.get(cur) if cur else None,
             "context": ctx,
-            **({"seed": seed} if seed else {}),  # seed 0 keys as before seeds existed
+            **seed_field(seed),
         }
         key = node_key(**doc)
         inputs[key] = doc

@@ -31,6 +31,7 @@ import xgboost as xgb
 
 from pipelines.checkpoints import CheckpointStore, take_rows
 from pipelines.cuts import cuts_of, reference_matrix
+from pipelines.keys import seed_field
 from pipelines.paths import OBJECTIVES, REGRESSION
 from pipelines.plan import Node
 from pipelines.worker_data import SplitData, WorkerData, encode, matrix_cuts, representatives, training_matrix, walkable
@@ -336,7 +337,7 @@ class _Worker:
                         "t0": node.t0,
                         "t1": node.t1,
                         "ends": list(node.ends),
-                        **({"seed": node.seed} if node.seed else {}),
+                        **seed_field(node.seed),
                     },
                     "shards": self.comm.world,
                     "base": st.base,
