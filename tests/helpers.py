@@ -13,12 +13,12 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pyspark
 
-from pipelines.proctree import kill_tree, signal_tree
+from pipelines.proctree import alive, kill_tree, signal_tree
 from tests.spark_holder import QUICK_JVM
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,6 +52,43 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def resume(pids: Iterable[int]) -> None:
+    """SIGCONT each of ``pids`` (those that ended meanwhile are skipped): a tree frozen by :func:`freeze_if`."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+def freeze_if(root: int, ready: Callable[[], bool]) -> set[int] | None:
+    """Freeze the process tree of ``root`` whole (SIGSTOP, :func:`pipelines.proctree.signal_tree`) and call
+    ``ready()``: if true, the tree stays frozen and its pids are returned (the caller kills or resumes it);
+    else the tree goes on and None is returned. What ``ready`` reads (checkpoints, leases) is then the state the
+    tree is frozen in: a test that acts on it cannot be overtaken by the training, however slowly the test's
+    own process is scheduled (a loaded 2-core CI machine once let a unit finish between a test's look at its
+    checkpoints and the kill that followed)."""
+    frozen = signal_tree(root, sig=signal.SIGSTOP)
+    if ready():
+        return frozen
+    resume(frozen)
+    return None
+
+
+def run_in_steps(root: int, ready: Callable[[], bool], step: float = 0.05, timeout: float = 240.0) -> set[int]:
+    """Let the tree of ``root`` run in steps of ``step`` s (:func:`freeze_if` between them) until ``ready()``
+    holds in a frozen state: the frozen pids. AssertionError when ``root`` ends or ``timeout`` s pass first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        frozen = freeze_if(root, ready)
+        if frozen is not None:
+            return frozen
+        if not alive(root):
+            raise AssertionError(f"process {root} ended before its tree was ready")
+        time.sleep(step)
+    raise AssertionError(f"process {root}'s tree was not ready within {timeout:.0f} s")
 
 
 def stop_process(proc: subprocess.Popen, grace: float = 10.0) -> None:

@@ -15,17 +15,16 @@ same MLflow calls through the same DAG again, and was dropped to keep CI inside 
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import threading
 from pathlib import Path
 
 import pytest
 
 from pipelines.lease import read_lease
-from pipelines.proctree import kill_tree, signal_tree
+from pipelines.proctree import kill_tree
 from tests.deployment import Deployment, missing
+from tests.helpers import freeze_if
 
 pytestmark = pytest.mark.skipif(bool(missing()), reason=missing() or "ok")
 
@@ -90,10 +89,11 @@ class Killer:
 
     Called every 50 ms by a thread of its own (:meth:`watch`). The task process is found as soon as its
     spark-submit runs; once its driver holds the node's lease, the unit runs in steps: each call freezes the
-    whole tree, reads the node's checkpoints, and either kills it (a checkpoint, not the last tree) or lets it
-    go on until the next call. So "a checkpoint committed and the unit not finished" is seen in one frozen
-    state, however slowly this thread is scheduled. (Before, the killer froze the unit once it saw a
-    checkpoint: on a loaded CI machine the unit finished in between, at 21 of 30 trees, then 9, then 27.)"""
+    whole tree, reads the node's checkpoints (:func:`tests.helpers.freeze_if`), and either kills it (a
+    checkpoint, not the last tree) or lets it go on until the next call. So "a checkpoint committed and the
+    unit not finished" is seen in one frozen state, however slowly this thread is scheduled. (Before, the
+    killer froze the unit once it saw a checkpoint: on a loaded CI machine the unit finished in between, at
+    21 of 30 trees, then 9, then 27.)"""
 
     def __init__(self, work: Path) -> None:
         self.work, self.node, self.done_at, self.killed, self.unit, self.task = work, None, None, 0, None, None
@@ -142,15 +142,9 @@ class Killer:
             return
         if read_lease(self.store, self.node) is None and not self.store.latest(self.node):
             return  # the unit's driver has not taken the node yet: it runs freely
-        frozen = signal_tree(self.task, sig=signal.SIGSTOP)  # the whole tree stops where it is...
-        latest = self.store.latest(self.node)  # ...at the checkpoint it had committed, if any
-        if latest is None:
-            for pid in frozen:  # no checkpoint yet: one more step
-                try:
-                    os.kill(pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
-            return
+        if freeze_if(self.task, lambda: self.store.latest(self.node) is not None) is None:
+            return  # no checkpoint yet: the unit goes on until the next call
+        latest = self.store.latest(self.node) or 0  # the checkpoint the frozen unit had committed
         if latest >= TREES:
             kill_tree(self.task)
             raise AssertionError("fold 1's LambdaMART unit finished within one step of the killer")

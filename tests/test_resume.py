@@ -22,11 +22,11 @@ from pipelines.executor import states_of
 from pipelines.grid import run_grid
 from pipelines.layout import Layout
 from pipelines.plan import DONE
-from pipelines.proctree import kill_tree, python_workers, signal_tree
+from pipelines.proctree import kill_tree, python_workers
 from pipelines.results import path_result
 from pipelines.study import plan_fold, show_plan
 from pipelines.tracking import Tracker
-from tests.helpers import ROOT, cli_env, set_args
+from tests.helpers import ROOT, cli_env, freeze_if, resume, run_in_steps, set_args
 
 OVERRIDES = [
     "grid.experiment=kill",
@@ -323,11 +323,10 @@ def test_a_two_worker_train_killed_on_a_cluster_resumes_on_one_worker_with_the_s
     ckpt = work / "checkpoints"
     try:
         deadline = time.time() + 240
-        while time.time() < deadline and proc.poll() is None:
-            if ckpt.is_dir() and len(list(ckpt.glob("*/trees-*.json"))) >= 6:  # 12 of 30 trees
-                break
-            time.sleep(0.05)
+        while time.time() < deadline and proc.poll() is None and not list(ckpt.glob("*/trees-*.json")):
+            time.sleep(0.01)  # the executors run the barrier job; from its first checkpoint on, in steps
         assert proc.poll() is None, f"the train ended before the kill: {proc.stderr.read().decode()[-3000:]}"
+        run_in_steps(proc.pid, lambda: len(list(ckpt.glob("*/trees-*.json"))) >= 6)  # 12 of 30 trees, frozen
         _kill_tree(proc)
     finally:
         if proc.poll() is None:
@@ -407,9 +406,9 @@ def test_two_processes_on_one_node_one_trains_the_other_waits_or_stops(spark, sm
         while time.time() < deadline and proc.poll() is None and not list(ckpt.glob("*/_lease.json")):
             time.sleep(0.01)
         assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
-        frozen = signal_tree(proc.pid, sig=signal.SIGSTOP)  # A holds the node, for as long as B's first try takes
+        frozen = freeze_if(proc.pid, lambda: bool(list(ckpt.glob("*/_lease.json"))))  # for B's first try
+        assert frozen is not None, "A released the node before it was frozen"
         try:
-            assert list(ckpt.glob("*/_lease.json")), "A released the node before it was frozen"
             before = {p: p.stat().st_mtime_ns for p in ckpt.rglob("*")}
             with pytest.raises(
                 LeaseHeld,
@@ -438,11 +437,7 @@ def test_two_processes_on_one_node_one_trains_the_other_waits_or_stops(spark, sm
                     time.sleep(0.05)
                 assert any("waiting for the lease held by host" in r.getMessage() for r in caplog.records)
         finally:
-            for pid in frozen:
-                try:
-                    os.kill(pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
+            resume(frozen)
         b_thread.join(240)
         assert proc.wait(60) == 0, proc.stderr.read().decode()[-3000:]
         b = got["b"]
