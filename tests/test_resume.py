@@ -102,15 +102,14 @@ def test_kill_9_mid_node_then_restart_gives_identical_results(spark, small_datas
     ckpt = work / "checkpoints"
     want = random.Random(os.getpid()).randint(3, 8)  # committed checkpoints before the kill
     deadline = time.time() + 240
-    while time.time() < deadline and proc.poll() is None:
-        if (
-            ckpt.is_dir()
-            and len(list(ckpt.glob("*/t*/_checkpoint.json"))) + len(list(ckpt.glob("*/trees-*.json"))) >= 2 * want
-        ):
-            break
-        time.sleep(0.05)
+    while time.time() < deadline and proc.poll() is None and not list(ckpt.glob("*/t*/_checkpoint.json")):
+        time.sleep(0.01)  # the first checkpoint; from there on, in steps
     assert proc.poll() is None, f"the grid ended before the kill: {proc.stderr.read().decode()[-2000:]}"
-    _kill_tree(proc)  # the driver, its JVM and PySpark's Python workers, mid-node
+    run_in_steps(
+        proc.pid,
+        lambda: len(list(ckpt.glob("*/t*/_checkpoint.json"))) + len(list(ckpt.glob("*/trees-*.json"))) >= 2 * want,
+    )
+    _kill_tree(proc)  # the driver, its JVM and PySpark's Python workers, mid-node (frozen since the look)
     fp, store = _plan(cfg, small_dataset)
     before = states_of(fp.plan, store)
     finished = {k for k, s in before.items() if s.state == DONE}
@@ -250,17 +249,22 @@ def test_killed_executor_worker_is_retried_from_checkpoints(spark, small_dataset
     try:
         deadline = time.time() + 300
         ckpt = work / "checkpoints"
-        while time.time() < deadline and proc.poll() is None:
-            if not killed and ckpt.is_dir() and len(list(ckpt.glob("*/trees-*.json"))) >= 3:
-                workers = python_workers(proc.pid)  # the barrier tasks' workers (and idle ones: harmless)
-                for pid in workers:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                killed = bool(workers)
-            time.sleep(0.05)
-        assert proc.poll() is not None, "the grid hung after an executor's worker was killed"
+        while time.time() < deadline and proc.poll() is None and not list(ckpt.glob("*/trees-*.json")):
+            time.sleep(0.01)  # the barrier job runs; from its first checkpoint on, in steps
+        assert proc.poll() is None, f"the grid ended before the kill: {proc.stderr.read().decode()[-3000:]}"
+        frozen = run_in_steps(proc.pid, lambda: len(list(ckpt.glob("*/trees-*.json"))) >= 3)  # 15 of 120 trees
+        workers = python_workers(proc.pid)  # the barrier tasks' workers (and idle ones: harmless)
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        killed = bool(workers)
+        resume(frozen)
+        try:
+            proc.wait(max(1.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the grid hung after an executor's worker was killed") from None
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
