@@ -131,7 +131,9 @@ def test_a_stalled_owners_lease_expires_and_is_taken_over(tmp_path, caplog):
     comes back, its renewals and commits are refused."""
     store = CheckpointStore(str(tmp_path))
     out = SPAWN.Queue()
-    child = SPAWN.Process(target=_holder, args=(str(tmp_path), 2.0, out))
+    child = SPAWN.Process(
+        target=_holder, args=(str(tmp_path), 5.0, out)
+    )  # 5 s: time for the steps below on a loaded machine
     child.start()
     dead_token = out.get(timeout=30)
     dead = read_lease(store, KEY)
@@ -190,8 +192,8 @@ def test_a_killed_owner_on_this_host_is_taken_over_at_once(tmp_path, caplog):
 # -- holding several nodes -----------------------------------------------------
 def test_heartbeat_keeps_leases_alive_beyond_their_ttl(tmp_path):
     store = CheckpointStore(str(tmp_path))
-    with hold(store, ["a", "b"], "grid", ttl=0.45) as held:
-        time.sleep(1.2)  # more than two ttls
+    with hold(store, ["a", "b"], "grid", ttl=1.5) as held:  # renewed every 0.5 s: a thread starved for 1 s is fine
+        time.sleep(3.2)  # more than two ttls
         for key in ("a", "b"):
             with pytest.raises(LeaseHeld):
                 acquire(store, key, "intruder", wait=0)
