@@ -28,7 +28,7 @@ from tests.helpers import freeze_if
 
 pytestmark = pytest.mark.skipif(bool(missing()), reason=missing() or "ok")
 
-TREES, SWITCH = 60, 10  # the killer catches fold 1's LambdaMART unit between trees 3 and 60 (30: too few once)
+TREES, SWITCH = 60, 10  # the killer catches fold 1's LambdaMART unit between trees 3 and 60 (in steps: see Killer)
 STUDY = [
     "generate.queries=40",
     "generate.workers=1",
