@@ -22,6 +22,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
@@ -86,11 +87,14 @@ def alive(pid: int) -> bool:
     return p is not None and p.state not in ("Z", "X")
 
 
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+def signal_pids(pids: Iterable[int], sig: int) -> None:
+    """Send ``sig`` to each of ``pids``; one that has ended (or is not ours to signal) is skipped. A tree frozen by
+    :func:`signal_tree` is let go on with ``signal_pids(frozen, signal.SIGCONT)``, with no new walk."""
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def signal_tree(*roots: int, sig: int) -> set[int]:
@@ -101,8 +105,7 @@ def signal_tree(*roots: int, sig: int) -> set[int]:
         new = _below({*roots, *done}, processes()) - done
         if not new:
             return done
-        for pid in new:
-            _signal(pid, sig)
+        signal_pids(new, sig)
         done |= new
 
 
@@ -111,8 +114,7 @@ def kill_tree(*roots: int, timeout: float = 30.0) -> set[int]:
     ``timeout`` s until none runs (zombies are left to their parents to reap: the caller of ``Popen`` should
     ``wait()``). Returns the pids killed."""
     frozen = signal_tree(*roots, sig=signal.SIGSTOP)
-    for pid in frozen:
-        _signal(pid, signal.SIGKILL)
+    signal_pids(frozen, signal.SIGKILL)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and any(alive(p) for p in frozen):
         time.sleep(0.05)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pyspark
 
-from pipelines.proctree import alive, kill_tree, signal_tree
+from pipelines.proctree import alive, kill_tree, signal_pids, signal_tree
 from tests.spark_holder import QUICK_JVM
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,15 +54,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def resume(pids: Iterable[int]) -> None:
-    """SIGCONT each of ``pids`` (those that ended meanwhile are skipped): a tree frozen by :func:`freeze_if`."""
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
-
-
 def freeze_if(root: int, ready: Callable[[], bool]) -> set[int] | None:
     """Freeze the process tree of ``root`` whole (SIGSTOP, :func:`pipelines.proctree.signal_tree`) and call
     ``ready()``: if true, the tree stays frozen and its pids are returned (the caller kills or resumes it);
@@ -73,8 +64,17 @@ def freeze_if(root: int, ready: Callable[[], bool]) -> set[int] | None:
     frozen = signal_tree(root, sig=signal.SIGSTOP)
     if ready():
         return frozen
-    resume(frozen)
+    signal_pids(frozen, signal.SIGCONT)
     return None
+
+
+def wait_for_file(proc: subprocess.Popen, folder: Path, pattern: str, what: str, timeout: float = 240.0) -> None:
+    """Poll every 10 ms until ``folder`` holds a path matching the glob ``pattern`` (a lease, a checkpoint), as
+    long as ``proc`` runs. AssertionError naming ``what`` ended, with the tail of its stderr, if it ended first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None and not list(folder.glob(pattern)):
+        time.sleep(0.01)
+    assert proc.poll() is None, f"{what} ended before the kill: {proc.stderr.read().decode()[-3000:]}"
 
 
 def run_in_steps(root: int, ready: Callable[[], bool], step: float = 0.05, timeout: float = 240.0) -> set[int]:

@@ -22,11 +22,11 @@ from pipelines.executor import states_of
 from pipelines.grid import run_grid
 from pipelines.layout import Layout
 from pipelines.plan import DONE
-from pipelines.proctree import kill_tree, python_workers
+from pipelines.proctree import kill_tree, python_workers, signal_pids
 from pipelines.results import path_result
 from pipelines.study import plan_fold, show_plan
 from pipelines.tracking import Tracker
-from tests.helpers import ROOT, cli_env, freeze_if, resume, run_in_steps, set_args
+from tests.helpers import ROOT, cli_env, freeze_if, run_in_steps, set_args, wait_for_file
 
 OVERRIDES = [
     "grid.experiment=kill",
@@ -101,10 +101,7 @@ def test_kill_9_mid_node_then_restart_gives_identical_results(spark, small_datas
     )
     ckpt = work / "checkpoints"
     want = random.Random(os.getpid()).randint(3, 8)  # committed checkpoints before the kill
-    deadline = time.time() + 240
-    while time.time() < deadline and proc.poll() is None and not list(ckpt.glob("*/t*/_checkpoint.json")):
-        time.sleep(0.01)  # the first checkpoint; from there on, in steps
-    assert proc.poll() is None, f"the grid ended before the kill: {proc.stderr.read().decode()[-2000:]}"
+    wait_for_file(proc, ckpt, "*/t*/_checkpoint.json", "the grid")  # the first checkpoint; from there on, in steps
     run_in_steps(
         proc.pid,
         lambda: len(list(ckpt.glob("*/t*/_checkpoint.json"))) + len(list(ckpt.glob("*/trees-*.json"))) >= 2 * want,
@@ -249,18 +246,12 @@ def test_killed_executor_worker_is_retried_from_checkpoints(spark, small_dataset
     try:
         deadline = time.time() + 300
         ckpt = work / "checkpoints"
-        while time.time() < deadline and proc.poll() is None and not list(ckpt.glob("*/trees-*.json")):
-            time.sleep(0.01)  # the barrier job runs; from its first checkpoint on, in steps
-        assert proc.poll() is None, f"the grid ended before the kill: {proc.stderr.read().decode()[-3000:]}"
+        wait_for_file(proc, ckpt, "*/trees-*.json", "the grid", 300)  # the barrier job's first checkpoint, then steps
         frozen = run_in_steps(proc.pid, lambda: len(list(ckpt.glob("*/trees-*.json"))) >= 3)  # 15 of 120 trees
         workers = python_workers(proc.pid)  # the barrier tasks' workers (and idle ones: harmless)
-        for pid in workers:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        signal_pids(workers, signal.SIGKILL)
         killed = bool(workers)
-        resume(frozen)
+        signal_pids(frozen, signal.SIGCONT)
         try:
             proc.wait(max(1.0, deadline - time.time()))
         except subprocess.TimeoutExpired:
@@ -326,10 +317,7 @@ def test_a_two_worker_train_killed_on_a_cluster_resumes_on_one_worker_with_the_s
     )
     ckpt = work / "checkpoints"
     try:
-        deadline = time.time() + 240
-        while time.time() < deadline and proc.poll() is None and not list(ckpt.glob("*/trees-*.json")):
-            time.sleep(0.01)  # the executors run the barrier job; from its first checkpoint on, in steps
-        assert proc.poll() is None, f"the train ended before the kill: {proc.stderr.read().decode()[-3000:]}"
+        wait_for_file(proc, ckpt, "*/trees-*.json", "the train")  # the executors' first checkpoint, then steps
         run_in_steps(proc.pid, lambda: len(list(ckpt.glob("*/trees-*.json"))) >= 6)  # 12 of 30 trees, frozen
         _kill_tree(proc)
     finally:
@@ -406,10 +394,7 @@ def test_two_processes_on_one_node_one_trains_the_other_waits_or_stops(spark, sm
         # A is frozen as soon as its driver holds the node's lease, before its barrier job starts: seconds before
         # its first tree (14.9 s from the start to the lease, 27.1 s to the first checkpoint, 27.9 s to the exit
         # on this project's 2-core machine; CI once saw A finish between its first checkpoint and the freeze).
-        deadline = time.time() + 240
-        while time.time() < deadline and proc.poll() is None and not list(ckpt.glob("*/_lease.json")):
-            time.sleep(0.01)
-        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        wait_for_file(proc, ckpt, "*/_lease.json", "A")
         frozen = freeze_if(proc.pid, lambda: bool(list(ckpt.glob("*/_lease.json"))))  # for B's first try
         assert frozen is not None, "A released the node before it was frozen"
         try:
@@ -441,7 +426,7 @@ def test_two_processes_on_one_node_one_trains_the_other_waits_or_stops(spark, sm
                     time.sleep(0.05)
                 assert any("waiting for the lease held by host" in r.getMessage() for r in caplog.records)
         finally:
-            resume(frozen)
+            signal_pids(frozen, signal.SIGCONT)
         b_thread.join(240)
         assert proc.wait(60) == 0, proc.stderr.read().decode()[-3000:]
         b = got["b"]

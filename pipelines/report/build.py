@@ -74,7 +74,7 @@ def build_report(
     records, seed_rows = average_seeds(runs)
     if problems:
         log.warning("grid %s is unfinished: %s", parent, "; ".join(problems))
-    pairs = pairs_with_baseline(records, (BASELINE, None))  # once, for Table 1 and the effect by difficulty
+    pairs = pairs_with_baseline(records)  # once, for Table 1 and the effect by difficulty
     t1 = table1(records, n_perm, seed, folds=state.folds, n_boot=n_boot, risk_alphas=risk_alphas, pairs=pairs)
     lap("table 1 (tests, bootstrap, risk)")
     g = groups(records)

@@ -91,7 +91,7 @@ def by_difficulty(
     if not any(r.strategy == BASELINE and r.switch is None for r in records):
         raise ReportError("the effect by difficulty needs the LambdaMART baseline")
     if pairs is None:
-        pairs = pairs_with_baseline(records, (BASELINE, None))
+        pairs = pairs_with_baseline(records)
     out: dict[str, dict[str, Any]] = {}
     keys = sorted({key for p in pairs.values() for key in p.keys})  # the same queries for every score
     missing = [k for k in keys if k not in scores]

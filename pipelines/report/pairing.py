@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipelines.report.records import Record, ReportError
+from pipelines.study import BASELINE
 
 log = logging.getLogger(__name__)
 
@@ -110,16 +111,14 @@ def paired_samples(records: list[Record], base: list[Record]) -> Paired:
     return Paired(np.concatenate(xs), np.concatenate(ys), folds, keys, left_out)
 
 
-def pairs_with_baseline(
-    records: list[Record], baseline: tuple[str, int | None]
-) -> dict[tuple[str, int | None], Paired]:
-    """Every system of ``records`` but ``baseline`` (a system key) paired with it (:func:`paired_samples`):
-    computed once by the report, read by Table 1 and the effect by difficulty. Empty without the baseline."""
+def pairs_with_baseline(records: list[Record]) -> dict[tuple[str, int | None], Paired]:
+    """Every system of ``records`` but LambdaMART paired with LambdaMART (:func:`paired_samples`): computed once by
+    the report, read by Table 1 and the effect by difficulty. Empty without the baseline."""
     g = groups(records)
-    base = g.get(baseline)
+    base = g.get((BASELINE, None))
     if not base:
         return {}
-    return {k: paired_samples(v, base) for k, v in g.items() if k != baseline}
+    return {k: paired_samples(v, base) for k, v in g.items() if k != (BASELINE, None)}
 
 
 def paired_differences(records: list[Record], base: list[Record]) -> np.ndarray:

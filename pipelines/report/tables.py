@@ -63,7 +63,7 @@ def table1(
     """
     g = groups(records)
     if pairs is None:
-        pairs = pairs_with_baseline(records, (BASELINE, None))
+        pairs = pairs_with_baseline(records)
     grid_folds = sorted(set(folds) if folds is not None else {r.fold for r in records})
     base = g.get((BASELINE, None), [])
     base_final = {r.fold: r.final for r in base}
