@@ -22,7 +22,7 @@ INSTALL_REQUIRES = [
     "matplotlib>=3.8",
     "markdown-it-py>=3",  # the report's HTML from its Markdown (CommonMark with tables)
     "tqdm>=4.66",  # the progress bar on a terminal
-    "venv-pack2>=0.9,<1",  # `ltr pack`: a maintained fork of venv-pack (same `venv_pack` module; see pipelines/pack.py)
+    "venv-pack2>=0.9,<1",  # `ltr pack`: a maintained fork of venv-pack (same `venv_pack` module)
 ]
 
 TEST_REQUIRES = [
@@ -62,13 +62,13 @@ setup(
     description="Curriculum and continuation learning-to-rank on Spark (MSLR-WEB30K scale)",
     python_requires=">=3.10",  # PySpark 4's floor; CI runs 3.11 (see README)
     packages=find_packages(include=["pipelines", "pipelines.*", "udfs", "udfs.*"]),  # pipelines.report too
-    package_data={"pipelines": ["log4j2.properties"]},
+    package_data={"pipelines.core": ["log4j2.properties"]},
     data_files=[
         ("share/ltr/conf", glob("conf/*.yaml")),
         ("share/ltr/conf/datasets", glob("conf/datasets/*.yaml")),
-        ("share/ltr/jobs", glob("jobs/*.py")),  # spark-submit's scripts, found by pipelines.config.jobs_dir
+        ("share/ltr/jobs", glob("jobs/*.py")),  # spark-submit's scripts, found by pipelines.core.config.jobs_dir
     ],
     install_requires=INSTALL_REQUIRES,
     extras_require={"test": TEST_REQUIRES, "airflow": AIRFLOW_REQUIRES, "deploy": DEPLOY_REQUIRES},
-    entry_points={"console_scripts": ["ltr = pipelines.cli:main"]},
+    entry_points={"console_scripts": ["ltr = pipelines.app.cli:main"]},
 )

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def ltr(*args: str) -> list[str]:
-    return [sys.executable, "-m", "pipelines.cli", *args]
+    return [sys.executable, "-m", "pipelines.app.cli", *args]
 
 
 def train(master: str, data: Path, work: Path, trees: int, env: dict[str, str]) -> dict[str, float]:

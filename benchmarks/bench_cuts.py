@@ -5,7 +5,7 @@
 Before global cuts, each worker sketched its own rows (the workers' sketches merged); on a local
 master (one worker, the default) that is the sketch of the whole training split, which
 ``--samples 0`` reproduces (0 = every row). For each sample size the script computes the fold's
-cuts (:func:`pipelines.cuts.compute_cuts`, timed), counts the cut values that differ from the
+cuts (:func:`pipelines.store.cuts.compute_cuts`, timed), counts the cut values that differ from the
 whole split's, and trains ``lambdamart:TREES`` (the Python objective, one worker with all the
 cores, curves after every tree) on them: final vali/test NDCG@10 and per-tree cost, so the
 figures say what the sample changes in quality and cost. Data: a generated MSLR-shaped dataset
@@ -26,14 +26,14 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.bench_train import dataset
-from pipelines.barrier_job import make_settings
-from pipelines.checkpoints import CheckpointStore
-from pipelines.config import SparkConfig, TrainConfig
-from pipelines.cuts import compute_cuts
-from pipelines.dataset import open_dataset
-from pipelines.executor import Execution, train_paths
-from pipelines.paths import parse_path
-from pipelines.session import build_session
+from pipelines.core.config import SparkConfig, TrainConfig
+from pipelines.core.session import build_session
+from pipelines.data.dataset import open_dataset
+from pipelines.execution.barrier_job import make_settings
+from pipelines.execution.executor import Execution, train_paths
+from pipelines.plan.paths import parse_path
+from pipelines.store.checkpoints import CheckpointStore
+from pipelines.store.cuts import compute_cuts
 from udfs.metrics import NdcgSpec
 
 ROOT = Path(__file__).resolve().parent.parent

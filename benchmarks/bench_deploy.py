@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 
-from pipelines.proctree import tree_rss
+from pipelines.core.proctree import tree_rss
 from tests.deployment import Deployment, missing
 
 

@@ -9,24 +9,24 @@
     # on the workplace's lent GPU machine (no XGBoost, PySpark or Java there): benchmarks/gpu_device.sh
 
 No Spark session and no JVM: the data are generated in memory and each run is either in-process
-XGBoost or the project's own worker loop (:func:`pipelines.worker_loop.run_nodes`, the code a
-Spark barrier task runs, here with one worker and :class:`~pipelines.worker_env.LocalComm`).
-The ``pyspark`` package must still be importable (:mod:`pipelines.barrier_job` and
-:mod:`pipelines.generate` import it at the top); no JVM is started.
+XGBoost or the project's own worker loop (:func:`pipelines.worker.loop.run_nodes`, the code a
+Spark barrier task runs, here with one worker and :class:`~pipelines.worker.env.LocalComm`).
+The ``pyspark`` package must still be importable (:mod:`pipelines.execution.barrier_job` and
+:mod:`pipelines.data.generate` import it at the top); no JVM is started.
 
-Data: MSLR-shaped rows from :func:`pipelines.generate.simulate_batch` (136 features, labels 0-4,
+Data: MSLR-shaped rows from :func:`pipelines.data.generate.simulate_batch` (136 features, labels 0-4,
 about 121 documents a query; the model behind ``ltr generate``), generated in batches of 256
 queries in parallel, features cast to float32 as ingest stores them (not rounded to LETOR's 6
 decimals). The last ``--test-queries`` queries are the held-out test split; each ``--rows`` size
 trains on the first whole queries that reach that many rows, so the smaller sets are prefixes of
 the larger one and every run is scored on the same test queries.
 
-Parameters: the project's (:func:`pipelines.barrier_job.make_settings` on a ``TrainConfig`` with
+Parameters: the project's (:func:`pipelines.execution.barrier_job.make_settings` on a ``TrainConfig`` with
 ``device`` and ``nthread`` = all cores): ``hist``, 64 leaves (lossguide), eta 0.05, 256 bins,
 NDCG@10 (top-10 pairs). Runs, each on every device:
 
 * ``ref_ndcg`` / ``ref_mse``: in-process ``Booster.update`` with ``rank:ndcg`` /
-  ``reg:squarederror`` (:func:`pipelines.worker_loop.booster_params`) on one QuantileDMatrix per size
+  ``reg:squarederror`` (:func:`pipelines.worker.loop.booster_params`) on one QuantileDMatrix per size
   built from host (numpy) rows; per-tree time of every tree, reported as the mean over trees 2..T
   (the first tree, which on a GPU also uploads the matrix, is reported apart);
 * ``loop_xgb_lambdamart`` / ``loop_lambdamart``: the worker loop with the built-in objective
@@ -36,7 +36,7 @@ NDCG@10 (top-10 pairs). Runs, each on every device:
   objective) / trees, all trees, as bench_train reports it, and the wall time between the tree
   events of trees 2..T (which includes the eval walk).
 
-Before the runs, each device is warmed up (CUDA: :func:`pipelines.worker_env.check_device`, which
+Before the runs, each device is warmed up (CUDA: :func:`pipelines.worker.env.check_device`, which
 trains one tree on the GPU and refuses a silent CPU fallback; both: a few trees of every run kind on
 a small prefix, which also compiles the numba kernels). NDCG@10 (:func:`udfs.metrics.ndcg`, the
 project's conventions) of every run on the test split; GPU and CPU ``hist`` differ slightly
@@ -63,16 +63,16 @@ from typing import Any
 import numpy as np
 import xgboost as xgb
 
-from pipelines.barrier_job import make_settings
-from pipelines.checkpoints import CheckpointStore
-from pipelines.config import TrainConfig
-from pipelines.dataset import Dataset
-from pipelines.generate import BATCH_QUERIES, query_plan, simulate_batch
-from pipelines.paths import parse_path
-from pipelines.plan import build_plan
-from pipelines.results import path_result
-from pipelines.worker_env import check_device
-from pipelines.worker_loop import Settings, SplitData, WorkerData, booster_params, run_nodes
+from pipelines.core.config import TrainConfig
+from pipelines.data.dataset import Dataset
+from pipelines.data.generate import BATCH_QUERIES, query_plan, simulate_batch
+from pipelines.execution.barrier_job import make_settings
+from pipelines.plan.paths import parse_path
+from pipelines.plan.trie import build_plan
+from pipelines.store.checkpoints import CheckpointStore
+from pipelines.store.results import path_result
+from pipelines.worker.env import check_device
+from pipelines.worker.loop import Settings, SplitData, WorkerData, booster_params, run_nodes
 from udfs.metrics import NdcgSpec, ndcg
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -310,7 +310,7 @@ def main() -> int:
 
     train_all, test, gen_s = make_data(sizes[-1], args.test_queries, threads)
     report["data"] = {
-        "generator": "pipelines.generate.simulate_batch",
+        "generator": "pipelines.data.generate.simulate_batch",
         "train_rows_max": int(train_all.y.size),
         "test_rows": int(test.y.size),
         "test_queries": test.n_queries,

@@ -12,7 +12,7 @@ cache, then, alternating over ``--repeat`` rounds:
 * ``spark_split_cast``: a plain Spark parse of the same file: ``read.text``,
   ``split`` on spaces and ``:``, ``cast`` to int / float, written to Parquet in the
   same layout (one column per feature) as ours;
-* ``ltr_ingest``: ``pipelines.ingest.ingest`` end to end (parse, validate, sort,
+* ``ltr_ingest``: ``pipelines.data.ingest.ingest`` end to end (parse, validate, sort,
   Parquet, quarantine check, manifest, fingerprint, atomic commit), in the same
   warm Spark session; its first run in a fresh session is reported apart as
   ``ltr_ingest_cold`` (Python workers start and load the numba kernels).
@@ -38,11 +38,11 @@ import threading
 import time
 from pathlib import Path
 
-from pipelines.config import IngestConfig, SparkConfig, load_dataset_spec
-from pipelines.generate import generate, query_plan
-from pipelines.ingest import ingest
-from pipelines.proctree import tree_rss
-from pipelines.session import build_session
+from pipelines.core.config import IngestConfig, SparkConfig, load_dataset_spec
+from pipelines.core.proctree import tree_rss
+from pipelines.core.session import build_session
+from pipelines.data.generate import generate, query_plan
+from pipelines.data.ingest import ingest
 
 ROOT = Path(__file__).resolve().parent.parent
 

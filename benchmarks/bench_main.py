@@ -52,7 +52,7 @@ def main() -> int:
         work = Path(args.work) / f"run{i}"
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
-        cmd = [sys.executable, "-m", "pipelines.cli", "run", "--set", f"work_dir={work}"]
+        cmd = [sys.executable, "-m", "pipelines.app.cli", "run", "--set", f"work_dir={work}"]
         t0 = time.perf_counter()
         proc = subprocess.run(
             cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True

@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from pipelines.proctree import kill_tree, tree_memory
+from pipelines.core.proctree import kill_tree, tree_memory
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,7 +60,7 @@ def dataset(work: Path, queries: int, env: dict[str, str], sets: list[str], resu
         return data
     letor = work / f"letor-{queries}"
     shutil.rmtree(letor, ignore_errors=True)
-    py = [sys.executable, "-m", "pipelines.cli"]
+    py = [sys.executable, "-m", "pipelines.app.cli"]
     for step, cmd in (
         ("generate", [*py, "generate", "--out", str(letor), "--queries", str(queries), "--seed", "4242"]),
         ("ingest", [*py, "ingest", "--src", str(letor), "--out", str(data), "--dataset", "mslr", *sets]),
@@ -127,7 +127,7 @@ def main() -> int:
         cmd = [
             sys.executable,
             "-m",
-            "pipelines.cli",
+            "pipelines.app.cli",
             "train",
             "--data",
             str(data),

@@ -25,7 +25,7 @@ by kind of node: objective on all rows or on a curriculum subset) and prints the
 ``--status`` prints the state and the plan's progress, runs nothing.
 
 The node keys hold the code identity (the content of ``pipelines/`` and ``udfs/`` and the library
-versions; pipelines/keys.py): run every attempt with the same computing code (a ``git worktree`` of
+versions; pipelines/core/keys.py): run every attempt with the same computing code (a ``git worktree`` of
 one commit is the simple way; a documentation commit in between does not matter), or the resumed grid
 is another grid.
 """
@@ -44,7 +44,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.bench_resume import built_trees
-from pipelines.proctree import kill_tree, tree_memory
+from pipelines.core.proctree import kill_tree, tree_memory
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,7 +52,7 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def ltr(*args: str) -> list[str]:
-    return [sys.executable, "-m", "pipelines.cli", *args]
+    return [sys.executable, "-m", "pipelines.app.cli", *args]
 
 
 class State:
@@ -122,10 +122,10 @@ def overrides(work: Path, fold: int) -> list[str]:
 
 
 def plan_info(work: Path, data: str, fold: int, extra: list[str]):
-    from pipelines.config import load_config
-    from pipelines.dataset import open_dataset
-    from pipelines.layout import Layout
-    from pipelines.study import plan_fold
+    from pipelines.core.config import load_config
+    from pipelines.core.layout import Layout
+    from pipelines.data.dataset import open_dataset
+    from pipelines.study.design import plan_fold
 
     cfg = load_config(ROOT / "conf" / "paper.yaml", [*overrides(work, fold), *extra])
     fp = plan_fold(cfg, open_dataset(data), fold)
@@ -245,7 +245,7 @@ def main() -> int:
             check=True,
         )
     rep = {"report": str(Path(cfg.report.out or work / "run" / "report") / "report.md")}
-    from pipelines.checkpoints import CheckpointStore
+    from pipelines.store.checkpoints import CheckpointStore
 
     # the plan again: before the grid's first attempt the curricula did not exist, and a curriculum
     # node's key holds its curriculum's content (read before, only the all-row nodes' costs matched)

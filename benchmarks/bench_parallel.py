@@ -29,15 +29,15 @@ import sys
 import time
 from pathlib import Path
 
-from pipelines.config import load_config
-from pipelines.grid import fold_results
+from pipelines.app.grid import fold_results
+from pipelines.core.config import load_config
 from tests.helpers import StandaloneCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def ltr(*args: str) -> list[str]:
-    return [sys.executable, "-m", "pipelines.cli", *args]
+    return [sys.executable, "-m", "pipelines.app.cli", *args]
 
 
 def results(work: Path, data: str) -> dict:

@@ -44,7 +44,7 @@ def _worktree(rev: str) -> Path:
 
 def _report(code: Path, work: str, out: str, sets: list[str]) -> float:
     env = {**os.environ, "PYTHONPATH": str(code)}
-    cmd = [sys.executable, "-m", "pipelines.cli", "report", "--set", f"work_dir={work}", "--out", out]
+    cmd = [sys.executable, "-m", "pipelines.app.cli", "report", "--set", f"work_dir={work}", "--out", out]
     for s in sets:
         cmd += ["--set", s]
     t0 = time.perf_counter()

@@ -25,13 +25,13 @@ import sys
 import time
 from pathlib import Path
 
-from pipelines.proctree import kill_tree
+from pipelines.core.proctree import kill_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def ltr(*args: str) -> list[str]:
-    return [sys.executable, "-m", "pipelines.cli", *args]
+    return [sys.executable, "-m", "pipelines.app.cli", *args]
 
 
 def built_trees(ckpt: Path) -> int:
@@ -51,10 +51,10 @@ def built_trees(ckpt: Path) -> int:
 
 def results(work: Path, data: str) -> tuple[dict, int]:
     """(label -> (final test NDCG, model bytes) of fold 1, trees the fold's plan builds)."""
-    from pipelines.config import load_config
-    from pipelines.dataset import open_dataset
-    from pipelines.grid import fold_results
-    from pipelines.study import plan_fold
+    from pipelines.app.grid import fold_results
+    from pipelines.core.config import load_config
+    from pipelines.data.dataset import open_dataset
+    from pipelines.study.design import plan_fold
 
     cfg = load_config(None, [f"work_dir={work}"])
     total = plan_fold(cfg, open_dataset(data), 1).plan.trees

@@ -50,15 +50,15 @@ from pathlib import Path
 import numpy as np
 import xgboost as xgb
 
-from pipelines.barrier_job import make_settings
-from pipelines.checkpoints import CheckpointStore
-from pipelines.config import IngestConfig, SparkConfig, TrainConfig, load_dataset_spec
-from pipelines.dataset import load_split, open_dataset
-from pipelines.executor import Execution, train_paths
-from pipelines.generate import generate
-from pipelines.ingest import ingest
-from pipelines.paths import parse_path
-from pipelines.session import build_session
+from pipelines.core.config import IngestConfig, SparkConfig, TrainConfig, load_dataset_spec
+from pipelines.core.session import build_session
+from pipelines.data.dataset import load_split, open_dataset
+from pipelines.data.generate import generate
+from pipelines.data.ingest import ingest
+from pipelines.execution.barrier_job import make_settings
+from pipelines.execution.executor import Execution, train_paths
+from pipelines.plan.paths import parse_path
+from pipelines.store.checkpoints import CheckpointStore
 from udfs import schema
 from udfs.metrics import NdcgSpec
 

@@ -8,7 +8,7 @@ executor JVMs, one core each) on the fold's global cuts (a sample of ``--sample-
 whole queries, smaller than the split, so the sample matters) and compares every tree with the
 1-worker model: same split features and thresholds, and the largest difference of a leaf value
 (the workers' histogram sums are added in another order). Also the final vali/test NDCG@10 and
-each run's per-tree cost. Then the cost of a node lease (pipelines.lease) per checkpoint on the
+each run's per-tree cost. Then the cost of a node lease (pipelines.store.lease) per checkpoint on the
 local checkpoint store: take, renew (what every checkpoint does) and release, timed.
 
 The same script runs on the code before global cuts, for the side by side (per-worker sketches;
@@ -29,15 +29,15 @@ from pathlib import Path
 
 import numpy as np
 
-from pipelines.barrier_job import make_settings
-from pipelines.checkpoints import CheckpointStore
-from pipelines.config import IngestConfig, SparkConfig, TrainConfig, load_dataset_spec
-from pipelines.dataset import open_dataset
-from pipelines.executor import Execution, train_paths
-from pipelines.generate import generate
-from pipelines.ingest import ingest
-from pipelines.paths import parse_path
-from pipelines.session import build_session
+from pipelines.core.config import IngestConfig, SparkConfig, TrainConfig, load_dataset_spec
+from pipelines.core.session import build_session
+from pipelines.data.dataset import open_dataset
+from pipelines.data.generate import generate
+from pipelines.data.ingest import ingest
+from pipelines.execution.barrier_job import make_settings
+from pipelines.execution.executor import Execution, train_paths
+from pipelines.plan.paths import parse_path
+from pipelines.store.checkpoints import CheckpointStore
 from udfs.metrics import NdcgSpec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,7 +75,7 @@ def compare(a: bytes, b: bytes) -> dict:
 
 
 def lease_cost(n: int = 200) -> dict:
-    from pipelines.lease import acquire
+    from pipelines.store.lease import acquire
 
     with tempfile.TemporaryDirectory(prefix="bench-lease-") as d:
         store = CheckpointStore(d)

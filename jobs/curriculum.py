@@ -5,7 +5,7 @@ spark-submit jobs/curriculum.py [options]
 
 import sys
 
-from pipelines.cli import main
+from pipelines.app.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["curriculum", *sys.argv[1:]]))

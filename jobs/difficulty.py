@@ -5,7 +5,7 @@ spark-submit jobs/difficulty.py [options]
 
 import sys
 
-from pipelines.cli import main
+from pipelines.app.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["difficulty", *sys.argv[1:]]))

@@ -5,7 +5,7 @@ spark-submit jobs/ingest.py [options]
 
 import sys
 
-from pipelines.cli import main
+from pipelines.app.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["ingest", *sys.argv[1:]]))

@@ -10,8 +10,8 @@ Trigger it with params (every one optional; their descriptions are in the trigge
     airflow dags trigger ltr_study --conf '{"conf": "conf/paper.yaml", "src": "/data/MSLR-WEB30K",
                                             "set": ["work_dir=/data/ltr"], "spark_conn_id": "spark_default"}'
 
-This file only wires: the decisions are :mod:`pipelines.study_tasks` (plain functions, tested without
-Airflow), the spark-submit steps :class:`pipelines.airflow_submit.LtrSubmitOperator`. The deployment's own
+This file only wires: the decisions are :mod:`pipelines.app.study_tasks` (plain functions, tested without
+Airflow), the spark-submit steps :class:`pipelines.app.airflow.LtrSubmitOperator`. The deployment's own
 settings are environment variables read where this file is parsed (Airflow fixes retries and concurrency
 then): ``LTR_TASK_RETRIES`` (3), ``LTR_RETRY_DELAY_S`` (60, exponential back-off up to
 ``LTR_MAX_RETRY_DELAY_S``, 900), ``LTR_TRAINING_SLOTS`` (2 training tasks of a run at once),
@@ -30,9 +30,8 @@ from typing import Any
 
 from airflow.sdk import DAG, task
 
-from pipelines.airflow_submit import LtrSubmitOperator, fail_fast, study_params
-from pipelines.config import jobs_dir
-from pipelines.study_tasks import (
+from pipelines.app.airflow import LtrSubmitOperator, fail_fast, study_params
+from pipelines.app.study_tasks import (
     difficulty_needed,
     generate_needed,
     ingest_needed,
@@ -41,6 +40,7 @@ from pipelines.study_tasks import (
     study_parent,
     unit_args,
 )
+from pipelines.core.config import jobs_dir
 
 #: The jobs' scripts: the installed package's (or ``$LTR_JOBS_DIR``), wherever this file was copied.
 JOBS = str(jobs_dir())

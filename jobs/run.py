@@ -5,7 +5,7 @@ spark-submit jobs/run.py [options]
 
 import sys
 
-from pipelines.cli import main
+from pipelines.app.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["run", *sys.argv[1:]]))

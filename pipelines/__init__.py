@@ -1,2 +1,7 @@
-"""The library: typed config, schemas, Spark session, ingest, difficulty, curricula,
-training, tracking, reports and the CLI."""
+"""The library, one package per question. Imports go one way, top to bottom (``.importlinter``):
+
+``app`` -> ``report`` -> ``tracking`` -> ``study`` -> ``execution`` -> ``worker`` -> ``store`` ->
+{``plan``, ``data``} -> ``core`` -> ``udfs``.
+
+See docs/ARCHITECTURE.md for the map.
+"""

@@ -10,7 +10,7 @@ import pytest
 
 from tests.spark_holder import QUICK_JVM
 
-GOLDEN = Path(__file__).parent / "data" / "golden"
+GOLDEN = Path(__file__).parent / "golden"
 
 os.environ.setdefault("SPARK_SUBMIT_OPTS", QUICK_JVM)  # every driver JVM a test's subprocess starts
 
@@ -68,7 +68,7 @@ def pytest_runtest_makereport(item, call):
 @pytest.fixture(scope="session")
 def small_letor(tmp_path_factory) -> Path:
     """A small generated MSLR-shaped folder (60 queries), shared by tests that only read it."""
-    from pipelines.generate import generate
+    from pipelines.data.generate import generate
 
     out = tmp_path_factory.mktemp("letor") / "mslr"
     generate(str(out), queries=60, seed=11, workers=1)
@@ -78,8 +78,8 @@ def small_letor(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def small_dataset(spark_holder, small_letor, tmp_path_factory) -> str:
     """``small_letor`` ingested (MSLR rotation, subsets S1..S5)."""
-    from pipelines.config import IngestConfig, load_dataset_spec
-    from pipelines.ingest import ingest
+    from pipelines.core.config import IngestConfig, load_dataset_spec
+    from pipelines.data.ingest import ingest
 
     out = tmp_path_factory.mktemp("ds") / "dataset"
     ingest(spark_holder.get(), str(small_letor), str(out), load_dataset_spec("mslr"), IngestConfig(chunk_bytes=300_000))
@@ -89,8 +89,8 @@ def small_dataset(spark_holder, small_letor, tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def small_difficulty(spark_holder, small_dataset, tmp_path_factory) -> str:
     """Difficulty scores of ``small_dataset`` with the default conventions."""
-    from pipelines.config import DifficultyConfig
-    from pipelines.difficulty import run_difficulty
+    from pipelines.core.config import DifficultyConfig
+    from pipelines.data.difficulty import run_difficulty
     from udfs.metrics import NdcgSpec
 
     out = tmp_path_factory.mktemp("diff") / "scores"

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipelines.proctree import kill_tree, tree_pids
+from pipelines.core.proctree import kill_tree, tree_pids
 from tests.helpers import ROOT, free_port
 from tests.spark_holder import QUICK_JVM
 

@@ -1,6 +1,6 @@
 """Helpers shared by the tests (and the benchmarks): the repository's root, command-line overrides, free ports,
 a standalone Spark cluster on loopback. The shared Spark session is kept by :mod:`tests.spark_holder`; process
-trees are walked and killed with :mod:`pipelines.proctree`, as the product does."""
+trees are walked and killed with :mod:`pipelines.core.proctree`, as the product does."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pyspark
 
-from pipelines.proctree import alive, kill_tree, signal_pids, signal_tree
+from pipelines.core.proctree import alive, kill_tree, signal_pids, signal_tree
 from tests.spark_holder import QUICK_JVM
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,7 +43,7 @@ def set_args(overrides: Iterable[str]) -> list[str]:
 
 
 def cli_env(**extra: str) -> dict[str, str]:
-    """This process's environment with the repository on ``PYTHONPATH`` (for ``python -m pipelines.cli``)."""
+    """This process's environment with the repository on ``PYTHONPATH`` (for ``python -m pipelines.app.cli``)."""
     return {**os.environ, "PYTHONPATH": str(ROOT), **extra}
 
 
@@ -55,7 +55,7 @@ def free_port() -> int:
 
 
 def freeze_if(root: int, ready: Callable[[], bool]) -> set[int] | None:
-    """Freeze the process tree of ``root`` whole (SIGSTOP, :func:`pipelines.proctree.signal_tree`) and call
+    """Freeze the process tree of ``root`` whole (SIGSTOP, :func:`pipelines.core.proctree.signal_tree`) and call
     ``ready()``: if true, the tree stays frozen and its pids are returned (the caller kills or resumes it);
     else the tree goes on and None is returned. What ``ready`` reads (checkpoints, leases) is then the state the
     tree is frozen in: a test that acts on it cannot be overtaken by the training, however slowly the test's
@@ -93,7 +93,7 @@ def run_in_steps(root: int, ready: Callable[[], bool], step: float = 0.05, timeo
 
 def stop_process(proc: subprocess.Popen, grace: float = 10.0) -> None:
     """SIGTERM ``proc``'s tree (a JVM shuts down cleanly), then after ``grace`` s freeze and SIGKILL whatever is
-    left of it (:func:`pipelines.proctree.kill_tree`: an executor's PySpark daemon runs in a process group of
+    left of it (:func:`pipelines.core.proctree.kill_tree`: an executor's PySpark daemon runs in a process group of
     its own, which a group kill would miss), and reap it."""
     if proc.poll() is None:
         signal_tree(proc.pid, sig=signal.SIGTERM)

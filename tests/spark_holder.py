@@ -180,8 +180,8 @@ class SparkHolder:
         from pyspark import SparkConf, SparkContext
         from pyspark.java_gateway import launch_gateway
 
-        from pipelines.config import SparkConfig
-        from pipelines.session import build_session, external_properties, session_properties
+        from pipelines.core.config import SparkConfig
+        from pipelines.core.session import build_session, external_properties, session_properties
 
         new_jvm = SparkContext._gateway is None  # noqa: SLF001
         if new_jvm:

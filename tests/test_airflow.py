@@ -128,8 +128,8 @@ def test_a_failed_submit_leaves_no_process_and_exit_2_is_not_retried(tmp_path, m
     Airflow's retryable error."""
     from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-    from pipelines.airflow_submit import LtrSubmitOperator
-    from pipelines.proctree import alive
+    from pipelines.app.airflow import LtrSubmitOperator
+    from pipelines.core.proctree import alive
 
     fake = tmp_path / "bin" / "spark-submit"
     fake.parent.mkdir()
@@ -160,7 +160,7 @@ def test_the_run_connection_is_the_one_private_attribute_pinned_to_the_provider(
     field): the operator sets ``_conn_id``. This fails when a provider release changes that."""
     from importlib.metadata import version
 
-    from pipelines.airflow_submit import LtrSubmitOperator
+    from pipelines.app.airflow import LtrSubmitOperator
 
     monkeypatch.setenv("AIRFLOW_CONN_OTHER_SPARK", json.dumps({"conn_type": "spark", "host": "local[2]"}))
     assert version("apache-airflow-providers-apache-spark").split(".")[0] == "5", "check _conn_id again"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.cli import main
+from pipelines.app.cli import main
 from tests.conftest import GOLDEN
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ executors -> report), must give what the same job gives on ``local[2]`` (DESIGN.
 distributed == local). One application, not one per step: each application on the cluster costs about a
 minute on 2 cores before it computes anything (the driver and both executors unpack the archive, the
 executors' Python workers start and compile), and the step jobs (``jobs/ingest.py`` ...) run the same
-``pipelines.cli`` commands that ``ltr run`` calls.
+``pipelines.app.cli`` commands that ``ltr run`` calls.
 
 The cluster's processes have no PYTHONPATH, PYSPARK_PYTHON nor the project's virtual environment on
 their PATH: the executors can import :mod:`pipelines` only from the archive.
@@ -29,7 +29,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.curriculum import QUERIES
+from pipelines.data.curriculum import QUERIES
 from tests.helpers import ROOT, SPARK_BIN, StandaloneCluster, set_args, stop_process
 from tests.spark_holder import QUICK_JVM
 
@@ -65,12 +65,12 @@ REPORT = ["report.permutations=100", "report.table2_sizes=[2]"]
 
 # ------------------------------------------------------------ ltr pack: bad input, before anything is built
 def _no_build(monkeypatch) -> None:
-    import pipelines.pack
+    import pipelines.app.pack
 
     def refuse(*a, **k):
         raise AssertionError("a bad argument must be refused before the environment is built")
 
-    monkeypatch.setattr(pipelines.pack, "_run", refuse)
+    monkeypatch.setattr(pipelines.app.pack, "_run", refuse)
 
 
 @pytest.mark.parametrize(
@@ -88,7 +88,7 @@ def _no_build(monkeypatch) -> None:
     ],
 )
 def test_pack_bad_arguments_exit_2_in_one_line(tmp_path, capsys, monkeypatch, make_args, message):
-    from pipelines.cli import main
+    from pipelines.app.cli import main
 
     _no_build(monkeypatch)
     assert main(["pack", *make_args(tmp_path)]) == 2
@@ -99,7 +99,7 @@ def test_pack_bad_arguments_exit_2_in_one_line(tmp_path, capsys, monkeypatch, ma
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc (a directory nobody can write in)")
 def test_pack_unwritable_directory_exits_2(capsys, monkeypatch):
-    from pipelines.cli import main
+    from pipelines.app.cli import main
 
     _no_build(monkeypatch)
     assert main(["pack", "--out", "/proc/ltr-env.tar.gz"]) == 2  # root passes os.access; creating a file fails
@@ -119,7 +119,7 @@ def packed_env(tmp_path_factory) -> Path:
         [
             sys.executable,
             "-m",
-            "pipelines.cli",
+            "pipelines.app.cli",
             "pack",
             "--out",
             str(out),
@@ -224,8 +224,8 @@ def _run_args(work: Path, letor: Path) -> list[str]:
 
 def _grid_results(work: Path) -> dict[str, tuple[bytes, list[float], list[float]]]:
     """Every grid path's model and vali/test curves, from the checkpoints."""
-    from pipelines.config import load_config
-    from pipelines.grid import fold_results
+    from pipelines.app.grid import fold_results
+    from pipelines.core.config import load_config
 
     cfg = load_config(None, [f"work_dir={work}", *COMMON, *GRID])
     return {k: (r.model, r.vali, r.test) for k, r in fold_results(cfg, FOLD, str(work / "dataset")).items()}
@@ -235,7 +235,7 @@ def _child_finals(work: Path) -> dict[str, float]:
     """Final test NDCG of every child run of the grid, from MLflow."""
     from mlflow.tracking import MlflowClient
 
-    from pipelines.layout import mlflow_uri
+    from pipelines.core.layout import mlflow_uri
 
     client = MlflowClient(mlflow_uri(str(work)))
     exp = client.get_experiment_by_name("cluster")
@@ -248,7 +248,7 @@ def _child_finals(work: Path) -> dict[str, float]:
 
 @pytest.mark.timeout(2400)
 def test_jobs_on_a_standalone_cluster_with_the_packed_env_equal_local(packed_env, cluster, spark, tmp_path):
-    from pipelines.generate import generate
+    from pipelines.data.generate import generate
 
     t0 = time.perf_counter()
     letor = tmp_path / "letor"
@@ -261,7 +261,7 @@ def test_jobs_on_a_standalone_cluster_with_the_packed_env_equal_local(packed_env
     t1 = time.perf_counter()
     # the same job on local[2]: what jobs/run.py runs (`main(["run", *args])`), in this process on the session's
     # local[2] (a spark-submit of its own costs half a minute more and tests nothing more here)
-    from pipelines.cli import main
+    from pipelines.app.cli import main
 
     assert main(["run", *_run_args(local, letor)]) == 0
     log.warning("cluster run %.0f s, local run %.0f s", t1 - t0, time.perf_counter() - t1)
@@ -305,8 +305,8 @@ def test_packed_archive_is_a_relocatable_non_editable_env(packed_env):
             names.add(m.name)
             if m.issym():
                 links[m.name] = m.linkname
-    site = next(n.rsplit("/", 2)[0] for n in names if n.endswith("site-packages/pipelines/cli.py"))
-    assert f"{site}/pipelines/pack.py" in names and f"{site}/udfs/metrics.py" in names
+    site = next(n.rsplit("/", 2)[0] for n in names if n.endswith("site-packages/pipelines/app/cli.py"))
+    assert f"{site}/pipelines/app/pack.py" in names and f"{site}/udfs/metrics.py" in names
     assert not [n for n in names if "__editable__" in n], "an editable install cannot run on the executors"
     assert "pyvenv.cfg" in names and "bin/ltr" in names
     python = links["bin/python"]  # python -> python3.11 -> /usr/bin/python3.11

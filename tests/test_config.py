@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import yaml
 
-from pipelines.config import (
+from pipelines.core.config import (
     Config,
     ConfigError,
     SparkConfig,
@@ -78,7 +78,7 @@ def test_dataset_specs():
 def test_spark_properties_pin_python_for_local():
     import sys
 
-    from pipelines.session import resolve_master, session_properties
+    from pipelines.core.session import resolve_master, session_properties
 
     props = session_properties(SparkConfig(conf={"spark.sql.shuffle.partitions": "3"}), "local[2]")
     assert props["spark.pyspark.python"] == sys.executable
@@ -88,7 +88,7 @@ def test_spark_properties_pin_python_for_local():
 
 
 def test_spark_properties_set_outside_the_config_are_never_overridden(tmp_path, monkeypatch):
-    from pipelines.session import external_properties, session_properties
+    from pipelines.core.session import external_properties, session_properties
 
     (tmp_path / "spark-defaults.conf").write_text(
         "# cluster defaults\nspark.sql.shuffle.partitions   64\nspark.driver.extraJavaOptions=-Dmine=1\n"

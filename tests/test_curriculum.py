@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
 
-from pipelines.config import ConfigError, CurriculumConfig
-from pipelines.curriculum import build_curriculum
-from pipelines.dataset import DatasetError, load_split, open_dataset
+from pipelines.core.config import ConfigError, CurriculumConfig
+from pipelines.data.curriculum import build_curriculum
+from pipelines.data.dataset import DatasetError, load_split, open_dataset
 from udfs import schema
 from udfs.curriculum import assign_first_stage, easiest_first, pacing_shares, stage_sizes
 
@@ -186,9 +186,9 @@ EASIEST_BM25 = [5, 2, 4, 6]
 def tiny(spark_holder, tmp_path_factory):
     """(dataset, difficulty) of TINY as a one-fold LETOR 4.0 set (labels 0..2; only 0 and 1 occur)."""
     spark = spark_holder.get()
-    from pipelines.config import DifficultyConfig, IngestConfig, load_dataset_spec
-    from pipelines.difficulty import run_difficulty
-    from pipelines.ingest import ingest
+    from pipelines.core.config import DifficultyConfig, IngestConfig, load_dataset_spec
+    from pipelines.data.difficulty import run_difficulty
+    from pipelines.data.ingest import ingest
     from udfs.metrics import NdcgSpec
 
     root = tmp_path_factory.mktemp("tiny")
@@ -286,7 +286,7 @@ def test_l_hrel_with_empty_queries_and_labels_of_the_dataset(spark, tiny, tmp_pa
 
 
 def test_hrel_labels_and_policy_checked_without_data():
-    from pipelines.config import DifficultyConfig, load_config
+    from pipelines.core.config import DifficultyConfig, load_config
 
     with pytest.raises(
         ConfigError,
@@ -310,15 +310,15 @@ def test_hrel_labels_and_policy_checked_without_data():
 
 
 def test_exclude_needs_a_query_with_a_relevant_document(spark, tiny, tmp_path):
-    from pipelines.config import DifficultyConfig
-    from pipelines.difficulty import run_difficulty
+    from pipelines.core.config import DifficultyConfig
+    from pipelines.data.difficulty import run_difficulty
     from udfs.metrics import NdcgSpec
 
     with pytest.raises(ConfigError, match="difficulty.empty_queries must be one of last, exclude, as_metric"):
         build_curriculum(spark, *tiny, 1, CurriculumConfig(), str(tmp_path / "x"), empty_queries="first")
     # a dataset whose queries all lack a relevant document
-    from pipelines.config import IngestConfig, load_dataset_spec
-    from pipelines.ingest import ingest
+    from pipelines.core.config import IngestConfig, load_dataset_spec
+    from pipelines.data.ingest import ingest
 
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "train.txt").write_text("0 qid:1 25:1 41:1\n0 qid:2 25:1 41:1\n")
@@ -352,7 +352,7 @@ def test_exclude_needs_a_query_with_a_relevant_document(spark, tiny, tmp_path):
     ],
 )
 def test_cli_checks_before_spark_starts(tiny, tmp_path, capsys, monkeypatch, flags, message):
-    from pipelines import cli
+    from pipelines.app import cli
 
     def no_spark(cfg):
         raise AssertionError("Spark started before the options were checked")
@@ -365,7 +365,7 @@ def test_cli_checks_before_spark_starts(tiny, tmp_path, capsys, monkeypatch, fla
 
 
 def test_cli_passes_the_policy(spark, tiny, tmp_path):
-    from pipelines.cli import main
+    from pipelines.app.cli import main
 
     out = tmp_path / "c"
     assert (

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.lease import read_lease
-from pipelines.proctree import kill_tree
+from pipelines.core.proctree import kill_tree
+from pipelines.store.lease import read_lease
 from tests.deployment import Deployment, missing
 from tests.helpers import freeze_if
 
@@ -85,7 +85,7 @@ def _overlapping(tis: list[dict]) -> int:
 class Killer:
     """Once fold 1's LambdaMART unit has committed a checkpoint and is not done, kill its task process and
     everything below it (spark-submit's JVM, the Python driver, PySpark's daemon and workers, in process
-    groups of their own; :mod:`pipelines.proctree`), and remember the checkpoint it stopped at.
+    groups of their own; :mod:`pipelines.core.proctree`), and remember the checkpoint it stopped at.
 
     Called every 50 ms by a thread of its own (:meth:`watch`). The task process is found as soon as its
     spark-submit runs; once its driver holds the node's lease, the unit runs in steps: each call freezes the
@@ -106,9 +106,9 @@ class Killer:
         if self.node is None:
             if not (self.work / "curricula").exists():
                 return
-            from pipelines.config import load_config
-            from pipelines.dataset import open_dataset
-            from pipelines.study import plan_fold
+            from pipelines.core.config import load_config
+            from pipelines.data.dataset import open_dataset
+            from pipelines.study.design import plan_fold
 
             try:
                 fp = plan_fold(
@@ -120,7 +120,7 @@ class Killer:
                 return
             self.unit = next(i for i in range(len(fp.plan.units())) if fp.unit_label(i).endswith("-> lambdamart"))
             self.node = fp.plan.units()[self.unit][0]
-            from pipelines.checkpoints import CheckpointStore
+            from pipelines.store.checkpoints import CheckpointStore
 
             self.store = CheckpointStore(str(self.work / "checkpoints"))
         if self.task is None:  # the unit's task process, found before it checkpoints
@@ -225,8 +225,8 @@ def test_concurrent_units_one_run_per_child_and_a_killed_task_resumed_by_airflow
 
     # ... and the results equal a sequential `ltr grid` of the same study on the same data (what `ltr grid`
     # runs, in this process's Spark session: one JVM start less in CI)
-    from pipelines.config import load_config
-    from pipelines.grid import run_grid
+    from pipelines.app.grid import run_grid
+    from pipelines.core.config import load_config
 
     seq = tmp_path / "seq"
     run_grid(

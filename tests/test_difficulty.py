@@ -12,9 +12,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.config import DifficultyConfig
-from pipelines.dataset import DatasetError, open_dataset
-from pipelines.difficulty import Roles, difficulty_scores, resolve_roles
+from pipelines.core.config import DifficultyConfig
+from pipelines.data.dataset import DatasetError, open_dataset
+from pipelines.data.difficulty import Roles, difficulty_scores, resolve_roles
 from udfs import schema
 from udfs.difficulty import DIFFICULTY_DDL, difficulty_frame, difficulty_one_query
 from udfs.metrics import NdcgSpec
@@ -163,8 +163,8 @@ def test_roles_must_be_feature_ids(small_dataset):
 
 
 def test_feature_flags_and_config_checked_before_spark(tmp_path, capsys, monkeypatch):
-    from pipelines import cli
-    from pipelines.config import ConfigError
+    from pipelines.app import cli
+    from pipelines.core.config import ConfigError
 
     monkeypatch.setattr(cli, "_session", lambda cfg: pytest.fail("Spark started before the options were checked"))
     code = cli.main(["difficulty", "--data", str(tmp_path / "ds"), "--out", str(tmp_path / "d"), "--bm25-feature", "0"])

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import xgboost as xgb
 
-from pipelines.dataset import MSLR_ROTATION
-from pipelines.generate import generate, query_plan
+from pipelines.data.dataset import MSLR_ROTATION
+from pipelines.data.generate import generate, query_plan
 from udfs.letor_chunks import sorted_rows
 from udfs.letor_parse import LineSpec, parse_block
 from udfs.metrics import NdcgSpec, ndcg, offsets_from_qids

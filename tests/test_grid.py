@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pipelines.config import load_config
-from pipelines.dataset import open_dataset
-from pipelines.grid import run_grid
+from pipelines.app.grid import run_grid
+from pipelines.core.config import load_config
+from pipelines.data.dataset import open_dataset
 from pipelines.report import ReportError, build_report
 from pipelines.report.pairing import paired_differences
 from pipelines.report.stats import kl_divergence, randomization_test
 from pipelines.report.tables import table1, table2
-from pipelines.study import grid_children, plan_fold, unfinished_units
-from pipelines.tracking import TAG_FOLD, TAG_PARENT, TAG_STRATEGY, TAG_SWITCH, Tracker
+from pipelines.study.design import grid_children, plan_fold, unfinished_units
+from pipelines.tracking.runs import TAG_FOLD, TAG_PARENT, TAG_STRATEGY, TAG_SWITCH, Tracker
 from tests.helpers import record
 
 T = 6
@@ -64,7 +64,7 @@ def test_children_of_a_fold(tmp_path):
 
 
 def test_seeds_repeat_only_the_children_that_depend_on_a_seed(tmp_path):
-    from pipelines.study import curriculum_config
+    from pipelines.study.design import curriculum_config
 
     one = grid_children(_cfg(tmp_path), 1)
     cfg = _cfg(tmp_path, **{"grid.seeds": 3, "grid.extra_paths": "{blend: 'blend:6', noisy: 'stochastic_ndcg:6'}"})
@@ -87,8 +87,8 @@ def test_seeds_repeat_only_the_children_that_depend_on_a_seed(tmp_path):
     # the study's key: grid.seeds=1 leaves it as before seeds existed; more seeds make another study
     from types import SimpleNamespace
 
-    from pipelines import keys
-    from pipelines.study import study_keys
+    from pipelines.core import keys
+    from pipelines.study.design import study_keys
 
     ds = SimpleNamespace(fingerprint="sha256:x")
     c1 = _cfg(tmp_path)
@@ -143,7 +143,7 @@ def test_runs_links_and_histories(grid_run, small_dataset):
     )
     assert np.mean(perq["ndcg_at_10"]) == pytest.approx(final, abs=1e-12)
     # ... with each query's relevant documents, as ltr difficulty counts them (the report leaves out those with 0)
-    from pipelines.layout import Layout
+    from pipelines.core.layout import Layout
     from pipelines.report.difficulty import load_scores
 
     fold = int(run.data.tags[TAG_FOLD])
@@ -286,7 +286,7 @@ def test_table2_chooses_mse_t_on_validation_and_kl():
 
 
 def test_report_header_tests_and_table2_of_the_grid(grid_run, tmp_path):
-    from pipelines.provenance import code_version
+    from pipelines.core.provenance import code_version
 
     cfg, summary, tracker = grid_run
     r = build_report(tracker, str(tmp_path / "r"), summary["parent_run_id"], n_perm=200, table2_sizes=[1, 3])
@@ -331,7 +331,7 @@ def test_report_of_an_unfinished_grid_and_the_latest_finished_one(grid_run, tmp_
 
 
 def test_report_cli_experiment_must_exist(grid_run, tmp_path, capsys):
-    from pipelines.cli import main
+    from pipelines.app.cli import main
 
     cfg, summary, tracker = grid_run
     common = ["--set", f"work_dir={cfg.work_dir}", "--out", str(tmp_path / "r")]

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from pyspark.sql import functions as F
 
-from pipelines.config import ConfigError, IngestConfig, load_dataset_spec
-from pipelines.dataset import MSLR_ROTATION, load_split, open_dataset
-from pipelines.ingest import IngestError, discover, ingest, line_spec
+from pipelines.core.config import ConfigError, IngestConfig, load_dataset_spec
+from pipelines.data.dataset import MSLR_ROTATION, load_split, open_dataset
+from pipelines.data.ingest import IngestError, discover, ingest, line_spec
 from tests.conftest import GOLDEN, golden
 from udfs import schema
 from udfs.letor_chunks import sorted_rows
@@ -259,7 +259,7 @@ def test_no_rows_kept_is_an_error_that_keeps_the_quarantine(spark, tmp_path):
 
 
 def test_no_rows_kept_exits_2_with_one_line(spark, tmp_path, capsys):
-    from pipelines.cli import main
+    from pipelines.app.cli import main
 
     src = tmp_path / "three.txt"
     src.write_text("1 qid:1 1:0.5 2:1 3:2\n")
@@ -311,7 +311,7 @@ def test_no_rows_kept_exits_2_with_one_line(spark, tmp_path, capsys):
     ],
 )
 def test_impossible_options_exit_2_before_spark_starts(tmp_path, capsys, monkeypatch, flags, message):
-    from pipelines import cli
+    from pipelines.app import cli
 
     def no_spark(cfg):
         raise AssertionError("Spark started before the options were checked")

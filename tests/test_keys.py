@@ -1,4 +1,4 @@
-"""Keys (pipelines.keys): each key changes exactly when an input that determines its result does, the code
+"""Keys (pipelines.core.keys): each key changes exactly when an input that determines its result does, the code
 identity is the computing code's content (not git), and a changed key says which input changed."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import keys
-from pipelines.config import TrainConfig
-from pipelines.paths import parse_path
-from pipelines.plan import build_plan
+from pipelines.core import keys
+from pipelines.core.config import TrainConfig
+from pipelines.plan.paths import parse_path
+from pipelines.plan.trie import build_plan
 from udfs.metrics import NdcgSpec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -176,7 +176,7 @@ def _train(repo: Path, data: str, work: Path) -> dict:
         [
             sys.executable,
             "-m",
-            "pipelines.cli",
+            "pipelines.app.cli",
             "train",
             "--data",
             data,

@@ -1,4 +1,4 @@
-"""One writer per plan node (:mod:`pipelines.lease`) and atomic checkpoint files (:mod:`pipelines.checkpoints`).
+"""One writer per plan node (``store.lease``) and atomic checkpoint files (``store.checkpoints``).
 
 Races run in real processes (the spawn context: each its own interpreter), since a lease is only
 worth something between processes that share nothing but the storage.
@@ -19,9 +19,9 @@ import numpy as np
 import pyarrow.fs as pafs
 import pytest
 
-from pipelines import lease as lease_mod
-from pipelines.checkpoints import MARKER, CheckpointError, CheckpointStore
-from pipelines.lease import LEASE, Lease, LeaseHeld, LeaseLost, acquire, hold, read_lease
+from pipelines.store import lease as lease_mod
+from pipelines.store.checkpoints import MARKER, CheckpointError, CheckpointStore
+from pipelines.store.lease import LEASE, Lease, LeaseHeld, LeaseLost, acquire, hold, read_lease
 
 KEY = "node0123abcd"
 SPAWN = mp.get_context("spawn")
@@ -142,7 +142,7 @@ def test_a_stalled_owners_lease_expires_and_is_taken_over(tmp_path, caplog):
     try:
         with pytest.raises(LeaseHeld, match=f"pid {child.pid} \\(doomed holder\\)"):
             acquire(store, KEY, "successor", wait=0)  # not expired yet: held, though its owner is stalled
-        with caplog.at_level(logging.WARNING, logger="pipelines.lease"):
+        with caplog.at_level(logging.WARNING, logger="pipelines.store.lease"):
             new = acquire(store, KEY, "successor", ttl=30, wait=10, poll=0.05)
     finally:
         os.kill(child.pid, signal.SIGKILL)
@@ -183,7 +183,7 @@ def test_a_killed_owner_on_this_host_is_taken_over_at_once(tmp_path, caplog):
     out.get(timeout=30)
     os.kill(child.pid, signal.SIGKILL)
     child.join(10)
-    with caplog.at_level(logging.WARNING, logger="pipelines.lease"):
+    with caplog.at_level(logging.WARNING, logger="pipelines.store.lease"):
         new = acquire(store, KEY, "successor", wait=0)  # its ttl has 10 minutes left
     assert new.check() and any(f"pid {child.pid}" in r.getMessage() for r in caplog.records)
     new.release()

@@ -8,11 +8,11 @@ import shutil
 
 import pytest
 
-from pipelines.config import IngestConfig, load_config, load_dataset_spec
-from pipelines.grid import run_grid
-from pipelines.ingest import ingest
+from pipelines.app.grid import run_grid
+from pipelines.core.config import IngestConfig, load_config, load_dataset_spec
+from pipelines.data.ingest import ingest
 from pipelines.report import build_report
-from pipelines.tracking import Tracker
+from pipelines.tracking.runs import Tracker
 
 
 @pytest.mark.parametrize("files", [("train", "test"), ("train", "vali")])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.paths import PathError, Segment, parse_path, resolve
-from pipelines.plan import build_plan
+from pipelines.plan.paths import PathError, Segment, parse_path, resolve
+from pipelines.plan.trie import build_plan
 
 
 def test_parse_and_shorthand():

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelines.checkpoints import CheckpointStore
-from pipelines.paths import PathError, parse_path
-from pipelines.plan import DONE, PARTIAL, TODO, Plan, build_plan, format_plan, node_states, ready, trees_left
-from pipelines.progress import EventClient, EventServer
-from pipelines.results import path_result
-from pipelines.worker_loop import Settings, SplitData, WorkerData, run_nodes
+from pipelines.execution.progress import EventClient, EventServer
+from pipelines.plan.paths import PathError, parse_path
+from pipelines.plan.trie import DONE, PARTIAL, TODO, Plan, build_plan, format_plan, node_states, ready, trees_left
+from pipelines.store.checkpoints import CheckpointStore
+from pipelines.store.results import path_result
+from pipelines.worker.loop import Settings, SplitData, WorkerData, run_nodes
 from tests.helpers import XGB_PARAMS
 from udfs.objectives import document_normal
 
@@ -180,7 +180,7 @@ def test_one_training_matrix_at_a_time_and_the_same_trees(data, tmp_path, monkey
     import gc
     import weakref
 
-    import pipelines.worker_loop as wl
+    import pipelines.worker.loop as wl
 
     plan = build_plan([parse_path(p, p) for p in CURRICULUM], fold=1, curriculum_keys={"cur": "c"})
     assert [n.data for n in plan.nodes] == ["cur.0", "all", "cur.0", "all", "all"]  # DFS: alternating
@@ -264,7 +264,7 @@ def test_events_reach_the_driver_over_tcp():
 
 
 def test_a_failed_job_is_named_in_one_line():
-    from pipelines.executor import _one_line
+    from pipelines.execution.executor import _one_line
 
     spark_text = (
         "An error occurred while calling o715.getResult.\n: org.apache.spark.SparkException: Job aborted "
@@ -285,7 +285,7 @@ def test_progress_of_a_resumed_fold_counts_from_its_done_trees(monkeypatch, capl
     """N/M over the whole fold; the rate from trees built since the first one arrived, never from one tree."""
     import logging
 
-    from pipelines import progress
+    from pipelines.execution import progress
 
     clock = iter([100.0, 100.0, 101.0, 101.0, 102.0, 102.0, 103.0, 103.0])
     monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))

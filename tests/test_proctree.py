@@ -1,4 +1,4 @@
-"""pipelines.proctree: the one freeze-walk-kill of a process tree (the Airflow operator's kill of a timed-out
+"""pipelines.core.proctree: the one freeze-walk-kill of a process tree (the Airflow operator's kill of a timed-out
 unit, the tests' kills of their drivers and clusters, the benchmarks' memory). Real processes, no Spark."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from pipelines.proctree import ProcessTree, alive, kill_tree, python_workers, tree_memory, tree_pids
+from pipelines.core.proctree import ProcessTree, alive, kill_tree, python_workers, tree_memory, tree_pids
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc (Linux)")
 

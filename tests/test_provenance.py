@@ -8,12 +8,12 @@ import os
 
 import pytest
 
-import pipelines.grid as grid
-import pipelines.prepare as prepare
-from pipelines.config import load_config
-from pipelines.dataset import open_dataset
-from pipelines.difficulty import SUMMARY
-from pipelines.tracking import TAG_STUDY_KEY, Tracker
+import pipelines.app.grid as grid
+import pipelines.study.steps as prepare
+from pipelines.core.config import load_config
+from pipelines.data.dataset import open_dataset
+from pipelines.data.difficulty import SUMMARY
+from pipelines.tracking.runs import TAG_STUDY_KEY, Tracker
 
 
 def _cfg(tmp_path, *over):
@@ -81,9 +81,9 @@ def test_difficulty_and_curricula_are_rebuilt_when_their_inputs_change(spark, sm
 
 
 def test_difficulty_key_covers_roles_conventions_and_code(small_dataset, monkeypatch):
-    from pipelines.config import DifficultyConfig
-    from pipelines.difficulty import difficulty_inputs
-    from pipelines.keys import difficulty_key as key_of
+    from pipelines.core.config import DifficultyConfig
+    from pipelines.core.keys import difficulty_key as key_of
+    from pipelines.data.difficulty import difficulty_inputs
     from udfs.metrics import NdcgSpec
 
     def difficulty_key(*args):
@@ -95,7 +95,7 @@ def test_difficulty_key_covers_roles_conventions_and_code(small_dataset, monkeyp
     assert difficulty_key(ds, DifficultyConfig(bm25_feature=111), NdcgSpec()) != base
     assert difficulty_key(ds, DifficultyConfig(), NdcgSpec(k=5)) != base
     assert difficulty_key(ds, DifficultyConfig(), NdcgSpec(ties="worst")) != base
-    import pipelines.keys as keys
+    import pipelines.core.keys as keys
 
     real = dict(keys.code_identity())
     monkeypatch.setattr(keys, "code_identity", lambda: {**real, "sources": "other"})
@@ -155,7 +155,7 @@ def test_fold_tasks_of_one_study_share_one_parent_run(spark, small_dataset, tmp_
 
 def test_experiments_are_model_training_experiments(tmp_path):
     """MLflow 3's UI opens an experiment without a kind in its GenAI overview."""
-    from pipelines.tracking import MODEL_TRAINING, TAG_EXPERIMENT_KIND
+    from pipelines.tracking.runs import MODEL_TRAINING, TAG_EXPERIMENT_KIND
 
     t = Tracker(f"sqlite:///{tmp_path}/m.db", "kinds", str(tmp_path / "art"))
     assert t.client.get_experiment(t.experiment_id).tags[TAG_EXPERIMENT_KIND] == MODEL_TRAINING

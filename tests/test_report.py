@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pipelines.config import ConfigError, ReportConfig, conf_dir, load_config
+from pipelines.core.config import ConfigError, ReportConfig, conf_dir, load_config
 from pipelines.report import ReportError, build_report, open_tracker
 from pipelines.report.pairing import groups, paired_samples
 from pipelines.report.render import render
@@ -26,8 +26,8 @@ from pipelines.report.stats import (
     urisk,
 )
 from pipelines.report.tables import convergence, default_table2_sizes, table1, table2
-from pipelines.results import scores_npz
-from pipelines.tracking import TAG_FOLD, TAG_KIND, TAG_PARENT, TAG_STRATEGY, TAG_SWITCH, Tracker
+from pipelines.store.results import scores_npz
+from pipelines.tracking.runs import TAG_FOLD, TAG_KIND, TAG_PARENT, TAG_STRATEGY, TAG_SWITCH, Tracker
 from tests.helpers import record
 from udfs import metrics
 
@@ -726,7 +726,7 @@ def test_report_reads_the_latest_finished_grid_or_says_it_is_unfinished(fake_gri
 
 
 def test_ltr_report_command(fake_grid, tmp_path, capsys):
-    from pipelines.cli import main
+    from pipelines.app.cli import main
 
     cfg, tracker, pid = fake_grid
     common = ["--set", f"work_dir={cfg.work_dir}", "--out", str(tmp_path / "r"), "--set", "report.permutations=20"]

@@ -16,16 +16,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipelines.checkpoints import CheckpointStore
-from pipelines.config import load_config
-from pipelines.executor import states_of
-from pipelines.grid import run_grid
-from pipelines.layout import Layout
-from pipelines.plan import DONE
-from pipelines.proctree import kill_tree, python_workers, signal_pids
-from pipelines.results import path_result
-from pipelines.study import plan_fold, show_plan
-from pipelines.tracking import Tracker
+from pipelines.app.grid import run_grid
+from pipelines.core.config import load_config
+from pipelines.core.layout import Layout
+from pipelines.core.proctree import kill_tree, python_workers, signal_pids
+from pipelines.execution.executor import states_of
+from pipelines.plan.trie import DONE
+from pipelines.store.checkpoints import CheckpointStore
+from pipelines.store.results import path_result
+from pipelines.study.design import plan_fold, show_plan
+from pipelines.tracking.runs import Tracker
 from tests.helpers import ROOT, cli_env, freeze_if, run_in_steps, set_args, wait_for_file
 
 OVERRIDES = [
@@ -50,7 +50,7 @@ def _cfg(work: Path, *extra: str):
 
 
 def _plan(cfg, ds_path):
-    from pipelines.dataset import open_dataset
+    from pipelines.data.dataset import open_dataset
 
     return plan_fold(cfg, open_dataset(ds_path), 1), CheckpointStore(Layout.of(cfg).checkpoints)
 
@@ -83,7 +83,7 @@ def test_kill_9_mid_node_then_restart_gives_identical_results(spark, small_datas
     cmd = [
         sys.executable,
         "-m",
-        "pipelines.cli",
+        "pipelines.app.cli",
         "grid",
         "--master",
         "local[2]",
@@ -147,7 +147,7 @@ def test_parallel_jobs_equal_one_job(spark, small_dataset, straight, tmp_path):
 
 
 def test_plan_command_prints_states_without_training(straight, small_dataset, capsys):
-    from pipelines.cli import main
+    from pipelines.app.cli import main
 
     cfg, _ = straight
     text = show_plan(cfg, small_dataset)
@@ -189,7 +189,7 @@ def test_plan_command_prints_states_without_training(straight, small_dataset, ca
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:
-    """Freeze, then SIGKILL ``proc``'s whole tree (:func:`pipelines.proctree.kill_tree`: PySpark's daemon runs
+    """Freeze, then SIGKILL ``proc``'s whole tree (:func:`pipelines.core.proctree.kill_tree`: PySpark's daemon runs
     its workers in a process group of their own, so a worker inside a barrier task would outlive a group kill
     by a moment and could commit one more checkpoint after the test has read the states), and reap it."""
     kill_tree(proc.pid)
@@ -228,7 +228,7 @@ def test_killed_executor_worker_is_retried_from_checkpoints(spark, small_dataset
     cmd = [
         sys.executable,
         "-m",
-        "pipelines.cli",
+        "pipelines.app.cli",
         "grid",
         "--master",
         "local-cluster[2,1,1024]",
@@ -279,8 +279,8 @@ def test_a_two_worker_train_killed_on_a_cluster_resumes_on_one_worker_with_the_s
     """kill -9 an `ltr train` of 2 barrier workers x 2 threads (automatic sizing from the barrier slots of
     `local-cluster[2,2,1024]` with spark.task.cpus=2) half-way; resume it on `local[2]` with 1 worker: the
     model equals a clean 1-worker run (the fold's global cuts: the trees do not depend on the worker count)."""
-    from pipelines.config import load_config
-    from pipelines.train import run_train
+    from pipelines.app.train import run_train
+    from pipelines.core.config import load_config
 
     path = "mse:10,lambdamart:20"
     over = [
@@ -295,7 +295,7 @@ def test_a_two_worker_train_killed_on_a_cluster_resumes_on_one_worker_with_the_s
     cmd = [
         sys.executable,
         "-m",
-        "pipelines.cli",
+        "pipelines.app.cli",
         "train",
         "--master",
         "local-cluster[2,2,1024]",
@@ -352,9 +352,9 @@ def test_two_processes_on_one_node_one_trains_the_other_waits_or_stops(spark, sm
     released it, finds the node done and trains nothing. The result equals a single run's."""
     import logging
 
-    from pipelines.config import load_config
-    from pipelines.lease import LeaseHeld
-    from pipelines.train import run_train
+    from pipelines.app.train import run_train
+    from pipelines.core.config import load_config
+    from pipelines.store.lease import LeaseHeld
 
     path = "lambdamart:60"
     over = [
@@ -368,7 +368,7 @@ def test_two_processes_on_one_node_one_trains_the_other_waits_or_stops(spark, sm
     cmd = [
         sys.executable,
         "-m",
-        "pipelines.cli",
+        "pipelines.app.cli",
         "train",
         "--master",
         "local[1]",
@@ -415,7 +415,7 @@ def test_two_processes_on_one_node_one_trains_the_other_waits_or_stops(spark, sm
                     b=run_train(spark, small_dataset, 1, path, [], waiting, cfg.metric, str(tmp_path / "b"), str(ckpt))
                 )
             )
-            with caplog.at_level(logging.INFO, logger="pipelines.lease"):
+            with caplog.at_level(logging.INFO, logger="pipelines.store.lease"):
                 b_thread.start()
                 deadline = time.time() + 120
                 while (
@@ -453,10 +453,10 @@ def test_any_error_inside_a_barrier_task_is_one_line_naming_fold_node_path_and_c
     one line with the fold, the node, its paths, the cause and the resume command; the trace in a file."""
     from dataclasses import replace
 
-    from pipelines import cli
-    from pipelines.barrier_job import make_settings
-    from pipelines.dataset import open_dataset
-    from pipelines.executor import Execution, NodeFailed, execute_plan
+    from pipelines.app import cli
+    from pipelines.data.dataset import open_dataset
+    from pipelines.execution.barrier_job import make_settings
+    from pipelines.execution.executor import Execution, NodeFailed, execute_plan
 
     cfg = _cfg(tmp_path / "work", "grid.strategies=[]", "grid.extra_paths={}")
     ds = open_dataset(small_dataset)
@@ -483,7 +483,7 @@ def test_any_error_inside_a_barrier_task_is_one_line_naming_fold_node_path_and_c
     assert "Traceback" in Path(trace).read_text() and "ValueError" in Path(trace).read_text()
     os.unlink(trace)
     # the same value from the config is refused up front, before any Spark job (exit 2)
-    from pipelines.config import ConfigError
+    from pipelines.core.config import ConfigError
 
     with pytest.raises(ConfigError, match="train.base_margin"):
         make_settings(replace(cfg.train, base_margin="bogus"), cfg.metric, ds, 1)

@@ -1,4 +1,4 @@
-"""pipelines.storage: the one atomic file writer (no Spark). Object stores and HDFS are stood in for by a
+"""pipelines.core.storage: the one atomic file writer (no Spark). Object stores and HDFS are stood in for by a
 filesystem that, like HDFS, refuses to rename onto an existing file."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow.fs as pafs
 import pytest
 
-from pipelines.storage import atomic_file, put_atomic, rename_into_place, resolve, write_file_atomic
+from pipelines.core.storage import atomic_file, put_atomic, rename_into_place, resolve, write_file_atomic
 
 
 class NoRenameOver:

@@ -1,4 +1,4 @@
-"""The Airflow study's decisions (pipelines.study_tasks): plain functions, tested without Airflow or Spark."""
+"""The Airflow study's decisions (pipelines.app.study_tasks): plain functions, tested without Airflow or Spark."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.study_tasks import StudyTaskError, resolve_study, study_parent
+from pipelines.app.study_tasks import StudyTaskError, resolve_study, study_parent
 
 
 def test_the_parent_run_comes_from_grid_setup_or_its_record_never_a_guess(tmp_path):

@@ -11,8 +11,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 
-from pipelines.layout import mlflow_uri
-from pipelines.tracking import TAG_CHILD_KEY, TAG_PARENT, Tracker
+from pipelines.core.layout import mlflow_uri
+from pipelines.tracking.runs import TAG_CHILD_KEY, TAG_PARENT, Tracker
 
 WRITERS = 3
 CHECKPOINTS = 8

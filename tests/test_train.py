@@ -12,18 +12,18 @@ import pytest
 import xgboost as xgb
 from pyspark.sql import functions as F
 
-from pipelines.barrier_job import SPLIT_COL, TrainError, load_curricula, make_settings, resolve_workers
-from pipelines.checkpoints import CheckpointStore
-from pipelines.cli import main
-from pipelines.config import CurriculumConfig, IngestConfig, TrainConfig, load_dataset_spec
-from pipelines.curriculum import build_curriculum
-from pipelines.dataset import open_dataset
-from pipelines.executor import Execution, execute_plan
-from pipelines.ingest import ingest
-from pipelines.paths import parse_path
-from pipelines.plan import Plan, build_plan
-from pipelines.results import PathResult, path_result
-from pipelines.worker_loop import Settings, SplitData, WorkerData, run_nodes
+from pipelines.app.cli import main
+from pipelines.core.config import CurriculumConfig, IngestConfig, TrainConfig, load_dataset_spec
+from pipelines.data.curriculum import build_curriculum, load_curricula
+from pipelines.data.dataset import open_dataset
+from pipelines.data.ingest import ingest
+from pipelines.execution.barrier_job import SPLIT_COL, TrainError, make_settings, resolve_workers
+from pipelines.execution.executor import Execution, execute_plan
+from pipelines.plan.paths import parse_path
+from pipelines.plan.trie import Plan, build_plan
+from pipelines.store.checkpoints import CheckpointStore
+from pipelines.store.results import PathResult, path_result
+from pipelines.worker.loop import Settings, SplitData, WorkerData, run_nodes
 from tests.helpers import XGB_PARAMS
 from udfs import schema
 from udfs.metrics import NdcgSpec, ndcg
@@ -170,8 +170,8 @@ def _cfg(**kw) -> TrainConfig:
 
 
 def _train(spark, data, paths, workers, curricula=(), arrange=None, cfg=None):
-    from pipelines import barrier_job, executor
-    from pipelines.paths import resolve
+    from pipelines.execution import barrier_job, executor
+    from pipelines.plan.paths import resolve
 
     ds = open_dataset(data)
     cfg = cfg or _cfg(workers=workers, nthread=1)
@@ -247,11 +247,11 @@ def _trees(model: bytes) -> list[dict]:
 
 
 def test_one_and_two_workers_build_the_same_trees_on_global_cuts(spark, fine_dataset):
-    """Global cuts (pipelines.cuts, here from a 1,000-row sample of whole queries) make 1 and 2 workers
+    """Global cuts (pipelines.store.cuts, here from a 1,000-row sample of whole queries) make 1 and 2 workers
     build the same trees: same splits, leaves equal up to the summation order of histograms (3 workers:
     benchmarks/bench_workers.py on local-cluster; the session here has 2 slots)."""
-    from pipelines.cuts import load_cuts, reference_matrix
-    from pipelines.keys import cuts_key
+    from pipelines.core.keys import cuts_key
+    from pipelines.store.cuts import load_cuts, reference_matrix
 
     data, splits = fine_dataset
     paths = ["mse:3,lambdamart:5"]
@@ -294,7 +294,7 @@ def test_one_and_two_workers_build_the_same_trees_on_global_cuts(spark, fine_dat
 
 
 def test_workers_get_the_same_queries_whatever_the_input_partitioning_or_session_history(spark):
-    from pipelines.barrier_job import arrange_by_qid
+    from pipelines.execution.barrier_job import arrange_by_qid
 
     rows = [(q, d, q % 3) for q in range(300) for d in range(4)]
     base = spark.createDataFrame(rows, f"{schema.QID} int, {schema.DOC} int, {SPLIT_COL} int")
@@ -337,8 +337,8 @@ def test_too_many_workers_refused(spark):
 def test_an_executor_with_other_code_is_refused_in_one_line():
     """The barrier tasks compare their code identity with the driver's (every distributed test passes the
     equal case); another identity names what differs and the fix."""
-    from pipelines.barrier_job import check_same_code
-    from pipelines.keys import code_identity
+    from pipelines.core.keys import code_identity
+    from pipelines.execution.barrier_job import check_same_code
 
     check_same_code(dict(code_identity()))
     with pytest.raises(
@@ -353,7 +353,7 @@ def test_an_executor_with_other_code_is_refused_in_one_line():
 def test_barrier_constraints_checked_up_front():
     from pyspark import SparkConf
 
-    from pipelines.barrier_job import check_barrier_conf, is_local
+    from pipelines.execution.barrier_job import check_barrier_conf, is_local
 
     with pytest.raises(TrainError, match=r"dynamic allocation does not support.*spark.dynamicAllocation.enabled=false"):
         check_barrier_conf(SparkConf(loadDefaults=False).set("spark.dynamicAllocation.enabled", "true"))
@@ -408,7 +408,7 @@ def test_concatenated_model_says_what_was_trained_and_round_trips_through_mlflow
     mlflow.xgboost gives back a model that predicts the same margins and the same final NDCG."""
     import mlflow.xgboost
 
-    from pipelines.tracking import Tracker
+    from pipelines.tracking.runs import Tracker
 
     s = Settings(params=PARAMS, metric=NdcgSpec(gain="linear"), k=5)
     res, _ = train_plan(
@@ -445,7 +445,7 @@ def test_cuda_device_without_a_gpu_is_refused_in_one_line(local_data, monkeypatc
     import shutil
     import subprocess
 
-    import pipelines.worker_env as wl
+    import pipelines.worker.env as wl
 
     if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi"], capture_output=True).returncode == 0:
         pytest.skip("a GPU is visible here")
@@ -461,7 +461,7 @@ def test_cuda_device_without_a_gpu_is_refused_in_one_line(local_data, monkeypatc
 _ALLOCATOR_PROBE = r"""
 import json, os, resource, sys
 import numpy as np
-from pipelines.worker_env import returning_freed_memory
+from pipelines.worker.env import returning_freed_memory
 
 MB = 1 << 20
 rss = lambda: int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

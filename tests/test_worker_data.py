@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from pipelines.worker_data import SPLIT_COL, from_batches
+from pipelines.worker.data import SPLIT_COL, from_batches
 from udfs import schema
 from udfs.trees import bin_codes
 

@@ -29,8 +29,8 @@ from pipelines.report.render import render
 from pipelines.report.seeds import average_seeds
 from pipelines.report.stats import alpha_key
 from pipelines.report.tables import RISK_ALPHAS, TARGET_FRACTION, convergence, run_convergence, table1, table2
-from pipelines.study import BASELINE, MSE
-from pipelines.tracking import Tracker
+from pipelines.study.design import BASELINE, MSE
+from pipelines.tracking.runs import Tracker
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import numpy as np
 from pipelines.report.pairing import Paired, pairs_with_baseline
 from pipelines.report.records import Record, ReportError, label_of
 from pipelines.report.stats import t_interval
-from pipelines.study import BASELINE
+from pipelines.study.design import BASELINE
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def load_scores(path: str, dataset: str | None, folds: list[int]) -> dict[tuple[
     by_key = {(s, q): i for i, (s, q) in enumerate(zip(rows["subset"], rows["qid"], strict=True))}
     subsets: dict[int, list[str]] | None = None
     if dataset:
-        from pipelines.dataset import DatasetError, open_dataset
+        from pipelines.data.dataset import DatasetError, open_dataset
 
         try:
             ds = open_dataset(dataset)
@@ -125,7 +125,7 @@ def by_difficulty(
 
 def figure_by_difficulty(table: dict[str, dict[str, Any]]) -> bytes:
     """One panel per score: each system's mean difference with the baseline per quartile, with its interval."""
-    from pipelines.tracking import png_bytes, pyplot
+    from pipelines.tracking.runs import png_bytes, pyplot
 
     plt = pyplot()
     fig, axes = plt.subplots(1, len(table), figsize=(5 * len(table), 3.8), squeeze=False)

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from pipelines.report.records import Record, ReportError
-from pipelines.study import BASELINE
-from pipelines.tracking import Tracker
+from pipelines.study.design import BASELINE
+from pipelines.tracking.runs import Tracker
 
 log = logging.getLogger(__name__)
 

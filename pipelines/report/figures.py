@@ -10,8 +10,8 @@ import numpy as np
 from pipelines.report.pairing import groups
 from pipelines.report.records import Record, ReportError
 from pipelines.report.stats import kl_divergence
-from pipelines.study import BASELINE, MSE
-from pipelines.tracking import (
+from pipelines.study.design import BASELINE, MSE
+from pipelines.tracking.runs import (
     png_bytes,
     pyplot,
 )

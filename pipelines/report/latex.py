@@ -15,7 +15,7 @@ from typing import Any
 
 from pipelines.report.records import Record
 from pipelines.report.stats import alpha_key
-from pipelines.study import BASELINE
+from pipelines.study.design import BASELINE
 
 #: Level at which a Holm-corrected t-test p-value marks a mean as significantly better than the baseline.
 SIGNIFICANCE = 0.05

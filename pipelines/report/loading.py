@@ -9,10 +9,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.layout import mlflow_uri
+from pipelines.core.layout import mlflow_uri
 from pipelines.report.records import Record, ReportError, label_of
 from pipelines.report.tables import order_systems
-from pipelines.tracking import (
+from pipelines.tracking.runs import (
     TAG_CHILD_KEY,
     TAG_FOLD,
     TAG_KIND,
@@ -295,7 +295,7 @@ def _one_finished_run_per_child(children: list[Any]) -> tuple[list[Any], list[st
 
 def code_versions(records: list[Record]) -> dict[str, dict[str, int]]:
     """``code.*`` key -> value -> number of runs (every run counted; a run without the key counts as '');
-    keys in :func:`pipelines.provenance.code_version`'s order, then any others."""
+    keys in :func:`pipelines.core.provenance.code_version`'s order, then any others."""
     first = ["ltr", "git", "sources", "xgboost", "pyspark", "numpy"]
     seen = {k for r in records for k in r.code}
     keys = [k for k in first if k in seen] + sorted(seen - set(first))
@@ -312,7 +312,7 @@ def report_version() -> dict[str, str]:
     """The code writing the report: ltr, git and scipy (which computes the statistics)."""
     import scipy
 
-    from pipelines.provenance import code_version
+    from pipelines.core.provenance import code_version
 
     v = code_version()
     return {"ltr": v["ltr"], "git": v["git"], "scipy": scipy.__version__}

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipelines.report.records import Record, ReportError
-from pipelines.study import BASELINE
+from pipelines.study.design import BASELINE
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.study import BASELINE, MSE
+from pipelines.study.design import BASELINE, MSE
 
 log = logging.getLogger(__name__)
 

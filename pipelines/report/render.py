@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pipelines.report.stats import KL_PSEUDO_COUNT, alpha_key
-from pipelines.study import BASELINE, MSE
+from pipelines.study.design import BASELINE, MSE
 
 log = logging.getLogger(__name__)
 

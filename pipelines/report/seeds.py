@@ -11,7 +11,7 @@ import numpy as np
 
 from pipelines.report.pairing import paired_samples, sort_once
 from pipelines.report.records import Record, ReportError
-from pipelines.study import BASELINE
+from pipelines.study.design import BASELINE
 
 log = logging.getLogger(__name__)
 

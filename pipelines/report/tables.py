@@ -21,7 +21,7 @@ from pipelines.report.stats import (
     trisk,
     urisk,
 )
-from pipelines.study import BASELINE, MSE
+from pipelines.study.design import BASELINE, MSE
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,206 @@
+"""The Airflow side of the study (needs the ``[airflow]`` extra): the spark-submit operator of its steps, and the
+wrapper that turns a bad input of a decision task into a failure without retries.
+
+:class:`LtrSubmitOperator` is the Spark provider's ``SparkSubmitOperator`` with what a study needs around it,
+done through public ways:
+
+* **the run's Spark settings** (``params.spark_conf``, ``archives``, memory and cores) go into the operator's
+  ``conf`` as Spark properties (``spark.archives``, ``spark.driver.memory``...), which spark-submit reads as it
+  reads its options; ``files``, ``py_files``, ``jars`` and ``application_args`` are the operator's own fields;
+* **what a job hands on** (``ltr grid --setup-only``'s parent run id) is a file it writes (``--result``), read by
+  the next task, in any deploy mode: nothing is parsed from spark-submit's output;
+* **no application left behind**: a failed, timed-out or killed task freezes and kills every process the
+  task's own process started for this submit, and everything below them
+  (:meth:`pipelines.core.proctree.ProcessTree.from_now_on`; a thread remembers the tree every 2 s while the
+  application runs, so processes whose parent died are killed too), so no driver keeps training (and
+  holding its nodes' leases) beside the retry;
+* **exit code 2** (bad input or configuration: :mod:`pipelines.app.cli`) fails the task without retries, read
+  from the hook's error ("Error code is: 2").
+
+One thing has no public way: the Spark connection of a run (``params.spark_conn_id``) is the operator's
+``_conn_id`` (not a templated field). It is set in :meth:`LtrSubmitOperator.execute` only, and
+``tests/test_airflow.py`` pins it against the provider version.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Param
+from airflow.sdk.exceptions import AirflowFailException
+
+from pipelines.app.study_tasks import StudyTaskError
+from pipelines.core.proctree import ProcessTree
+
+#: A job's exit code for bad input or configuration (:mod:`pipelines.app.cli`): retrying cannot help.
+EXIT_USAGE = 2
+#: The run params applied to every spark-submit as Spark properties (empty or null: the connection's value).
+SPARK_PROPERTIES = {
+    "archives": "spark.archives",
+    "driver_memory": "spark.driver.memory",
+    "executor_memory": "spark.executor.memory",
+    "executor_cores": "spark.executor.cores",
+    "num_executors": "spark.executor.instances",
+    "total_executor_cores": "spark.cores.max",
+}
+#: The run params that are the operator's own fields (comma-separated lists of paths or URIs).
+SUBMIT_FIELDS = ("files", "py_files", "jars")
+_EXIT = re.compile(r"Error code is: (\d+)")
+
+
+def fail_fast(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (a decision of :mod:`pipelines.app.study_tasks`) with :class:`~pipelines.app.study_tasks.StudyTaskError`
+    turned into Airflow's failure without retries; its signature is kept (Airflow passes context by name)."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        """Call ``fn``; a :class:`~pipelines.app.study_tasks.StudyTaskError` becomes ``AirflowFailException``.
+
+        Raises
+        ------
+        AirflowFailException
+            With the message of the ``StudyTaskError`` that ``fn`` raised (Airflow does not retry it).
+        """
+        try:
+            return fn(*args, **kwargs)
+        except StudyTaskError as e:
+            raise AirflowFailException(str(e)) from None
+
+    return run
+
+
+class LtrSubmitOperator(SparkSubmitOperator):
+    """``spark-submit jobs/<step>.py ARGS`` on the run's ``params.spark_conn_id`` connection.
+
+    ``application_args`` may hold lists (the XCom of an argument list): they are spliced in. ``unit_label``: what
+    a mapped training task trains (its label in the Grid view); ``timeout_s``: its ``execution_timeout``.
+    Exit code 2 fails the task without retries.
+    """
+
+    def __init__(self, *, unit_label: str = "", timeout_s: float | None = None, **kwargs: Any) -> None:
+        if timeout_s:  # a unit's own limit (mapped: one per unit)
+            kwargs["execution_timeout"] = timedelta(seconds=float(timeout_s))
+        super().__init__(**kwargs)
+        self.unit_label = unit_label  # what the task trains, for the Grid view (map_index_template)
+        self._tree: ProcessTree | None = None  # set when the submit starts (execute)
+
+    def apply_params(self, params: dict[str, Any]) -> None:
+        """The run's Spark settings onto this submit (see the module docstring)."""
+        if params.get("spark_conn_id"):
+            self._conn_id = params["spark_conn_id"]  # no public way: pinned by tests/test_airflow.py
+        conf = {str(k): str(v) for k, v in (params.get("spark_conf") or {}).items()}
+        for name, prop in SPARK_PROPERTIES.items():
+            if params.get(name) not in (None, ""):
+                conf[prop] = str(params[name])
+        self.conf = {**(self.conf or {}), **conf}
+        for name in SUBMIT_FIELDS:
+            if params.get(name) not in (None, ""):
+                setattr(self, name, params[name])
+        self.application_args = [
+            str(b) for a in self.application_args or [] for b in (a if isinstance(a, (list, tuple)) else [a])
+        ]
+
+    def execute(self, context: Any) -> None:
+        """Apply the run's params (:meth:`apply_params`) and run spark-submit, killing what it started if it fails.
+
+        While the application runs, a thread remembers the task's process tree every 2 s. On any exception
+        (a failed submit, Airflow's ``execution_timeout``, a kill) every process of that tree is killed before
+        the exception propagates.
+
+        Parameters
+        ----------
+        context : Any
+            Airflow's task context; its ``"params"`` are the run params (:func:`study_params`).
+
+        Raises
+        ------
+        AirflowFailException
+            When spark-submit exited with code 2 (:data:`EXIT_USAGE`: bad input or configuration), so that
+            Airflow does not retry the task.
+        BaseException
+            Any other exception of the submit, re-raised unchanged after the kill.
+        """
+        self.apply_params(context["params"])
+        self._tree = ProcessTree.from_now_on(os.getpid())  # what this task process starts now: spark-submit
+        stop = threading.Event()
+        watcher = threading.Thread(target=self._remember, args=(stop,), name="ltr-process-tree", daemon=True)
+        watcher.start()
+        try:
+            super().execute(context)
+        except BaseException as e:  # a failure, Airflow's execution_timeout, a kill: no application left behind
+            stop.set()
+            self._tree.kill()
+            code = _EXIT.search(str(e))
+            if code and int(code.group(1)) == EXIT_USAGE:
+                raise AirflowFailException(
+                    f"{os.path.basename(self.application)} exited with code {EXIT_USAGE} (bad input or "
+                    "configuration, see the log above): not retried"
+                ) from e
+            raise
+        finally:
+            stop.set()
+            watcher.join(timeout=10)
+
+    def _remember(self, stop: threading.Event) -> None:
+        """Remember the task's process tree every 2 s while the application runs (tree memory: a worker whose
+        parent died is still killed)."""
+        while not stop.wait(2.0) and self._tree is not None:
+            self._tree.remember()
+
+    def on_kill(self) -> None:
+        """Kill every process this submit started (when it has started), then the operator's own ``on_kill``."""
+        if self._tree is not None:
+            self._tree.kill()
+        super().on_kill()
+
+
+def study_params() -> dict[str, Param]:
+    """The DAG's run params, with the descriptions the trigger form shows: the study's config (``conf``, ``set``,
+    ``src``), the Spark connection and the settings of every spark-submit (:data:`SPARK_PROPERTIES`,
+    :data:`SUBMIT_FIELDS`), and a training task's time limit (base + per tree of its unit)."""
+    return {
+        "conf": Param("", type="string", description="YAML config; empty: conf/default.yaml"),
+        "set": Param(
+            [],
+            type="array",
+            items={"type": "string"},
+            description="section.key=value overrides, passed as --set to every step",
+        ),
+        "src": Param("", type="string", description="LETOR folder to ingest; empty: generate data as `ltr run`"),
+        "spark_conn_id": Param("spark_default", type="string", description="Airflow Spark connection"),
+        "spark_conf": Param(
+            {},
+            type="object",
+            description="Spark properties passed as --conf to every spark-submit "
+            "(e.g. spark.pyspark.python, spark.task.cpus, spark.executor.memoryOverhead)",
+        ),
+        "archives": Param(
+            "",
+            type="string",
+            description="--archives of every spark-submit, e.g. "
+            "hdfs:///apps/ltr-env.tar.gz#env (the packed environment: `ltr pack`)",
+        ),
+        "py_files": Param("", type="string", description="--py-files of every spark-submit"),
+        "files": Param("", type="string", description="--files of every spark-submit"),
+        "jars": Param("", type="string", description="--jars of every spark-submit"),
+        "driver_memory": Param("", type="string", description="--driver-memory (empty: the connection's or Spark's)"),
+        "executor_memory": Param("", type="string", description="--executor-memory"),
+        "executor_cores": Param(None, type=["null", "integer"], description="--executor-cores"),
+        "num_executors": Param(None, type=["null", "integer"], description="--num-executors (YARN, Kubernetes)"),
+        "total_executor_cores": Param(
+            None, type=["null", "integer"], description="--total-executor-cores (standalone)"
+        ),
+        "train_timeout_base_s": Param(
+            3600, type="number", minimum=0, description="each training task's time limit: this many seconds..."
+        ),
+        "train_timeout_per_tree_s": Param(
+            30, type="number", minimum=0, description="...plus this many per tree of its unit (both 0: no limit)"
+        ),
+    }

@@ -1,0 +1,712 @@
+"""The ``ltr`` command line: one subcommand per pipeline step.
+
+Every subcommand takes the common options ``--conf`` (YAML, default
+``conf/default.yaml``), ``--set section.key=value`` (repeatable), ``--master``
+and ``--log-level``. Flags of a subcommand are shorthands for ``--set``
+(``ltr ingest --strict`` is ``--set ingest.strict=true``). The same code runs
+under ``spark-submit`` through the thin scripts in ``jobs/``.
+
+Exit codes: 0 success, 2 bad input or configuration (the message says what to
+fix), 1 an unexpected error (with its traceback in the log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pipelines.core.config import Config, ConfigError, load_config, load_dataset_spec
+from pipelines.core.layout import Layout
+from pipelines.data.dataset import DatasetError
+
+log = logging.getLogger("ltr")
+
+
+class UsageError(ValueError):
+    """A command-line mistake (exit code 2)."""
+
+
+#: Errors that are the user's to fix: printed as one line, exit code 2.
+USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, DatasetError, UsageError)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from pipelines.app.grid import CodeChanged
+    from pipelines.app.pack import PackError
+    from pipelines.core.storage import OutputError
+    from pipelines.data.ingest import IngestError
+    from pipelines.execution.barrier_job import SplitQueryError, TrainError
+    from pipelines.execution.executor import UnknownNode
+    from pipelines.plan.paths import PathError
+    from pipelines.report import ReportError
+    from pipelines.store.cuts import CutsError
+
+    return USER_ERRORS + (
+        IngestError,
+        PathError,
+        TrainError,
+        SplitQueryError,
+        ReportError,
+        OutputError,
+        CodeChanged,
+        PackError,
+        UnknownNode,
+        CutsError,
+    )
+
+
+def _busy_errors() -> tuple[type[BaseException], ...]:
+    """Another process writes a node this command needs: exit 75 (EX_TEMPFAIL), one line; a scheduler's
+    retry (after the other process ends, or its lease expires) succeeds."""
+    from pipelines.store.lease import LeaseHeld, LeaseLost
+
+    return (LeaseHeld, LeaseLost)
+
+
+# ------------------------------------------------------------- parsing
+def _common(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("common options")
+    g.add_argument("--conf", metavar="PATH", help="YAML config (default: conf/default.yaml)")
+    g.add_argument(
+        "--set",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        dest="overrides",
+        help="override a config value, e.g. --set ingest.chunk_bytes=8388608 (repeatable)",
+    )
+    g.add_argument("--master", metavar="URL", help="Spark master (default: spark-submit's, else local[*])")
+    g.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``ltr`` command line: one subcommand per step (``ltr COMMAND --help``), each bound to its ``cmd_*``."""
+    parser = argparse.ArgumentParser(prog="ltr", description="Curriculum and continuation learning-to-rank on Spark.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("generate", help="write a synthetic MSLR-shaped dataset (LETOR text, 5 folds)")
+    p.add_argument("--out", help="output folder (default: <work_dir>/letor)")
+    p.add_argument("--queries", type=int, help="number of queries (MSLR-WEB30K: 31531)")
+    p.add_argument("--seed", type=int, help="random seed (same seed, same files)")
+    p.add_argument("--workers", type=int, help="processes (default: one per core)")
+    _common(p)
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("ingest", help="LETOR text -> partitioned Parquet with a manifest")
+    p.add_argument(
+        "--src", required=True, help="MSLR-style folder (Fold*/), one-fold folder (train.txt ...) or one file"
+    )
+    p.add_argument("--out", required=True, help="dataset directory to write (replaced atomically)")
+    p.add_argument("--dataset", help="conf/datasets/<NAME>.yaml: feature count, label range, feature roles")
+    p.add_argument("--n-features", type=int, help="number of features (default: the dataset's)")
+    p.add_argument("--min-label", type=int, help="smallest valid label (default: the dataset's)")
+    p.add_argument("--max-label", type=int, help="largest valid label (default: the dataset's)")
+    p.add_argument("--strict", action="store_true", help="fail at the first bad line instead of quarantining it")
+    p.add_argument("--chunk-bytes", type=int, help="nominal text bytes per Spark task")
+    _common(p)
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("difficulty", help="per-query difficulty scores (n_rel, NDCG of BM25 / PageRank, ...)")
+    p.add_argument("--data", required=True, help="dataset written by `ltr ingest`")
+    p.add_argument("--out", required=True, help="directory for the scores (replaced atomically)")
+    p.add_argument("--dataset", help="take the feature roles from conf/datasets/<NAME>.yaml instead of the manifest")
+    p.add_argument("--bm25-feature", type=int, help="feature id of BM25 (default: the dataset's)")
+    p.add_argument("--pagerank-feature", type=int, help="feature id of PageRank (default: the dataset's)")
+    _common(p)
+    p.set_defaults(func=cmd_difficulty)
+
+    p = sub.add_parser("curriculum", help="select the training queries of each curriculum stage")
+    p.add_argument("--data", required=True, help="dataset written by `ltr ingest`")
+    p.add_argument("--difficulty", required=True, help="scores written by `ltr difficulty`")
+    p.add_argument("--fold", type=int, required=True)
+    p.add_argument("--strategy", help="q_nrel, q_bm25, q_pagerank, l_hrel, random or none")
+    p.add_argument("--fraction", type=float, help="two-stage curriculum: share of the first stage (0.25)")
+    p.add_argument("--pacing", help="multi-stage: linear, root_n, geometric or step")
+    p.add_argument("--stages", type=int, help="stages of a paced curriculum")
+    p.add_argument("--delta", type=float, help="share of the first paced stage")
+    p.add_argument("--seed", type=int, help="seed of the random strategy")
+    p.add_argument(
+        "--empty-queries",
+        help="queries without a relevant document: last (default), exclude "
+        "(only in the last stage) or as_metric (scored metric.empty); sets difficulty.empty_queries",
+    )
+    p.add_argument("--out", required=True, help="directory for the curriculum (replaced atomically)")
+    _common(p)
+    p.set_defaults(func=cmd_curriculum)
+
+    p = sub.add_parser("train", help="distributed XGBoost on Spark along a training path")
+    p.add_argument("--data", required=True, help="dataset written by `ltr ingest`")
+    p.add_argument("--fold", type=int, required=True)
+    p.add_argument("--path", help="training path, e.g. mse:200,lambdamart:300 or lambdamart@q_bm25:200,lambdamart:300")
+    p.add_argument(
+        "--curriculum",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="curriculum written by `ltr curriculum` (repeatable; referenced by its strategy name)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="barrier tasks (default 0 = auto: one with all the cores "
+        "on a local master, one per task slot on a cluster)",
+    )
+    p.add_argument("--nthread", type=int, help="threads per worker (default: its share of the cores)")
+    p.add_argument("--device", help="cpu (default) or cuda")
+    p.add_argument("--eta", type=float, help="learning rate (0.05)")
+    p.add_argument("--leaves", type=int, help="leaves per tree (64)")
+    p.add_argument("--k", type=int, help="NDCG@k of the LambdaMART deltas (10)")
+    p.add_argument("--out", required=True, help="model directory (replaced atomically)")
+    _common(p)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("grid", help="the experiment grid over folds, tracked in MLflow (resumable)")
+    p.add_argument("--folds", help="comma-separated folds (default: grid.folds)")
+    p.add_argument("--data", help="dataset (default: grid.data or <work_dir>/dataset)")
+    p.add_argument(
+        "--plan", action="store_true", help="print every fold's plan of nodes (trees, state) and exit without training"
+    )
+    p.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run up to N ready plan nodes as concurrent Spark jobs (default 1: one job per fold)",
+    )
+    p.add_argument(
+        "--node",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="train only this plan node (repeatable; its parent must be done): a retry or scheduler task; "
+        "a key the plan does not hold is an error (exit 2)",
+    )
+    p.add_argument(
+        "--unit",
+        action="append",
+        default=[],
+        metavar="FOLD:INDEX",
+        help="train the INDEX-th unit (0-based, `ltr grid --plan` order) of fold FOLD's plan, its keys "
+        "computed here, by the code that trains (repeatable): what a scheduler task passes",
+    )
+    p.add_argument(
+        "--fold",
+        action="append",
+        type=int,
+        default=[],
+        metavar="F",
+        help="train only fold F of the study (grid.folds), under the study's one parent run "
+        "(repeatable): one scheduler task per fold",
+    )
+    p.add_argument(
+        "--setup-only",
+        action="store_true",
+        help="find or create the study's parent run, compute difficulty and every fold's curricula, "
+        "train nothing; prints the parent run id as JSON",
+    )
+    p.add_argument(
+        "--result",
+        metavar="PATH",
+        help="also write the summary (parent run id, experiment, tracking URI, folds, finished) as JSON to "
+        "PATH (any path pyarrow writes): how a scheduler learns the parent run in cluster deploy mode",
+    )
+    p.add_argument(
+        "--new-parent",
+        action="store_true",
+        help="start a new MLflow parent run where an unfinished grid of this study was started by "
+        "other code (without it: refused)",
+    )
+    _common(p)
+    p.set_defaults(func=cmd_grid)
+
+    p = sub.add_parser("report", help="tables and figures of a grid, from MLflow")
+    p.add_argument("--experiment", help="existing MLflow experiment (default: grid.experiment); never created")
+    p.add_argument("--run-id", help="the grid's parent run (default: the experiment's latest FINISHED grid)")
+    p.add_argument("--out", help="output folder (default: report.out or <work_dir>/report)")
+    _common(p)
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("run", help="the main job: generate, ingest, difficulty, curricula, grid, report")
+    p.add_argument("--src", help="ingest this LETOR folder instead of generating one")
+    p.add_argument("--queries", type=int, help="queries to generate")
+    _common(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "pack",
+        help="the project's environment as a relocatable archive for spark-submit --archives",
+        description="Build a fresh virtual environment with this interpreter, install the project from its source "
+        "tree non-editable with the lock file (-c constraints.txt; uv where installed, else pip), pack it "
+        "with venv-pack and remove it. Use it as: spark-submit --archives ltr-env.tar.gz#env --conf "
+        "spark.pyspark.python=./env/bin/python jobs/<step>.py ... The archive holds no Python "
+        "interpreter: its bin/python links to the base interpreter it was built with, which must exist "
+        "at the same path on every executor (or at --python-prefix), on the same OS and architecture.",
+    )
+    p.add_argument("--out", required=True, help="archive to write (.tar.gz or .tgz); its directory must exist")
+    p.add_argument("--source", help="the project's source tree (default: the checkout `ltr` runs from)")
+    p.add_argument("--constraints", help="lock file for pip -c (default: <source>/constraints.txt)")
+    p.add_argument(
+        "--python-prefix",
+        metavar="PREFIX",
+        help="prefix of the executors' interpreter if it differs from here (e.g. /usr for /usr/bin/python3)",
+    )
+    p.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="leave out files matching this venv-pack pattern, relative to the environment (repeatable), "
+        "e.g. 'lib/python3.*/site-packages/pyspark/jars/*' where the cluster's Spark has the jars",
+    )
+    p.add_argument("--compress-level", type=int, default=4, help="gzip level 0-9 (default 4)")
+    p.add_argument(
+        "--installer",
+        default="auto",
+        help="what installs the project and the lock: uv, pip, or auto (default: uv where installed, else pip)",
+    )
+    p.add_argument(
+        "--no-compile",
+        dest="compile_bytecode",
+        action="store_false",
+        help="do not byte-compile the environment: built faster and smaller, the executors compile what they import",
+    )
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.set_defaults(func=cmd_pack)
+    return parser
+
+
+def _flag_overrides(args: argparse.Namespace, mapping: dict[str, str]) -> list[str]:
+    out = []
+    for attr, key in mapping.items():
+        v = getattr(args, attr, None)
+        if v is None or v is False:
+            continue
+        out.append(f"{key}={json.dumps(v)}")
+    return out
+
+
+def resolve_config(args: argparse.Namespace, mapping: dict[str, str]) -> Config:
+    """The run's typed config: ``--conf`` (default ``conf/default.yaml``), then ``--set`` overrides, then the
+    command's flags that were given (``mapping``: flag attribute -> config key), then ``--master``.
+
+    Raises
+    ------
+    ConfigError
+        An unknown key or a value of the wrong type (exit code 2).
+    """
+    overrides = list(args.overrides) + _flag_overrides(args, mapping)
+    if args.master:
+        overrides.append(f"spark.master={json.dumps(args.master)}")
+    return load_config(args.conf, overrides)
+
+
+def _session(cfg: Config):
+    from pipelines.core.session import build_session
+
+    return build_session(cfg.spark)
+
+
+# ------------------------------------------------------------ commands
+def cmd_generate(args: argparse.Namespace) -> int:
+    """``ltr generate``: synthetic MSLR-shaped LETOR files (default folder ``<work_dir>/letor``); exit code 0."""
+    from pipelines.data.generate import generate
+
+    cfg = resolve_config(args, {"queries": "generate.queries", "seed": "generate.seed", "workers": "generate.workers"})
+    out = args.out or Layout.of(cfg).letor
+    s = generate(out, cfg.generate.queries, cfg.generate.seed, cfg.generate.workers)
+    log.info("wrote %s: %d queries, %d rows", s.out, s.queries, s.rows)
+    return 0
+
+
+def _check_flags(args: argparse.Namespace, minimum: dict[str, tuple[str, int, str]]) -> None:
+    """Flags given on the command line must be at least their minimum (attr -> (flag, minimum, meaning))."""
+    for attr, (flag, lo, meaning) in minimum.items():
+        v = getattr(args, attr, None)
+        if v is not None and v < lo:
+            raise UsageError(f"{flag} must be >= {lo} ({meaning}), got {v}")
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    """``ltr ingest``: LETOR text to the Parquet dataset, bad lines counted or refused (``--strict``); exit code 0."""
+    from pipelines.data.ingest import ingest, line_spec
+
+    _check_flags(
+        args,
+        {
+            "n_features": ("--n-features", 1, "the number of features; leave it out for the dataset's"),
+            "chunk_bytes": ("--chunk-bytes", 1, "nominal text bytes per Spark task"),
+        },
+    )
+    if args.min_label is not None and args.max_label is not None and args.min_label > args.max_label:
+        raise UsageError(f"--min-label {args.min_label} > --max-label {args.max_label}: no label would be valid")
+    cfg = resolve_config(
+        args,
+        {
+            "dataset": "dataset",
+            "n_features": "ingest.n_features",
+            "min_label": "ingest.min_label",
+            "max_label": "ingest.max_label",
+            "strict": "ingest.strict",
+            "chunk_bytes": "ingest.chunk_bytes",
+        },
+    )
+    spec = load_dataset_spec(cfg.dataset)
+    line_spec(spec, cfg.ingest)  # feature count and label range, checked before Spark starts
+    spark = _session(cfg)
+    m = ingest(spark, args.src, args.out, spec, cfg.ingest)
+    log.info(
+        "dataset %s: %d rows, %d queries, %d quarantined lines, layout %s, %s",
+        args.out,
+        m["rows"],
+        m["queries"],
+        m["quarantine"]["lines"],
+        m["layout"],
+        m["fingerprint"],
+    )
+    return 0
+
+
+def cmd_difficulty(args: argparse.Namespace) -> int:
+    """``ltr difficulty``: one row of difficulty scores per stored query; exit code 0."""
+    from pipelines.data.difficulty import run_difficulty
+
+    overrides = []
+    if args.dataset:  # roles of a named dataset config
+        spec = load_dataset_spec(args.dataset)
+        overrides += [
+            f"difficulty.bm25_feature={spec.bm25_feature}",
+            f"difficulty.pagerank_feature={spec.pagerank_feature}",
+        ]
+    args.overrides = overrides + list(args.overrides)
+    _check_flags(
+        args,
+        {
+            f"{r}_feature": (f"--{r}-feature", 1, "a feature id; leave it out for the dataset's")
+            for r in ("bm25", "pagerank")
+        },
+    )
+    cfg = resolve_config(
+        args, {"bm25_feature": "difficulty.bm25_feature", "pagerank_feature": "difficulty.pagerank_feature"}
+    )
+    run_difficulty(_session(cfg), args.data, args.out, cfg.difficulty, cfg.metric)
+    return 0
+
+
+def cmd_curriculum(args: argparse.Namespace) -> int:
+    """``ltr curriculum``: the stages of one curriculum for one fold, or ``--check`` of a built one; exit code 0."""
+    from pipelines.core.config import EMPTY_QUERY_POLICIES
+    from pipelines.data.curriculum import build_curriculum, check_curriculum
+    from pipelines.data.dataset import open_dataset
+
+    _check_flags(args, {"stages": ("--stages", 2, "stages of a paced curriculum")})
+    for flag, v in (("--fraction", args.fraction), ("--delta", args.delta)):
+        if v is not None and not 0.0 < v <= 1.0:
+            raise UsageError(f"{flag} must be in (0, 1] (a share of the training queries), got {v}")
+    if args.empty_queries is not None and args.empty_queries not in EMPTY_QUERY_POLICIES:
+        raise UsageError(
+            f"--empty-queries must be one of {', '.join(EMPTY_QUERY_POLICIES)}, got {args.empty_queries!r}"
+        )
+    cfg = resolve_config(
+        args,
+        {
+            "strategy": "curriculum.strategy",
+            "fraction": "curriculum.fraction",
+            "pacing": "curriculum.pacing",
+            "stages": "curriculum.stages",
+            "delta": "curriculum.delta",
+            "seed": "curriculum.seed",
+            "empty_queries": "difficulty.empty_queries",
+        },
+    )
+    ds = open_dataset(args.data)
+    ds.subsets(args.fold, "train")  # settings, fold and labels checked before Spark starts
+    check_curriculum(cfg.curriculum, ds, cfg.difficulty.empty_queries)
+    s = build_curriculum(
+        _session(cfg),
+        args.data,
+        args.difficulty,
+        args.fold,
+        cfg.curriculum,
+        args.out,
+        empty_queries=cfg.difficulty.empty_queries,
+    )
+    for st in s["stages"]:
+        log.info(
+            "stage %d: %d queries, %d documents%s",
+            st["stage"],
+            st["queries"],
+            st["documents"],
+            f", labels {st['label_filter']}" if st["label_filter"] else "",
+        )
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """``ltr train``: one training path on one fold, distributed over barrier workers, from its checkpoints; exit 0."""
+    from pipelines.app.train import run_train
+
+    cfg = resolve_config(
+        args,
+        {
+            "path": "train.path",
+            "workers": "train.workers",
+            "nthread": "train.nthread",
+            "device": "train.device",
+            "eta": "train.eta",
+            "leaves": "train.leaves",
+            "k": "train.k",
+        },
+    )
+    run_train(
+        _session(cfg),
+        args.data,
+        args.fold,
+        cfg.train.path,
+        args.curriculum,
+        cfg.train,
+        cfg.metric,
+        args.out,
+        Layout.of(cfg).checkpoints,
+    )
+    return 0
+
+
+def cmd_grid(args: argparse.Namespace) -> int:
+    """``ltr grid``: the study (every fold, path and child run), or ``--plan``, ``--setup-only`` or one unit; exit 0."""
+    from pipelines.app.grid import run_grid
+
+    overrides = []
+    if args.folds:
+        try:
+            folds = [int(x) for x in args.folds.split(",") if x.strip()]
+        except ValueError:
+            raise UsageError(f"--folds {args.folds!r}: expected comma-separated fold numbers, e.g. 1,2,3") from None
+        overrides.append(f"grid.folds={json.dumps(folds)}")
+    args.overrides = overrides + list(args.overrides)
+    cfg = resolve_config(args, {"data": "grid.data"})
+    if args.parallel < 1:
+        raise UsageError(f"--parallel must be >= 1, got {args.parallel}")
+    if args.plan:
+        from pipelines.study.design import show_plan
+
+        print(show_plan(cfg))
+        return 0
+    if (args.unit or args.node) and args.setup_only:
+        raise UsageError("--setup-only trains nothing: it takes no --unit or --node")
+    if args.unit and args.fold:
+        raise UsageError("--unit FOLD:INDEX names its fold: give no --fold with it")
+    units = []
+    for text in args.unit:
+        try:
+            fold, index = (int(x) for x in text.split(":"))
+        except ValueError:
+            raise UsageError(f"--unit {text!r}: expected FOLD:INDEX, e.g. 1:0") from None
+        units.append((fold, index))
+    folds = list(dict.fromkeys([*args.fold, *(f for f, _ in units)]))
+    g = run_grid(
+        _session(cfg),
+        cfg,
+        folds=folds or None,
+        parallel=args.parallel,
+        only=args.node or None,
+        units=units or None,
+        new_parent=args.new_parent,
+        setup_only=args.setup_only,
+        resume_hint="ltr " + " ".join(sys.argv[1:]) if sys.argv[1:] else "ltr grid",
+    )
+    summary = {k: g[k] for k in ("parent_run_id", "experiment", "tracking_uri", "folds", "finished")}
+    if args.setup_only:
+        print(json.dumps(summary))
+    if args.result:  # a scheduler reads the parent run id here when the driver's output does not reach it
+        from pipelines.core.storage import write_file_atomic
+
+        write_file_atomic(args.result, json.dumps({**summary, "trees_built": g["trees_built"]}).encode())
+    return 0
+
+
+def _build_report(cfg: Config, tracker: Any, out: str, parent: str | None) -> dict[str, Any]:
+    """:func:`pipelines.report.build_report` with the config's ``report:`` and ``metric:`` settings."""
+    from pipelines.report import build_report
+
+    return build_report(
+        tracker,
+        out,
+        parent,
+        cfg.metric.name,
+        cfg.report.permutations,
+        cfg.report.seed,
+        cfg.report.table2_sizes,
+        n_boot=cfg.report.bootstrap,
+        risk_alphas=cfg.report.risk_alphas,
+        target_fraction=cfg.report.target_fraction,
+        difficulty=Layout.of(cfg).difficulty,
+        trec_depth=cfg.report.trec_depth,
+    )
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """``ltr report``: a grid's tables and figures from MLflow (:func:`pipelines.report.build_report`); exit code 0."""
+
+    from pipelines.report import open_tracker
+
+    if args.run_id is not None and not args.run_id.strip():  # a scheduler's template that found no parent
+        raise UsageError(
+            "--run-id is empty: give the grid's parent run id (what `ltr grid --setup-only` prints), "
+            "or leave --run-id out to report the experiment's latest FINISHED grid"
+        )
+    cfg = resolve_config(args, {"out": "report.out"})
+    out = Layout.of(cfg).report
+    # an existing experiment only: a mistyped --experiment is an error (exit 2), never a new empty one
+    r = _build_report(cfg, open_tracker(cfg, args.experiment), out, args.run_id)
+    log.info("report: %s%s", os.path.join(r["out"], "report.html"), " (unfinished grid)" if r["problems"] else "")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """generate -> ingest -> difficulty -> curricula + grid (MLflow) -> report."""
+
+    from pipelines.app.grid import run_grid
+    from pipelines.data.difficulty import run_difficulty
+    from pipelines.data.generate import generate
+    from pipelines.data.ingest import ingest
+    from pipelines.tracking.runs import Tracker
+
+    cfg = resolve_config(args, {"queries": "generate.queries"})
+    layout = Layout.of(cfg)
+    t0 = time.perf_counter()
+    steps = 6 if not args.src else 5
+    step = iter(range(1, steps + 1))
+    src = args.src
+    if not src:
+        src = layout.letor
+        log.info("[%d/%d] generate %d MSLR-shaped queries -> %s", next(step), steps, cfg.generate.queries, src)
+        generate(src, cfg.generate.queries, cfg.generate.seed, cfg.generate.workers)
+    spec = load_dataset_spec(cfg.dataset)
+    spark = _session(cfg)
+    data = layout.run_dataset
+    log.info("[%d/%d] ingest %s -> %s", next(step), steps, src, data)
+    ingest(spark, src, data, spec, cfg.ingest)
+    difficulty = layout.difficulty  # where run_grid reads them (grid.difficulty, else <work_dir>/difficulty)
+    log.info("[%d/%d] difficulty scores -> %s", next(step), steps, difficulty)
+    run_difficulty(spark, data, difficulty, cfg.difficulty, cfg.metric)
+    log.info("[%d/%d] curricula and the grid (%s) -> MLflow", next(step), steps, cfg.grid.experiment)
+    g = run_grid(spark, cfg, data=data)
+    out = layout.report
+    log.info("[%d/%d] report -> %s", next(step), steps, out)
+    r = _build_report(cfg, Tracker.for_config(cfg), out, g["parent_run_id"])
+    uri = g["tracking_uri"]
+    print(
+        f"\nDone in {time.perf_counter() - t0:.0f} s.\n"
+        f"  report:    {os.path.abspath(os.path.join(r['out'], 'report.html'))}\n"
+        f"  MLflow UI: mlflow ui --backend-store-uri {uri}\n",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_pack(args: argparse.Namespace) -> int:
+    """A relocatable archive of the project's environment (see :mod:`pipelines.app.pack`)."""
+    from pipelines.app.pack import pack
+
+    r = pack(
+        args.out,
+        source=args.source,
+        constraints=args.constraints,
+        python_prefix=args.python_prefix,
+        exclude=tuple(args.exclude),
+        compress_level=args.compress_level,
+        installer=args.installer,
+        compile_bytecode=args.compile_bytecode,
+    )
+    print(
+        json.dumps(
+            {
+                "out": r.out,
+                "bytes": r.bytes,
+                "python": r.python,
+                "packages": r.packages,
+                "installer": r.installer,
+                "seconds": round(r.seconds, 1),
+            }
+        )
+    )
+    return 0
+
+
+# ---------------------------------------------------------------- main
+class _StderrHandler(logging.StreamHandler):
+    """Writes each record to ``sys.stderr`` as it is at that moment, not as it was when logging was set up:
+    whoever calls :func:`main` in-process (pytest's capture, an Airflow task) may swap and close it later."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        """``sys.stderr`` at the moment of the call."""
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # StreamHandler.__init__ assigns it; the property always reads sys.stderr
+        """Ignored: the handler always writes to the current ``sys.stderr``."""
+
+
+def setup_logging(level: str) -> None:
+    """Log ``level`` and above to the current ``sys.stderr`` with times; py4j's chatter at WARNING."""
+    logging.basicConfig(
+        level=getattr(logging, level),
+        handlers=[_StderrHandler()],
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        force=True,
+    )
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def save_trace(command: str) -> str:
+    """Write the traceback being handled (with the Spark/Python trace of the failed task) to a file
+    under the temporary directory and return its path: the console keeps one line."""
+    import tempfile
+    import traceback
+
+    fd, path = tempfile.mkstemp(prefix=f"ltr-{command}-{time.strftime('%Y%m%d-%H%M%S')}-", suffix=".log")
+    with os.fdopen(fd, "w") as f:
+        f.write(traceback.format_exc())
+    log.debug("full trace in %s", path)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``ltr`` and of every ``jobs/*.py`` script; returns the exit code."""
+    from pipelines.execution.executor import NodeFailed
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging(args.log_level)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except _user_errors() as e:
+        log.error("%s", e)
+        print(f"ltr {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except _busy_errors() as e:
+        log.error("%s", e)
+        print(f"ltr {args.command}: error: {e}", file=sys.stderr)
+        return 75
+    except KeyboardInterrupt:
+        log.error("interrupted")
+        return 130
+    except NodeFailed as e:  # one line: fold, node, paths, cause, the command that resumes, where the trace is
+        print(f"ltr {args.command}: error: {e} (full trace: {save_trace(args.command)})", file=sys.stderr)
+        return 1
+    except Exception:
+        log.exception("ltr %s failed with an unexpected error", args.command)
+        return 1
+
+
+if __name__ == "__main__":  # python -m pipelines.app.cli
+    sys.exit(main())

@@ -1,0 +1,269 @@
+"""The decisions of the Airflow study (``jobs/ltr_study_dag.py``), as plain functions: no Airflow, no Spark.
+
+Each is the callable of one small Python task of the DAG: it resolves the run's config into every job's
+arguments (:func:`resolve_study`), decides whether a step is up to date by comparing keys of its inputs
+(:func:`generate_needed`, :func:`ingest_needed`, :func:`difficulty_needed`), records what an ingest was made
+from (:func:`record_ingest`), finds the study's parent run (:func:`study_parent`) and maps one training task per
+unfinished unit of the plan (:func:`unit_args`). A bad input raises :class:`StudyTaskError`, which the DAG turns
+into a failure without retries (:func:`pipelines.app.airflow.fail_fast`).
+
+Idempotent and retry-safe:
+
+* ``generate_needed`` skips generation when ``<work_dir>/letor/generate.json`` records the configured queries
+  and seed (and removes a stale one before regenerating, so a crash leaves no record);
+* ``ingest_needed`` skips ingest when the key of its inputs (:func:`pipelines.core.keys.ingest_key`: the source
+  listing with names, sizes and modification times, the ingest and dataset settings, the output and the ingest
+  format), taken before the ingest, equals the one in ``<work_dir>/_ingest_key.json``, which ``record_ingest``
+  writes after a successful ingest with the dataset's content fingerprint, and the dataset still has that
+  fingerprint (the dataset's ``_manifest.json`` records the *content* fingerprint, which takes a full read of the
+  source to compare, but neither modification times nor the ingest settings: hence the key file);
+* ``difficulty_needed`` skips the scores when ``_difficulty.json`` holds the key ``ltr grid`` itself checks;
+* ``study_parent`` reads the parent run id that ``ltr grid --setup-only`` printed, else the record it wrote to
+  ``<work_dir>/airflow/<run id>/grid_setup.json`` (a driver in cluster deploy mode prints nowhere the task sees);
+* ``unit_args`` maps only the units whose children are not FINISHED in MLflow: a re-run of a finished study
+  starts no training application.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+
+class StudyTaskError(ValueError):
+    """A run's params, config or records that no retry can fix (the task fails at once, naming the cause)."""
+
+
+def load_study_config(study: dict[str, Any]) -> Any:
+    """The run's :class:`pipelines.core.config.Config`."""
+    from pipelines.core.config import load_config
+
+    return load_config(study["conf"] or None, study["set"])
+
+
+def resolve_study(params: dict[str, Any], run_id: str | None = None) -> dict[str, Any]:
+    """The run's config (``params.conf`` + ``params.set``), checked, and every job's arguments.
+
+    ``params``, ``run_id``: the run's params and id (Airflow passes them to a task callable by these names).
+    """
+    from pipelines.core.config import ConfigError, load_config
+    from pipelines.core.layout import Layout
+
+    conf, overrides, src = params.get("conf") or "", list(params.get("set") or []), params.get("src") or ""
+    try:
+        cfg = load_config(conf or None, overrides)
+    except ConfigError as e:
+        raise StudyTaskError(f"params conf/set: {e}") from None
+    if not cfg.grid.folds:
+        raise StudyTaskError("grid.folds is empty: the study has no fold to train")
+    common = (["--conf", conf] if conf else []) + [a for o in overrides for a in ("--set", o)]
+    layout = Layout.of(cfg)
+    work, letor, data, difficulty = cfg.work_dir, layout.letor, layout.data, layout.difficulty
+    timeouts = {k: params.get(k) for k in ("train_timeout_base_s", "train_timeout_per_tree_s")}
+    bad = {k: v for k, v in timeouts.items() if not isinstance(v, (int, float)) or v < 0}
+    if bad:
+        raise StudyTaskError(f"params {bad}: expected seconds >= 0 (0: no limit)")
+    # where grid_setup writes its summary (the parent run id) for the tasks after it, whatever the deploy mode
+    setup_record = layout.airflow_record(run_id, "grid_setup.json")
+    return {
+        "conf": conf,
+        "set": overrides,
+        "work_dir": work,
+        "generate": not src,
+        "src": src or letor,
+        "data": data,
+        "difficulty": difficulty,
+        "folds": list(cfg.grid.folds),
+        "setup_record": setup_record,
+        "ingest_record": layout.ingest_key,
+        **timeouts,
+        "generate_args": ["--out", letor, *common],
+        "ingest_args": ["--src", src or letor, "--out", data, *common],
+        "difficulty_args": ["--data", data, "--out", difficulty, *common],
+        "setup_args": ["--setup-only", "--result", setup_record, *common],
+        "grid_args": common,
+        "report_args": common,
+    }
+
+
+def generate_needed(study: dict[str, Any]) -> bool:
+    """True unless ``src`` was given or ``<work_dir>/letor`` already holds this config's data."""
+    if not study["generate"]:
+        return False
+    cfg = load_study_config(study)
+    record = os.path.join(study["src"], "generate.json")
+    try:
+        with open(record) as f:
+            done = json.load(f)
+    except (OSError, ValueError):
+        done = {}
+    if done.get("queries") == cfg.generate.queries and done.get("seed") == cfg.generate.seed:
+        return False
+    if os.path.exists(record):  # regenerating: a crash must not leave the old record behind
+        os.remove(record)
+    return True
+
+
+def _listing(src: str) -> list[list[Any]]:
+    """(name relative to src, size, mtime in ns) of every file under ``src`` (a folder or one file)."""
+    import pyarrow.fs as pafs
+
+    from udfs.letor_chunks import to_uri
+
+    fs, root = pafs.FileSystem.from_uri(to_uri(src))
+    info = fs.get_file_info(root)
+    if info.type == pafs.FileType.NotFound:
+        raise StudyTaskError(f"params.src {src}: no such file or directory")
+    if info.type == pafs.FileType.File:
+        return [[info.base_name, info.size, info.mtime_ns]]
+    files = fs.get_file_info(pafs.FileSelector(root, recursive=True))
+    return sorted([f.path[len(root) :].lstrip("/"), f.size, f.mtime_ns] for f in files if f.type == pafs.FileType.File)
+
+
+def ingest_key(study: dict[str, Any]) -> str:
+    """Hash of what determines the dataset: source listing, ingest and dataset settings, output, format."""
+    from dataclasses import asdict
+
+    from pipelines.core.config import load_dataset_spec
+    from pipelines.core.keys import ingest_key as key_of
+    from pipelines.data.ingest import FORMAT_VERSION
+    from udfs.letor_chunks import to_uri
+
+    cfg = load_study_config(study)
+    doc = {
+        "src": to_uri(study["src"]),
+        "files": _listing(study["src"]),
+        "out": to_uri(study["data"]),
+        "ingest": asdict(cfg.ingest),
+        "dataset": asdict(load_dataset_spec(cfg.dataset)),
+        "format_version": FORMAT_VERSION,
+    }
+    return key_of(doc)
+
+
+def dataset_fingerprint(data: str) -> str | None:
+    """The fingerprint of the dataset at ``data``; None when there is no readable dataset there.
+
+    Parameters
+    ----------
+    data : str
+        The dataset's directory (a path or URI).
+
+    Returns
+    -------
+    str or None
+        The manifest's ``fingerprint``; None when ``data`` has no manifest, or it cannot be read or lacks one.
+    """
+    from pipelines.data.dataset import DatasetError, open_dataset
+
+    try:
+        return open_dataset(data).fingerprint
+    except (DatasetError, OSError, ValueError, KeyError):
+        return None
+
+
+def ingest_needed(study: dict[str, Any]) -> str:
+    """The key of the ingest's inputs (:func:`ingest_key`) when the dataset must be (re)written; "" (skip)
+    when it was ingested from exactly these inputs and still has the fingerprint recorded then.
+    The key is taken before the ingest starts, so a source that changes while it runs is ingested again."""
+    path = study["ingest_record"]
+    try:
+        with open(path) as f:
+            done = json.load(f)
+    except (OSError, ValueError):
+        done = {}
+    key = ingest_key(study)
+    fingerprint = done.get("fingerprint")
+    if done.get("key") == key and fingerprint and fingerprint == dataset_fingerprint(study["data"]):
+        return ""
+    if os.path.exists(path):  # the dataset is about to change: its record goes first
+        os.remove(path)
+    return key
+
+
+def record_ingest(study: dict[str, Any], key: str) -> dict[str, Any]:
+    """After a successful ingest, write ``<work_dir>/_ingest_key.json`` (atomically): the inputs' ``key``
+    and the dataset's content fingerprint."""
+    from pipelines.core.storage import write_file_atomic
+
+    fp = dataset_fingerprint(study["data"])
+    if fp is None:
+        raise RuntimeError(f"ingest succeeded but {study['data']} has no readable _manifest.json")
+    doc = {"key": key, "fingerprint": fp, "src": study["src"], "data": study["data"]}
+    write_file_atomic(study["ingest_record"], json.dumps(doc, indent=2, sort_keys=True).encode())
+    return doc
+
+
+def difficulty_needed(study: dict[str, Any]) -> bool:
+    """False when the stored scores carry the key ``ltr grid`` checks (``study.steps.ensure_difficulty``)."""
+    from pipelines.core.keys import difficulty_key
+    from pipelines.data.dataset import open_dataset
+    from pipelines.data.difficulty import difficulty_inputs, stored_summary
+
+    cfg = load_study_config(study)
+    key = difficulty_key(**difficulty_inputs(open_dataset(study["data"]), cfg.difficulty, cfg.metric))
+    return stored_summary(study["difficulty"], key) is None
+
+
+def study_parent(study: dict[str, Any], setup: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The study's parent run: what ``grid_setup`` printed (``setup``), else what it wrote to
+    ``study["setup_record"]`` (a driver in cluster deploy mode prints nowhere the task sees). Never a guess:
+    without either this fails, and the units and the report never describe another study."""
+    from pipelines.core.storage import read_json
+
+    doc = setup or {}
+    if not doc.get("parent_run_id"):
+        try:
+            doc = read_json(os.path.dirname(study["setup_record"]), os.path.basename(study["setup_record"]))
+        except (OSError, ValueError) as e:
+            raise StudyTaskError(
+                f"grid_setup printed no parent run id and its record {study['setup_record']} cannot be "
+                f"read ({e}): is work_dir storage the Airflow workers reach?"
+            ) from None
+    if not str(doc.get("parent_run_id") or "").strip():
+        raise StudyTaskError(f"grid_setup recorded no parent run id ({doc})")
+    return {"parent_run_id": str(doc["parent_run_id"]), "finished": bool(doc.get("finished"))}
+
+
+def unit_args(study: dict[str, Any], parent: dict[str, Any]) -> list[dict[str, Any]]:
+    """One mapped ``train`` task per unfinished unit of work of the study's plan: its arguments
+    (``ltr grid --unit F:I ...``), its label (what it trains) and its time limit; none when the study is
+    finished, so a re-run of a finished study starts no training application.
+
+    A unit is a root node of a fold's plan with every node below it (:meth:`pipelines.plan.trie.Plan.units`):
+    no two units share a node and each path lies within one, so the units of all folds run in any
+    order, at once or one by one; each logs to and finishes the MLflow children whose paths end in it
+    (made by ``grid_setup``), the last to finish ends the study's parent run FINISHED. Planned from the
+    config and the dataset's manifest (no Spark), as ``ltr grid --plan`` does. A unit whose children are
+    all FINISHED in MLflow is not mapped. A task is told its unit's place (fold, index), never node keys:
+    ``ltr grid`` computes the keys itself, with the code and environment that train (keys computed
+    here, in Airflow's environment, could differ and train nothing).
+
+    Time limit: ``train_timeout_base_s + train_timeout_per_tree_s x`` the unit's trees (0: none); a task
+    past it is killed (its whole process tree) and retried from its checkpoints.
+    """
+    from pipelines.data.dataset import open_dataset
+    from pipelines.study.design import plan_fold, unfinished_units
+    from pipelines.tracking.runs import Tracker
+
+    if parent.get("finished"):  # every child of every fold FINISHED
+        return []
+    cfg = load_study_config(study)
+    ds = open_dataset(study["data"])
+    plans = {f: plan_fold(cfg, ds, f) for f in study["folds"]}
+    existing = Tracker.for_config(cfg, create=False).child_runs(parent["parent_run_id"])
+    out = []
+    for f in study["folds"]:
+        every = plans[f].plan.units()
+        for unit in unfinished_units(plans[f], existing):
+            i = every.index(unit)
+            base, per_tree = study["train_timeout_base_s"], study["train_timeout_per_tree_s"]
+            out.append(
+                {
+                    "application_args": ["--unit", f"{f}:{i}", *study["grid_args"]],
+                    "unit_label": plans[f].unit_label(i)[:240],  # Airflow keeps 250 characters
+                    "timeout_s": (base + per_tree * plans[f].unit_trees(i)) if base or per_tree else None,
+                }
+            )
+    return out

@@ -1,0 +1,120 @@
+"""``ltr train``: one training path on one fold, as a checkpointed plan (see :mod:`pipelines.plan.trie`)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from pipelines.core.config import TrainConfig
+from pipelines.core.keys import curriculum_content_key, plan_context
+from pipelines.core.storage import atomic_output
+from pipelines.data.curriculum import load_curricula
+from pipelines.data.dataset import open_dataset
+from pipelines.execution.barrier_job import make_settings, resolve_workers, task_errors
+from pipelines.execution.executor import Execution, execute_plan
+from pipelines.plan.paths import parse_path, resolve
+from pipelines.plan.trie import build_plan
+from pipelines.store.checkpoints import CheckpointStore
+from pipelines.store.results import path_result
+from udfs.metrics import NdcgSpec
+
+log = logging.getLogger(__name__)
+
+SUMMARY = "_train.json"
+
+
+# ------------------------------------------------------------ the job
+def run_train(
+    spark: SparkSession,
+    data: str,
+    fold: int,
+    path: str,
+    curricula: list[str],
+    cfg: TrainConfig,
+    metric: NdcgSpec,
+    out: str,
+    checkpoints: str,
+) -> dict[str, Any]:
+    """``ltr train``: train one path, write ``out`` (model.json, curve.csv, config.json, _train.json).
+
+    The path is a plan of nodes checkpointed under ``checkpoints``: a re-run
+    after a crash continues from the last checkpoint.
+    """
+    ds = open_dataset(data)
+    ds.subsets(fold, "train")
+    curs = load_curricula(curricula, ds, fold)
+    tp = resolve(parse_path(path), {c.name: c.n_stages for c in curs})
+    curs = [c for c in curs if c.name in tp.curricula]
+    workers, nthread = resolve_workers(spark, cfg)
+    settings = make_settings(cfg, metric, ds, nthread)
+    plan = build_plan(
+        [tp],
+        fold=fold,
+        context=plan_context(cfg, metric, ds.fingerprint, fold),
+        curriculum_keys={c.name: curriculum_content_key(c.summary) for c in curs},
+    )
+    store = CheckpointStore(checkpoints)
+    how = Execution(
+        workers,
+        nthread,
+        1,
+        cfg.job_retries,
+        cfg.tracker_timeout,
+        "the same `ltr train` command",
+        cfg.lease_ttl,
+        cfg.lease_wait,
+    )
+    with task_errors():
+        info = execute_plan(spark, plan, ds, {c.name: c for c in curs}, settings, store, how)
+    r = path_result(store, tp.label, plan.chains[tp.label])
+    summary = {
+        "path": tp.shorthand(),
+        "fold": fold,
+        "trees": tp.trees,
+        "dataset": data,
+        "dataset_fingerprint": ds.fingerprint,
+        "curricula": {c.name: c.path for c in curs},
+        "runs": r.runs,
+        "metric": {**metric.to_dict(), "description": metric.describe()},
+        "final": {
+            "tree": r.trees[-1] if r.trees else None,
+            f"vali_{metric.name}": r.vali[-1] if r.vali else None,
+            f"test_{metric.name}": r.test[-1] if r.test else None,
+        },
+        "score_dists": r.score_dists,
+        "base_margin": r.base_margin,
+        "training": info,
+    }
+    with atomic_output(out, SUMMARY) as tmp:
+        with tmp.fs.open_output_stream(f"{tmp.path}/model.json") as f:
+            f.write(r.model)
+        lines = [f"tree,vali_{metric.name},test_{metric.name}"] + [
+            f"{t},{v!r},{x!r}" for t, v, x in zip(r.trees, r.vali, r.test, strict=True)
+        ]
+        with tmp.fs.open_output_stream(f"{tmp.path}/curve.csv") as f:
+            f.write(("\n".join(lines) + "\n").encode())
+        tmp.write_json(
+            "config.json",
+            {
+                "train": asdict(cfg),
+                "metric": metric.to_dict(),
+                "path": tp.shorthand(),
+                "fold": fold,
+                "data": data,
+                "curricula": curricula,
+            },
+        )
+        tmp.write_json(SUMMARY, summary)
+    log.info(
+        "%s fold %d: %s after %d trees: vali %.4f, test %.4f",
+        tp.shorthand(),
+        fold,
+        metric.name,
+        tp.trees,
+        summary["final"][f"vali_{metric.name}"] or float("nan"),
+        summary["final"][f"test_{metric.name}"] or float("nan"),
+    )
+    return summary

@@ -1,0 +1,378 @@
+"""Every key of the project, built here from one declared list of what determines each result.
+
+A key names a result that may be reused: two runs with equal keys would make the
+same result, so the second may take the first's. Each kind of result declares in
+:data:`INPUTS` the inputs that determine it; :func:`make_key` refuses a document
+with a field more or less than declared, so a key can neither miss an input nor
+pick up something that does not change the result (a path, a worker count).
+
+Code identity (:func:`code_identity`) is the *content* of the code that computes:
+a hash of the installed ``pipelines/`` and ``udfs/`` sources, read from the
+packages themselves (the same in a checkout, an editable install, a wheel and a
+packed archive), each reduced to its syntax tree without docstrings
+(:func:`canonical_source`: comments, docstrings and formatting do not compute),
+plus the versions of the libraries whose arithmetic the results depend on. A
+documentation-only or formatting-only commit leaves it unchanged; any edit of the
+computing code (a constant, an operator, a statement) changes it, committed or not. The git commit stays provenance
+(:func:`pipelines.core.provenance.code_version`), recorded on MLflow runs, never keyed.
+
+Not in any key, because they do not change a result: where inputs are read
+from or written to (paths, URIs), how many workers and threads build the trees
+(the histogram cuts are global, :mod:`pipelines.store.cuts`), how often checkpoints
+are written, retries and timeouts.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import json
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any
+
+#: What determines each kind of result (the fields of its key's document).
+INPUTS: dict[str, tuple[str, ...]] = {
+    # an ingested dataset (its fingerprint): the Parquet schema, the fold layout, and per subset its
+    # row count and order-independent sum of row hashes, so chunking and file layout do not matter
+    "dataset": ("schema", "folds", "subsets"),
+    # what the Airflow DAG ingested a dataset from (its ingest? task): the source's listing (names, sizes,
+    # modification times), the output, the ingest and dataset settings and the ingest's format version
+    "ingest": ("src", "files", "out", "ingest", "dataset", "format_version"),
+    # per-query difficulty scores (pipelines.data.difficulty)
+    "difficulty": ("dataset", "roles", "settings", "metric", "code"),
+    # a curriculum's build: its settings, the fold, the difficulty inputs, and the scores' own content
+    "curriculum": ("settings", "dataset", "fold", "name", "difficulty", "empty_queries", "scores"),
+    # what a plan node knows of a curriculum: its build key and what it built (stages, queries per stage)
+    "curriculum_content": ("build", "stages", "dataset"),
+    # an MLflow child run of a grid: its name, its path and the key of its last node
+    "child": ("name", "path", "last_node"),
+    # a fold's global histogram cuts (pipelines.store.cuts)
+    "cuts": ("dataset", "fold", "max_bin", "sample_rows", "code"),
+    # a plan node's trees and margins (pipelines.plan.trie): its place in the path, and the plan's context
+    "node": ("parent", "objective", "data", "t0", "t1", "curriculum", "context"),
+    # a node of a grid.seeds repetition (seed offset not 0): the same and its seed offset
+    "seeded_node": ("parent", "objective", "data", "t0", "t1", "curriculum", "context", "seed"),
+    # the plan's context, shared by every node of a fold
+    "context": ("train", "metric", "dataset", "fold", "cuts", "code"),
+    # a study (the grid's parent run in MLflow), with and without the code that runs it
+    "study": ("grid", "train", "metric", "curriculum", "difficulty", "dataset", "folds"),
+    "grid": ("study", "code"),
+}
+
+#: TrainConfig fields that do not change the trees: left out of the context of node keys and of studies.
+#: ``workers`` and ``nthread`` are here because the cuts are global (:mod:`pipelines.store.cuts`): 1, 2 or N
+#: workers build the same trees up to the summation order of histogram sums.
+TRAIN_NOT_IN_KEY = (
+    "path",
+    "workers",
+    "nthread",
+    "checkpoint_every",
+    "tracker_timeout",
+    "job_retries",
+    "lease_ttl",
+    "lease_wait",
+)
+
+#: Libraries whose arithmetic a result depends on (their versions are part of the code identity).
+LIBRARIES = ("xgboost", "pyspark", "numpy", "numba", "pyarrow")
+
+#: The packages whose sources are the computing code.
+PACKAGES = ("pipelines", "udfs")
+
+
+class KeyError_(ValueError):
+    """A key document that does not hold exactly the declared inputs (a programming error)."""
+
+
+def digest(doc: Any, n: int = 20) -> str:
+    """Stable ``n``-hex-digit sha256 of a JSON-able document (sorted keys)."""
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:n]
+
+
+def make_key(kind: str, doc: Mapping[str, Any], n: int = 20) -> str:
+    """The key of a result of ``kind`` from ``doc``, which must hold exactly ``INPUTS[kind]``."""
+    want = set(INPUTS[kind])
+    got = set(doc)
+    if got != want:
+        raise KeyError_(
+            f"{kind} key: inputs {sorted(got - want)} are not declared and {sorted(want - got)} are "
+            "missing (pipelines.core.keys.INPUTS)"
+        )
+    return digest({"kind": kind, **doc}, n)
+
+
+# ------------------------------------------------------------ code identity
+def _source_files(package: str) -> list[tuple[str, bytes]]:
+    """(relative path, bytes) of every ``.py`` file of an installed package, sorted."""
+    out: list[tuple[str, bytes]] = []
+
+    def walk(node: Any, prefix: str) -> None:
+        """Add every ``.py`` file under the resource folder ``node`` to ``out``, its path written ``prefix<name>``.
+
+        Goes into subfolders; skips ``__pycache__`` and names starting with a dot.
+        """
+        for child in node.iterdir():
+            name = child.name
+            if name == "__pycache__" or name.startswith("."):
+                continue
+            if child.is_dir():
+                walk(child, f"{prefix}{name}/")
+            elif name.endswith(".py"):
+                out.append((f"{prefix}{name}", child.read_bytes()))
+
+    walk(resources.files(package), f"{package}/")
+    return sorted(out)
+
+
+def _canonical(node: Any) -> Any:
+    """A syntax tree as nested lists: node type and its fields, without positions, without the fields that are
+    empty or None (so that a field a newer Python adds, such as ``type_params``, changes nothing), and without
+    statements that are only a string (docstrings: they do not compute)."""
+    if isinstance(node, ast.AST):
+        out: list[Any] = [type(node).__name__]
+        for name, value in ast.iter_fields(node):
+            if isinstance(value, list):
+                value = [
+                    v
+                    for v in value
+                    if not (
+                        isinstance(v, ast.Expr) and isinstance(v.value, ast.Constant) and isinstance(v.value.value, str)
+                    )
+                ]
+            if value is None or value == [] or isinstance(value, ast.expr_context):
+                continue
+            out.append([name, _canonical(value)])
+        return out
+    if isinstance(node, list):
+        return [_canonical(v) for v in node]
+    if isinstance(node, (bytes, complex)):
+        return [type(node).__name__, repr(node)]
+    return node
+
+
+def canonical_source(data: bytes) -> bytes:
+    """What of a Python source computes: its syntax tree without docstrings, comments, positions or formatting,
+    serialised (JSON) the same way on every supported Python. A file that does not parse is taken as it is."""
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError):
+        return data
+    return json.dumps(_canonical(tree), separators=(",", ":"), default=repr).encode()
+
+
+def hash_sources(files: list[tuple[str, bytes]]) -> str:
+    """sha256 (20 hex digits) over the path and canonical source (:func:`canonical_source`) of each file."""
+    h = hashlib.sha256()
+    for rel, data in sorted(files):
+        h.update(rel.encode() + b"\0" + hashlib.sha256(canonical_source(data)).digest())
+    return h.hexdigest()[:20]
+
+
+def sources_hash(packages: tuple[str, ...] = PACKAGES) -> str:
+    """:func:`hash_sources` over every source file of ``packages``."""
+    return hash_sources([f for pkg in packages for f in _source_files(pkg)])
+
+
+def library_versions() -> dict[str, str]:
+    """Versions of :data:`LIBRARIES` as installed ('' where one is not: planning works without Spark)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for lib in LIBRARIES:
+        try:
+            out[lib] = version(lib)
+        except PackageNotFoundError:
+            # xgboost-cpu installs the `xgboost` module under another distribution name
+            try:
+                out[lib] = __import__(lib).__version__
+            except ImportError:
+                out[lib] = ""
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def code_identity() -> dict[str, str]:
+    """The content of the computing code: ``sources`` (:func:`sources_hash`) and library versions."""
+    return {"sources": sources_hash(), **library_versions()}
+
+
+def code_label(code: Mapping[str, str]) -> str:
+    """A code identity in a few characters, for messages: ``sources a1b2c3d4e5f6 (xgboost 3.2.0)``."""
+    return f"sources {str(code.get('sources', ''))[:12]} (xgboost {code.get('xgboost', '?')})"
+
+
+# ------------------------------------------------------------ keys of results
+def train_inputs(train: Any) -> dict[str, Any]:
+    """The fields of a TrainConfig that change trees."""
+    from dataclasses import asdict
+
+    return {k: v for k, v in asdict(train).items() if k not in TRAIN_NOT_IN_KEY}
+
+
+def child_key(name: str, path: str, last_node: str) -> str:
+    """The key of an MLflow child run (tagged on the run; a resumed grid continues the run with the same key)."""
+    return make_key("child", {"name": name, "path": path, "last_node": last_node})
+
+
+def cuts_key(dataset: str, fold: int, max_bin: int, sample_rows: int, code: Mapping[str, str] | None = None) -> str:
+    """A fold's global histogram cuts (:mod:`pipelines.store.cuts`)."""
+    return make_key(
+        "cuts",
+        {
+            "dataset": dataset,
+            "fold": fold,
+            "max_bin": int(max_bin),
+            "sample_rows": int(sample_rows),
+            "code": dict(code or code_identity()),
+        },
+    )
+
+
+def plan_context(
+    train: Any, metric: Any, fingerprint: str, fold: int, code: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """What besides a path determines its trees: every node key of the fold holds it."""
+    code = dict(code or code_identity())
+    doc = {
+        "train": train_inputs(train),
+        "metric": metric.to_dict(),
+        "dataset": fingerprint,
+        "fold": fold,
+        "cuts": cuts_key(fingerprint, fold, train.max_bin, train.cuts_sample_rows, code),
+        "code": code,
+    }
+    make_key("context", doc)  # checks the fields
+    return doc
+
+
+def seed_field(seed: int) -> dict[str, int]:
+    """``{"seed": seed}``, or nothing for seed 0: a seed repetition's offset (``grid.seeds``) is written into a
+    node's key document, the plan's JSON and a checkpoint's meta only when it is not 0, so that everything of
+    seed 0 reads and keys as it did before seeds existed."""
+    return {"seed": seed} if seed else {}
+
+
+def node_key(
+    parent: str | None,
+    objective: str,
+    data: str,
+    t0: int,
+    t1: int,
+    curriculum: str | None,
+    context: Mapping[str, Any],
+    seed: int = 0,
+) -> str:
+    """A plan node's trees and margins: its parent, objective, data subset, trees t0..t1, curriculum, context,
+    and its seed offset (``grid.seeds``), which enters the key only when it is not 0 (the keys of every node
+    but a seed repetition's are those of before seeds existed)."""
+    doc = {
+        "parent": parent,
+        "objective": objective,
+        "data": data,
+        "t0": t0,
+        "t1": t1,
+        "curriculum": curriculum,
+        "context": dict(context),
+    }
+    return make_key("seeded_node", {**doc, "seed": seed}) if seed else make_key("node", doc)
+
+
+def curriculum_content_key(summary: Mapping[str, Any]) -> str:
+    """What a plan node keys a curriculum by: its build key and what it built, from its summary."""
+    return make_key(
+        "curriculum_content",
+        {"build": summary.get("key"), "stages": summary.get("stages"), "dataset": summary.get("dataset_fingerprint")},
+    )
+
+
+def curriculum_key(
+    settings: Mapping[str, Any], dataset: str, fold: int, name: str, difficulty: str, empty_queries: str, scores: str
+) -> str:
+    """A curriculum's build: settings, dataset, fold, name, the difficulty key and the scores' fingerprint."""
+    return make_key(
+        "curriculum",
+        {
+            "settings": dict(settings),
+            "dataset": dataset,
+            "fold": fold,
+            "name": name,
+            "difficulty": difficulty,
+            "empty_queries": empty_queries,
+            "scores": scores,
+        },
+        16,
+    )
+
+
+def difficulty_key(
+    dataset: str,
+    roles: Mapping[str, Any],
+    settings: Mapping[str, Any],
+    metric: Mapping[str, Any],
+    code: Mapping[str, str] | None = None,
+) -> str:
+    """Per-query difficulty scores (:func:`pipelines.data.difficulty.difficulty_inputs` gives the arguments)."""
+    return "sha256:" + make_key(
+        "difficulty",
+        {
+            "dataset": dataset,
+            "roles": dict(roles),
+            "settings": dict(settings),
+            "metric": dict(metric),
+            "code": dict(code or code_identity()),
+        },
+        16,
+    )
+
+
+def study_keys(doc: Mapping[str, Any], code: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """(study key, grid key): the study without the code that runs it, and with it."""
+    study = make_key("study", doc, 16)
+    return study, make_key("grid", {"study": study, "code": dict(code or code_identity())}, 16)
+
+
+def dataset_key(doc: Mapping[str, Any]) -> str:
+    """An ingested dataset's fingerprint (``sha256:`` + 64 hex digits; its document unprefixed by a kind,
+    so that datasets ingested before this module keep their fingerprint)."""
+    want = set(INPUTS["dataset"])
+    if set(doc) != want:
+        raise KeyError_(f"dataset key: inputs {sorted(set(doc) ^ want)} differ from the declared ones")
+    return "sha256:" + hashlib.sha256(json.dumps(dict(doc), sort_keys=True).encode()).hexdigest()
+
+
+def ingest_key(doc: Mapping[str, Any]) -> str:
+    """What a dataset was ingested from (``sha256:`` + 64 hex digits, unprefixed by a kind like
+    :func:`dataset_key`, so that the records of existing deployments keep matching)."""
+    want = set(INPUTS["ingest"])
+    if set(doc) != want:
+        raise KeyError_(f"ingest key: inputs {sorted(set(doc) ^ want)} differ from the declared ones")
+    return "sha256:" + hashlib.sha256(json.dumps(dict(doc), sort_keys=True, default=str).encode()).hexdigest()
+
+
+# ------------------------------------------------------------ explaining a changed key
+def flatten(doc: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (lists stay values)."""
+    if not isinstance(doc, Mapping):
+        return {prefix: doc}
+    out: dict[str, Any] = {}
+    for k, v in doc.items():
+        out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def differences(old: Mapping[str, Any], new: Mapping[str, Any], limit: int = 6) -> list[str]:
+    """The inputs that differ between two key documents, one ``name: old -> new`` each (``parent`` is
+    the parent's key: when only it differs, the cause lies with the parent)."""
+    a, b = flatten(old), flatten(new)
+    out = []
+    for name in sorted(set(a) | set(b)):
+        if a.get(name, "<absent>") != b.get(name, "<absent>"):
+            out.append(f"{name}: {_short(a.get(name, '<absent>'))} -> {_short(b.get(name, '<absent>'))}")
+    return out[:limit] + ([f"... {len(out) - limit} more"] if len(out) > limit else [])
+
+
+def _short(v: Any) -> str:
+    s = json.dumps(v, sort_keys=True, default=str)
+    return s if len(s) <= 40 else s[:37] + "..."

@@ -1,0 +1,180 @@
+"""The one SparkSession builder every job and test uses."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+
+from pyspark import SparkConf, SparkContext
+from pyspark.sql import SparkSession
+
+from pipelines.core.config import SparkConfig
+
+log = logging.getLogger(__name__)
+
+LOG4J_CONF = Path(__file__).resolve().parent / "log4j2.properties"
+
+
+def launched_by_spark_submit() -> bool:
+    """True when spark-submit started this Python driver (its JVM is already running)."""
+    return bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
+
+
+def resolve_master(cfg: SparkConfig) -> str:
+    """The master URL: the config's, else spark-submit's ``--master``, else ``local[*]``."""
+    if cfg.master:
+        return cfg.master
+    if launched_by_spark_submit():
+        SparkContext._ensure_initialized()  # connects to spark-submit's JVM; SparkConf then sees its properties
+        return SparkConf().get("spark.master", "local[*]")
+    return "local[*]"
+
+
+def _read_properties(path: str) -> dict[str, str]:
+    """``spark-defaults.conf``: one ``key value`` (or ``key=value``) per line, ``#`` comments."""
+    out: dict[str, str] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            parts = re.split(r"\s*=\s*|\s+", line, maxsplit=1)
+            if len(parts) == 2:
+                out[parts[0]] = parts[1].strip()
+    return out
+
+
+#: spark-submit options that are Spark properties (PYSPARK_SUBMIT_ARGS may carry them).
+_SUBMIT_FLAGS = {
+    "--master": "spark.master",
+    "--driver-memory": "spark.driver.memory",
+    "--executor-memory": "spark.executor.memory",
+    "--executor-cores": "spark.executor.cores",
+    "--num-executors": "spark.executor.instances",
+    "--driver-java-options": "spark.driver.extraJavaOptions",
+    "--name": "spark.app.name",
+}
+
+
+def external_properties() -> dict[str, str]:
+    """Spark properties set outside this project's config, which a session never overrides.
+
+    Under spark-submit: everything its JVM holds (``--conf``, its flags,
+    ``spark-defaults.conf``). A plain Python driver (``ltr ...``):
+    ``$SPARK_CONF_DIR/spark-defaults.conf`` (else ``$SPARK_HOME/conf``) and the
+    ``--conf``/flags of ``PYSPARK_SUBMIT_ARGS``.
+    """
+    if launched_by_spark_submit():
+        SparkContext._ensure_initialized()  # connects to spark-submit's JVM; SparkConf then sees its properties
+        return dict(SparkConf().getAll())
+    out: dict[str, str] = {}
+    conf_dir = os.environ.get("SPARK_CONF_DIR") or (
+        os.path.join(os.environ["SPARK_HOME"], "conf") if os.environ.get("SPARK_HOME") else ""
+    )
+    defaults = os.path.join(conf_dir, "spark-defaults.conf") if conf_dir else ""
+    if defaults and os.path.isfile(defaults):
+        out.update(_read_properties(defaults))
+    args = shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", ""))
+    for i, a in enumerate(args[:-1]):
+        if a == "--conf" and "=" in args[i + 1]:
+            k, v = args[i + 1].split("=", 1)
+            out[k] = v
+        elif a in _SUBMIT_FLAGS:
+            out[_SUBMIT_FLAGS[a]] = args[i + 1]
+    return out
+
+
+def session_properties(cfg: SparkConfig, master: str, external: dict[str, str] | None = None) -> dict[str, str]:
+    """Spark properties for a session built from ``cfg``.
+
+    Precedence: ``cfg.conf`` (``spark.conf`` of the YAML, or ``--set spark.conf=...``)
+    > properties set outside the project (``external``: spark-submit, ``--conf``,
+    ``spark-defaults.conf``) > the project's defaults below (the other ``spark.*``
+    config fields), which fill in only what nobody set.
+    """
+    external = external or {}
+    props = {
+        "spark.sql.shuffle.partitions": str(cfg.shuffle_partitions),
+        "spark.ui.enabled": str(cfg.ui).lower(),
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.execution.arrow.maxRecordsPerBatch": str(cfg.arrow_max_records_per_batch),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.python.worker.reuse": "true",
+        "spark.driver.memory": cfg.driver_memory,
+        "spark.sql.debug.maxToStringFields": "1000",  # plans with 136 feature columns, without warnings
+        "spark.scheduler.mode": "FAIR",  # `ltr grid --parallel N`: concurrent node jobs share the slots
+    }
+    if LOG4J_CONF.is_file():
+        opt = f"-Dlog4j2.configurationFile={LOG4J_CONF.as_uri()}"
+        props["spark.driver.extraJavaOptions"] = opt
+        props["spark.executor.extraJavaOptions"] = opt
+    if master.startswith("local"):
+        # Python workers must run the driver's interpreter (else: No module named pandas).
+        props["spark.pyspark.python"] = sys.executable
+        props["spark.pyspark.driver.python"] = sys.executable
+    kept = sorted(k for k in props if k in external and external[k] != props[k])
+    if kept:
+        log.debug("keeping the Spark properties set outside the config: %s", ", ".join(kept))
+    props = {k: v for k, v in props.items() if k not in external}
+    props.update(cfg.conf)
+    return props
+
+
+def build_session(cfg: SparkConfig) -> SparkSession:
+    """Build (or get) the SparkSession described by ``cfg``.
+
+    Local masters pin the Python workers to ``sys.executable``; cluster masters
+    keep whatever ``PYSPARK_PYTHON`` / ``spark.pyspark.python`` the user set.
+    Nothing set by spark-submit, ``--conf`` or ``spark-defaults.conf`` is
+    overridden (:func:`session_properties`).
+    """
+    master = resolve_master(cfg)
+    if master.startswith("local"):
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # one machine: bind to loopback, no warning
+    external = external_properties()
+    builder = SparkSession.builder.master(master)
+    if "spark.app.name" not in external:
+        builder = builder.appName(cfg.app_name)
+    for k, v in session_properties(cfg, master, external).items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(cfg.log_level)
+    log.info(
+        "spark %s session on %s (%d cores, %s shuffle partitions, %s scheduler)",
+        spark.version,
+        master,
+        spark.sparkContext.defaultParallelism,
+        spark.conf.get("spark.sql.shuffle.partitions"),
+        spark.sparkContext.getConf().get("spark.scheduler.mode", "FIFO"),
+    )
+    return spark
+
+
+def task_slots(spark: SparkSession, wait: float = 60.0) -> int:
+    """Barrier task slots: how many tasks of the default resource profile can run at once.
+
+    Spark's own count (``maxNumConcurrentTasks``, what barrier stages are checked against, and what
+    ``xgboost.spark`` asks), which honours ``spark.task.cpus``: 16 cores with ``spark.task.cpus=4``
+    are 4 slots, not 16 (``defaultParallelism`` counts cores). On a cluster whose executors have not
+    registered yet (an application just started) it waits up to ``wait`` seconds for the first ones.
+    """
+    import time
+
+    sc = spark.sparkContext
+    jsc = sc._jsc.sc()  # noqa: SLF001 - no Python API for it (xgboost.spark does the same)
+    deadline = time.monotonic() + wait
+    while True:
+        slots = int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().resourceProfileFromId(0)))
+        if slots > 0 or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
+    if slots < 1:
+        log.warning("no executor registered after %.0f s: no task slot for training", wait)
+    return slots

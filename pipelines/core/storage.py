@@ -1,0 +1,184 @@
+"""The filesystem module: URI handling, and the one atomic writer of files and of directories.
+
+Paths may be local or any URI ``pyarrow.fs`` understands (:func:`resolve`). Two writers, one rule each:
+
+* :func:`atomic_file` / :func:`write_file_atomic` / :func:`put_atomic`: one file written under a temporary
+  name in its folder, then renamed into place (:func:`rename_into_place`: a local rename replaces the old
+  file; HDFS does not rename onto an existing file, so there the old one is deleted first, or kept when
+  ``replace=False``; on object stores the rename is a copy of a whole object). Checkpoints, cuts, run
+  records, the generated LETOR files, ``ltr pack``'s archive and the DAG's ingest record go through it.
+* :func:`atomic_output`: a directory output (below).
+
+Apart on purpose: the lease's exclusive create (:mod:`pipelines.store.lease`, which needs ``O_EXCL``, not a
+rename) and ``udfs/letor_chunks``' writer (``udfs`` does not import ``pipelines``).
+
+Atomic directory outputs: write to a hidden temporary directory, then rename into place.
+Every step that writes a directory (a dataset, difficulty scores, a curriculum,
+a model) goes through :func:`atomic_output`, so a reader never sees a
+half-written result, a failed run leaves no debris, and an existing output is
+replaced only once the new one is complete. Paths may be local or any URI
+``pyarrow.fs`` understands (the rename is atomic on local and HDFS file
+systems; on object stores the marker file, written last, is the commit point).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import IO, Any, Protocol
+
+import pyarrow.fs as pafs
+
+from udfs.letor_chunks import to_uri
+
+log = logging.getLogger(__name__)
+
+
+def resolve(path: str) -> tuple[pafs.FileSystem, str]:
+    """The filesystem of ``path`` (a local path or a URI) and the path on it (no trailing ``/``)."""
+    return pafs.FileSystem.from_uri(to_uri(path.rstrip("/") or "/"))
+
+
+class FsRoot(Protocol):
+    """A folder on a filesystem: what the lease needs of the checkpoint store (its filesystem and path)."""
+
+    fs: pafs.FileSystem
+    path: str
+
+
+def rename_into_place(fs: pafs.FileSystem, tmp: str, path: str, *, replace: bool = True) -> None:
+    """Move the finished file ``tmp`` to ``path``. Where the filesystem does not rename onto an existing file
+    (HDFS), the existing one is deleted first (``replace``) or kept and ``tmp`` removed (``not replace``: two
+    writers of the same bytes, such as two processes computing a fold's cuts)."""
+    try:
+        fs.move(tmp, path)  # replaces ``path`` on local filesystems (rename) and object stores (a copy)
+    except OSError:
+        if fs.get_file_info(path).type != pafs.FileType.File:
+            raise
+        if replace:  # a crashed attempt's file, or an older record
+            fs.delete_file(path)
+            fs.move(tmp, path)
+        else:
+            fs.delete_file(tmp)
+
+
+def _discard(fs: pafs.FileSystem, path: str) -> None:
+    try:
+        fs.delete_file(path)
+    except OSError:
+        pass
+
+
+@contextmanager
+def atomic_file(path: str, *, replace: bool = True, fs: pafs.FileSystem | None = None) -> Iterator[IO[bytes]]:
+    """A binary stream to write ``path`` (local path or URI; with ``fs``, a path on that filesystem) whole: a
+    reader sees the old content or the new, never a part. Its folder is created; on an error nothing is left
+    (the temporary file is removed) and the old file stays."""
+    if fs is None:
+        fs, path = resolve(path)
+    parent, name = path.rsplit("/", 1)
+    fs.create_dir(parent, recursive=True)
+    tmp = f"{parent}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
+    try:
+        with fs.open_output_stream(tmp) as f:
+            yield f
+        rename_into_place(fs, tmp, path, replace=replace)
+    except BaseException:
+        _discard(fs, tmp)
+        raise
+
+
+def write_file_atomic(path: str, data: bytes, *, replace: bool = True) -> None:
+    """Write ``data`` to ``path`` (local path or URI) whole (:func:`atomic_file`)."""
+    with atomic_file(path, replace=replace) as f:
+        f.write(data)
+
+
+def put_atomic(fs: pafs.FileSystem, path: str, data: bytes, *, replace: bool = True) -> None:
+    """:func:`write_file_atomic` with the filesystem already resolved (``path`` is a path on ``fs``)."""
+    with atomic_file(path, replace=replace, fs=fs) as f:
+        f.write(data)
+
+
+class OutputError(ValueError):
+    """An output path that must not be replaced."""
+
+
+@dataclass(frozen=True)
+class Output:
+    """A temporary output directory: ``uri`` for Spark and tasks, ``path`` for ``fs``."""
+
+    fs: pafs.FileSystem
+    path: str
+    uri: str
+
+    def write_json(self, name: str, doc: Any) -> None:
+        """Write ``doc`` as indented JSON, keys sorted, to the file ``name`` of the output directory."""
+        with self.fs.open_output_stream(f"{self.path}/{name}") as f:
+            f.write(json.dumps(doc, indent=2, sort_keys=True).encode())
+
+
+def _check_replaceable(fs: pafs.FileSystem, path: str, shown: str, marker: str) -> None:
+    info = fs.get_file_info(path)
+    if info.type == pafs.FileType.NotFound:
+        return
+    if info.type != pafs.FileType.Directory:
+        raise OutputError(f"--out {shown} exists and is not a directory")
+    has_marker = fs.get_file_info(f"{path}/{marker}").type == pafs.FileType.File
+    empty = not fs.get_file_info(pafs.FileSelector(path))
+    if not (has_marker or empty):
+        raise OutputError(
+            f"refusing to replace --out {shown}: it exists and is not an ltr output "
+            f"(no {marker}); choose another path or remove it"
+        )
+
+
+def read_json(path: str, name: str) -> Any:
+    """``path/name`` parsed as JSON (``path`` local or a URI); FileNotFoundError if it is missing."""
+    fs, p = resolve(path)
+    with fs.open_input_stream(f"{p}/{name}") as f:
+        return json.loads(f.read().decode())
+
+
+def delete_quietly(fs: pafs.FileSystem, path: str) -> None:
+    """Remove a directory if it exists; log (do not raise) if that fails."""
+    try:
+        if fs.get_file_info(path).type != pafs.FileType.NotFound:
+            fs.delete_dir(path)
+    except OSError as e:  # best effort: leave a hidden temporary directory behind
+        log.warning("could not remove %s: %s", path, e)
+
+
+@contextmanager
+def atomic_output(out: str, marker: str) -> Iterator[Output]:
+    """Yield a temporary directory next to ``out``; on success move it to ``out``.
+
+    ``marker`` is the file that identifies this kind of output (e.g.
+    ``_manifest.json``): an existing ``out`` is replaced only if it has one (or
+    is empty), so a typo cannot wipe an unrelated directory.
+    """
+    out_uri = to_uri(out.rstrip("/"))
+    fs, out_path = pafs.FileSystem.from_uri(out_uri)
+    _check_replaceable(fs, out_path, out, marker)
+    parent, name = out_path.rsplit("/", 1)
+    tmp_path = f"{parent}/.{name}.tmp-{uuid.uuid4().hex[:12]}"
+    tmp = Output(fs, tmp_path, out_uri[: len(out_uri) - len(out_path)] + tmp_path)
+    fs.create_dir(tmp_path, recursive=True)
+    try:
+        yield tmp
+        if fs.get_file_info(f"{tmp_path}/{marker}").type != pafs.FileType.File:
+            raise RuntimeError(f"internal error: {marker} was not written to {tmp_path}")
+        if fs.get_file_info(out_path).type == pafs.FileType.NotFound:
+            fs.move(tmp_path, out_path)
+        else:
+            old = f"{tmp_path}.old"
+            fs.move(out_path, old)
+            fs.move(tmp_path, out_path)
+            delete_quietly(fs, old)
+    except BaseException:
+        delete_quietly(fs, tmp_path)
+        raise

@@ -1,0 +1,374 @@
+"""``ltr curriculum``: which training queries (or documents) each curriculum stage uses.
+
+Strategies (Ferro et al. 2018, plus the controls a fair comparison needs):
+
+* ``q_nrel``: queries with the most relevant documents first;
+* ``q_bm25`` / ``q_pagerank``: queries whose ranking by the BM25 / PageRank
+  feature has the highest NDCG@k first;
+* ``l_hrel``: document level: the first stage keeps only documents whose label
+  is in ``hrel_labels`` (default 0, 3, 4: not relevant or highly relevant);
+* ``random``: a seeded uniform sample of queries, of the same sizes;
+* ``none``: all training data in one stage.
+
+Ties are ordered deterministically: higher score first, then lower qid. Only
+the fold's training split is read; vali and test are never touched.
+
+Queries with no relevant document (``n_rel = 0``; their IDCG is 0, so the NDCG
+of any ranking of them is undefined and ``metric.empty`` only fills it in) are
+handled by ``difficulty.empty_queries`` (``build_curriculum(empty_queries=...)``):
+
+=============  =========================================  ==================================
+policy         q_bm25, q_pagerank                         q_nrel / random / l_hrel / none
+=============  =========================================  ==================================
+``last``       after every other query (by qid); their    q_nrel: the same (n_rel = 0 is its
+               score is stored as NaN (undefined)         lowest score anyway); random,
+                                                          l_hrel, none: no order, unchanged
+``exclude``    enter only the last stage (all data); the  the same for q_nrel, random and
+               earlier stages hold ``share`` of the other l_hrel (its first stage drops them);
+               queries; score stored as NaN               none: one stage, unchanged
+``as_metric``  ordered by ``metric.empty`` like any       unchanged
+               score (1.0: first, as before this option)
+=============  =========================================  ==================================
+
+With ``last`` a stage whose share exceeds the queries that have a relevant
+document still takes some empty ones; with ``exclude`` no stage but the last
+ever does (and a fold whose training queries all lack one is an error). The
+summary records the policy and, per stage, ``queries_without_relevant``.
+
+Output (small: one row per training query): ``CURRICULUM/queries.parquet`` with
+``subset, qid, first_stage, score`` (stage ``i`` = queries with
+``first_stage <= i``) and ``CURRICULUM/_curriculum.json`` (stages with their
+shares, sizes and score ranges, the label filter, conventions, fingerprints).
+Training joins it with the dataset; features are never copied.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from pipelines.core.config import EMPTY_QUERY_POLICIES, STRATEGIES, ConfigError, CurriculumConfig, DifficultyConfig
+from pipelines.core.storage import atomic_output, read_json
+from pipelines.data.dataset import MANIFEST, Dataset, DatasetError, load_split, open_dataset
+from pipelines.data.difficulty import SUMMARY as DIFFICULTY_SUMMARY
+from udfs import schema
+from udfs.curriculum import assign_first_stage, easiest_first, pacing_shares, stage_sizes, two_stage_shares
+from udfs.letor_chunks import to_uri
+
+log = logging.getLogger(__name__)
+
+SUMMARY = "_curriculum.json"
+QUERIES = "queries.parquet"
+SCORE_OF = {"q_nrel": "n_rel", "q_bm25": "ndcg_bm25", "q_pagerank": "ndcg_pagerank"}
+#: Strategies whose score (an NDCG) is undefined for a query without relevant documents.
+UNDEFINED_WHEN_EMPTY = ("q_bm25", "q_pagerank")
+
+
+def _read_json(path: str, name: str) -> dict[str, Any]:
+    try:
+        return read_json(path, name)
+    except FileNotFoundError:
+        raise DatasetError(f"{path}: no {name}; is it the output of the right ltr step?") from None
+
+
+def shares_for(cfg: CurriculumConfig) -> np.ndarray:
+    """Stage shares for the configured strategy and pacing."""
+    if cfg.strategy not in STRATEGIES:
+        raise ConfigError(f"unknown curriculum strategy {cfg.strategy!r}; expected one of {', '.join(STRATEGIES)}")
+    if cfg.strategy == "none":
+        return np.array([1.0])
+    if cfg.strategy == "l_hrel":
+        if cfg.pacing:
+            raise ConfigError(
+                "l_hrel is a document label filter, not a query order, so it takes no --pacing: "
+                "it always has two stages (the filtered documents, then all)"
+            )
+        return np.array([1.0, 1.0])
+    try:
+        if cfg.pacing:
+            return pacing_shares(cfg.pacing, cfg.stages, cfg.delta, cfg.root_n)
+        return two_stage_shares(cfg.fraction)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def check_hrel_labels(labels: list[int], ds: Dataset) -> None:
+    """``curriculum.hrel_labels`` must be labels of the dataset (its manifest's ``label_range``)."""
+    if "label_range" not in ds.manifest:
+        raise DatasetError(f"{ds.path}: its {MANIFEST} has no label_range; ingest it again with `ltr ingest`")
+    lo, hi = (int(v) for v in ds.manifest["label_range"])
+    bad = [v for v in labels if not lo <= v <= hi]
+    if bad:
+        name = ds.manifest.get("dataset", "?")
+        raise ConfigError(
+            f"curriculum.hrel_labels {list(labels)}: label {bad[0]} is outside the label range "
+            f"{lo}..{hi} of {ds.path} (dataset {name}, conf/datasets/{name}.yaml); choose labels "
+            f"in {lo}..{hi}, e.g. --set curriculum.hrel_labels=[{lo},{hi}]"
+        )
+
+
+def check_curriculum(
+    cfg: CurriculumConfig, ds: Dataset, empty_queries: str = DifficultyConfig.empty_queries
+) -> np.ndarray:
+    """Check a curriculum's settings against the dataset (no Spark needed); return its stage shares."""
+    shares = shares_for(cfg)
+    if empty_queries not in EMPTY_QUERY_POLICIES:
+        raise ConfigError(
+            f"difficulty.empty_queries must be one of {', '.join(EMPTY_QUERY_POLICIES)}, got {empty_queries!r}"
+        )
+    if cfg.strategy == "l_hrel":
+        check_hrel_labels(cfg.hrel_labels, ds)
+    return shares
+
+
+def build_curriculum(
+    spark: SparkSession,
+    data: str,
+    difficulty: str,
+    fold: int,
+    cfg: CurriculumConfig,
+    out: str,
+    name: str = "",
+    key: str = "",
+    *,
+    empty_queries: str = DifficultyConfig.empty_queries,
+) -> dict[str, Any]:
+    """Select the stages of fold ``fold``'s training queries; write ``out``; return the summary.
+
+    ``name``: what training paths call it (default: the strategy); ``key``: an
+    opaque version stamp recorded in the summary (the grid uses it to reuse it);
+    ``empty_queries``: ``difficulty.empty_queries``, how queries without a relevant
+    document are placed (see the module docstring)."""
+    t0 = time.perf_counter()
+    ds = open_dataset(data)
+    shares = check_curriculum(cfg, ds, empty_queries)
+    train_parts = ds.subsets(fold, "train")
+    diff_meta = _read_json(difficulty, DIFFICULTY_SUMMARY)
+    if diff_meta.get("dataset_fingerprint") != ds.fingerprint:
+        raise DatasetError(
+            f"{difficulty} was computed for another dataset (fingerprint "
+            f"{str(diff_meta.get('dataset_fingerprint'))[:19]}, {data} has {ds.fingerprint[:19]}); "
+            "rerun `ltr difficulty`"
+        )
+    # One row per training query: small enough for the driver (31,531 rows for all of MSLR-WEB30K).
+    pdf = (
+        spark.read.parquet(to_uri(difficulty))
+        .where(F.col(schema.SUBSET).isin(train_parts))
+        .toPandas()
+        .sort_values([schema.QID, schema.SUBSET], kind="stable")
+        .reset_index(drop=True)
+    )
+    dup = pdf[schema.QID].duplicated()
+    if dup.any():
+        raise DatasetError(
+            f"fold {fold}: qid {int(pdf[schema.QID][dup].iloc[0])} appears in several training "
+            "subsets; queries must be unique within a split"
+        )
+    n = len(pdf)
+    if n == 0:
+        raise DatasetError(f"fold {fold}: the training split has no queries in {difficulty}")
+    qid = pdf[schema.QID].to_numpy()
+    empty = pdf["n_rel"].to_numpy() == 0
+    held = empty if empty_queries == "exclude" and cfg.strategy != "none" else None
+    if held is not None and held.all():
+        raise DatasetError(
+            f"fold {fold}: none of the {n} training queries has a relevant document, so with "
+            "difficulty.empty_queries=exclude every stage but the last would be empty; "
+            "use last or as_metric"
+        )
+    sizes = stage_sizes(n if held is None else int((~held).sum()), shares)  # held-back queries: last stage
+    if cfg.strategy in SCORE_OF:
+        score = pdf[SCORE_OF[cfg.strategy]].to_numpy(np.float64)
+        if cfg.strategy in UNDEFINED_WHEN_EMPTY and empty_queries != "as_metric":
+            score[empty] = np.nan  # undefined: metric.empty plays no part in the order
+        order = easiest_first(score, qid, last=empty if empty_queries == "last" else None)
+    elif cfg.strategy == "random":
+        score = np.full(n, np.nan)
+        order = np.random.default_rng(cfg.seed).permutation(n)  # of the qid-sorted queries: reproducible
+    else:  # none, l_hrel: every query in every stage
+        score = np.full(n, np.nan)
+        order = np.arange(n)
+    first = assign_first_stage(order, sizes, held_back=held)
+    label_filter = list(cfg.hrel_labels) if cfg.strategy == "l_hrel" else None
+    stages = _stage_summaries(spark, ds, fold, pdf, first, score, empty, shares, label_filter)
+    summary = {
+        "name": name or cfg.strategy,
+        "key": key,
+        "strategy": cfg.strategy,
+        "fold": fold,
+        "train_subsets": train_parts,
+        "pacing": cfg.pacing or ("two_stage" if len(shares) == 2 else "none"),
+        "fraction": cfg.fraction if not cfg.pacing else None,
+        "delta": cfg.delta if cfg.pacing else None,
+        "root_n": cfg.root_n if cfg.pacing == "root_n" else None,
+        "seed": cfg.seed if cfg.strategy == "random" else None,
+        "score": SCORE_OF.get(cfg.strategy),
+        "order": _order_text(cfg.strategy, empty_queries),
+        "empty_queries": empty_queries,
+        "queries_without_relevant": int(empty.sum()),
+        "stages": stages,
+        "n_stages": len(stages),
+        "queries": n,
+        "dataset": data,
+        "dataset_fingerprint": ds.fingerprint,
+        "difficulty": difficulty,
+        "difficulty_conventions": diff_meta.get("conventions"),
+    }
+    table = pa.table(
+        {
+            schema.SUBSET: pa.array(pdf[schema.SUBSET].astype(str)),
+            schema.QID: pa.array(qid.astype(np.int32)),
+            "first_stage": pa.array(first),
+            "score": pa.array(score),
+        }
+    )
+    with atomic_output(out, SUMMARY) as tmp:
+        pq.write_table(table, f"{tmp.path}/{QUERIES}", filesystem=tmp.fs)
+        tmp.write_json(SUMMARY, summary)
+    log.info(
+        "curriculum %s fold %d (empty queries: %s, %d of %d): %d stages, queries per stage %s, in %.1f s",
+        cfg.strategy,
+        fold,
+        empty_queries,
+        int(empty.sum()),
+        n,
+        len(stages),
+        [s["queries"] for s in stages],
+        time.perf_counter() - t0,
+    )
+    return summary
+
+
+def _order_text(strategy: str, empty_queries: str) -> str:
+    """How the queries were placed in the stages, in words (recorded in the summary)."""
+    held = empty_queries == "exclude" and strategy != "none"
+    tail = "; queries without a relevant document enter only the last stage" if held else ""
+    if strategy == "random":
+        return "seeded random permutation" + tail
+    if strategy not in SCORE_OF:  # none, l_hrel
+        return (
+            "every query with a relevant document in every stage" + tail
+            if held
+            else "no order: every query in every stage"
+        )
+    first = "queries without a relevant document last, then " if empty_queries == "last" else ""
+    return f"{first}score descending, then qid ascending{tail}"
+
+
+def _stage_summaries(
+    spark: SparkSession,
+    ds: Dataset,
+    fold: int,
+    pdf,
+    first: np.ndarray,
+    score: np.ndarray,
+    empty: np.ndarray,
+    shares: np.ndarray,
+    label_filter: list[int] | None,
+) -> list[dict]:
+    n_docs = pdf["n_docs"].to_numpy()
+    out = []
+    for i, share in enumerate(shares):
+        sel = first <= i
+        st: dict[str, Any] = {
+            "stage": i,
+            "share": float(share),
+            "queries": int(sel.sum()),
+            "queries_without_relevant": int(empty[sel].sum()),
+            "documents": int(n_docs[sel].sum()),
+            "label_filter": None,
+        }
+        if np.isfinite(score[sel]).any():
+            st["score_min"], st["score_max"] = float(np.nanmin(score[sel])), float(np.nanmax(score[sel]))
+        out.append(st)
+    if label_filter is not None:
+        # Per query: documents the filter keeps, and how many of them are relevant (one row per query).
+        lab = F.col(schema.LABEL)
+        kept = (
+            load_split(spark, ds, fold, "train", [schema.QID, schema.LABEL])
+            .where(lab.isin(label_filter))
+            .groupBy(schema.SUBSET, schema.QID)
+            .agg(F.count("*").alias("kept"), F.sum((lab > 0).cast("int")).alias("kept_rel"))
+            .toPandas()
+        )
+        per_q = pdf[[schema.SUBSET, schema.QID]].merge(kept, on=[schema.SUBSET, schema.QID], how="left")
+        sel = first == 0
+        rel = int(per_q["kept_rel"].fillna(0).to_numpy()[sel].sum())
+        if rel == 0:
+            labels = sorted(
+                r[0]
+                for r in load_split(spark, ds, fold, "train", [schema.LABEL]).select(schema.LABEL).distinct().collect()
+            )
+            raise ConfigError(
+                f"fold {fold}: no training document has a relevant label (> 0) in "
+                f"curriculum.hrel_labels {label_filter}, so l_hrel's first stage would hold no "
+                f"relevant document; the training labels are {labels}"
+            )
+        out[0].update(
+            label_filter=label_filter,
+            documents=int(per_q["kept"].fillna(0).to_numpy()[sel].sum()),
+            relevant_documents=rel,
+        )
+    return out
+
+
+def read_curriculum(path: str) -> dict[str, Any]:
+    """The summary of a curriculum written by :func:`build_curriculum`."""
+    return _read_json(path, SUMMARY)
+
+
+@dataclass(frozen=True)
+class Curriculum:
+    """A curriculum passed to training: its directory and summary."""
+
+    path: str
+    summary: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        """The curriculum's name: the summary's ``name``, else its ``strategy``."""
+        return str(self.summary.get("name") or self.summary["strategy"])
+
+    @property
+    def n_stages(self) -> int:
+        """Number of stages of the curriculum (the summary's ``n_stages``)."""
+        return int(self.summary["n_stages"])
+
+    @property
+    def column(self) -> str:
+        """Name of the training frame's column holding each train row's first stage (``_cur_<name>``)."""
+        return f"_cur_{self.name}"
+
+    def label_filters(self) -> dict[int, list[int]]:
+        """Stage -> the labels a stage's rows are restricted to, for the stages that have a label filter.
+
+        Returns
+        -------
+        dict[int, list[int]]
+            Only the stages whose summary has a non-empty ``label_filter`` (``l_hrel``'s); the other stages
+            train on every label of their queries.
+        """
+        return {s["stage"]: s["label_filter"] for s in self.summary["stages"] if s.get("label_filter")}
+
+
+def load_curricula(paths: list[str], ds: Dataset, fold: int) -> list[Curriculum]:
+    """Curricula named by their strategy; each must belong to this dataset and fold."""
+    out: dict[str, Curriculum] = {}
+    for p in paths:
+        c = Curriculum(to_uri(p), read_curriculum(p))
+        if c.summary.get("dataset_fingerprint") != ds.fingerprint:
+            raise DatasetError(f"curriculum {p} was built for another dataset; rebuild it with `ltr curriculum`")
+        if int(c.summary.get("fold", -1)) != fold:
+            raise DatasetError(f"curriculum {p} is for fold {c.summary.get('fold')}, not fold {fold}")
+        if c.name in out:
+            raise ConfigError(f"two curricula named {c.name!r} ({out[c.name].path} and {p})")
+        out[c.name] = c
+    return list(out.values())

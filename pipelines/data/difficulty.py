@@ -1,0 +1,168 @@
+"""``ltr difficulty``: one row of difficulty scores per stored query.
+
+Reads only the columns it needs (subset, qid, doc, label and the two role
+features) straight from the ingested Parquet, whose layout already keeps every
+query whole and sorted within a file, so no shuffle is needed: a
+``mapInPandas`` that carries partial queries across Arrow batches
+(:func:`udfs.per_query.map_queries`) calls the vectorised
+:func:`udfs.difficulty.difficulty_frame` on thousands of queries at a time.
+
+Output: ``SCORES/part-*.parquet`` (``udfs.difficulty.DIFFICULTY_DDL``) and
+``SCORES/_difficulty.json`` (conventions, feature roles, counts, the dataset's
+fingerprint, the inputs' ``key`` and the scores' ``content_fingerprint``). For
+the MSLR rotation every query appears once; a dataset stored
+"as given" may hold a query in several subsets, one row each.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from pipelines.core.config import DifficultyConfig
+from pipelines.core.keys import difficulty_key
+from pipelines.core.storage import atomic_output
+from pipelines.data.dataset import Dataset, DatasetError, open_dataset
+from udfs import schema
+from udfs.difficulty import DIFFICULTY_DDL, difficulty_frame
+from udfs.metrics import NdcgSpec
+from udfs.per_query import map_queries
+
+log = logging.getLogger(__name__)
+
+SUMMARY = "_difficulty.json"
+
+
+@dataclass(frozen=True)
+class Roles:
+    """Feature ids whose rankings are scored."""
+
+    bm25: int
+    pagerank: int
+
+
+def resolve_roles(ds: Dataset, cfg: DifficultyConfig) -> Roles:
+    """Feature roles: the config's (flags) where set, else the ones recorded in the manifest."""
+    recorded = ds.feature_roles
+    roles = Roles(cfg.bm25_feature or recorded.get("bm25", 0), cfg.pagerank_feature or recorded.get("pagerank", 0))
+    for name, fid in (("bm25", roles.bm25), ("pagerank", roles.pagerank)):
+        if not 1 <= fid <= ds.n_features:
+            raise DatasetError(
+                f"{ds.path}: no {name} feature id (got {fid}); pass --{name}-feature ID "
+                f"(1..{ds.n_features}) or set it in conf/datasets/<name>.yaml"
+            )
+    return roles
+
+
+def difficulty_inputs(ds: Dataset, cfg: DifficultyConfig, spec: NdcgSpec) -> dict[str, Any]:
+    """Everything that determines the scores: the dataset's fingerprint, the resolved feature roles,
+    the difficulty settings, the metric conventions and the code identity (:mod:`pipelines.core.keys`)."""
+    from pipelines.core.keys import code_identity
+
+    roles = resolve_roles(ds, cfg)
+    # the feature ids are in through the resolved roles; the empty-query policy acts on curricula, not scores
+    settings = {k: v for k, v in asdict(cfg).items() if k not in ("bm25_feature", "pagerank_feature", "empty_queries")}
+    return {
+        "dataset": ds.fingerprint,
+        "roles": asdict(roles),
+        "settings": settings,
+        "metric": spec.to_dict(),
+        "code": code_identity(),
+    }
+
+
+def stored_summary(path: str, key: str) -> dict[str, Any] | None:
+    """The summary of the scores stored at ``path`` when they were computed from the inputs whose
+    :func:`pipelines.core.keys.difficulty_key` is ``key``; None when missing, unreadable or computed from other inputs
+    (what ``ltr grid`` and the Airflow DAG both check before they compute the scores again)."""
+    from pipelines.core.storage import read_json
+
+    try:
+        summary = read_json(path, SUMMARY)
+    except (OSError, ValueError):
+        return None
+    return summary if summary.get("key") == key else None
+
+
+def content_fingerprint(scores: DataFrame) -> str:
+    """An order-independent fingerprint of the rows themselves: the row count and two sums of each
+    row's xxhash64 (its low and high 32 bits, so no sum can overflow). Curricula record the
+    fingerprint of the scores they were built from."""
+    h = F.xxhash64(*[F.col(c) for c in sorted(scores.columns)])
+    r = scores.agg(
+        F.count("*").alias("n"),
+        F.sum(h.bitwiseAND(F.lit(0xFFFFFFFF))).alias("lo"),
+        F.sum(F.shiftright(h, 32)).alias("hi"),
+    ).first()
+    return "sha256:" + hashlib.sha256(f"{r['n']}:{r['lo'] or 0}:{r['hi'] or 0}".encode()).hexdigest()[:16]
+
+
+def difficulty_scores(spark: SparkSession, ds: Dataset, roles: Roles, spec: NdcgSpec) -> DataFrame:
+    """Difficulty rows of every stored (subset, qid): a lazy DataFrame."""
+    bm25, pr = schema.feature_col(roles.bm25), schema.feature_col(roles.pagerank)
+    cols = list(dict.fromkeys([schema.SUBSET, schema.QID, schema.DOC, schema.LABEL, bm25, pr]))
+    df = spark.read.parquet(ds.path).select(*cols)
+    return map_queries(
+        df,
+        lambda pdf: difficulty_frame(pdf, bm25, pr, spec),
+        DIFFICULTY_DDL,
+        keys=(schema.SUBSET, schema.QID),
+        arranged=True,
+    )
+
+
+def run_difficulty(spark: SparkSession, data: str, out: str, cfg: DifficultyConfig, spec: NdcgSpec) -> dict[str, Any]:
+    """Score every query of the dataset at ``data``; write ``out`` atomically; return the summary."""
+    t0 = time.perf_counter()
+    ds = open_dataset(data)
+    roles = resolve_roles(ds, cfg)
+    with atomic_output(out, SUMMARY) as tmp:
+        scores = difficulty_scores(spark, ds, roles, spec)
+        scores.write.mode("overwrite").parquet(tmp.uri)  # tmp is ours and still empty
+        written = spark.read.parquet(f"{tmp.uri}/part-*")  # a glob: Spark warns on reading a hidden directory
+        agg = written.agg(
+            F.count("*").alias("queries"),
+            F.sum("n_docs").alias("rows"),
+            F.avg("ndcg_bm25").alias("bm25"),
+            F.avg("ndcg_pagerank").alias("pagerank"),
+            F.sum((F.col("n_rel") == 0).cast("int")).alias("no_rel"),
+        ).first()
+        per_subset = {r[schema.SUBSET]: r["count"] for r in written.groupBy(schema.SUBSET).count().collect()}
+        summary = {
+            "key": difficulty_key(**difficulty_inputs(ds, cfg, spec)),
+            "content_fingerprint": content_fingerprint(written),
+            "dataset": data,
+            "dataset_fingerprint": ds.fingerprint,
+            "feature_roles": {"bm25": roles.bm25, "pagerank": roles.pagerank},
+            "conventions": {**spec.to_dict(), "description": spec.describe()},
+            "queries": int(agg["queries"]),
+            "rows": int(agg["rows"] or 0),
+            "queries_without_relevant": int(agg["no_rel"] or 0),
+            "queries_per_subset": dict(sorted(per_subset.items())),
+            "mean_ndcg_bm25": agg["bm25"],
+            "mean_ndcg_pagerank": agg["pagerank"],
+            "columns": DIFFICULTY_DDL,
+        }
+        if summary["rows"] != ds.manifest["rows"]:
+            raise RuntimeError(
+                f"internal error: difficulty covered {summary['rows']} rows, the dataset has {ds.manifest['rows']}"
+            )
+        tmp.write_json(SUMMARY, summary)
+    log.info(
+        "difficulty of %d queries (%d rows) in %.1f s: mean %s of BM25 (f%d) %.4f, PageRank (f%d) %.4f",
+        summary["queries"],
+        summary["rows"],
+        time.perf_counter() - t0,
+        spec.name,
+        roles.bm25,
+        summary["mean_ndcg_bm25"],
+        roles.pagerank,
+        summary["mean_ndcg_pagerank"],
+    )
+    return summary

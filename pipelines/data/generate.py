@@ -1,0 +1,309 @@
+"""``ltr generate``: a synthetic dataset that looks like an MSLR-WEB30K download.
+
+Output: ``Fold1..Fold5/{train,vali,test}.txt`` in LETOR text, the five-subset
+rotation of MSLR.md (Fold1 test = S5, Fold2 test = S1, ...), plus
+``generate.json`` describing the run. The same ingest path serves it and the
+real data.
+
+The model, per query and document:
+
+* a hidden relevance ``z = mu_q + e``; the label is ``z`` plus noise cut at
+  thresholds that give MSLR-like shares (about half 0, a few percent 3-4); a few
+  percent of queries have no relevant document at all;
+* query length (1-6 terms), per-term IDF and a per-query *text informativeness*
+  ``a_text``: term frequencies in each stream (body, anchor, title, url; whole =
+  their sum) are Poisson with a rate that grows with ``a_text * (z - mu_q)``.
+  All text features (1-125: covered terms, stream lengths, IDF, TF statistics,
+  normalised TF, TF*IDF, boolean/vector-space models, BM25, LMIR.*) are
+  computed from these TFs with their textbook formulas, so BM25 (106-110) is
+  informative but imperfect, and how well it ranks varies from query to query;
+* link and quality signals (126-133) with their own per-query informativeness
+  ``a_link`` (PageRank 130), and click signals (134-136) that a learned model
+  can combine with the text features: a LambdaMART model clearly beats ranking
+  by BM25 alone.
+
+Integer-valued features (counts, lengths, links, clicks) are written as
+integers, the rest with at most 6 decimals, as MSLR does. Generation streams
+in batches of queries, one subset per process, with per-batch seeds derived
+from the seed, so the output is identical for any number of workers and the
+memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipelines.core.storage import atomic_file, write_file_atomic
+from pipelines.data.dataset import MSLR_ROTATION
+
+log = logging.getLogger(__name__)
+
+N_FEATURES = 136
+MAX_TERMS = 6
+STREAMS = 5  # body, anchor, title, url, whole document
+BATCH_QUERIES = 256
+MAX_DOCS = 1251
+
+#: Thresholds on z + noise giving label shares close to MSLR-WEB30K's
+#: (about 0.52 / 0.32 / 0.13 / 0.02 / 0.01).
+LABEL_THRESHOLDS = np.array([0.05, 1.55, 2.75, 3.55])
+
+#: 1-based ids of the features written as integers.
+INT_FEATURES = np.array(
+    list(range(1, 6))
+    + list(range(11, 16))
+    + list(range(21, 36))
+    + list(range(96, 101))
+    + [126, 127, 128, 129, 130, 131, 132, 133, 134, 135]
+)
+
+_AVG_LEN = np.array([700.0, 20.0, 8.0, 7.0, 735.0])
+_STREAM_BOOST = np.array([1.0, 3.0, 8.0, 5.0])
+
+
+@dataclass(frozen=True)
+class GenerateSummary:
+    """What ``generate`` wrote."""
+
+    out: str
+    queries: int
+    rows: int
+    seed: int
+    subset_rows: dict[str, int]
+    subset_queries: dict[str, int]
+    seconds: float
+
+
+# ------------------------------------------------------------- the model
+def query_plan(queries: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per query: qid (increasing), number of documents, subset index 0..4."""
+    if queries < 5:
+        raise ValueError(f"--queries must be at least 5 (one per subset), got {queries}")
+    rng = np.random.default_rng([seed, 0])
+    qid = np.cumsum(rng.integers(1, 30, size=queries)).astype(np.int64)
+    n = np.rint(rng.lognormal(4.55, 0.75, size=queries)).astype(np.int64)
+    small = rng.random(queries) < 0.04  # a tail of tiny queries, single documents included
+    n[small] = rng.integers(1, 12, size=int(small.sum()))
+    n = np.clip(n, 1, MAX_DOCS)
+    subset = np.empty(queries, np.int64)
+    subset[rng.permutation(queries)] = np.arange(queries) % 5
+    return qid, n, subset
+
+
+def simulate_batch(rng: np.random.Generator, n_docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Labels (int8) and features (float64, [rows, 136]) for a batch of queries."""
+    nq = n_docs.size
+    g = np.repeat(np.arange(nq), n_docs)  # query index of each row
+    r = g.size
+    # ---- query level
+    nt = rng.choice(np.arange(1, MAX_TERMS + 1), size=nq, p=[0.22, 0.32, 0.24, 0.12, 0.07, 0.03])
+    mu = rng.normal(0.0, 0.8, size=nq)
+    mu[rng.random(nq) < 0.03] = -6.0  # queries with no relevant document
+    a_text = rng.beta(2.0, 2.0, size=nq) * 0.8
+    a_link = rng.beta(1.5, 3.0, size=nq) * 1.0
+    a_click = 0.4 + rng.beta(2.0, 2.0, size=nq)
+    idf = rng.uniform(1.0, 12.0, size=(nq, MAX_TERMS))
+    idf_s = idf[:, None, :] * rng.uniform(0.8, 1.2, size=(nq, 4, MAX_TERMS))
+    p_term = np.exp(rng.normal(-5.0, 1.0, size=(nq, MAX_TERMS)))
+    term_ok = np.arange(MAX_TERMS)[None, :] < nt[:, None]  # [nq, T]
+    # ---- document level
+    e = rng.normal(0.0, 1.0, size=r)
+    z = mu[g] + e
+    label = np.searchsorted(LABEL_THRESHOLDS, z + rng.normal(0.0, 0.9, size=r)).astype(np.int8)
+    zc = e  # relevance relative to the query's level
+    L = np.empty((r, 4))
+    L[:, 0] = np.maximum(10, np.rint(rng.lognormal(6.2, 0.9, size=r)))
+    L[:, 1] = np.rint(rng.lognormal(2.5, 1.2, size=r)) * (rng.random(r) < 0.7)
+    L[:, 2] = 1 + rng.poisson(7, size=r)
+    L[:, 3] = 2 + rng.poisson(5, size=r)
+    boost = np.exp(a_text[g][:, None] * zc[:, None] + rng.normal(0.0, 0.7, size=(r, 1)))
+    lam = (
+        L[:, :, None]
+        * _STREAM_BOOST[None, :, None]
+        * p_term[g][:, None, :]
+        * boost[:, :, None]
+        * rng.lognormal(0.0, 0.5, size=(r, 4, MAX_TERMS))
+    )
+    tf4 = np.minimum(rng.poisson(np.minimum(lam, 1e4)), L[:, :, None])  # a term occurs at most L times
+    ok = term_ok[g][:, None, :]  # [r, 1, T]
+    tf4 = tf4 * ok
+    tf = np.concatenate([tf4, tf4.sum(axis=1, keepdims=True)], axis=1)  # [r, 5, T]
+    Lw = np.concatenate([L, L.sum(axis=1, keepdims=True)], axis=1)  # [r, 5]
+    idf5 = np.concatenate([idf_s, idf[:, None, :]], axis=1)[g]  # [r, 5, T]
+    ntr = nt[g].astype(np.float64)
+    X = np.zeros((r, N_FEATURES))
+
+    def stats(v: np.ndarray, first: int) -> None:
+        """sum/min/max/mean/variance over the query's terms -> five groups of five features."""
+        big = np.where(ok, v, np.inf)
+        s = v.sum(axis=2)
+        mean = s / ntr[:, None]
+        var = (np.where(ok, v - mean[:, :, None], 0.0) ** 2).sum(axis=2) / ntr[:, None]
+        X[:, first - 1 : first + 4] = s
+        X[:, first + 4 : first + 9] = big.min(axis=2)
+        X[:, first + 9 : first + 14] = np.where(ok, v, -np.inf).max(axis=2)
+        X[:, first + 14 : first + 19] = mean
+        X[:, first + 19 : first + 24] = var
+
+    covered = ((tf > 0) & ok).sum(axis=2)
+    X[:, 0:5] = covered
+    X[:, 5:10] = covered / ntr[:, None]
+    X[:, 10:15] = Lw
+    X[:, 15:20] = (idf5 * ok).sum(axis=2)
+    stats(tf, 21)
+    ntf = tf / np.maximum(Lw, 1.0)[:, :, None]
+    stats(ntf, 46)
+    tfidf = tf * idf5
+    stats(tfidf, 71)
+    X[:, 95:100] = covered == ntr[:, None]
+    qv = idf5 * ok
+    num = (tfidf * qv).sum(axis=2)
+    den = np.sqrt((tfidf**2).sum(axis=2)) * np.sqrt((qv**2).sum(axis=2))
+    X[:, 100:105] = np.divide(num, den, out=np.zeros_like(num), where=den > 0)
+    k1, b = 1.2, 0.75
+    norm = k1 * (1 - b + b * Lw / _AVG_LEN[None, :])
+    X[:, 105:110] = (idf5 * tf * (k1 + 1) / (tf + norm[:, :, None]) * ok).sum(axis=2)
+    p_coll = np.exp(-idf5)
+    Lm = np.maximum(Lw, 1.0)[:, :, None]
+    # log p(term | doc) under absolute-discount, Dirichlet and Jelinek-Mercer smoothing
+    # (clipped at 0: the crude unique-term count can push a probability past 1)
+    lmir = [
+        np.log((np.maximum(tf - 0.7, 0) + 0.7 * 0.6 * Lm * p_coll) / Lm),
+        np.log((tf + 2000.0 * p_coll) / (Lm + 2000.0)),
+        np.log(0.9 * tf / Lm + 0.1 * p_coll),
+    ]
+    for k, lp in enumerate(lmir):
+        X[:, 110 + 5 * k : 115 + 5 * k] = (np.minimum(lp, 0.0) * ok).sum(axis=2)
+    # ---- links, quality, clicks
+    auth = a_link[g] * zc + rng.normal(0.0, 1.0, size=r)
+    slashes = 1 + rng.poisson(np.exp(0.7 - 0.15 * zc))
+    X[:, 125] = slashes
+    X[:, 126] = 12 + rng.poisson(20, size=r) + 6 * slashes
+    X[:, 127] = np.floor(np.exp(rng.normal(1.5 + 0.8 * auth, 1.6)))
+    X[:, 128] = np.floor(np.exp(rng.normal(3.0, 1.0, size=r)))
+    X[:, 129] = np.rint(np.exp(7.0 + 1.2 * auth + rng.normal(0.0, 0.3, size=r)))
+    X[:, 130] = np.rint(np.exp(5.0 + 0.8 * (0.6 * auth + rng.normal(0.0, 0.8, size=r))))
+    X[:, 131] = np.clip(np.rint(50 + 15 * (0.4 * zc + rng.normal(0.0, 1.0, size=r))), 0, 100)
+    X[:, 132] = np.clip(np.rint(30 + 10 * (0.3 * zc + rng.normal(0.0, 1.0, size=r))), 0, 100)
+    clicks = rng.poisson(np.exp(-1.8 + a_click[g] * zc + rng.normal(0.0, 0.8, size=r)))
+    X[:, 133] = clicks
+    X[:, 134] = np.floor(np.exp(rng.normal(3.0 + 0.8 * auth, 1.5)))
+    X[:, 135] = np.where(
+        clicks > 0,
+        clicks * np.exp(rng.normal(3.5 + 0.3 * zc, 0.8)),
+        np.exp(rng.normal(2.0, 1.0, size=r)) * np.log1p(X[:, 134]),
+    )
+    return label, X
+
+
+# ---------------------------------------------------------- formatting
+def format_letor(labels: np.ndarray, qids: np.ndarray, X: np.ndarray) -> memoryview:
+    """LETOR text of the rows, newline-terminated, built with Arrow's vectorised casts."""
+    is_int = np.zeros(N_FEATURES, bool)
+    is_int[INT_FEATURES - 1] = True
+    args: list = [
+        pc.cast(pa.array(labels.astype(np.int64)), pa.string()),
+        pa.scalar(" qid:"),
+        pc.cast(pa.array(qids.astype(np.int64)), pa.string()),
+    ]
+    for j in range(N_FEATURES):
+        col = X[:, j]
+        if is_int[j]:
+            txt = pc.cast(pa.array(col.astype(np.int64)), pa.string())
+        else:
+            txt = pc.cast(pa.array(np.round(col, 6).astype(np.float32)), pa.string())
+        args += [pa.scalar(f" {j + 1}:"), txt]
+    args.append(pa.scalar("\n"))
+    lines = pc.binary_join_element_wise(*args, "")
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32, count=len(lines) + 1, offset=lines.offset * 4)
+    return memoryview(lines.buffers()[2])[offsets[0] : offsets[-1]]
+
+
+# ------------------------------------------------------------- writing
+def _write_subset(args: tuple[str, int, np.ndarray, np.ndarray, int]) -> tuple[int, int]:
+    """Write one subset's queries (in qid order) to ``path``; return (rows, queries)."""
+    path, subset, qids, n_docs, seed = args
+    rows = 0
+    with atomic_file(path) as fh:
+        for b, start in enumerate(range(0, qids.size, BATCH_QUERIES)):
+            q = qids[start : start + BATCH_QUERIES]
+            n = n_docs[start : start + BATCH_QUERIES]
+            rng = np.random.default_rng([seed, 1, subset, b])
+            labels, X = simulate_batch(rng, n)
+            fh.write(format_letor(labels, np.repeat(q, n), X))
+            rows += int(n.sum())
+    return rows, int(qids.size)
+
+
+def generate(out: str, queries: int, seed: int, workers: int = 0) -> GenerateSummary:
+    """Write an MSLR-shaped dataset of ``queries`` queries under ``out``.
+
+    Each subset S1..S5 is generated once, as the test file of its fold; the
+    vali files are hard links to those (copies where links are not possible) and
+    the train files are the concatenation of their three subsets.
+    """
+    t0 = time.perf_counter()
+    qid, n_docs, subset = query_plan(queries, seed)
+    root = Path(out)
+    for f in MSLR_ROTATION:
+        (root / f"Fold{f}").mkdir(parents=True, exist_ok=True)
+    test_of = {d["test"][0]: root / f"Fold{f}" / "test.txt" for f, d in MSLR_ROTATION.items()}
+    jobs = []
+    for k in range(5):
+        sel = subset == k
+        jobs.append((str(test_of[f"S{k + 1}"]), k, qid[sel], n_docs[sel], seed))
+    n_workers = min(5, workers or os.cpu_count() or 1)
+    if n_workers > 1:
+        with ProcessPoolExecutor(n_workers) as pool:
+            done = list(pool.map(_write_subset, jobs))
+    else:
+        done = [_write_subset(j) for j in jobs]
+    for f, d in MSLR_ROTATION.items():
+        _link_or_copy(test_of[d["vali"][0]], root / f"Fold{f}" / "vali.txt")
+        with atomic_file(str(root / f"Fold{f}" / "train.txt")) as fh:
+            for s in d["train"]:
+                with open(test_of[s], "rb") as src:
+                    shutil.copyfileobj(src, fh, 16 << 20)
+    summary = GenerateSummary(
+        out=str(root),
+        queries=queries,
+        rows=sum(r for r, _ in done),
+        seed=seed,
+        subset_rows={f"S{k + 1}": done[k][0] for k in range(5)},
+        subset_queries={f"S{k + 1}": done[k][1] for k in range(5)},
+        seconds=round(time.perf_counter() - t0, 2),
+    )
+    write_file_atomic(
+        str(root / "generate.json"),
+        json.dumps(
+            {
+                **summary.__dict__,
+                "generator": "ltr generate (MSLR-shaped synthetic data)",
+                "n_features": N_FEATURES,
+                "label_thresholds": LABEL_THRESHOLDS.tolist(),
+            },
+            indent=2,
+        ).encode(),
+    )
+    log.info("generated %d queries, %d rows under %s in %.1f s", queries, summary.rows, out, summary.seconds)
+    return summary
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    if dst.exists() or dst.is_symlink():
+        dst.unlink()
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)

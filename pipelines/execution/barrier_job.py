@@ -1,0 +1,441 @@
+"""The Spark barrier job that trains plan nodes: distributed XGBoost inside Spark, Python objectives.
+
+How it runs (DESIGN.md section 5):
+
+1. The fold's train/vali/test rows (and, per curriculum, each train query's
+   first stage) are range-partitioned by qid into one partition per worker and
+   sorted within it, so every worker holds whole queries.
+2. A Rabit tracker starts on the driver; one barrier task per worker
+   (``mapInArrow(..., barrier=True)``) joins XGBoost's collective. Before
+   training, the workers exchange their qid sets (``allGather``) and all stop
+   with :class:`SplitQueryError` if any query is on two workers, or with a
+   clear error if a worker got no training query.
+3. Each worker runs :func:`pipelines.worker.loop.run_nodes`: XGBoost all-reduces
+   the histograms, gradients of Python objectives are computed locally (whole
+   queries), evaluation sums are all-reduced. Outputs go to the checkpoint
+   store (:mod:`pipelines.store.checkpoints`); rank 0 reports progress and curves to
+   the driver over TCP (:mod:`pipelines.execution.progress`).
+
+Refused up front: more workers than the session has task slots (barrier tasks
+must all run at once; Spark would otherwise wait for ever).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from pipelines.core.config import ConfigError, TrainConfig
+from pipelines.core.session import task_slots
+from pipelines.data.curriculum import QUERIES, Curriculum
+from pipelines.data.dataset import Dataset, DatasetError, load_split
+from pipelines.plan.trie import Node
+from pipelines.store.checkpoints import CheckpointStore
+from pipelines.store.cuts import FoldCuts, reference_matrix
+from pipelines.worker.data import SPLIT_COL, SPLITS, DataError, WorkerData, from_batches, matrix_cuts
+from pipelines.worker.env import XgbComm, check_device, returning_freed_memory
+from pipelines.worker.loop import Settings, run_nodes
+from udfs import schema
+from udfs.metrics import NdcgSpec
+from udfs.objectives import BlendSchedule
+
+log = logging.getLogger(__name__)
+
+
+class TrainError(ValueError):
+    """Training that cannot run as asked (the message says what to change)."""
+
+
+class StaleAttemptError(RuntimeError):
+    """A barrier task of a stage Spark retried: it must not join the job's spent tracker."""
+
+
+class SplitQueryError(RuntimeError):
+    """A query's rows ended up on more than one worker."""
+
+
+# ------------------------------------------------------------ settings
+def make_settings(cfg: TrainConfig, metric: NdcgSpec, ds: Dataset, nthread: int) -> Settings:
+    """The workers' :class:`~pipelines.worker.loop.Settings` of a training run, built on the driver.
+
+    The XGBoost booster params are ``hist`` trees grown leaf-wise (``lossguide``, at most ``train.leaves``
+    leaves, no depth limit) with the config's learning rate, bins, regularisation, sampling, seed and device.
+    Logs a warning when row or column subsampling is on (a resumed run may then draw other samples).
+
+    Parameters
+    ----------
+    cfg : TrainConfig
+        The ``train`` section of the config.
+    metric : NdcgSpec
+        The NDCG conventions of evaluation.
+    ds : Dataset
+        The dataset; its manifest's ``label_range`` (default ``[0, 4]``) gives the label bounds.
+    nthread : int
+        XGBoost threads per worker (:func:`resolve_workers`).
+
+    Returns
+    -------
+    Settings
+        Everything a worker needs besides its data.
+
+    Raises
+    ------
+    ConfigError
+        When the blend schedule is invalid, or ``train.device`` asks for CUDA from an XGBoost built without it.
+    """
+    params = {
+        "tree_method": "hist",
+        "grow_policy": "lossguide",
+        "max_depth": 0,
+        "max_leaves": cfg.leaves,
+        "eta": cfg.eta,
+        "max_bin": cfg.max_bin,
+        "min_child_weight": cfg.min_child_weight,
+        "lambda": cfg.reg_lambda,
+        "subsample": cfg.subsample,
+        "colsample_bytree": cfg.colsample_bytree,
+        "seed": cfg.seed,
+        "nthread": nthread,
+        "device": cfg.device,
+        "verbosity": 1,
+    }
+    lo, hi = ds.manifest.get("label_range", [0, 4])
+    try:
+        blend = BlendSchedule(cfg.blend_schedule, cfg.blend_at, cfg.blend_width)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    try:
+        check_device(cfg.device, probe=False)  # the CUDA build, on the driver; each worker probes its GPU
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if cfg.subsample < 1 or cfg.colsample_bytree < 1:
+        log.warning(
+            "train.subsample/colsample_bytree < 1: XGBoost's sampler state is not part of a checkpoint, so "
+            "a resumed run may draw other samples than an uninterrupted one (measured: not bit-identical)"
+        )
+    return Settings(
+        params=params,
+        k=cfg.k,
+        metric=metric,
+        eval_every=cfg.eval_every,
+        score_dist_trees=tuple(cfg.score_dist_trees),
+        score_dist_bins=cfg.score_dist_bins,
+        base_margin=cfg.base_margin,
+        seed=cfg.seed,
+        min_label=int(lo),
+        max_label=int(hi),
+        sigmoid_gamma=cfg.sigmoid_gamma,
+        stochastic_noise=cfg.stochastic_noise,
+        stochastic_anneal=cfg.stochastic_anneal,
+        checkpoint_every=cfg.checkpoint_every,
+        blend=blend,
+        cuts_sample_rows=cfg.cuts_sample_rows,
+    )
+
+
+def is_local(master: str) -> bool:
+    """One JVM (``local``, ``local[N]``, ``local[*]``); ``local-cluster[...]`` is a cluster (one worker a slot)."""
+    return master == "local" or master.startswith("local[")
+
+
+def check_barrier_conf(conf: Any) -> None:
+    """Spark settings barrier jobs cannot run under, refused up front in one line (``conf``: a SparkConf)."""
+    if str(conf.get("spark.dynamicAllocation.enabled", "false")).lower() == "true":
+        raise TrainError(
+            "training runs as Spark barrier jobs, which dynamic allocation does not support: "
+            "submit with --conf spark.dynamicAllocation.enabled=false and a fixed number of executors"
+        )
+
+
+def resolve_workers(spark: SparkSession, cfg: TrainConfig, parallel: int = 1) -> tuple[int, int]:
+    """(workers, threads per worker) of one training job when ``parallel`` jobs run at once.
+
+    ``workers = 0`` (auto): on a cluster, the barrier task slots (Spark's count
+    of concurrent tasks, ``spark.task.cpus`` honoured: :func:`pipelines.core.session.task_slots`)
+    shared among the parallel jobs; on a local master one worker with its share of the cores,
+    because workers on one machine only add XGBoost's histogram all-reduce over
+    loopback (benchmarks/RESULTS.md, "Training"). More workers than
+    task slots is refused (barrier tasks must all run at once). On a cluster
+    (``local-cluster[...]`` included) a worker is one barrier task and runs
+    ``spark.task.cpus`` threads: for multi-threaded workers submit with
+    ``--conf spark.task.cpus=N`` and executor cores a multiple of N.
+    """
+    if parallel < 1:
+        raise TrainError(f"--parallel must be >= 1, got {parallel}")
+    check_barrier_conf(spark.sparkContext.getConf())
+    slots = task_slots(spark)
+    local = is_local(spark.sparkContext.master)
+    workers = cfg.workers or (1 if local else max(1, slots // parallel))
+    if workers < 1:
+        raise TrainError(f"--workers must be >= 1, got {workers}")
+    if workers * parallel > slots:
+        raise TrainError(
+            f"--workers {workers} x --parallel {parallel} needs {workers * parallel} tasks running at "
+            f"once (barrier mode), but the session has {slots} task slots (spark.task.cpus="
+            f"{spark.conf.get('spark.task.cpus', '1')}); use fewer workers or parallel jobs, or more "
+            "cores/executors"
+        )
+    if cfg.nthread:
+        nthread = cfg.nthread
+    elif local:  # one machine: share its cores among the workers
+        nthread = max(1, int(spark.sparkContext.defaultParallelism) // (workers * parallel))
+    else:
+        nthread = int(spark.conf.get("spark.task.cpus", "1"))  # a cluster: the cores of the task slot
+    log.info(
+        "training on %d workers x %d threads (%s; %d barrier task slots, %d parallel jobs)",
+        workers,
+        nthread,
+        "train.workers" if cfg.workers else "auto",
+        slots,
+        parallel,
+    )
+    return workers, nthread
+
+
+# ------------------------------------------------------------ data
+def training_frame(spark: SparkSession, ds: Dataset, fold: int, curricula: list[Curriculum]) -> DataFrame:
+    """Rows of the fold's splits with a split code and, per curriculum, the first stage of train rows."""
+    cols = [schema.SUBSET, schema.QID, schema.DOC, schema.LABEL, *schema.feature_cols(ds.n_features)]
+    parts = []
+    for code, split in enumerate(SPLITS):
+        if ds.folds[fold].get(split):
+            parts.append(load_split(spark, ds, fold, split, cols).withColumn(SPLIT_COL, F.lit(code).cast("tinyint")))
+    df = parts[0]
+    for p in parts[1:]:
+        df = df.unionByName(p)
+    for c in curricula:
+        st = spark.read.parquet(f"{c.path}/{QUERIES}").select(
+            schema.SUBSET, schema.QID, F.col("first_stage").alias(c.column)
+        )
+        df = df.join(F.broadcast(st), on=[schema.SUBSET, schema.QID], how="left")
+    return df
+
+
+def arrange_by_qid(df: DataFrame, workers: int) -> DataFrame:
+    """One partition per worker, whole queries in each; which worker holds a query depends on its qid
+    alone (Spark's Murmur3 hash of it), so a multi-worker model is the same in any application.
+
+    Not sorted here: a sort of the wide rows was the driver JVM's largest memory (it spills, or
+    needs gigabytes of heap at paper scale); the worker puts its rows, binned, in (qid, doc) order
+    itself (:func:`pipelines.worker.data.from_batches`).
+
+    Not ``repartitionByRange``: it samples qid bounds with the RDD id as seed, so the split of the
+    queries among workers (and with it the trees, through the merged quantile sketches) depended on
+    how many jobs the session had run before; it also costs a sampling pass over the data."""
+    return df.repartition(workers, F.col(schema.QID))
+
+
+def check_same_code(driver: dict[str, str]) -> None:
+    """Refuse to train on an executor whose code identity (:func:`pipelines.core.keys.code_identity`) is not the
+    driver's: the node keys, computed on the driver, would name trees that other code built (a stale
+    ``--archives`` environment, another XGBoost on some machines)."""
+    import socket
+
+    from pipelines.core.keys import code_identity, code_label
+
+    here = dict(code_identity())
+    if here != driver:
+        other = sorted(k for k in set(here) | set(driver) if here.get(k) != driver.get(k))
+        raise TrainError(
+            f"executor {socket.gethostname()} runs other code than the driver ({', '.join(other)}: "
+            f"{code_label(here)} here, {code_label(driver)} on the driver); ship the driver's "
+            "environment to the executors (ltr pack, spark-submit --archives) or install the same "
+            "code and libraries everywhere"
+        )
+
+
+def _check_queries(ctx, data: WorkerData) -> None:
+    """Every worker sends its qid sets; every worker raises the same error if one is split."""
+    mine = {
+        name: base64.b64encode(np.unique(getattr(data, name).qid).astype(np.int32).tobytes()).decode()
+        for name in SPLITS
+    }
+    msgs = [json.loads(m) for m in ctx.allGather(json.dumps({"rank": ctx.partitionId(), "qids": mine}))]
+    sets = {m["rank"]: {s: np.frombuffer(base64.b64decode(q), np.int32) for s, q in m["qids"].items()} for m in msgs}
+    ranks = sorted(sets)
+    for name in SPLITS:
+        for i, a in enumerate(ranks):
+            for b in ranks[i + 1 :]:
+                both = np.intersect1d(sets[a][name], sets[b][name])
+                if both.size:
+                    raise SplitQueryError(
+                        f"query {int(both[0])} of the {name} split is on workers {a} and {b} "
+                        f"({both.size} queries split); every query must be on one worker"
+                    )
+    empty = [r for r in ranks if sets[r]["train"].size == 0]
+    if empty:
+        raise TrainError(f"workers {empty} received no training query; use fewer --workers")
+
+
+# ------------------------------------------------------------ training
+def driver_host(spark: SparkSession) -> str:
+    """The address executors reach the driver at (loopback on a local master)."""
+    master = spark.sparkContext.master
+    return "127.0.0.1" if master.startswith("local") else spark.conf.get("spark.driver.host")
+
+
+def _start_tracker(spark: SparkSession, workers: int, timeout: int = 0) -> dict[str, Any]:
+    """A fresh Rabit tracker for one barrier job (never reused: a retried stage would hang on it).
+
+    ``timeout`` (seconds, 0 = none): how long the tracker waits for the workers
+    to connect and finish, so that a lost worker ends the job instead of hanging it.
+    """
+    from xgboost.tracker import RabitTracker
+
+    tracker = RabitTracker(n_workers=workers, host_ip=driver_host(spark), sortby="task", timeout=timeout)
+    tracker.start()
+    threading.Thread(target=tracker.wait_for, daemon=True).start()
+    return dict(tracker.worker_args())
+
+
+def run_nodes_distributed(
+    spark: SparkSession,
+    df: DataFrame,
+    n_features: int,
+    nodes: list[Node],
+    settings: Settings,
+    workers: int,
+    curricula: list[Curriculum],
+    store: CheckpointStore,
+    cuts: FoldCuts,
+    events: tuple[str, int] | None = None,
+    arrange: Callable[[DataFrame, int], DataFrame] = arrange_by_qid,
+    tracker_timeout: int = 0,
+    lease_token: str | None = None,
+) -> dict[str, Any]:
+    """Train ``nodes`` (plan order) on ``df`` (see :func:`training_frame`) with ``workers`` barrier tasks.
+
+    Every worker builds its training matrix on the fold's global ``cuts`` (:mod:`pipelines.store.cuts`), so
+    the trees do not depend on ``workers``. ``lease_token``: the driver's lease on the nodes
+    (:mod:`pipelines.store.lease`); rank 0 commits a checkpoint only while the lease is still it.
+
+    Outputs go to ``store`` (checkpoints every ``settings.checkpoint_every`` trees
+    and at each node's end); rank 0 reports progress to the driver's event
+    listener at ``events`` (host, port). A barrier stage that Spark retries is
+    stopped (its Rabit tracker is spent): the caller starts a new job, which
+    resumes from the checkpoints. Returns timings.
+    """
+    from pipelines.core.keys import code_identity
+
+    args = _start_tracker(spark, workers, tracker_timeout)
+    job = uuid.uuid4().hex  # this job's token: its tasks check in once with the driver
+    driver_code = dict(code_identity())
+    cur_meta = [
+        {"name": c.name, "column": c.column, "label_filters": {str(k): v for k, v in c.label_filters().items()}}
+        for c in curricula
+    ]
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """One barrier task: load this worker's rows, join XGBoost's collective and train ``nodes``.
+
+        Parameters
+        ----------
+        batches : Iterator[pa.RecordBatch]
+            The rows of this worker's partition (whole queries, see :func:`arrange_by_qid`).
+
+        Yields
+        ------
+        pa.RecordBatch
+            One row: the worker's rank and its timings as JSON (``load``, ``rows``, ``rank`` and those of
+            :func:`pipelines.worker.loop.run_nodes`).
+
+        Raises
+        ------
+        StaleAttemptError
+            When Spark retried the barrier stage (its tracker is spent) or the driver has already seen this
+            task check in.
+        TrainError
+            When this executor runs other code than the driver (:func:`check_same_code`), or a worker got no
+            training query.
+        SplitQueryError
+            When a query's rows are on more than one worker.
+        """
+        from pyspark import BarrierTaskContext
+        from xgboost.collective import CommunicatorContext
+
+        from pipelines.execution.progress import EventClient
+
+        ctx = BarrierTaskContext.get()
+        fresh = EventClient(*events).hello(job, ctx.partitionId()) if events else None
+        if ctx.attemptNumber() > 0 or fresh is False:
+            raise StaleAttemptError(
+                "Spark retried the barrier stage, whose XGBoost tracker is spent: "
+                "the driver restarts the job from the last checkpoints instead"
+            )
+        check_same_code(driver_code)
+        t0 = time.perf_counter()
+        with returning_freed_memory():  # the batches' buffers, once joined, leave the process
+            ref = reference_matrix(cuts, int(settings.params.get("nthread") or 0))  # outside the collective
+            # rows stream in as Arrow batches and are kept as bin codes (pipelines.worker.data)
+            data = from_batches(batches, n_features, matrix_cuts(ref), cur_meta)
+        _check_queries(ctx, data)
+        load = time.perf_counter() - t0
+        client = EventClient(*events) if events and ctx.partitionId() == 0 else None
+        try:
+            with CommunicatorContext(dmlc_task_id=str(ctx.partitionId()), **args):
+                timing = run_nodes(
+                    data, nodes, settings, store, XgbComm(), client.send if client else None, ref, lease_token
+                )
+        finally:
+            if client:
+                client.close()
+        timing = {**timing, "load": load, "rows": int(data.train.y.size), "rank": ctx.partitionId()}
+        yield pa.RecordBatch.from_pylist(
+            [{"rank": ctx.partitionId(), "payload": json.dumps(timing)}],
+            schema=pa.schema([("rank", pa.int32()), ("payload", pa.string())]),
+        )
+
+    t0 = time.perf_counter()
+    out = arrange(df, workers).mapInArrow(run, "rank int, payload string", barrier=True).toArrow().to_pylist()
+    wall = time.perf_counter() - t0
+    timings = sorted((json.loads(r["payload"]) for r in out), key=lambda t: t["rank"])
+    trees = sum(n.trees for n in nodes)
+    info = {
+        "workers": workers,
+        "nthread": settings.params.get("nthread"),
+        "seconds": wall,
+        "trees_built": timings[0]["trees"] if timings else 0,
+        "trees_planned": trees,
+        "seconds_per_tree": wall / max(timings[0]["trees"] if timings else 1, 1),
+        "worker_timings": timings,
+    }
+    log.info(
+        "trained %d nodes (%d trees) on %d workers x %s threads in %.1f s",
+        len(nodes),
+        info["trees_built"],
+        workers,
+        info["nthread"],
+        wall,
+    )
+    return info
+
+
+@contextmanager
+def task_errors() -> Iterator[None]:
+    """Re-raise our own errors that come back from barrier tasks wrapped (as PythonException)
+    as themselves, with their one-line message; anything else passes unchanged."""
+    try:
+        yield
+    except Exception as e:
+        from pipelines.store.lease import LeaseLost
+
+        text = str(e)
+        for cls in (SplitQueryError, TrainError, DatasetError, DataError):
+            marker = f"{cls.__name__}: "
+            if marker in text:
+                raise cls(text.split(marker, 1)[1].splitlines()[0]) from None
+        if "LeaseLost: " in text:
+            raise LeaseLost.relayed(text.split("LeaseLost: ", 1)[1].splitlines()[0]) from None
+        raise

@@ -1,0 +1,364 @@
+"""The study, planned: what ``ltr grid`` trains, read from the config, the dataset's manifest and the work
+directory, without Spark and without MLflow.
+
+For each fold: the LambdaMART baseline (``T`` trees), MSE-t for every switch point (``mse:t,lambdamart:T-t``),
+every curriculum strategy at every switch point (``lambdamart@S:t,lambdamart:T-t``, the first stage being the
+easiest ``curriculum.fraction`` of the queries), and any extra paths of the config (pacing curricula, blend
+continuation, CM and CL combined...): the fold's children (:func:`grid_children`). Their paths form a plan of
+checkpointed nodes (:func:`plan_fold`, :mod:`pipelines.plan.trie`), cut into independent units. Also here: the
+study's keys, the plan records ``ltr grid --plan`` compares with, and which units and children are finished.
+
+Who uses it: :mod:`pipelines.app.grid` (the orchestration), :mod:`pipelines.study.steps` (difficulty and curricula),
+:mod:`pipelines.tracking.live` (the MLflow side) and the Airflow DAG's ``units`` task.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from pipelines.core import keys
+from pipelines.core.config import STRATEGIES, Config, ConfigError
+from pipelines.core.layout import Layout
+from pipelines.core.storage import read_json
+from pipelines.data.curriculum import check_curriculum, read_curriculum
+from pipelines.data.dataset import Dataset, DatasetError, open_dataset
+from pipelines.data.difficulty import SUMMARY as DIFFICULTY_SUMMARY
+from pipelines.data.difficulty import difficulty_inputs
+from pipelines.plan.paths import SEEDED, TrainingPath, parse_path, resolve
+from pipelines.plan.trie import DONE, Plan, build_plan, format_plan, states_of
+from pipelines.store.checkpoints import CheckpointStore
+
+log = logging.getLogger(__name__)
+
+#: ``ltr.strategy`` of the baseline (LambdaMART, T trees) and of MSE-t children.
+BASELINE = "lambdamart"
+MSE = "mse"
+
+
+@dataclass(frozen=True)
+class Child:
+    """One (fold, strategy, switch point) of the grid."""
+
+    fold: int
+    strategy: str  # "lambdamart" (baseline), "mse", a curriculum strategy, or an extra path's name
+    switch: int | None
+    path: TrainingPath
+    seed: int = 0  # a grid.seeds repetition: its seeds are the config's + seed (0: the child itself)
+
+    @property
+    def name(self) -> str:
+        """The child's name, ``fold<F>/<strategy>`` with ``-<switch>`` when it has a switch point and
+        ``/seed<i>`` for the i-th repetition of a seed-dependent child (:func:`grid_children`)."""
+        sw = "" if self.switch is None else f"-{self.switch}"
+        return f"fold{self.fold}/{self.strategy}{sw}" + (f"/seed{self.seed}" if self.seed else "")
+
+
+#: A curriculum name's suffix for the i-th seed repetition of a seeded curriculum (``random_seed1``).
+SEED_SUFFIX = "_seed"
+
+
+def seed_dependent(cfg: Config, path: TrainingPath) -> bool:
+    """Whether the trees of ``path`` depend on a seed that :func:`grid_children` varies: a segment with a seeded
+    objective (stochastic_ndcg) or on a curriculum whose strategy is ``random``. (XGBoost's row and column
+    sampling, ``train.subsample`` or ``colsample_bytree`` below 1, would make every path depend on the seed;
+    ``grid.seeds`` does not repeat those.)"""
+    return any(s.objective in SEEDED for s in path.segments) or any(
+        curriculum_config(cfg, n).strategy == "random" for n in path.curricula
+    )
+
+
+def with_seed(cfg: Config, path: TrainingPath, i: int) -> TrainingPath:
+    """The ``i``-th seed repetition of ``path``: its seeded segments with seed ``i`` (``train.seed + i``), its
+    random curricula replaced by ``<name>_seed<i>`` (``curriculum.seed + i``)."""
+    segs = []
+    for s in path.segments:
+        cur = s.curriculum
+        data = s.data
+        if cur is not None and curriculum_config(cfg, cur).strategy == "random":
+            data = f"{cur}{SEED_SUFFIX}{i}.{s.data.split('.')[1]}"
+        segs.append(replace(s, data=data, seed=i if s.objective in SEEDED else s.seed))
+    return TrainingPath(tuple(segs), f"{path.label}.seed{i}")
+
+
+def grid_children(cfg: Config, fold: int) -> list[Child]:
+    """The children of one fold, in a stable order; with ``grid.seeds`` = n > 1, each seed-dependent child
+    (:func:`seed_dependent`) is followed by its repetitions 1..n-1 (:func:`with_seed`). The others are not
+    repeated, and no child's key depends on ``grid.seeds``."""
+    g = cfg.grid  # checked where it is typed (pipelines.core.config.GridConfig)
+    lm, mse = ("xgb_lambdamart", "xgb_mse") if g.objectives == "builtin" else ("lambdamart", "mse")
+    T = g.trees
+    out = []
+    if g.baseline:
+        out.append(Child(fold, BASELINE, None, parse_path(f"{lm}:{T}", f"{BASELINE}")))
+    if g.mse:
+        out += [Child(fold, MSE, t, parse_path(f"{mse}:{t},{lm}:{T - t}", f"{MSE}-{t}")) for t in g.switch_points]
+    for s in g.strategies:
+        out += [Child(fold, s, t, parse_path(f"{lm}@{s}:{t},{lm}:{T - t}", f"{s}-{t}")) for t in g.switch_points]
+    for name, text in sorted(g.extra_paths.items()):
+        out.append(Child(fold, name, None, parse_path(text, name)))
+    if g.seeds > 1:
+        out = [
+            rep
+            for c in out
+            for rep in [c]
+            + (
+                [replace(c, seed=i, path=with_seed(cfg, c.path, i)) for i in range(1, g.seeds)]
+                if seed_dependent(cfg, c.path)
+                else []
+            )
+        ]
+    return out
+
+
+def curricula_needed(children: list[Child]) -> set[str]:
+    """Names of the curricula the paths of ``children`` train on (each once)."""
+    return {n for c in children for n in c.path.curricula}
+
+
+def curriculum_config(cfg: Config, name: str) -> Any:
+    """The settings of curriculum ``name``: a strategy with the config's curriculum settings, or an extra
+    curriculum of ``grid.extra_curricula``."""
+    if name in cfg.grid.extra_curricula:
+        return replace(cfg.curriculum, **cfg.grid.extra_curricula[name])
+    if name in STRATEGIES:
+        return replace(cfg.curriculum, strategy=name, pacing="")
+    base, sep, i = name.rpartition(SEED_SUFFIX)
+    if sep and base and i.isdigit() and int(i) > 0:  # a seed repetition of a random curriculum (with_seed)
+        c = curriculum_config(cfg, base)
+        return replace(c, seed=c.seed + int(i))
+    raise ConfigError(
+        f"grid path refers to curriculum {name!r}, which is neither a strategy nor in "
+        f"grid.extra_curricula ({sorted(cfg.grid.extra_curricula)})"
+    )
+
+
+def curriculum_inputs(cfg: Config, ds: Dataset, fold: int, name: str, scores: str) -> dict[str, Any]:
+    """What determines curriculum ``name`` of ``fold`` (the arguments of :func:`pipelines.core.keys.curriculum_key`):
+    its settings, the dataset, the fold, the difficulty key and ``scores``, the content fingerprint of the very
+    scores it is built from (scores computed again into the same folder with another result rebuild it)."""
+    return {
+        "settings": asdict(curriculum_config(cfg, name)),
+        "dataset": ds.fingerprint,
+        "fold": fold,
+        "name": name,
+        "difficulty": keys.difficulty_key(**difficulty_inputs(ds, cfg.difficulty, cfg.metric)),
+        "empty_queries": cfg.difficulty.empty_queries,
+        "scores": scores,
+    }
+
+
+def scores_fingerprint(difficulty: str) -> str:
+    """The content fingerprint of the difficulty scores at ``difficulty`` ("" when there are none)."""
+    try:
+        return str(read_json(difficulty, DIFFICULTY_SUMMARY).get("content_fingerprint", ""))
+    except (OSError, ValueError):
+        return ""
+
+
+def stored_curriculum_keys(cfg: Config, ds: Dataset, fold: int, names: set[str]) -> dict[str, str]:
+    """Content key (:func:`pipelines.core.keys.curriculum_content_key`) of each curriculum as built in the work
+    directory, read without Spark; a curriculum not built yet, or built from other inputs, gets a provisional
+    key (``unbuilt:...``) that matches no checkpoint: its nodes show as to do until it is built."""
+    layout = Layout.of(cfg)
+    scores = scores_fingerprint(layout.difficulty)
+    out = {}
+    for name in sorted(names):
+        key = keys.curriculum_key(**curriculum_inputs(cfg, ds, fold, name, scores))
+        try:
+            summary = read_curriculum(layout.curriculum(fold, name))
+        except DatasetError:
+            summary = {}
+        out[name] = keys.curriculum_content_key(summary) if scores and summary.get("key") == key else f"unbuilt:{key}"
+    return out
+
+
+@dataclass(frozen=True)
+class FoldPlan:
+    """A fold's children, their resolved paths and the plan of nodes they share."""
+
+    fold: int
+    children: list[Child]
+    paths: list[TrainingPath]
+    plan: Plan
+
+    def child_key(self, i: int) -> str:
+        """The key of the ``i``-th child's MLflow run (:func:`pipelines.core.keys.child_key`).
+
+        It holds the child's name, its resolved path's shorthand and the key of the last node of the path's
+        chain, so a change of any input of the path's trees gives the child a new key (a new run).
+        """
+        c, p = self.children[i], self.paths[i]
+        return keys.child_key(c.name, p.shorthand(), self.plan.chains[p.label][-1])
+
+    def unit_label(self, index: int) -> str:
+        """What the ``index``-th unit trains, for people (a scheduler's task label):
+        ``fold 1: mse 0..30 -> mse-10, mse-20, mse-30`` (its root node, then the paths that end in it)."""
+        unit = self.plan.units()[index]
+        ends = [p.label for p in self.paths if self.plan.chains[p.label][-1] in set(unit)]
+        return f"fold {self.fold}: {self.plan.node(unit[0]).describe()} -> {', '.join(ends)}"
+
+    def unit_trees(self, index: int) -> int:
+        """Trees the ``index``-th unit builds."""
+        return sum(self.plan.node(k).trees for k in self.plan.units()[index])
+
+    @property
+    def provisional(self) -> list[str]:
+        """Curricula of the plan not built yet (their nodes' keys are provisional)."""
+        return sorted(
+            {
+                n.curriculum
+                for n in self.plan.nodes
+                if n.curriculum and str(self.plan.inputs.get(n.key, {}).get("curriculum", "")).startswith("unbuilt:")
+            }
+        )
+
+
+def plan_fold(cfg: Config, ds: Dataset, fold: int) -> FoldPlan:
+    """The plan of one fold from the config, the dataset's manifest and the curricula as built in the work
+    directory (:func:`stored_curriculum_keys`): pure reads, no Spark."""
+    children = grid_children(cfg, fold)
+    names = curricula_needed(children)
+    # checked against the dataset here, before any Spark work (hrel_labels, shares, the empty-query policy)
+    stages = {n: len(check_curriculum(curriculum_config(cfg, n), ds, cfg.difficulty.empty_queries)) for n in names}
+    paths = [resolve(c.path, stages) for c in children]
+    plan = build_plan(
+        paths,
+        fold=fold,
+        context=keys.plan_context(cfg.train, cfg.metric, ds.fingerprint, fold),
+        curriculum_keys=stored_curriculum_keys(cfg, ds, fold, names),
+    )
+    return FoldPlan(fold, children, paths, plan)
+
+
+def study_data(cfg: Config, data: str | None) -> tuple[str, Dataset, list[int]]:
+    """The study's dataset (``data``, else the layout's), opened, and its folds (``grid.folds``, each once),
+    checked against the dataset's."""
+    data = data or Layout.of(cfg).data
+    ds = open_dataset(data)
+    folds = list(dict.fromkeys(cfg.grid.folds))  # --folds 1,1 is fold 1 once
+    missing = [f for f in folds if f not in ds.folds]
+    if missing:
+        raise DatasetError(f"{data} has no fold {missing[0]}; folds: {sorted(ds.folds)}")
+    return data, ds, folds
+
+
+def show_plan(cfg: Config, data: str | None = None) -> str:
+    """``ltr grid --plan``: every fold's nodes, trees and states, from the checkpoints; trains nothing.
+
+    Under a node that is to do while the last run of this experiment planned the same place in the trie
+    under another key (:func:`record_plan`), the inputs that changed (``context.code.sources: a -> b``)."""
+    _, ds, folds = study_data(cfg, data)
+    store = CheckpointStore(Layout.of(cfg).checkpoints)
+    out = []
+    for f in folds:
+        fp = plan_fold(cfg, ds, f)
+        states = states_of(fp.plan, store)
+        stored = read_plan_record(store, cfg.grid.experiment, f)
+        why: dict[str, list[str]] = {}
+        for n in fp.plan.nodes:
+            old = stored.get(fp.plan.signature(n.key))
+            if states[n.key].state == DONE or not old or old["key"] == n.key:
+                continue
+            why[n.key] = [
+                f"key changed since the last run (node {old['key']}): {d}"
+                for d in keys.differences(old["inputs"], fp.plan.inputs.get(n.key, {}))
+            ]
+        text = format_plan(fp.plan, states, why)
+        if fp.provisional:
+            text += (
+                f"\n  (curricula {', '.join(fp.provisional)} are not built yet: the keys of their nodes are "
+                "provisional; `ltr grid --setup-only` builds them)"
+            )
+        out.append(text)
+    return "\n".join(out)
+
+
+def plan_record_path(store: CheckpointStore, experiment: str, fold: int) -> str:
+    """Where :func:`record_plan` keeps the plan record of ``experiment`` and ``fold`` in the checkpoint store.
+
+    Returns
+    -------
+    str
+        ``_plans/<digest of experiment>-fold<fold>.json`` under the store's path (a path on ``store.fs``).
+    """
+    return f"{store.path}/_plans/{keys.digest(experiment, 12)}-fold{fold}.json"
+
+
+def read_plan_record(store: CheckpointStore, experiment: str, fold: int) -> dict[str, Any]:
+    """The plan record :func:`record_plan` wrote for ``experiment`` and ``fold``.
+
+    Returns
+    -------
+    dict[str, Any]
+        Node signature (:meth:`pipelines.plan.trie.Plan.signature`) -> ``{"key": ..., "inputs": ...}``; empty when
+        there is no record or it cannot be read or parsed.
+    """
+    try:
+        with store.fs.open_input_stream(plan_record_path(store, experiment, fold)) as f:
+            return json.loads(f.read().decode())
+    except (OSError, ValueError):
+        return {}
+
+
+def record_plan(store: CheckpointStore, experiment: str, fp: FoldPlan) -> None:
+    """Keep, per experiment and fold, each node's key and key document by its place in the trie: what
+    ``ltr grid --plan`` compares with to say why a key changed. Written before training (by rename)."""
+    doc = {fp.plan.signature(n.key): {"key": n.key, "inputs": fp.plan.inputs.get(n.key, {})} for n in fp.plan.nodes}
+    path = plan_record_path(store, experiment, fp.fold)
+    try:
+        store.write_file(path[len(store.path) + 1 :], json.dumps(doc, sort_keys=True, default=str).encode())
+    except OSError as e:  # a diagnostic: never a reason to stop a study
+        log.warning(
+            "could not record fold %d's plan at %s (ltr grid --plan will not say why keys changed): %s",
+            fp.fold,
+            path,
+            e,
+        )
+
+
+def study_keys(cfg: Config, ds: Dataset, code: dict[str, str] | None = None) -> tuple[str, str]:
+    """(study key, grid key) of the grid of ``cfg`` on ``ds`` (:func:`pipelines.core.keys.study_keys`).
+
+    Where the inputs were read from is not what they are: the data by its fingerprint, the difficulty
+    scores by the keys of the curricula built on them (node keys); `--data X` and `grid.data=X`, or the
+    dataset moved to another path, resume the same grid; how many workers build the trees does not
+    change them (global cuts), so it is in no key either."""
+    grid_cfg = {k: v for k, v in asdict(cfg.grid).items() if k not in ("data", "difficulty")}
+    if grid_cfg["seeds"] == 1:  # the default: the key of a study from before grid.seeds existed
+        del grid_cfg["seeds"]
+    return keys.study_keys(
+        {
+            "grid": grid_cfg,
+            "train": keys.train_inputs(cfg.train),
+            "metric": cfg.metric.to_dict(),
+            "curriculum": asdict(cfg.curriculum),
+            "difficulty": asdict(cfg.difficulty),
+            "dataset": ds.fingerprint,
+            "folds": list(dict.fromkeys(cfg.grid.folds)),
+        },
+        code,
+    )
+
+
+def unfinished_units(fp: FoldPlan, existing: dict[str, tuple[str, str]]) -> list[list[str]]:
+    """The fold's units of work (:meth:`pipelines.plan.trie.Plan.units`) that end a child whose run is not
+    FINISHED (``existing``: :meth:`pipelines.tracking.runs.Tracker.child_runs`). The others have nothing
+    left to do: every node of a FINISHED child is done, and a unit holds every node of its paths."""
+    roots = {
+        fp.plan.chains[p.label][0]
+        for i, p in enumerate(fp.paths)
+        if existing.get(fp.child_key(i), ("", ""))[1] != "FINISHED"
+    }
+    return [unit for unit in fp.plan.units() if unit[0] in roots]
+
+
+def study_finished(plans: dict[int, FoldPlan], existing: dict[str, tuple[str, str]]) -> bool:
+    """Whether every child of every fold of the study has a FINISHED run."""
+    return all(
+        existing.get(fp.child_key(i), ("", ""))[1] == "FINISHED"
+        for fp in plans.values()
+        for i in range(len(fp.children))
+    )

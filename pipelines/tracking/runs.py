@@ -1,0 +1,311 @@
+"""MLflow tracking: one parent run per grid, one child run per (fold, strategy, switch point).
+
+* The tracking URI comes from config; by default a SQLite store in the work
+  directory (``sqlite:///<work_dir>/mlflow.db``) with artifacts next to it, so
+  ``mlflow ui --backend-store-uri sqlite:///<work_dir>/mlflow.db`` shows
+  everything with no server.
+* Children log params (resolved path, hyperparameters, fold, data fingerprint,
+  metric conventions), the NDCG@k curves as metric history (step = number of
+  trees; names like ``ndcg_at_10_test``: MLflow rejects ``@``), final metrics,
+  the model (``mlflow.xgboost``), the input dataset, per-query test NDCG, score
+  distributions and a plot. Tags make strategy, switch point and fold filterable.
+* Resumable: the parent is found again by its grid key (:func:`pipelines.core.keys.study_keys`: the
+  study's resolved config, the data fingerprint and the code identity). A child run carries its
+  child key (:func:`pipelines.core.keys.child_key`: its name, its path and the key of its last plan
+  node), is made once, SCHEDULED, before anything trains, and a re-run continues the same runs: a
+  FINISHED child is skipped, one left RUNNING by a crash goes on from its nodes' checkpoints and is
+  finished by the process that trains its last node (:mod:`pipelines.tracking.live`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import json
+import logging
+import os
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from pipelines.core.layout import Layout
+
+log = logging.getLogger(__name__)
+
+TAG_KIND = "ltr.kind"
+TAG_GRID_KEY = "ltr.grid_key"
+#: MLflow 3's UI opens an experiment as model training (runs, charts), not its GenAI overview.
+TAG_EXPERIMENT_KIND = "mlflow.experimentKind"
+MODEL_TRAINING = "custom_model_development"
+TAG_STUDY_KEY = "ltr.study_key"  # a grid's key without the code version
+TAG_CHILD_KEY = "ltr.child_key"
+TAG_PARENT = "mlflow.parentRunId"
+TAG_STRATEGY = "ltr.strategy"
+TAG_SWITCH = "ltr.switch_point"
+TAG_SEED = "ltr.seed"  # a grid.seeds repetition's index (absent: the child itself, seed 0)
+TAG_FOLD = "ltr.fold"
+TAG_PATH = "ltr.path"
+
+
+class UnknownExperiment(LookupError):
+    """``Tracker(..., create=False)`` of an experiment that does not exist."""
+
+
+def is_server(uri: str) -> bool:
+    """A tracking server (REST), as opposed to a store the process opens itself (SQLite, a database URL)."""
+    return uri.split("://", 1)[0].lower() in ("http", "https", "databricks")
+
+
+@contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """An exclusive lock (``<db>.lock``, ``flock``) on a local SQLite store; nothing for other stores.
+
+    MLflow creates and migrates a SQLite store's schema in whichever process opens it first, and
+    finds-or-creates experiments and parent runs by a search then an insert: two processes opening a
+    fresh store at once (``ltr grid --fold 1 & ltr grid --fold 2 &``, or the DAG's mapped tasks) fail
+    in alembic ("table _alembic_tmp_runs already exists") or make two parent runs of one study.
+    Measured in ``tests/test_tracking.py``. A tracking server's database serialises its own schema;
+    there the DAG's ``grid_setup`` makes the experiment and the parent run before any task maps.
+    """
+    path = uri[len("sqlite:///") :] if uri.startswith("sqlite:///") else ""
+    if not path or path == ":memory:":
+        yield
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(f"{path}.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@dataclass
+class Tracker:
+    """A thin wrapper around ``MlflowClient`` for one experiment.
+
+    ``create``: make the experiment if it does not exist (training); with ``False`` a
+    missing experiment raises :class:`UnknownExperiment` (readers such as the report).
+    """
+
+    uri: str
+    experiment: str
+    artifact_root: str
+    create: bool = True
+
+    def __post_init__(self) -> None:
+        import mlflow
+        from mlflow.tracking import MlflowClient
+
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+        mlflow.set_tracking_uri(self.uri)
+        with store_lock(self.uri):  # the first use of a store creates its schema
+            self.client = MlflowClient(self.uri)
+            exp = self.client.get_experiment_by_name(self.experiment)
+            if exp is None and not self.create:
+                names = sorted(e.name for e in self.client.search_experiments())
+                raise UnknownExperiment(
+                    f"no MLflow experiment {self.experiment!r} at {self.uri}; existing "
+                    f"experiments: {', '.join(names) or '(none)'}"
+                )
+            if exp is None:
+                if not self.artifact_root:  # a tracking server: its own artifact store (--serve-artifacts)
+                    loc = None
+                elif "://" in self.artifact_root:
+                    loc = self.artifact_root
+                else:
+                    os.makedirs(self.artifact_root, exist_ok=True)
+                    loc = f"file://{os.path.abspath(self.artifact_root)}"
+                self.experiment_id = self.client.create_experiment(
+                    self.experiment, artifact_location=loc, tags={TAG_EXPERIMENT_KIND: MODEL_TRAINING}
+                )
+            else:
+                self.experiment_id = exp.experiment_id
+                if self.create and TAG_EXPERIMENT_KIND not in exp.tags:  # one made before the tag existed
+                    self.client.set_experiment_tag(self.experiment_id, TAG_EXPERIMENT_KIND, MODEL_TRAINING)
+
+    @classmethod
+    def for_config(cls, cfg: Any, experiment: str | None = None, create: bool = True) -> Tracker:
+        """The tracker of a resolved :class:`~pipelines.core.config.Config` (defaults under its work_dir);
+        ``experiment`` defaults to ``grid.experiment``; ``create``: see the class.
+
+        Artifacts: ``tracking.artifacts`` when set; else, with a tracking server (``http(s)://``), the server's
+        choice (``mlflow-artifacts:/...`` with ``mlflow server --serve-artifacts``: every task reaches it
+        through the server, wherever it runs); else ``<work_dir>/mlartifacts``."""
+        layout = Layout.of(cfg)
+        uri = cfg.tracking.uri or layout.mlflow_uri
+        artifacts = cfg.tracking.artifacts or ("" if is_server(uri) else layout.mlartifacts)
+        return cls(uri, experiment or cfg.grid.experiment, artifacts, create)
+
+    # -- runs -----------------------------------------------------------
+    def find_or_create_parent(
+        self, grid_key: str, name: str, params: dict[str, Any], tags: dict[str, str] | None = None
+    ) -> tuple[str, bool]:
+        """The parent run of this grid (resumed if one with the same key exists)."""
+        with store_lock(self.uri):  # one parent per grid when processes start it at once
+            return self._find_or_create_parent(grid_key, name, params, tags)
+
+    def _find_or_create_parent(
+        self, grid_key: str, name: str, params: dict[str, Any], tags: dict[str, str] | None
+    ) -> tuple[str, bool]:
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.`{TAG_GRID_KEY}` = '{grid_key}'",
+            order_by=["attributes.start_time DESC"],
+            max_results=1,
+        )
+        if runs:
+            run_id = runs[0].info.run_id
+            self.client.update_run(run_id, status="RUNNING")
+            return run_id, True
+        run = self.client.create_run(
+            self.experiment_id, run_name=name, tags={TAG_KIND: "grid", TAG_GRID_KEY: grid_key, **(tags or {})}
+        )
+        self.log_params(run.info.run_id, params)
+        return run.info.run_id, False
+
+    def parents(self, tag: str, value: str) -> list[Any]:
+        """Grid parent runs with ``tag = value``, newest first."""
+        return self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.`{TAG_KIND}` = 'grid' and tags.`{tag}` = '{value}'",
+            order_by=["attributes.start_time DESC"],
+            max_results=1000,
+        )
+
+    def children(self, parent_id: str) -> list[Any]:
+        """Every run of the experiment tagged as a child of ``parent_id`` (MLflow ``Run`` objects, any status)."""
+        return self.client.search_runs(
+            [self.experiment_id], filter_string=f"tags.`{TAG_PARENT}` = '{parent_id}'", max_results=50000
+        )
+
+    def child_runs(self, parent_id: str) -> dict[str, tuple[str, str]]:
+        """child key -> (run id, status) of the grid's children; a FINISHED run wins over others of the
+        same key. A resumed grid continues the unfinished ones (same run ids)."""
+        out: dict[str, tuple[str, str]] = {}
+        for r in sorted(self.children(parent_id), key=lambda r: r.info.start_time or 0):
+            key = r.data.tags.get(TAG_CHILD_KEY)
+            if key and out.get(key, ("", ""))[1] != "FINISHED":
+                out[key] = (r.info.run_id, r.info.status)
+        return out
+
+    def log_params(self, run_id: str, params: dict[str, Any]) -> None:
+        """Log ``params`` on run ``run_id`` in batches of 100, sorted by name, each value as a string cut to
+        6000 characters."""
+        from mlflow.entities import Param
+
+        items = [Param(k, str(v)[:6000]) for k, v in sorted(params.items())]
+        for i in range(0, len(items), 100):
+            self.client.log_batch(run_id, params=items[i : i + 100])
+
+    def log_history(self, run_id: str, key: str, steps: list[int], values: list[float]) -> None:
+        """A metric history (one value per step) in batches of 1000."""
+        from mlflow.entities import Metric
+
+        ts = int(time.time() * 1000)
+        ms = [Metric(key, float(v), ts, int(s)) for s, v in zip(steps, values, strict=True)]
+        for i in range(0, len(ms), 1000):
+            self.client.log_batch(run_id, metrics=ms[i : i + 1000])
+
+    def log_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
+        """Log ``metrics`` (name -> value) on run ``run_id`` in one batch, at step 0 and the current time."""
+        from mlflow.entities import Metric
+
+        ts = int(time.time() * 1000)
+        self.client.log_batch(run_id, metrics=[Metric(k, float(v), ts, 0) for k, v in metrics.items()])
+
+    def log_text(self, run_id: str, text: str | bytes, name: str, folder: str | None = None) -> None:
+        """Log ``text`` (a str is UTF-8 encoded) as the artifact file ``name`` of run ``run_id``.
+
+        Parameters
+        ----------
+        run_id : str
+            The run.
+        text : str or bytes
+            The file's content.
+        name : str
+            The artifact's file name.
+        folder : str, optional
+            The artifact folder to put it in; None: the run's artifact root.
+        """
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, name)
+            with open(path, "wb") as f:
+                f.write(text.encode() if isinstance(text, str) else text)
+            self.client.log_artifact(run_id, path, folder)
+
+    def log_dataset(self, run_id: str, path: str, name: str, fingerprint: str, context: str) -> None:
+        """Record the dataset at ``path`` as an input of run ``run_id`` (MLflow's dataset tracking).
+
+        Parameters
+        ----------
+        run_id : str
+            The run.
+        path : str
+            The dataset's location (its source in MLflow).
+        name : str
+            The name MLflow shows.
+        fingerprint : str
+            The dataset's fingerprint; its part after the last ``:``, cut to 16 characters, is the digest.
+        context : str
+            The input's ``mlflow.data.context`` tag (``grid``, ``fold<F>``).
+        """
+        from mlflow.data.dataset_source_registry import resolve_dataset_source
+        from mlflow.data.meta_dataset import MetaDataset
+        from mlflow.entities import DatasetInput, InputTag
+
+        with warnings.catch_warnings():  # "can be interpreted in multiple ways": both are the local source
+            warnings.simplefilter("ignore", UserWarning)
+            source = resolve_dataset_source(path)
+        ds = MetaDataset(source, name=name, digest=fingerprint.split(":")[-1][:16])
+        self.client.log_inputs(
+            run_id, [DatasetInput(ds._to_mlflow_entity(), [InputTag("mlflow.data.context", context)])]
+        )
+
+    def log_model(self, run_id: str, model_json: bytes) -> None:
+        """Log an XGBoost model (its JSON) as the MLflow model ``model`` of run ``run_id``; the run stays RUNNING.
+
+        The model is logged in JSON format with the running XGBoost version as its pip requirement. Logging
+        ends the run (FINISHED), so its status is set back to RUNNING: :meth:`finish` ends it.
+        """
+        import mlflow
+        import xgboost as xgb
+
+        booster = xgb.Booster(model_file=bytearray(model_json))
+        with mlflow.start_run(run_id=run_id, nested=True):
+            mlflow.xgboost.log_model(
+                booster, name="model", model_format="json", pip_requirements=[f"xgboost=={xgb.__version__}"]
+            )
+        self.client.update_run(run_id, status="RUNNING")  # end_run above marked it FINISHED
+
+    def finish(self, run_id: str, status: str = "FINISHED") -> None:
+        """Set run ``run_id``'s status and end time (``MlflowClient.set_terminated``): ``FINISHED``, ``FAILED``,
+        or ``RUNNING`` for a grid parent whose study has folds left to train."""
+        self.client.set_terminated(run_id, status=status)
+
+    def load_json(self, run_id: str, name: str) -> Any:
+        """A JSON artifact of a run (as written by :meth:`log_text`)."""
+        with tempfile.TemporaryDirectory() as d, open(self.client.download_artifacts(run_id, name, d)) as f:
+            return json.load(f)
+
+
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def png_bytes(fig: Any) -> bytes:
+    """The matplotlib figure ``fig`` as PNG bytes (110 dpi, tight bounding box); the figure is not closed."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return buf.getvalue()

@@ -1,0 +1,380 @@
+"""A worker's rows: Arrow batches in, bin codes and XGBoost's quantised matrices out.
+
+This module is the whole data path of a training worker, and where its memory goes:
+
+1. :func:`from_batches`: the barrier task's Arrow batches (any order) are binned on the fold's
+   cuts as they arrive (:func:`udfs.trees.bin_codes`, one batch of float32 at a time): each split
+   is kept as uint16 bin codes (half of float32) plus labels, qids and positions; no split is
+   ever held as float32. Each split's rows are then put in (qid, doc) order in place.
+2. :func:`training_matrix`: XGBoost's ``QuantileDMatrix`` on the fold's cuts (``ref=``), fed
+   by a ``DataIter`` that decodes one chunk of whole queries at a time into each bin's
+   representative value (a value that falls in that bin: the cut below it). The matrix's bins,
+   and so the trees, are those of the original floats (tested); the float chunk is freed
+   after XGBoost has binned it. Curriculum subsets get their matrix the same way; the boosting
+   loop keeps one training matrix at a time (:meth:`pipelines.worker.loop._Worker.training_matrix`).
+3. Vali, test and a subset's complement are walked as codes by :func:`udfs.trees.add_tree`.
+   Every split of a ``hist`` tree on the fold's cuts is at a cut, so the codes decide it
+   exactly; a tree with a split that is not a cut (not ``hist``, other cuts) cannot be walked
+   without the floats, and :func:`walkable` raises instead of guessing.
+
+After loading, a worker holds: the codes of its three splits (2 bytes a value), XGBoost's
+quantised training matrix of the node it trains, all rows or a subset's (about 2 bytes a value
+with at most 256 bins: a row-wise and a column-wise bin index), labels, qids, offsets and margins.
+The buffers freed while loading and while a matrix is built go back to the OS: both run inside
+:func:`pipelines.worker.env.returning_freed_memory`. RESULTS.md ("Memory") has the measured figures.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numba
+import numpy as np
+import pyarrow as pa
+import xgboost as xgb
+
+from udfs import schema
+from udfs.metrics import offsets_from_qids
+from udfs.trees import MISSING, Cuts, bin_codes
+
+log = logging.getLogger(__name__)
+
+SPLIT_COL = "_split"
+SPLITS = ("train", "vali", "test")
+CHUNK_ROWS = 65_536  # rows decoded to float32 at a time for XGBoost (whole queries; 35 MB at 136 features)
+
+
+class DataError(ValueError):
+    """Rows a worker cannot train on (the message names the column and the curriculum)."""
+
+
+# ------------------------------------------------------------ splits
+@dataclass
+class SplitData:
+    """Rows of one split held by this worker, queries contiguous in (qid, doc) order.
+
+    ``codes``: the rows' bin codes on the fold's cuts (what training keeps). ``X``: float32 rows, only
+    where a caller hands rows in memory (tests, the local twin); :func:`encode` turns them into codes.
+    """
+
+    X: np.ndarray | None  # float32 [rows, features], or None once coded
+    y: np.ndarray  # float32 labels
+    qid: np.ndarray  # int32
+    doc: np.ndarray | None = None  # int32 position of the row in its query as stored (default: row order)
+    codes: np.ndarray | None = None  # uint16 [rows, features] (udfs.trees.bin_codes)
+
+    def __post_init__(self) -> None:
+        self.offsets = offsets_from_qids(self.qid)
+        if self.doc is None:
+            self.doc = (np.arange(self.qid.size) - np.repeat(self.offsets[:-1], np.diff(self.offsets))).astype(np.int32)
+
+    @property
+    def n_queries(self) -> int:
+        """Number of queries in the split."""
+        return int(self.offsets.size - 1)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the split's arrays (rows or codes, labels, qids, positions, offsets)."""
+        return sum(a.nbytes for a in (self.X, self.y, self.qid, self.doc, self.codes, self.offsets) if a is not None)
+
+
+@dataclass
+class WorkerData:
+    """What one worker trains on: train rows plus optional vali/test, and for every
+    curriculum the first stage of each train row (``stages[name]``)."""
+
+    train: SplitData
+    vali: SplitData | None = None
+    test: SplitData | None = None
+    stages: dict[str, np.ndarray] = field(default_factory=dict)
+    label_filters: dict[str, dict[int, list[int]]] = field(default_factory=dict)
+
+    def rows(self, data: str) -> np.ndarray | None:
+        """Train rows of a segment's data (None = all)."""
+        if data == "all":
+            return None
+        name, stage = data.split(".")
+        st = int(stage)
+        mask = self.stages[name] <= st
+        labels = self.label_filters.get(name, {}).get(st)
+        if labels is not None:
+            mask &= np.isin(self.train.y, labels)
+        # Never None here, even if the mask covers every local row: the decision must be
+        # the same on all workers (their collective calls must match).
+        return np.flatnonzero(mask)
+
+    @property
+    def coded(self) -> bool:
+        """Whether every split present is held as bin codes (training needs them: :func:`encode`)."""
+        return all(sp.codes is not None for sp in (self.train, self.vali, self.test) if sp is not None)
+
+
+def encode(data: WorkerData, cuts: Cuts) -> WorkerData:
+    """``data`` with every split's floats replaced by their bin codes (a new object: the caller's keeps its X)."""
+
+    def one(sp: SplitData | None) -> SplitData | None:
+        """``sp`` as codes: a new :class:`SplitData` without ``X``; ``sp`` itself when absent or already coded."""
+        if sp is None or sp.codes is not None:
+            return sp
+        return SplitData(None, sp.y, sp.qid, sp.doc, bin_codes(np.asarray(sp.X, np.float32), cuts))
+
+    return replace(data, train=one(data.train), vali=one(data.vali), test=one(data.test))
+
+
+# ------------------------------------------------------------ Arrow batches -> codes
+class _Builder:
+    """One split's rows as they stream in: lists of per-batch arrays, joined once at the end."""
+
+    def __init__(self, n_features: int, curricula: list[str]) -> None:
+        self.n_features = n_features
+        self.parts: dict[str, list[np.ndarray]] = {k: [] for k in ("codes", "y", "qid", "doc", *curricula)}
+        self.curricula = curricula
+
+    def add(self, batch: pa.RecordBatch, feats: list[str], cuts: Cuts) -> None:
+        """Keep the rows of ``batch`` (all of this split): their bin codes on ``cuts``, labels, qids, positions
+        and curriculum stages.
+
+        Parameters
+        ----------
+        batch : pa.RecordBatch
+            Rows of this split.
+        feats : list[str]
+            The feature columns, in feature order.
+        cuts : Cuts
+            The fold's cuts the features are binned on.
+
+        Raises
+        ------
+        DataError
+            When a row has no stage in one of the curriculum columns.
+        """
+        X = np.empty((batch.num_rows, len(feats)), np.float32)  # one batch of floats, freed at once
+        for j, f in enumerate(feats):
+            X[:, j] = batch.column(f).to_numpy(zero_copy_only=False)
+        self.parts["codes"].append(bin_codes(X, cuts))
+        del X
+        self.parts["y"].append(batch.column(schema.LABEL).to_numpy(zero_copy_only=False).astype(np.float32))
+        self.parts["qid"].append(batch.column(schema.QID).to_numpy(zero_copy_only=False).astype(np.int32))
+        self.parts["doc"].append(batch.column(schema.DOC).to_numpy(zero_copy_only=False).astype(np.int32))
+        for c in self.curricula:
+            col = batch.column(c)
+            if col.null_count:
+                raise DataError(
+                    f"{col.null_count} training rows have no stage in curriculum column {c} "
+                    "(their queries are missing from the curriculum); rebuild it with `ltr curriculum`"
+                )
+            self.parts[c].append(col.to_numpy(zero_copy_only=False).astype(np.int32))
+
+    def finish(self) -> tuple[SplitData, dict[str, np.ndarray]]:
+        """The split's rows joined and put in (qid, doc) order, the per-batch parts freed as they are copied.
+
+        Returns
+        -------
+        tuple[SplitData, dict[str, np.ndarray]]
+            The split (codes, no floats) and, per curriculum column, each row's first stage in the same order.
+        """
+        codes = _join(self.parts.pop("codes"), (0, self.n_features), np.uint16)
+        cols = {k: _join(v, (0,), np.int32 if k != "y" else np.float32) for k, v in self.parts.items()}
+        order = np.lexsort((cols["doc"], cols["qid"]))
+        if not np.array_equal(order, np.arange(order.size)):
+            _permute_rows(codes, order.astype(np.int64))  # in place: no second copy of the codes
+            cols = {k: v[order] for k, v in cols.items()}
+        stages = {c: cols.pop(c) for c in self.curricula}
+        return SplitData(None, cols["y"], cols["qid"], cols["doc"], codes), stages
+
+
+def _join(parts: list[np.ndarray], empty: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """The parts one after the other, each freed once copied (the list is emptied)."""
+    if not parts:
+        return np.zeros(empty, dtype)
+    n = sum(p.shape[0] for p in parts)
+    out = np.empty((n, *parts[0].shape[1:]), parts[0].dtype)
+    at = 0
+    parts.reverse()
+    while parts:
+        p = parts.pop()
+        out[at : at + p.shape[0]] = p
+        at += p.shape[0]
+        del p
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _permute_rows(A, order):  # pragma: no cover - compiled
+    """``A[:] = A[order]`` in place, following the permutation's cycles with one row of buffer."""
+    n = A.shape[0]
+    done = np.zeros(n, np.bool_)
+    tmp = np.empty(A.shape[1], A.dtype)
+    for i in range(n):
+        if done[i] or order[i] == i:
+            done[i] = True
+            continue
+        tmp[:] = A[i]
+        j = i
+        while True:
+            done[j] = True
+            k = order[j]
+            if k == i:
+                A[j] = tmp
+                break
+            A[j] = A[k]
+            j = k
+
+
+def from_batches(
+    batches: Iterable[pa.RecordBatch], n_features: int, cuts: Cuts, curricula: list[dict[str, Any]]
+) -> WorkerData:
+    """A worker's :class:`WorkerData` from its Arrow batches (columns: the split code ``_split``, qid, doc,
+    label, the features and each curriculum's first-stage column), binned on ``cuts`` as they stream in."""
+    feats = schema.feature_cols(n_features)
+    cols = [c["column"] for c in curricula]
+    builders = [_Builder(n_features, cols if i == 0 else []) for i in range(len(SPLITS))]
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        split = batch.column(SPLIT_COL).to_numpy(zero_copy_only=False)
+        for code in np.unique(split):
+            part = batch if (split == code).all() else batch.filter(pa.array(split == code))
+            builders[int(code)].add(part, feats, cuts)
+    out = [b.finish() for b in builders]
+    stages = {c["name"]: out[0][1][c["column"]] for c in curricula}
+    return WorkerData(
+        train=out[0][0],
+        vali=out[1][0],
+        test=out[2][0],
+        stages=stages,
+        label_filters={c["name"]: {int(k): v for k, v in c["label_filters"].items()} for c in curricula},
+    )
+
+
+# ------------------------------------------------------------ codes -> XGBoost
+def representatives(cuts: Cuts) -> tuple[np.ndarray, np.ndarray]:
+    """(indptr, values): per feature, for every bin code ``c``, a float32 whose code is ``c``:
+    just below the first cut for 0, else the ``c``-th cut (XGBoost bins ``x`` by the first cut above it)."""
+    indptr, values = cuts
+    n = np.diff(indptr)
+    rptr = np.concatenate([[0], np.cumsum(n + 1)]).astype(np.int64)
+    reps = np.zeros(int(rptr[-1]), np.float32)
+    for j in range(n.size):
+        v = values[indptr[j] : indptr[j + 1]]
+        if v.size:
+            reps[rptr[j]] = np.nextafter(v[0], np.float32(-np.inf))
+            reps[rptr[j] + 1 : rptr[j + 1]] = v
+    return rptr, reps
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _decode(C, rows, rptr, reps, out):  # pragma: no cover - compiled
+    for i in numba.prange(rows.size):
+        r = rows[i]
+        for j in range(C.shape[1]):
+            c = C[r, j]
+            out[i, j] = np.nan if c == 65535 else reps[rptr[j] + c]
+
+
+def decode(codes: np.ndarray, rows: np.ndarray, reps: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """float32 representatives of ``codes[rows]`` (NaN where the code is :data:`MISSING`)."""
+    out = np.empty((rows.size, codes.shape[1]), np.float32)
+    if rows.size:
+        _decode(codes, rows.astype(np.int64, copy=False), reps[0], reps[1], out)
+    return out
+
+
+class _CodesIter(xgb.DataIter):
+    """Chunks of whole queries of ``split`` (``rows`` of it, or all), decoded for XGBoost one at a time."""
+
+    def __init__(
+        self, split: SplitData, rows: np.ndarray | None, reps: tuple[np.ndarray, np.ndarray], chunk_rows: int
+    ) -> None:
+        self.split, self.reps = split, reps
+        self.rows = np.arange(split.y.size, dtype=np.int64) if rows is None else rows.astype(np.int64, copy=False)
+        offsets = offsets_from_qids(split.qid[self.rows])
+        ends = offsets[
+            np.unique(
+                np.searchsorted(offsets, np.arange(1, offsets[-1] // max(chunk_rows, 1) + 2) * chunk_rows, side="right")
+                - 1
+            )
+        ]
+        self.bounds = np.unique(np.concatenate([[0], ends, [offsets[-1]]])).astype(np.int64)
+        self.i = 0
+        super().__init__(release_data=True)
+
+    def next(self, input_data: Any) -> bool:
+        """Hand XGBoost the next chunk of whole queries, decoded to float32, with its labels and qids.
+
+        Returns
+        -------
+        bool
+            False when every chunk has been handed (XGBoost's ``DataIter`` protocol), else True.
+        """
+        if self.i + 1 >= self.bounds.size:
+            return False
+        idx = self.rows[self.bounds[self.i] : self.bounds[self.i + 1]]
+        sp = self.split
+        input_data(data=decode(sp.codes, idx, self.reps), label=sp.y[idx], qid=sp.qid[idx])
+        self.i += 1
+        return True
+
+    def reset(self) -> None:
+        """Start again from the first chunk (XGBoost iterates more than once)."""
+        self.i = 0
+
+
+def training_matrix(
+    split: SplitData,
+    ref: Any,
+    max_bin: int,
+    nthread: int = 0,
+    rows: np.ndarray | None = None,
+    reps: tuple[np.ndarray, np.ndarray] | None = None,
+    chunk_rows: int = CHUNK_ROWS,
+) -> Any:
+    """XGBoost's ``QuantileDMatrix`` of ``split`` (``rows`` of it: a curriculum subset) on ``ref``'s cuts,
+    from its bin codes; the same bins as a matrix of the original floats."""
+    if split.codes is None:
+        raise ValueError("training_matrix needs the split's bin codes (worker_data.encode)")
+    if reps is None:
+        reps = representatives(_cuts_of(ref))
+    n = split.y.size if rows is None else rows.size
+    if n == 0:  # a worker with no row of this subset: XGBoost's iterator wants at least one batch
+        return xgb.QuantileDMatrix(
+            np.zeros((0, split.codes.shape[1]), np.float32),
+            label=np.zeros(0, np.float32),
+            qid=np.zeros(0, np.int32),
+            ref=ref,
+            max_bin=max_bin,
+            nthread=nthread,
+        )
+    return xgb.QuantileDMatrix(_CodesIter(split, rows, reps, chunk_rows), ref=ref, max_bin=max_bin, nthread=nthread)
+
+
+def _cuts_of(matrix: Any) -> Cuts:
+    indptr, values = matrix.get_quantile_cut()
+    return np.asarray(indptr, np.int64), np.asarray(values, np.float32)
+
+
+def matrix_cuts(matrix: Any) -> Cuts:
+    """The cuts of a ``QuantileDMatrix`` (the fold's reference matrix) as :func:`udfs.trees.bin_codes` wants them."""
+    cuts = _cuts_of(matrix)
+    if np.diff(cuts[0]).max(initial=0) >= int(MISSING):
+        raise ValueError(
+            f"a feature has {int(np.diff(cuts[0]).max())} cuts: bin codes hold at most "
+            f"{int(MISSING) - 1} (lower train.max_bin)"
+        )
+    return cuts
+
+
+def walkable(tree: tuple[np.ndarray, ...], index: int) -> tuple[np.ndarray, ...]:
+    """``tree`` if every split is at one of the fold's cuts (six arrays: :func:`udfs.trees.tree_arrays` found
+    each split's cut), else an error: the worker keeps codes, not floats, so such a tree cannot be walked."""
+    if len(tree) != 6:
+        raise RuntimeError(
+            f"tree {index} splits at a value that is not one of the fold's cuts; the worker keeps "
+            "bin codes, not floats, so it cannot add the tree to its margins (XGBoost's hist trees "
+            "split only at their matrix's cuts: is train.tree_method another?)"
+        )
+    return tree

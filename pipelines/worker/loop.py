@@ -1,0 +1,561 @@
+"""The boosting loop one worker runs over plan nodes: plain Python over numpy arrays, no Spark.
+
+:mod:`pipelines.execution.barrier_job` calls :func:`run_nodes` inside each Spark barrier task with the rows
+:mod:`pipelines.worker.data` made (bin codes, XGBoost's matrix) and an
+:class:`~pipelines.worker.env.XgbComm`; tests call it with rows in memory and a
+:class:`~pipelines.worker.env.LocalComm` (one worker) as the local twin.
+
+A node's trees are built in *segments* ending at every multiple of ``checkpoint_every`` and at the
+node's last tree. Each segment is a fresh booster whose matrix carries the margins so far as
+``base_margin``, so a segment resumed from a checkpoint builds the same trees, bit for bit, as the
+uninterrupted run. After each segment every worker writes its margins and rank 0 commits the
+segment's trees and the node's curve (:mod:`pipelines.store.checkpoints`); :mod:`pipelines.store.results`
+assembles paths from them. Curves: NDCG@k on vali and test (:func:`udfs.metrics.ndcg_fast`) on
+margins to which each new tree is added by walking bin codes (:mod:`udfs.trees`), summed over the
+workers. Randomness never depends on node boundaries or the worker count: XGBoost's sampling is
+seeded per global tree (``seed_per_iteration``), the noise of ``stochastic_ndcg`` per (tree, query,
+document).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numba
+import numpy as np
+import xgboost as xgb
+
+from pipelines.core.keys import seed_field
+from pipelines.plan.paths import OBJECTIVES, REGRESSION
+from pipelines.plan.trie import Node
+from pipelines.store.checkpoints import CheckpointStore, take_rows
+from pipelines.store.cuts import cuts_of, reference_matrix
+from pipelines.worker.data import SplitData, WorkerData, encode, matrix_cuts, representatives, training_matrix, walkable
+from pipelines.worker.env import Comm, LocalComm, XgbComm, check_device, openmp_threads, returning_freed_memory
+from udfs.metrics import NdcgSpec, inverse_idcg, ndcg_fast, offsets_from_qids
+from udfs.objectives import BlendSchedule, ObjectiveSettings, objective
+from udfs.trees import add_tree, tree_arrays
+
+__all__ = [
+    "Settings",
+    "SplitData",
+    "WorkerData",
+    "LocalComm",
+    "XgbComm",
+    "booster_params",
+    "check_device",
+    "matrix_order",
+    "run_nodes",
+]
+
+log = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------------ settings
+@dataclass(frozen=True)
+class Settings:
+    """Everything a worker needs besides the data (built from TrainConfig on the driver)."""
+
+    params: dict[str, Any]  # XGBoost booster params shared by every node
+    k: int = 10
+    metric: NdcgSpec = NdcgSpec()
+    eval_every: int = 1
+    score_dist_trees: tuple[int, ...] = (100,)
+    score_dist_bins: int = 100
+    base_margin: str = "auto"
+    seed: int = 0
+    min_label: int = 0
+    max_label: int = 4
+    checkpoint_every: int = 50  # trees per checkpoint inside a node (and one at every node's end)
+    cuts_sample_rows: int = 200_000  # rows of the sample the fold's global cuts are computed from (driver)
+    sigmoid_gamma: float = 1.0
+    stochastic_noise: float = 1.0
+    stochastic_anneal: int = 100  # global tree at which the noise of stochastic_ndcg has annealed to 0
+    blend: BlendSchedule = BlendSchedule("linear", 200, 100)
+
+    def with_seed(self, offset: int) -> Settings:
+        """These settings with ``offset`` added to the seed of the objectives' noise and of XGBoost's sampling
+        (a plan node of a ``grid.seeds`` repetition); themselves for offset 0."""
+        if not offset:
+            return self
+        return replace(
+            self, seed=self.seed + offset, params={**self.params, "seed": self.params.get("seed", 0) + offset}
+        )
+
+    @property
+    def objectives(self) -> ObjectiveSettings:
+        """What the custom objectives need of these settings (:class:`udfs.objectives.ObjectiveSettings`)."""
+        return ObjectiveSettings(
+            k=self.k,
+            exp_gain=self.metric.gain == "exp2",
+            seed=self.seed,
+            sigmoid_gamma=self.sigmoid_gamma,
+            stochastic_noise=self.stochastic_noise,
+            stochastic_anneal=self.stochastic_anneal,
+            blend=self.blend,
+        )
+
+
+def booster_params(settings: Settings, objective: str) -> dict[str, Any]:
+    """Params of one booster: built-in objectives get their XGBoost name and top-k settings."""
+    p = dict(settings.params)
+    builtin = OBJECTIVES[objective]
+    if builtin:
+        p["objective"] = builtin
+        if builtin.startswith("rank:"):
+            p.update(
+                lambdarank_pair_method="topk",
+                lambdarank_num_pair_per_sample=settings.k,
+                ndcg_exp_gain=settings.metric.gain == "exp2",
+            )
+    p["disable_default_eval_metric"] = 1
+    p["seed_per_iteration"] = True  # sampling seeded by the global tree index, not the booster's age
+    return p
+
+
+# ------------------------------------------------------------ states
+@dataclass
+class _State:
+    """A node's margins (this worker's rows) and history after global tree ``tree``."""
+
+    tree: int
+    train: np.ndarray
+    vali: np.ndarray | None
+    test: np.ndarray | None
+    base: float  # the path's starting score
+    segments: list[list[int]] = field(default_factory=list)  # [t_start, t_end] of the node's committed segments
+    curve: list[list[float]] = field(default_factory=list)  # the node's (tree, vali, test) points
+    dists: list[dict[str, Any]] = field(default_factory=list)  # the node's score distributions
+    rows: int = 0  # training rows of the node (all workers)
+    # this worker's seconds spent on the node's trees so far, resumed attempts included: boost, objective,
+    # eval (curves), checkpoint (model, margins, shards; not the commit of the meta that records it), trees
+    cost: dict[str, float] = field(default_factory=dict)
+
+
+Events = Callable[[dict[str, Any]], None]
+
+
+def _no_events(_: dict[str, Any]) -> None:
+    return None
+
+
+# ------------------------------------------------------------ the loop
+class _Worker:
+    def __init__(
+        self,
+        data: WorkerData,
+        settings: Settings,
+        comm: Comm,
+        store: CheckpointStore,
+        events: Events,
+        ref: Any = None,
+        lease_token: str | None = None,
+    ) -> None:
+        self.s, self.comm, self.store, self.events = settings, comm, store, events
+        self.lease_token = lease_token
+        if settings.checkpoint_every < 1:
+            raise ValueError(f"train.checkpoint_every must be >= 1, got {settings.checkpoint_every}")
+        check_device(str(settings.params.get("device", "cpu")))
+        nthread = settings.params.get("nthread", 0)
+        if nthread:  # before any XGBoost work: the quantile sketch below is multithreaded too
+            openmp_threads(int(nthread))
+            numba.set_num_threads(max(1, min(int(nthread), numba.config.NUMBA_NUM_THREADS)))
+        t0 = time.perf_counter()
+        max_bin = int(settings.params.get("max_bin", 256))
+        if ref is None:
+            if comm.world > 1:
+                raise RuntimeError(
+                    "workers of one job need the fold's global cuts (pipelines.store.cuts): without them "
+                    "each worker's sketch, and so the trees, would depend on the number of workers"
+                )
+            if data.train.X is None:
+                raise ValueError("rows handed as bin codes need the reference matrix of the cuts they were coded on")
+            # one worker with its rows in memory (the local twin): the cuts of all its training rows
+            ref = reference_matrix(cuts_of(data.train.X, max_bin, nthread=int(nthread)), int(nthread))
+        self.ref, self.max_bin, self.nthread = ref, max_bin, int(nthread)
+        self.cuts = matrix_cuts(ref)  # the fold's cuts: every split of every tree is one of them
+        self.reps = representatives(self.cuts)
+        self.data = data = encode(data, self.cuts)  # rows in memory become codes; streamed rows already are
+        # One training matrix at a time (built when a node first needs it): (data, matrix, rows, offsets, complement)
+        self._matrix: tuple[str, Any, np.ndarray | None, np.ndarray, np.ndarray | None] | None = None
+        # Eval margins are accumulated here, one new tree at a time, by walking codes (udfs.trees): no eval DMatrix.
+        self.evals = {name: sp for name, sp in (("vali", data.vali), ("test", data.test)) if sp is not None}
+        self.inv_idcg = {name: inverse_idcg(sp.offsets, sp.y, settings.metric) for name, sp in self.evals.items()}
+        self.n_queries = {
+            name: float(comm.allreduce(np.array([sp.n_queries], np.float64), "sum")[0])
+            for name, sp in self.evals.items()
+        }
+        # A split no worker holds (a dataset without vali or test) has no curve: NaN points, nothing logged.
+        self.evals = {name: sp for name, sp in self.evals.items() if self.n_queries[name] > 0}
+        self.timing = {
+            "dmatrix": time.perf_counter() - t0,
+            "matrices": 0,
+            "objective": 0.0,
+            "boost": 0.0,
+            "eval": 0.0,
+            "checkpoint": 0.0,
+            "resume": 0.0,
+            "trees": 0,
+        }
+
+    # -- helpers -------------------------------------------------------
+    def base_for(self, node: Node) -> float:
+        """The base margin of a root node: 0 for ranking objectives (``auto``, ``zero``), the global mean label
+        over every worker's train rows for regression (``auto``, ``mean``), or the number given.
+
+        Raises
+        ------
+        ValueError
+            ``train.base_margin`` is none of those.
+        """
+        mode = self.s.base_margin
+        if mode == "zero" or (mode == "auto" and node.objective not in REGRESSION):
+            return 0.0
+        if mode in ("mean", "auto"):
+            y = self.data.train.y
+            tot = self.comm.allreduce(np.array([float(y.sum()), float(y.size)]), "sum")
+            return float(tot[0] / max(tot[1], 1.0))
+        try:
+            return float(mode)
+        except ValueError:
+            raise ValueError(f"train.base_margin must be auto, zero, mean or a number, got {mode!r}") from None
+
+    def mean_ndcg(self, name: str, margins: np.ndarray) -> float:
+        """Mean NDCG of split ``name`` over every worker's queries (an allreduce), NaN for a split without queries."""
+        sp = self.evals[name]
+        local = float(ndcg_fast(sp.offsets, sp.y, margins, self.s.metric, self.inv_idcg[name]).sum())
+        total = self.comm.allreduce(np.array([local]), "sum")[0]
+        return float(total / self.n_queries[name]) if self.n_queries[name] else float("nan")
+
+    def score_dist(self, tree: int, margins: np.ndarray) -> dict[str, Any]:
+        """Histograms of test margins per label (global range, all workers)."""
+        y = self.data.test.y
+        lo_hi = self.comm.allreduce(np.array([-margins.min(initial=np.inf), margins.max(initial=-np.inf)]), "max")
+        lo, hi = -lo_hi[0], lo_hi[1]
+        if not np.isfinite(lo) or hi <= lo:
+            lo, hi = (lo if np.isfinite(lo) else 0.0), (lo if np.isfinite(lo) else 0.0) + 1.0
+        edges = np.linspace(lo, hi, self.s.score_dist_bins + 1)
+        labels = list(range(self.s.min_label, self.s.max_label + 1))
+        hist = np.stack([np.histogram(margins[y == lab], bins=edges)[0] for lab in labels]).astype(np.float64)
+        hist = self.comm.allreduce(hist, "sum")
+        return {"tree": tree, "edges": edges.tolist(), "labels": labels, "counts": hist.astype(np.int64).tolist()}
+
+    def training_matrix(self, data: str) -> tuple[Any, np.ndarray | None, np.ndarray, np.ndarray, np.ndarray | None]:
+        """(DMatrix, rows or None, labels, offsets, complement rows) of a node's data (``all`` or a subset).
+
+        Only the last one is kept: the previous matrix is freed before the next is built, so a worker
+        never holds the full matrix beside a subset's (:func:`matrix_order` keeps the switches few).
+        """
+        tr = self.data.train
+        if self._matrix is None or self._matrix[0] != data:
+            t0 = time.perf_counter()
+            with returning_freed_memory():  # the build's buffers leave the process; the loop's stay
+                self._matrix = None  # freed before the next one is built
+                rows = self.data.rows(data)
+                if rows is None:
+                    dm = training_matrix(tr, self.ref, self.max_bin, self.nthread, reps=self.reps)
+                    self._matrix = (data, dm, None, tr.offsets, None)
+                else:
+                    dm = training_matrix(tr, self.ref, self.max_bin, self.nthread, rows=rows, reps=self.reps)
+                    comp = np.setdiff1d(np.arange(tr.y.size), rows, assume_unique=True).astype(np.int64)
+                    self._matrix = (data, dm, rows, offsets_from_qids(tr.qid[rows]), comp)
+            self.timing["dmatrix"] += time.perf_counter() - t0
+            self.timing["matrices"] += 1
+        _, dm, rows, offsets, comp = self._matrix
+        return dm, rows, (tr.y if rows is None else tr.y[rows]), offsets, comp
+
+    # -- checkpoints -----------------------------------------------------
+    def agreed_latest(self, key: str) -> int:
+        """The newest committed checkpoint of a node (-1: none), the same on every worker."""
+        k = self.store.latest(key)
+        k = -1 if k is None else k
+        both = self.comm.allreduce(np.array([k, -k], np.float64), "max")
+        if both[0] != -both[1]:
+            raise RuntimeError(
+                f"workers see different checkpoints of node {key} ({int(-both[1])}..{int(both[0])}): "
+                "is the checkpoint directory on storage every executor reaches?"
+            )
+        return int(both[0])
+
+    def load(self, node: Node, tree: int) -> _State:
+        """This worker's state of ``node`` at checkpoint ``tree``: margins from its shard, the rest from the meta."""
+        t0 = time.perf_counter()
+        meta = self.store.meta(node.key, tree)
+        shards = self.store.shards(node.key, tree)
+        d = self.data
+        st = _State(
+            tree,
+            take_rows(shards, "train", d.train.qid),
+            None if d.vali is None else take_rows(shards, "vali", d.vali.qid),
+            None if d.test is None else take_rows(shards, "test", d.test.qid),
+            float(meta["base"]),
+            meta["segments"],
+            meta["curve"],
+            meta["dists"],
+            int(meta["rows"]),
+            dict(meta.get("cost", {})),
+        )
+        self.timing["resume"] += time.perf_counter() - t0
+        return st
+
+    def save(self, node: Node, st: _State, model: bytes, seg: list[int]) -> None:
+        """Shards of every worker, then rank 0 commits the segment's trees and the meta."""
+        t0 = time.perf_counter()
+        arrays: dict[str, np.ndarray] = {"train_qid": self.data.train.qid, "train_margin": st.train}
+        for name, sp in self.evals.items():
+            arrays[f"{name}_qid"] = sp.qid
+            arrays[f"{name}_margin"] = getattr(st, name)
+        if st.tree == node.t1 and node.ends and "test" in self.evals:
+            sp = self.evals["test"]
+            arrays["test_query"] = sp.qid[sp.offsets[:-1]].astype(np.int32)
+            arrays["test_ndcg"] = ndcg_fast(sp.offsets, sp.y, st.test, self.s.metric, self.inv_idcg["test"])
+            # relevant documents per query (label > 0): the report leaves out of its paired statistics the
+            # queries with none, which every system scores metric.empty on (issue 29)
+            arrays["test_relevant"] = np.add.reduceat((sp.y > 0).astype(np.int32), sp.offsets[:-1])
+            # each document's position in its query and label, beside test_margin: the report's TREC run
+            # and qrels files (docno = the position, the order metric.ties=input breaks ties by)
+            arrays["test_doc"] = np.asarray(sp.doc, np.int32)
+            arrays["test_label"] = np.asarray(sp.y, np.int8)
+        self.store.write_shard(node.key, st.tree, self.comm.rank, arrays, lease_token=self.lease_token)
+        self.comm.allreduce(np.zeros(1), "sum")  # every shard is written before the commit
+        st.cost["checkpoint"] = st.cost.get("checkpoint", 0.0) + time.perf_counter() - t0
+        if self.comm.rank == 0:
+            self.store.write_segment(node.key, seg[0], seg[1], model, lease_token=self.lease_token)
+            self.store.commit(
+                node.key,
+                st.tree,
+                {
+                    "node": {
+                        "key": node.key,
+                        "parent": node.parent,
+                        "objective": node.objective,
+                        "data": node.data,
+                        "t0": node.t0,
+                        "t1": node.t1,
+                        "ends": list(node.ends),
+                        **seed_field(node.seed),
+                    },
+                    "shards": self.comm.world,
+                    "base": st.base,
+                    "segments": st.segments,
+                    "curve": st.curve,
+                    "dists": st.dists,
+                    "rows": st.rows,
+                    "done": st.tree == node.t1,
+                    "cost": st.cost,
+                    "conventions": {"k": self.s.k, "gain": self.s.metric.gain},
+                },
+                lease_token=self.lease_token,
+            )
+        self.timing["checkpoint"] += time.perf_counter() - t0
+
+    # -- running nodes ---------------------------------------------------
+    def start_state(self, node: Node, parent: _State | None) -> _State:
+        """The state a node starts from: its newest checkpoint, else its parent's output, else the base score."""
+        k = self.agreed_latest(node.key)
+        if k >= node.t0 + 1:
+            log.info("node %s (%s): continuing from its checkpoint at tree %d", node.key, node.describe(), k)
+            return self.load(node, k)
+        if parent is None and node.parent is not None:
+            pk = self.agreed_latest(node.parent)
+            if pk < 0:
+                raise RuntimeError(f"node {node.key} ({node.describe()}): its parent {node.parent} has no output")
+            parent = self.load_parent(node.parent, pk)
+        if parent is not None:
+            return _State(
+                node.t0,
+                parent.train.copy(),
+                None if parent.vali is None else parent.vali.copy(),
+                None if parent.test is None else parent.test.copy(),
+                parent.base,
+            )
+        tr, base = self.data.train, self.base_for(node)
+        return _State(
+            0,
+            np.full(tr.y.size, base, np.float32),
+            None if self.data.vali is None else np.full(self.data.vali.y.size, base, np.float32),
+            None if self.data.test is None else np.full(self.data.test.y.size, base, np.float32),
+            base,
+        )
+
+    def load_parent(self, key: str, tree: int) -> _State:
+        """The state a child node starts from: its parent ``key``'s finished checkpoint.
+
+        Raises
+        ------
+        RuntimeError
+            The parent's checkpoint at ``tree`` is not its last tree.
+        """
+        meta = self.store.meta(key, tree)
+        node = Node(**{**meta["node"], "ends": tuple(meta["node"]["ends"])})
+        if tree != node.t1:
+            raise RuntimeError(f"node {key} is not finished (checkpoint at tree {tree} of {node.t1})")
+        return self.load(node, tree)
+
+    def run_node(self, node: Node, parent: _State | None) -> _State:
+        """Train ``node`` from its latest checkpoint (or ``parent``'s state, or a fresh root) to its last tree,
+        checkpointing every ``train.checkpoint_every`` trees and sending progress events; returns the final state."""
+        st = self.start_state(node, parent)
+        if st.tree < node.t1:
+            self.events({"ev": "node_start", "node": node.key, "tree": st.tree})
+        every = self.s.checkpoint_every
+        while st.tree < node.t1:
+            end = min(node.t1, (st.tree // every + 1) * every)
+            st = self.segment(node, st, end)
+            self.events({"ev": "checkpoint", "node": node.key, "tree": st.tree, "curve": st.curve})
+        return st
+
+    def segment(self, node: Node, st: _State, end: int) -> _State:
+        """Trees ``st.tree..end`` of ``node`` with a fresh booster on the margins so far; then a checkpoint."""
+        s = self.s.with_seed(node.seed)
+        dtrain, rows, y, offsets, comp = self.training_matrix(node.data)
+        dtrain.set_base_margin(st.train if rows is None else st.train[rows])
+        ev = {name: np.array(getattr(st, name), dtype=np.float32) for name in self.evals}  # own copies
+        booster = xgb.Booster(booster_params(s, node.objective), [dtrain])
+        builtin = OBJECTIVES[node.objective] is not None
+        tr = self.data.train
+        obj = (
+            None
+            if builtin
+            else objective(
+                node.objective,
+                s.objectives,
+                y,
+                offsets,
+                tr.qid if rows is None else tr.qid[rows],
+                tr.doc if rows is None else tr.doc[rows],
+            )
+        )
+        rows_total = st.rows or int(self.comm.allreduce(np.array([float(dtrain.num_row())]), "sum")[0])
+        curve, dists, trees = list(st.curve), list(st.dists), []
+        before = dict(self.timing)
+        for t in range(st.tree, end):  # t: global index of the tree being built
+            i = t - st.tree
+            if builtin:
+                t0 = time.perf_counter()
+                booster.update(dtrain, t)
+                self.timing["boost"] += time.perf_counter() - t0
+            else:
+                t0 = time.perf_counter()
+                margins = booster.predict(dtrain, output_margin=True, training=True)
+                grad, hess = obj(margins, t)  # type: ignore[misc]
+                t1 = time.perf_counter()
+                booster.boost(dtrain, t, grad=grad, hess=hess)
+                self.timing["objective"] += t1 - t0
+                self.timing["boost"] += time.perf_counter() - t1
+            self.timing["trees"] += 1
+            done = t + 1
+            t0 = time.perf_counter()
+            tree = walkable(tree_arrays(booster, i, self.cuts), t)
+            trees.append(tree)
+            for name, sp in self.evals.items():
+                add_tree(sp.codes, tree, ev[name], codes=sp.codes)
+            if self.evals and (done % s.eval_every == 0 or done == node.t1 or done in s.score_dist_trees):
+                curve.append(
+                    [
+                        done,
+                        self.mean_ndcg("vali", ev["vali"]) if "vali" in ev else float("nan"),
+                        self.mean_ndcg("test", ev["test"]) if "test" in ev else float("nan"),
+                    ]
+                )
+                if done in s.score_dist_trees and "test" in ev:
+                    dists.append(self.score_dist(done, ev["test"]))
+            self.timing["eval"] += time.perf_counter() - t0
+            self.events({"ev": "tree", "node": node.key, "tree": done})
+        t0 = time.perf_counter()
+        model = bytes(booster.save_raw("json"))
+        if rows is None:
+            train = np.asarray(booster.predict(dtrain, output_margin=True), np.float32)  # XGBoost's cache
+        else:  # the subset's rows from the cache; the others see the segment's trees for the first time
+            train = st.train.copy()
+            train[rows] = booster.predict(dtrain, output_margin=True)
+            codes = self.data.train.codes
+            for tree in trees:
+                add_tree(codes, tree, train, comp, codes=codes)
+        del booster  # before the next segment resets the DMatrix's base margin
+        self.timing["checkpoint"] += time.perf_counter() - t0
+        cost = {
+            k: st.cost.get(k, 0.0) + self.timing[k] - before[k]
+            for k in ("boost", "objective", "eval", "checkpoint", "trees")
+        }
+        nxt = _State(
+            end,
+            train,
+            ev.get("vali"),
+            ev.get("test"),
+            st.base,
+            [*st.segments, [st.tree, end]],
+            curve,
+            dists,
+            rows_total,
+            cost,
+        )
+        self.save(node, nxt, model, [st.tree, end])
+        return nxt
+
+
+def run_nodes(
+    data: WorkerData,
+    nodes: Iterable[Node],
+    settings: Settings,
+    store: CheckpointStore,
+    comm: Comm | None = None,
+    events: Events | None = None,
+    ref: Any = None,
+    lease_token: str | None = None,
+) -> dict[str, float]:
+    """Run ``nodes`` (plan order: a node's parent is done or comes earlier) on this worker's data.
+
+    ``ref``: a matrix holding the fold's global cuts (:func:`pipelines.store.cuts.reference_matrix`, built
+    before joining the collective); required with more than one worker. Without it a single worker
+    sketches its own rows (the local twin of a fold whose cuts sample is the whole training split).
+    ``lease_token``: rank 0 commits checkpoints only while the node's lease is this token (None: no check).
+
+    The nodes run in :func:`matrix_order` (same trees, fewer training matrices built). Each node
+    continues from its newest checkpoint, else from its parent's output (kept in memory when the
+    parent ran in this call, else read from the store). Outputs go to ``store``; returns the
+    worker's timings (``dmatrix``: seconds spent building matrices, ``matrices``: how many).
+    """
+    nodes = matrix_order(list(nodes))
+    w = _Worker(data, settings, comm or LocalComm(), store, events or _no_events, ref, lease_token)
+    outputs: dict[str, _State] = {}
+    waiting = {n.key: sum(1 for c in nodes if c.parent == n.key) for n in nodes}
+    for node in nodes:
+        parent = outputs.get(node.parent) if node.parent else None
+        st = w.run_node(node, parent)
+        if node.parent in outputs:
+            waiting[node.parent] -= 1
+            if waiting[node.parent] == 0:
+                del outputs[node.parent]
+        if waiting[node.key]:
+            outputs[node.key] = st
+    return w.timing
+
+
+def matrix_order(nodes: list[Node]) -> list[Node]:
+    """``nodes`` (plan order) reordered, parents still first, so that nodes on the same data follow each
+    other wherever the plan allows: the worker then builds each training matrix once per such run.
+
+    Greedy: the next node is the first ready one (its parent done or not among ``nodes``) on the data
+    of the node before it, else the first ready one. A curriculum's unit then trains its subset chain
+    (``lambdamart@q.0`` at every switch point) before the full-data continuations that hang off it,
+    instead of alternating subset and full matrix at each switch point. The order changes no tree:
+    a node's trees depend only on its parent's output.
+    """
+    keys = {n.key for n in nodes}
+    done: set[str] = set()
+    left, out = list(nodes), []
+    while left:
+        ready = [n for n in left if n.parent not in keys or n.parent in done]
+        if not ready:
+            raise ValueError(f"node {left[0].key}: its parent {left[0].parent} never becomes ready (a cycle)")
+        data = out[-1].data if out else None
+        nxt = next((n for n in ready if n.data == data), ready[0])
+        out.append(nxt)
+        done.add(nxt.key)
+        left.remove(nxt)
+    return out
