@@ -21,52 +21,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pipelines.core.config import Config, ConfigError, load_config, load_dataset_spec
+from pipelines.core.config import Config, load_config, load_dataset_spec
+from pipelines.core.errors import LtrError, UserError
 from pipelines.core.layout import Layout
-from pipelines.data.dataset import DatasetError
 
 log = logging.getLogger("ltr")
 
 
-class UsageError(ValueError):
+class UsageError(UserError):
     """A command-line mistake (exit code 2)."""
-
-
-#: Errors that are the user's to fix: printed as one line, exit code 2.
-USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, DatasetError, UsageError)
-
-
-def _user_errors() -> tuple[type[BaseException], ...]:
-    from pipelines.app.grid import CodeChanged
-    from pipelines.app.pack import PackError
-    from pipelines.core.storage import OutputError
-    from pipelines.data.ingest import IngestError
-    from pipelines.execution.barrier_job import SplitQueryError, TrainError
-    from pipelines.execution.executor import UnknownNode
-    from pipelines.plan.paths import PathError
-    from pipelines.report import ReportError
-    from pipelines.store.cuts import CutsError
-
-    return USER_ERRORS + (
-        IngestError,
-        PathError,
-        TrainError,
-        SplitQueryError,
-        ReportError,
-        OutputError,
-        CodeChanged,
-        PackError,
-        UnknownNode,
-        CutsError,
-    )
-
-
-def _busy_errors() -> tuple[type[BaseException], ...]:
-    """Another process writes a node this command needs: exit 75 (EX_TEMPFAIL), one line; a scheduler's
-    retry (after the other process ends, or its lease expires) succeeds."""
-    from pipelines.store.lease import LeaseHeld, LeaseLost
-
-    return (LeaseHeld, LeaseLost)
 
 
 # ------------------------------------------------------------- parsing
@@ -681,28 +644,20 @@ def save_trace(command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``ltr`` and of every ``jobs/*.py`` script; returns the exit code."""
-    from pipelines.execution.executor import NodeFailed
-
     parser = build_parser()
     args = parser.parse_args(argv)
     setup_logging(args.log_level)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
-    except _user_errors() as e:
+    except LtrError as e:  # one line; exit 2 (the user's to fix), 75 (busy: retry later) or 1 (where the trace is)
         log.error("%s", e)
-        print(f"ltr {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    except _busy_errors() as e:
-        log.error("%s", e)
-        print(f"ltr {args.command}: error: {e}", file=sys.stderr)
-        return 75
+        where = f" (full trace: {save_trace(args.command)})" if e.exit_code == 1 else ""
+        print(f"ltr {args.command}: error: {e}{where}", file=sys.stderr)
+        return e.exit_code
     except KeyboardInterrupt:
         log.error("interrupted")
         return 130
-    except NodeFailed as e:  # one line: fold, node, paths, cause, the command that resumes, where the trace is
-        print(f"ltr {args.command}: error: {e} (full trace: {save_trace(args.command)})", file=sys.stderr)
-        return 1
     except Exception:
         log.exception("ltr %s failed with an unexpected error", args.command)
         return 1

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.core.config import Config, ConfigError
+from pipelines.core.errors import UserError
 from pipelines.core.keys import code_identity, code_label
 from pipelines.core.layout import Layout
 from pipelines.core.provenance import code_version
@@ -50,7 +51,7 @@ from pipelines.tracking.runs import TAG_GRID_KEY, TAG_STUDY_KEY, Tracker
 log = logging.getLogger(__name__)
 
 
-class CodeChanged(ValueError):
+class CodeChanged(UserError):
     """An unfinished grid of the same study was started by other code (a user error: exit 2)."""
 
 

@@ -53,6 +53,7 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
+from pipelines.core.errors import LtrError, UserError
 from pipelines.core.storage import rename_into_place
 
 log = logging.getLogger(__name__)
@@ -99,11 +100,11 @@ SOURCE_IGNORE = (
 )
 
 
-class PackError(ValueError):
+class PackError(UserError):
     """A bad ``ltr pack`` argument (exit code 2): the message names the fix."""
 
 
-class PackFailed(RuntimeError):
+class PackFailed(LtrError, RuntimeError):
     """Building the environment failed (pip could not install the project); the message has pip's output."""
 
 

@@ -30,8 +30,10 @@ import json
 import os
 from typing import Any
 
+from pipelines.core.errors import UserError
 
-class StudyTaskError(ValueError):
+
+class StudyTaskError(UserError):
     """A run's params, config or records that no retry can fix (the task fails at once, naming the cause)."""
 
 

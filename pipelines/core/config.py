@@ -26,12 +26,13 @@ from typing import Any, TypeVar
 
 import yaml
 
+from pipelines.core.errors import UserError
 from udfs.metrics import NdcgSpec
 
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """Invalid configuration: the message names the key, the source and the fix."""
 
 

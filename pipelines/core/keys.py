@@ -32,6 +32,8 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
+from pipelines.core.errors import LtrError
+
 #: What determines each kind of result (the fields of its key's document).
 INPUTS: dict[str, tuple[str, ...]] = {
     # an ingested dataset (its fingerprint): the Parquet schema, the fold layout, and per subset its
@@ -82,7 +84,7 @@ LIBRARIES = ("xgboost", "pyspark", "numpy", "numba", "pyarrow")
 PACKAGES = ("pipelines", "udfs")
 
 
-class KeyError_(ValueError):
+class KeyError_(LtrError, ValueError):
     """A key document that does not hold exactly the declared inputs (a programming error)."""
 
 

@@ -33,6 +33,7 @@ from typing import IO, Any, Protocol
 
 import pyarrow.fs as pafs
 
+from pipelines.core.errors import UserError
 from udfs.letor_chunks import to_uri
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,7 @@ def put_atomic(fs: pafs.FileSystem, path: str, data: bytes, *, replace: bool = T
         f.write(data)
 
 
-class OutputError(ValueError):
+class OutputError(UserError):
     """An output path that must not be replaced."""
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from pipelines.core.errors import UserError, crosses_tasks
 from pipelines.core.storage import read_json
 from udfs import schema
 from udfs.letor_chunks import to_uri
@@ -37,7 +38,8 @@ MSLR_ROTATION: dict[int, dict[str, list[str]]] = {
 }
 
 
-class DatasetError(ValueError):
+@crosses_tasks
+class DatasetError(UserError):
     """A dataset path that is not a readable ``ltr`` dataset, or a bad fold/split."""
 
 

@@ -40,6 +40,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from pipelines.core.config import DatasetSpec, IngestConfig
+from pipelines.core.errors import UserError
 from pipelines.core.storage import OutputError, atomic_output, delete_quietly
 from pipelines.data.dataset import MANIFEST, MSLR_ROTATION, QUARANTINE
 from udfs import schema
@@ -55,7 +56,7 @@ QUARANTINE_MARKER = "_quarantine.json"
 _FOLD_RE = re.compile(r"Fold(\d+)")
 
 
-class IngestError(ValueError):
+class IngestError(UserError):
     """Input that cannot be ingested as asked; the message names file, line and fix."""
 
 

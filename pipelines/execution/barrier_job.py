@@ -38,13 +38,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipelines.core.config import ConfigError, TrainConfig
+from pipelines.core.errors import LtrError, UserError, crosses_tasks, relay
 from pipelines.core.session import task_slots
 from pipelines.data.curriculum import QUERIES, Curriculum
-from pipelines.data.dataset import Dataset, DatasetError, load_split
+from pipelines.data.dataset import Dataset, load_split
 from pipelines.plan.trie import Node
 from pipelines.store.checkpoints import CheckpointStore
 from pipelines.store.cuts import FoldCuts, reference_matrix
-from pipelines.worker.data import SPLIT_COL, SPLITS, DataError, WorkerData, from_batches, matrix_cuts
+from pipelines.worker.data import SPLIT_COL, SPLITS, WorkerData, from_batches, matrix_cuts
 from pipelines.worker.env import XgbComm, check_device, returning_freed_memory
 from pipelines.worker.loop import Settings, run_nodes
 from udfs import schema
@@ -54,15 +55,17 @@ from udfs.objectives import BlendSchedule
 log = logging.getLogger(__name__)
 
 
-class TrainError(ValueError):
+@crosses_tasks
+class TrainError(UserError):
     """Training that cannot run as asked (the message says what to change)."""
 
 
-class StaleAttemptError(RuntimeError):
+class StaleAttemptError(LtrError, RuntimeError):
     """A barrier task of a stage Spark retried: it must not join the job's spent tracker."""
 
 
-class SplitQueryError(RuntimeError):
+@crosses_tasks
+class SplitQueryError(UserError, RuntimeError):
     """A query's rows ended up on more than one worker."""
 
 
@@ -424,18 +427,13 @@ def run_nodes_distributed(
 
 @contextmanager
 def task_errors() -> Iterator[None]:
-    """Re-raise our own errors that come back from barrier tasks wrapped (as PythonException)
-    as themselves, with their one-line message; anything else passes unchanged."""
+    """Re-raise our own errors that come back from barrier tasks wrapped (as PythonException) as themselves, with
+    their one-line message (the classes of :data:`pipelines.core.errors.CROSSES_TASKS`); anything else passes
+    unchanged."""
     try:
         yield
     except Exception as e:
-        from pipelines.store.lease import LeaseLost
-
-        text = str(e)
-        for cls in (SplitQueryError, TrainError, DatasetError, DataError):
-            marker = f"{cls.__name__}: "
-            if marker in text:
-                raise cls(text.split(marker, 1)[1].splitlines()[0]) from None
-        if "LeaseLost: " in text:
-            raise LeaseLost.relayed(text.split("LeaseLost: ", 1)[1].splitlines()[0]) from None
+        ours = relay(e)
+        if ours is not None:
+            raise ours from None
         raise

@@ -27,11 +27,10 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from pipelines.core.errors import LtrError, UserError, relay
 from pipelines.data.curriculum import Curriculum
 from pipelines.data.dataset import Dataset, DatasetError
 from pipelines.execution.barrier_job import (
-    SplitQueryError,
-    TrainError,
     driver_host,
     run_nodes_distributed,
     training_frame,
@@ -40,17 +39,17 @@ from pipelines.execution.progress import EventServer, ProgressDisplay
 from pipelines.plan.trie import DONE, Node, Plan, pending, states_of
 from pipelines.store.checkpoints import CheckpointStore
 from pipelines.store.cuts import FoldCuts, fold_cuts
-from pipelines.store.lease import LeaseHeld, LeaseLost, hold
+from pipelines.store.lease import hold
 from pipelines.worker.loop import Settings
 
 log = logging.getLogger(__name__)
 
 
-class NodeFailed(RuntimeError):
+class NodeFailed(LtrError, RuntimeError):
     """Training a node failed (after retries): the message names the fold, node and the resume command."""
 
 
-class UnknownNode(ValueError):
+class UnknownNode(UserError):
     """A node key the plan does not hold (a user error: exit 2)."""
 
 
@@ -257,8 +256,8 @@ def _retry_or_raise(
     cause = _one_line(e)
     states = states_of(plan, store)
     failed = next((n for n in nodes if states[n.key].state != DONE), nodes[-1])
-    if isinstance(e, (SplitQueryError, DatasetError, LeaseHeld, LeaseLost)) or _is_user_error(str(e)):
-        raise e
+    if (isinstance(e, LtrError) and e.exit_code != 1) or relay(e) is not None:
+        raise e  # the input's or another process's doing: a retry would fail the same way
     if attempt < how.retries:
         log.warning(
             "fold %d: training failed at node %s (%s): %s; starting again from the last checkpoints (retry %d of %d)",
@@ -277,10 +276,6 @@ def _retry_or_raise(
         f"fold {plan.fold}: node {failed.key} ({failed.describe()}; {where}; paths "
         f"{', '.join(paths)}) failed: {cause}. Resume with: {how.resume_hint}"
     ) from e
-
-
-def _is_user_error(text: str) -> bool:
-    return any(f"{c.__name__}:" in text for c in (SplitQueryError, TrainError, DatasetError, LeaseLost))
 
 
 _PY_ERROR = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)): (.*)$")

@@ -26,6 +26,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from pipelines.core.errors import UserError
+
 #: Objective name -> XGBoost objective for the built-in fast path, or None (Python).
 OBJECTIVES: dict[str, str | None] = {
     "mse": None,
@@ -48,7 +50,7 @@ _SEGMENT = re.compile(
 )
 
 
-class PathError(ValueError):
+class PathError(UserError):
     """A training path that cannot be parsed or resolved."""
 
 

@@ -6,12 +6,13 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipelines.core.errors import UserError
 from pipelines.study.design import BASELINE, MSE
 
 log = logging.getLogger(__name__)
 
 
-class ReportError(ValueError):
+class ReportError(UserError):
     """Nothing (or not enough, or inconsistent data) to report on."""
 
 

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import pyarrow.fs as pafs
 
+from pipelines.core.errors import LtrError
 from pipelines.core.storage import put_atomic, resolve
 from pipelines.store.lease import verify_token
 
@@ -53,7 +54,7 @@ MARKER = "_checkpoint.json"
 _TREE_DIR = re.compile(r"t(\d{6,})$")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(LtrError, RuntimeError):
     """A checkpoint that cannot be read or does not fit the data."""
 
 

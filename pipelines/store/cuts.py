@@ -39,12 +39,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from pipelines.core.errors import UserError
+
 log = logging.getLogger(__name__)
 
 CUTS_DIR = "_cuts"
 
 
-class CutsError(RuntimeError):
+class CutsError(UserError, RuntimeError):
     """Cuts that cannot be handed to XGBoost exactly, or a stored cuts file that does not fit."""
 
 

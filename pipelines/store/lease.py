@@ -64,6 +64,7 @@ from dataclasses import asdict, dataclass
 
 import pyarrow.fs as pafs
 
+from pipelines.core.errors import BusyError, crosses_tasks
 from pipelines.core.storage import FsRoot
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,7 @@ class LeaseInfo:
         return f"host {self.host} pid {self.pid}" + (f" ({self.desc})" if self.desc else "")
 
 
-class LeaseHeld(RuntimeError):
+class LeaseHeld(BusyError):
     """Another live process holds the lease of a node."""
 
     def __init__(self, key: str, holder: LeaseInfo) -> None:
@@ -145,7 +146,8 @@ class LeaseHeld(RuntimeError):
         )
 
 
-class LeaseLost(RuntimeError):
+@crosses_tasks
+class LeaseLost(BusyError):
     """Our lease of a node was taken over (we were presumed dead) or removed: stop writing the node."""
 
     def __init__(self, key: str, holder: LeaseInfo | None, what: str = "") -> None:
@@ -158,7 +160,7 @@ class LeaseLost(RuntimeError):
         )
 
     @classmethod
-    def relayed(cls, message: str) -> LeaseLost:
+    def from_task(cls, message: str) -> LeaseLost:
         """The error raised in a Spark task, re-raised on the driver from its one-line message."""
         err = cls.__new__(cls)
         RuntimeError.__init__(err, message)

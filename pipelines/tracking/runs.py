@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from pipelines.core.errors import UserError
 from pipelines.core.layout import Layout
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ TAG_FOLD = "ltr.fold"
 TAG_PATH = "ltr.path"
 
 
-class UnknownExperiment(LookupError):
+class UnknownExperiment(UserError, LookupError):
     """``Tracker(..., create=False)`` of an experiment that does not exist."""
 
 

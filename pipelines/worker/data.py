@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 import xgboost as xgb
 
+from pipelines.core.errors import UserError, crosses_tasks
 from udfs import schema
 from udfs.metrics import offsets_from_qids
 from udfs.trees import MISSING, Cuts, bin_codes
@@ -47,7 +48,8 @@ SPLITS = ("train", "vali", "test")
 CHUNK_ROWS = 65_536  # rows decoded to float32 at a time for XGBoost (whole queries; 35 MB at 136 features)
 
 
-class DataError(ValueError):
+@crosses_tasks
+class DataError(UserError):
     """Rows a worker cannot train on (the message names the column and the curriculum)."""
 
 
