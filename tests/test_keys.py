@@ -214,8 +214,9 @@ def _train(repo: Path, data: str, work: Path) -> dict:
 
 
 def test_a_docs_commit_resumes_and_every_edit_of_the_computing_code_retrains(small_dataset, tmp_path):
-    """In a git copy of the repository: train; commit a README change and edit a comment and a docstring of
-    udfs/ without committing -> nothing retrained; edit a statement of udfs/ without committing -> retrained;
+    """In a git copy of the repository: train; commit a README change, a statement of the report and one of the CLI
+    (outside the code identity's closure), edit a comment and a docstring of udfs/ without committing -> nothing
+    retrained; edit a statement of udfs/ without committing -> retrained;
     edit it again -> retrained again (git HEAD, the old key, saw neither the README commit as harmless nor the
     second uncommitted edit as a change)."""
     repo = tmp_path / "repo"
@@ -233,7 +234,9 @@ def test_a_docs_commit_resumes_and_every_edit_of_the_computing_code_retrains(sma
 
     assert trees_built() == 4
     (repo / "README.md").write_text((repo / "README.md").read_text() + "\nA typo fixed.\n")
-    _git(repo, "commit", "-q", "-am", "docs")
+    for rel in ("pipelines/report/render.py", "pipelines/app/cli.py"):  # a report fix, a CLI fix: outside the closure
+        (repo / rel).write_text((repo / rel).read_text() + "\n_A_FIX = 1\n")
+    _git(repo, "commit", "-q", "-am", "docs, a report fix, a CLI fix")
     target = repo / "udfs" / "metrics.py"
     text = target.read_text()
     assert '"""' in text and "\n#" in text
@@ -291,19 +294,87 @@ def test_code_identity_changes_with_what_computes(what):
     assert keys.hash_sources([("udfs/metrics.py", CHANGED[what].encode())]) != keys.hash_sources(files), what
 
 
-def test_code_identity_of_the_packages_reads_python_sources_only(tmp_path, monkeypatch):
-    """The identity hashes ``pipelines/`` and ``udfs/`` only: a README beside them changes nothing, a file moved
-    to another name does (its path is hashed)."""
-    import importlib.resources as resources
-
-    pkg = tmp_path / "fakepkg"
+def test_code_identity_reads_the_closure_s_python_sources_only(tmp_path):
+    """The identity hashes the modules the roots import: a README beside them changes nothing, a module the roots do
+    not import changes nothing, a file moved to another name does (its path is hashed)."""
+    pkg = tmp_path / "udfs"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "m.py").write_text(BASE)
-    monkeypatch.setattr(resources, "files", lambda name: pkg)
-    base = keys.sources_hash(("fakepkg",))
+    (pkg / "root.py").write_text("from udfs.m import f\n")
+    (pkg / "unused.py").write_text("X = 1\n")
+    base = keys.sources_hash(("udfs.root",), tmp_path)
+    assert set(keys.identity_modules(("udfs.root",), tmp_path)) == {"udfs", "udfs.root", "udfs.m"}
     (pkg / "README.md").write_text("# notes")
     (pkg / "m.py").write_text(SAME["a docstring"])
-    assert keys.sources_hash(("fakepkg",)) == base
+    (pkg / "unused.py").write_text("X = 2\n")
+    assert keys.sources_hash(("udfs.root",), tmp_path) == base
     (pkg / "m.py").rename(pkg / "n.py")
-    assert keys.sources_hash(("fakepkg",)) != base
+    (pkg / "root.py").write_text("from udfs.n import f\n")
+    assert keys.sources_hash(("udfs.root",), tmp_path) != base
+
+
+def test_the_identity_closure_stays_in_the_packages_that_make_trees():
+    """Derived from the training entry points' imports, the closure must not reach the study, tracking, report or
+    app packages: if it did, an edit of those would re-key every study (move the import, or widen the set with a
+    reason)."""
+    closure = set(keys.identity_modules())
+    allowed = keys.IDENTITY_PACKAGES
+    outside = sorted(m for m in closure if not any(m == p or m.startswith(p + ".") for p in allowed))
+    assert outside == ["pipelines"]  # the top package's __init__ (a docstring) is the only parent outside
+    for must in (
+        "pipelines.execution.barrier_job",
+        "pipelines.worker.loop",
+        "pipelines.store.cuts",
+        "pipelines.data.curriculum",
+        "pipelines.data.difficulty",
+        "udfs.objectives",
+        "udfs.metrics",
+        "udfs.trees",
+    ):
+        assert must in closure, must
+
+
+#: (file, expected: does an edited statement there change the code identity?)
+IDENTITY_TABLE = [
+    ("pipelines/report/render.py", False),
+    ("pipelines/report/stats.py", False),
+    ("pipelines/app/cli.py", False),
+    ("pipelines/app/airflow.py", False),
+    ("pipelines/app/grid.py", False),
+    ("pipelines/tracking/runs.py", False),
+    ("pipelines/study/design.py", False),
+    ("pipelines/core/provenance.py", False),
+    ("pipelines/data/ingest.py", False),  # ingest changes the dataset's content fingerprint, which is keyed
+    ("pipelines/worker/loop.py", True),
+    ("udfs/objectives.py", True),
+    ("pipelines/store/cuts.py", True),
+    ("pipelines/data/curriculum.py", True),
+    ("pipelines/data/difficulty.py", True),
+    ("udfs/metrics.py", True),
+    ("pipelines/execution/barrier_job.py", True),
+]
+
+
+@pytest.fixture(scope="module")
+def source_copy(tmp_path_factory):
+    """A copy of ``pipelines/`` and ``udfs/``; its code identity is the installed one."""
+    root = tmp_path_factory.mktemp("src")
+    for name in ("pipelines", "udfs"):
+        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    assert keys.sources_hash(base=root) == keys.sources_hash()
+    return root
+
+
+@pytest.mark.parametrize(("rel", "changes"), IDENTITY_TABLE, ids=[r for r, _ in IDENTITY_TABLE])
+def test_an_edit_re_keys_exactly_when_it_can_change_a_tree(source_copy, rel, changes):
+    base = keys.sources_hash(base=source_copy)
+    path = source_copy / rel
+    text = path.read_text()
+    try:
+        path.write_text(text + "\n_EDITED = 1\n")
+        assert (keys.sources_hash(base=source_copy) != base) is changes
+        path.write_text(text.replace('"""', '"""A docstring edited. ', 1))
+        assert keys.sources_hash(base=source_copy) == base  # documentation never re-keys
+    finally:
+        path.write_text(text)

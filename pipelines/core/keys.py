@@ -7,13 +7,18 @@ with a field more or less than declared, so a key can neither miss an input nor
 pick up something that does not change the result (a path, a worker count).
 
 Code identity (:func:`code_identity`) is the *content* of the code that computes:
-a hash of the installed ``pipelines/`` and ``udfs/`` sources, read from the
+a hash of the sources of every module that the training entry points import, directly or
+not (:data:`IDENTITY_ROOTS`: the barrier task, curriculum building, the histogram cuts;
+:func:`identity_modules` follows their imports, lazy ones inside functions included), read from the
 packages themselves (the same in a checkout, an editable install, a wheel and a
 packed archive), each reduced to its syntax tree without docstrings
 (:func:`canonical_source`: comments, docstrings and formatting do not compute),
 plus the versions of the libraries whose arithmetic the results depend on. A
 documentation-only or formatting-only commit leaves it unchanged; any edit of the
-computing code (a constant, an operator, a statement) changes it, committed or not. The git commit stays provenance
+computing code (a constant, an operator, a statement) changes it, committed or not. Code outside that closure
+(the report, the CLI, the Airflow operator, MLflow tracking, the study's orchestration) is not in it: a fix
+there never retrains a study. The closure may only reach :data:`IDENTITY_PACKAGES` (a test holds it to
+that). The git commit stays provenance
 (:func:`pipelines.core.provenance.code_version`), recorded on MLflow runs, never keyed.
 
 Not in any key, because they do not change a result: where inputs are read
@@ -30,6 +35,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from pipelines.core.errors import LtrError
@@ -80,8 +86,26 @@ TRAIN_NOT_IN_KEY = (
 #: Libraries whose arithmetic a result depends on (their versions are part of the code identity).
 LIBRARIES = ("xgboost", "pyspark", "numpy", "numba", "pyarrow")
 
-#: The packages whose sources are the computing code.
-PACKAGES = ("pipelines", "udfs")
+#: The modules of the entry points whose code makes a trained tree, a curriculum or the histogram cuts: the barrier
+#: task's function and the driver side that feeds it (``execution.barrier_job``), curriculum building
+#: (``data.curriculum``, which imports difficulty), the cuts (``store.cuts``). The code identity hashes these and
+#: every module they import, directly or not (:func:`identity_modules`).
+IDENTITY_ROOTS = ("pipelines.execution.barrier_job", "pipelines.data.curriculum", "pipelines.store.cuts")
+
+#: The packages that closure may reach. Everything above them (``study``, ``tracking``, ``report``, ``app``)
+#: decides what to train and how to show it, never how a tree is built: its edits keep every key.
+IDENTITY_PACKAGES = (
+    "pipelines.core",
+    "pipelines.data",
+    "pipelines.plan",
+    "pipelines.store",
+    "pipelines.worker",
+    "pipelines.execution",
+    "udfs",
+)
+
+#: The top-level packages whose modules can be in the closure (imports of anything else are libraries).
+_OURS = ("pipelines", "udfs")
 
 
 class KeyError_(LtrError, ValueError):
@@ -106,26 +130,70 @@ def make_key(kind: str, doc: Mapping[str, Any], n: int = 20) -> str:
 
 
 # ------------------------------------------------------------ code identity
-def _source_files(package: str) -> list[tuple[str, bytes]]:
-    """(relative path, bytes) of every ``.py`` file of an installed package, sorted."""
-    out: list[tuple[str, bytes]] = []
+def _module_source(name: str, base: Path | None = None) -> tuple[str, bytes] | None:
+    """(relative path, bytes) of module ``name`` of our packages (``pipelines.core.keys`` ->
+    ``pipelines/core/keys.py``, a package -> its ``__init__.py``), read from the installed package or, given ``base``,
+    from ``base/<top package>/...``; ``None`` if there is no such module (an imported name that is not a module)."""
+    parts = name.split(".")
+    top: Any = resources.files(parts[0]) if base is None else base / parts[0]
+    for rel, node in (
+        ("/".join([*parts, "__init__.py"]), top.joinpath(*parts[1:], "__init__.py")),
+        ("/".join(parts) + ".py", top.joinpath(*parts[1:-1], parts[-1] + ".py") if len(parts) > 1 else None),
+    ):
+        if node is not None and node.is_file():
+            return rel, node.read_bytes()
+    return None
 
-    def walk(node: Any, prefix: str) -> None:
-        """Add every ``.py`` file under the resource folder ``node`` to ``out``, its path written ``prefix<name>``.
 
-        Goes into subfolders; skips ``__pycache__`` and names starting with a dot.
-        """
-        for child in node.iterdir():
-            name = child.name
-            if name == "__pycache__" or name.startswith("."):
-                continue
-            if child.is_dir():
-                walk(child, f"{prefix}{name}/")
-            elif name.endswith(".py"):
-                out.append((f"{prefix}{name}", child.read_bytes()))
+@functools.lru_cache(maxsize=1024)
+def _imported(name: str, rel: str, data: bytes) -> frozenset[str]:
+    """The modules of our packages that module ``name`` (file ``rel``) imports anywhere in its source (module level,
+    inside functions, under ``TYPE_CHECKING``), with the packages above each (their ``__init__`` runs too)."""
+    try:
+        tree = ast.parse(data)
+    except SyntaxError:
+        return frozenset()
+    package = name if rel.endswith("__init__.py") else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - node.level + 1]
+                mod = ".".join([*anchor, node.module] if node.module else anchor)
+            else:
+                mod = node.module or ""
+            targets = [mod] + [f"{mod}.{a.name}" for a in node.names if a.name != "*"]
+        else:
+            continue
+        for t in targets:
+            if t.split(".")[0] in _OURS:
+                parts = t.split(".")
+                out.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+    return frozenset(out)
 
-    walk(resources.files(package), f"{package}/")
-    return sorted(out)
+
+def identity_modules(roots: tuple[str, ...] = IDENTITY_ROOTS, base: Path | None = None) -> dict[str, tuple[str, bytes]]:
+    """The import closure of ``roots`` within our packages: module name -> (relative path, source bytes).
+
+    Follows every import of a module of ``pipelines`` or ``udfs`` (``from a.b import c`` counts ``a.b.c`` when it is
+    a module, else ``a.b``), and adds each module's parent packages. Read from the installed packages, or from
+    ``base`` (a source tree) in tests.
+    """
+    seen: dict[str, tuple[str, bytes]] = {}
+    todo = [r for root in roots for r in (".".join(root.split(".")[: i + 1]) for i in range(root.count(".") + 1))]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        found = _module_source(name, base)
+        if found is None:
+            continue  # ``from pipelines.core.keys import digest``: ``...keys.digest`` is not a module
+        seen[name] = found
+        todo.extend(sorted(_imported(name, *found) - set(seen)))
+    return seen
 
 
 def _canonical(node: Any) -> Any:
@@ -164,17 +232,23 @@ def canonical_source(data: bytes) -> bytes:
     return json.dumps(_canonical(tree), separators=(",", ":"), default=repr).encode()
 
 
+@functools.lru_cache(maxsize=1024)
+def _canonical_digest(data: bytes) -> bytes:
+    """sha256 of :func:`canonical_source` (cached by content: tests hash edited copies of the tree many times)."""
+    return hashlib.sha256(canonical_source(data)).digest()
+
+
 def hash_sources(files: list[tuple[str, bytes]]) -> str:
     """sha256 (20 hex digits) over the path and canonical source (:func:`canonical_source`) of each file."""
     h = hashlib.sha256()
     for rel, data in sorted(files):
-        h.update(rel.encode() + b"\0" + hashlib.sha256(canonical_source(data)).digest())
+        h.update(rel.encode() + b"\0" + _canonical_digest(data))
     return h.hexdigest()[:20]
 
 
-def sources_hash(packages: tuple[str, ...] = PACKAGES) -> str:
-    """:func:`hash_sources` over every source file of ``packages``."""
-    return hash_sources([f for pkg in packages for f in _source_files(pkg)])
+def sources_hash(roots: tuple[str, ...] = IDENTITY_ROOTS, base: Path | None = None) -> str:
+    """:func:`hash_sources` over the modules of :func:`identity_modules` (the training entry points' closure)."""
+    return hash_sources(list(identity_modules(roots, base).values()))
 
 
 def library_versions() -> dict[str, str]:
@@ -196,7 +270,8 @@ def library_versions() -> dict[str, str]:
 
 @functools.lru_cache(maxsize=1)
 def code_identity() -> dict[str, str]:
-    """The content of the computing code: ``sources`` (:func:`sources_hash`) and library versions."""
+    """The content of the code that makes trees, curricula and cuts: ``sources`` (:func:`sources_hash` of the
+    training entry points' import closure) and library versions."""
     return {"sources": sources_hash(), **library_versions()}
 
 
