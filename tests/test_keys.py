@@ -345,7 +345,7 @@ IDENTITY_TABLE = [
     ("pipelines/tracking/runs.py", False),
     ("pipelines/study/design.py", False),
     ("pipelines/core/provenance.py", False),
-    ("pipelines/data/ingest.py", False),  # ingest changes the dataset's content fingerprint, which is keyed
+    ("pipelines/data/ingest/job.py", False),  # ingest changes the dataset's content fingerprint, which is keyed
     ("pipelines/worker/loop.py", True),
     ("udfs/objectives.py", True),
     ("pipelines/store/cuts.py", True),
