@@ -60,34 +60,35 @@ def test_strict_flag(spark, tmp_path, capsys):
 
 
 def test_run_is_the_whole_pipeline(spark, tmp_path, capsys):
+    """``ltr run`` end to end; run again, every step before training is fresh (nothing generated, ingested or
+    scored again: pipelines.study.steps), the grid resumes with 0 trees trained and the report is the same."""
     work = tmp_path / "work"
-    code = main(
-        [
-            "run",
-            "--queries",
-            "20",
-            "--set",
-            f"work_dir={work}",
-            "--set",
-            "grid.trees=4",
-            "--set",
-            "grid.switch_points=[2]",
-            "--set",
-            "grid.strategies=[q_nrel]",
-            "--set",
-            "grid.extra_paths={}",
-            "--set",
-            "grid.extra_curricula={}",
-            "--set",
-            "grid.log_models=false",
-            "--set",
-            "train.leaves=4",
-            "--set",
-            "train.score_dist_trees=[2]",
-            "--set",
-            "report.permutations=100",
-        ]
-    )
+    argv = [
+        "run",
+        "--queries",
+        "20",
+        "--set",
+        f"work_dir={work}",
+        "--set",
+        "grid.trees=4",
+        "--set",
+        "grid.switch_points=[2]",
+        "--set",
+        "grid.strategies=[q_nrel]",
+        "--set",
+        "grid.extra_paths={}",
+        "--set",
+        "grid.extra_curricula={}",
+        "--set",
+        "grid.log_models=false",
+        "--set",
+        "train.leaves=4",
+        "--set",
+        "train.score_dist_trees=[2]",
+        "--set",
+        "report.permutations=100",
+    ]
+    code = main(argv)
     assert code == 0
     manifest = json.loads((work / "dataset" / "_manifest.json").read_text())
     assert manifest["queries"] == 20 and manifest["layout"] == "mslr_rotation"
@@ -98,6 +99,18 @@ def test_run_is_the_whole_pipeline(spark, tmp_path, capsys):
     assert {r["label"] for r in table1} == {"LambdaMART", "MSE-2", "q_nrel-2"}
     err = capsys.readouterr().err
     assert "report.html" in err and f"mlflow ui --backend-store-uri sqlite:///{work}/mlflow.db" in err
+
+    outputs = [
+        work / "letor" / "generate.json",
+        work / "dataset" / "_manifest.json",
+        work / "difficulty" / "_difficulty.json",
+    ]
+    before = {p: p.stat().st_mtime_ns for p in outputs}
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert err.count("up to date, reused") == 3 and "3 children already finished, 0 child runs created" in err
+    assert {p: p.stat().st_mtime_ns for p in outputs} == before  # generate, ingest, difficulty: fresh, reused
+    assert json.loads((work / "report" / "table1.json").read_text()) == table1
 
 
 @pytest.mark.timeout(300)

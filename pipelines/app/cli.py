@@ -19,7 +19,6 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
 
 from pipelines.core.config import Config, load_config, load_dataset_spec
 from pipelines.core.errors import LtrError, UserError
@@ -493,29 +492,10 @@ def cmd_grid(args: argparse.Namespace) -> int:
     return 0
 
 
-def _build_report(cfg: Config, tracker: Any, out: str, parent: str | None) -> dict[str, Any]:
-    """:func:`pipelines.report.build_report` with the config's ``report:`` and ``metric:`` settings."""
-    from pipelines.report import build_report
-
-    return build_report(
-        tracker,
-        out,
-        parent,
-        cfg.metric.name,
-        cfg.report.permutations,
-        cfg.report.seed,
-        cfg.report.table2_sizes,
-        n_boot=cfg.report.bootstrap,
-        risk_alphas=cfg.report.risk_alphas,
-        target_fraction=cfg.report.target_fraction,
-        difficulty=Layout.of(cfg).difficulty,
-        trec_depth=cfg.report.trec_depth,
-    )
-
-
 def cmd_report(args: argparse.Namespace) -> int:
     """``ltr report``: a grid's tables and figures from MLflow (:func:`pipelines.report.build_report`); exit code 0."""
 
+    from pipelines.app.run import build_report
     from pipelines.report import open_tracker
 
     if args.run_id is not None and not args.run_id.strip():  # a scheduler's template that found no parent
@@ -526,50 +506,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     cfg = resolve_config(args, {"out": "report.out"})
     out = Layout.of(cfg).report
     # an existing experiment only: a mistyped --experiment is an error (exit 2), never a new empty one
-    r = _build_report(cfg, open_tracker(cfg, args.experiment), out, args.run_id)
+    r = build_report(cfg, open_tracker(cfg, args.experiment), out, args.run_id)
     log.info("report: %s%s", os.path.join(r["out"], "report.html"), " (unfinished grid)" if r["problems"] else "")
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """generate -> ingest -> difficulty -> curricula + grid (MLflow) -> report."""
+    """``ltr run``: generate -> ingest -> difficulty -> curricula + grid (MLflow) -> report, each step only when its
+    output is not fresh (:func:`pipelines.app.run.run_study`); exit code 0."""
+    from pipelines.app.run import run_study
 
-    from pipelines.app.grid import run_grid
-    from pipelines.data.difficulty import run_difficulty
-    from pipelines.data.generate import generate
-    from pipelines.data.ingest import ingest
-    from pipelines.tracking.runs import Tracker
-
-    cfg = resolve_config(args, {"queries": "generate.queries"})
-    layout = Layout.of(cfg)
-    t0 = time.perf_counter()
-    steps = 6 if not args.src else 5
-    step = iter(range(1, steps + 1))
-    src = args.src
-    if not src:
-        src = layout.letor
-        log.info("[%d/%d] generate %d MSLR-shaped queries -> %s", next(step), steps, cfg.generate.queries, src)
-        generate(src, cfg.generate.queries, cfg.generate.seed, cfg.generate.workers)
-    spec = load_dataset_spec(cfg.dataset)
-    spark = _session(cfg)
-    data = layout.run_dataset
-    log.info("[%d/%d] ingest %s -> %s", next(step), steps, src, data)
-    ingest(spark, src, data, spec, cfg.ingest)
-    difficulty = layout.difficulty  # where run_grid reads them (grid.difficulty, else <work_dir>/difficulty)
-    log.info("[%d/%d] difficulty scores -> %s", next(step), steps, difficulty)
-    run_difficulty(spark, data, difficulty, cfg.difficulty, cfg.metric)
-    log.info("[%d/%d] curricula and the grid (%s) -> MLflow", next(step), steps, cfg.grid.experiment)
-    g = run_grid(spark, cfg, data=data)
-    out = layout.report
-    log.info("[%d/%d] report -> %s", next(step), steps, out)
-    r = _build_report(cfg, Tracker.for_config(cfg), out, g["parent_run_id"])
-    uri = g["tracking_uri"]
-    print(
-        f"\nDone in {time.perf_counter() - t0:.0f} s.\n"
-        f"  report:    {os.path.abspath(os.path.join(r['out'], 'report.html'))}\n"
-        f"  MLflow UI: mlflow ui --backend-store-uri {uri}\n",
-        file=sys.stderr,
-    )
+    run_study(resolve_config(args, {"queries": "generate.queries"}), args.src)
     return 0
 
 

@@ -11,12 +11,8 @@ Idempotent and retry-safe:
 
 * ``generate_needed`` skips generation when ``<work_dir>/letor/generate.json`` records the configured queries
   and seed (and removes a stale one before regenerating, so a crash leaves no record);
-* ``ingest_needed`` skips ingest when the key of its inputs (:func:`pipelines.core.keys.ingest_key`: the source
-  listing with names, sizes and modification times, the ingest and dataset settings, the output and the ingest
-  format), taken before the ingest, equals the one in ``<work_dir>/_ingest_key.json``, which ``record_ingest``
-  writes after a successful ingest with the dataset's content fingerprint, and the dataset still has that
-  fingerprint (the dataset's ``_manifest.json`` records the *content* fingerprint, which takes a full read of the
-  source to compare, but neither modification times nor the ingest settings: hence the key file);
+* ``ingest_needed`` skips ingest when the dataset is fresh (the step's inputs, key and record are declared in
+  :mod:`pipelines.study.steps`, which ``ltr run`` reads too);
 * ``difficulty_needed`` skips the scores when ``_difficulty.json`` holds the key ``ltr grid`` itself checks;
 * ``study_parent`` reads the parent run id that ``ltr grid --setup-only`` printed, else the record it wrote to
   ``<work_dir>/airflow/<run id>/grid_setup.json`` (a driver in cluster deploy mode prints nowhere the task sees);
@@ -26,7 +22,6 @@ Idempotent and retry-safe:
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -90,122 +85,46 @@ def resolve_study(params: dict[str, Any], run_id: str | None = None) -> dict[str
 
 
 def generate_needed(study: dict[str, Any]) -> bool:
-    """True unless ``src`` was given or ``<work_dir>/letor`` already holds this config's data."""
+    """True unless ``src`` was given or ``<work_dir>/letor`` is fresh (:func:`pipelines.study.steps.generate_state`);
+    a stale record is removed before the generate task writes the data again."""
+    from pipelines.study import steps
+
     if not study["generate"]:
         return False
-    cfg = load_study_config(study)
-    record = os.path.join(study["src"], "generate.json")
-    try:
-        with open(record) as f:
-            done = json.load(f)
-    except (OSError, ValueError):
-        done = {}
-    if done.get("queries") == cfg.generate.queries and done.get("seed") == cfg.generate.seed:
-        return False
-    if os.path.exists(record):  # regenerating: a crash must not leave the old record behind
-        os.remove(record)
-    return True
-
-
-def _listing(src: str) -> list[list[Any]]:
-    """(name relative to src, size, mtime in ns) of every file under ``src`` (a folder or one file)."""
-    import pyarrow.fs as pafs
-
-    from udfs.letor_chunks import to_uri
-
-    fs, root = pafs.FileSystem.from_uri(to_uri(src))
-    info = fs.get_file_info(root)
-    if info.type == pafs.FileType.NotFound:
-        raise StudyTaskError(f"params.src {src}: no such file or directory")
-    if info.type == pafs.FileType.File:
-        return [[info.base_name, info.size, info.mtime_ns]]
-    files = fs.get_file_info(pafs.FileSelector(root, recursive=True))
-    return sorted([f.path[len(root) :].lstrip("/"), f.size, f.mtime_ns] for f in files if f.type == pafs.FileType.File)
-
-
-def ingest_key(study: dict[str, Any]) -> str:
-    """Hash of what determines the dataset: source listing, ingest and dataset settings, output, format."""
-    from dataclasses import asdict
-
-    from pipelines.core.config import load_dataset_spec
-    from pipelines.core.keys import ingest_key as key_of
-    from pipelines.data.ingest import FORMAT_VERSION
-    from udfs.letor_chunks import to_uri
-
-    cfg = load_study_config(study)
-    doc = {
-        "src": to_uri(study["src"]),
-        "files": _listing(study["src"]),
-        "out": to_uri(study["data"]),
-        "ingest": asdict(cfg.ingest),
-        "dataset": asdict(load_dataset_spec(cfg.dataset)),
-        "format_version": FORMAT_VERSION,
-    }
-    return key_of(doc)
-
-
-def dataset_fingerprint(data: str) -> str | None:
-    """The fingerprint of the dataset at ``data``; None when there is no readable dataset there.
-
-    Parameters
-    ----------
-    data : str
-        The dataset's directory (a path or URI).
-
-    Returns
-    -------
-    str or None
-        The manifest's ``fingerprint``; None when ``data`` has no manifest, or it cannot be read or lacks one.
-    """
-    from pipelines.data.dataset import DatasetError, open_dataset
-
-    try:
-        return open_dataset(data).fingerprint
-    except (DatasetError, OSError, ValueError, KeyError):
-        return None
+    state = steps.generate_state(load_study_config(study), study["src"])
+    steps.forget_generate(state)
+    return not state.fresh
 
 
 def ingest_needed(study: dict[str, Any]) -> str:
-    """The key of the ingest's inputs (:func:`ingest_key`) when the dataset must be (re)written; "" (skip)
-    when it was ingested from exactly these inputs and still has the fingerprint recorded then.
-    The key is taken before the ingest starts, so a source that changes while it runs is ingested again."""
-    path = study["ingest_record"]
+    """The key of the ingest's inputs when the dataset must be (re)written; "" (skip) when it is fresh
+    (:func:`pipelines.study.steps.ingest_state`). The key is taken before the ingest starts, so a source that
+    changes while it runs is ingested again; the record goes before the dataset changes."""
+    from pipelines.study import steps
+
     try:
-        with open(path) as f:
-            done = json.load(f)
-    except (OSError, ValueError):
-        done = {}
-    key = ingest_key(study)
-    fingerprint = done.get("fingerprint")
-    if done.get("key") == key and fingerprint and fingerprint == dataset_fingerprint(study["data"]):
+        state = steps.ingest_state(load_study_config(study), study["src"], study["data"], study["ingest_record"])
+    except steps.SourceMissing:
+        raise StudyTaskError(f"params.src {study['src']}: no such file or directory") from None
+    if state.fresh:
         return ""
-    if os.path.exists(path):  # the dataset is about to change: its record goes first
-        os.remove(path)
-    return key
+    steps.forget_ingest(study["ingest_record"])
+    return state.key
 
 
 def record_ingest(study: dict[str, Any], key: str) -> dict[str, Any]:
-    """After a successful ingest, write ``<work_dir>/_ingest_key.json`` (atomically): the inputs' ``key``
-    and the dataset's content fingerprint."""
-    from pipelines.core.storage import write_file_atomic
+    """After a successful ingest, write ``<work_dir>/_ingest_key.json`` (``steps.record_ingest``)."""
+    from pipelines.study import steps
 
-    fp = dataset_fingerprint(study["data"])
-    if fp is None:
-        raise RuntimeError(f"ingest succeeded but {study['data']} has no readable _manifest.json")
-    doc = {"key": key, "fingerprint": fp, "src": study["src"], "data": study["data"]}
-    write_file_atomic(study["ingest_record"], json.dumps(doc, indent=2, sort_keys=True).encode())
-    return doc
+    return steps.record_ingest(study["ingest_record"], key, study["src"], study["data"])
 
 
 def difficulty_needed(study: dict[str, Any]) -> bool:
-    """False when the stored scores carry the key ``ltr grid`` checks (``study.steps.ensure_difficulty``)."""
-    from pipelines.core.keys import difficulty_key
-    from pipelines.data.dataset import open_dataset
-    from pipelines.data.difficulty import difficulty_inputs, stored_summary
+    """False when the stored scores are fresh (:func:`pipelines.study.steps.difficulty_state`, what ``ltr grid``
+    checks too)."""
+    from pipelines.study import steps
 
-    cfg = load_study_config(study)
-    key = difficulty_key(**difficulty_inputs(open_dataset(study["data"]), cfg.difficulty, cfg.metric))
-    return stored_summary(study["difficulty"], key) is None
+    return not steps.difficulty_state(load_study_config(study), study["data"], study["difficulty"]).fresh
 
 
 def study_parent(study: dict[str, Any], setup: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -325,6 +325,17 @@ def read_curriculum(path: str) -> dict[str, Any]:
     return _read_json(path, SUMMARY)
 
 
+def stored_curriculum(path: str, key: str) -> dict[str, Any] | None:
+    """The summary of the curriculum at ``path`` when it was built from the inputs whose
+    :func:`pipelines.core.keys.curriculum_key` is ``key``; None when missing, unreadable or built from other inputs
+    (the freshness check of :func:`pipelines.study.steps.curriculum_state`)."""
+    try:
+        summary = read_curriculum(path)
+    except DatasetError:
+        return None
+    return summary if summary.get("key") == key else None
+
+
 @dataclass(frozen=True)
 class Curriculum:
     """A curriculum passed to training: its directory and summary."""

@@ -49,6 +49,9 @@ from pipelines.data.dataset import MSLR_ROTATION
 
 log = logging.getLogger(__name__)
 
+#: What a generation writes beside its files: its settings and counts (the freshness record of the generate step).
+RECORD = "generate.json"
+
 N_FEATURES = 136
 MAX_TERMS = 6
 STREAMS = 5  # body, anchor, title, url, whole document
@@ -285,7 +288,7 @@ def generate(out: str, queries: int, seed: int, workers: int = 0) -> GenerateSum
         seconds=round(time.perf_counter() - t0, 2),
     )
     write_file_atomic(
-        str(root / "generate.json"),
+        str(root / RECORD),
         json.dumps(
             {
                 **summary.__dict__,

@@ -23,7 +23,7 @@ from pipelines.core import keys
 from pipelines.core.config import STRATEGIES, Config, ConfigError
 from pipelines.core.layout import Layout
 from pipelines.core.storage import read_json
-from pipelines.data.curriculum import check_curriculum, read_curriculum
+from pipelines.data.curriculum import check_curriculum, stored_curriculum
 from pipelines.data.dataset import Dataset, DatasetError, open_dataset
 from pipelines.data.difficulty import SUMMARY as DIFFICULTY_SUMMARY
 from pipelines.data.difficulty import difficulty_inputs
@@ -150,6 +150,11 @@ def curriculum_inputs(cfg: Config, ds: Dataset, fold: int, name: str, scores: st
     }
 
 
+def curriculum_key_of(cfg: Config, ds: Dataset, fold: int, name: str, scores: str) -> str:
+    """The key of curriculum ``name`` of ``fold`` built from the scores whose content fingerprint is ``scores``."""
+    return keys.curriculum_key(**curriculum_inputs(cfg, ds, fold, name, scores))
+
+
 def scores_fingerprint(difficulty: str) -> str:
     """The content fingerprint of the difficulty scores at ``difficulty`` ("" when there are none)."""
     try:
@@ -166,12 +171,9 @@ def stored_curriculum_keys(cfg: Config, ds: Dataset, fold: int, names: set[str])
     scores = scores_fingerprint(layout.difficulty)
     out = {}
     for name in sorted(names):
-        key = keys.curriculum_key(**curriculum_inputs(cfg, ds, fold, name, scores))
-        try:
-            summary = read_curriculum(layout.curriculum(fold, name))
-        except DatasetError:
-            summary = {}
-        out[name] = keys.curriculum_content_key(summary) if scores and summary.get("key") == key else f"unbuilt:{key}"
+        key = curriculum_key_of(cfg, ds, fold, name, scores)
+        summary = stored_curriculum(layout.curriculum(fold, name), key) if scores else None
+        out[name] = keys.curriculum_content_key(summary) if summary is not None else f"unbuilt:{key}"
     return out
 
 

@@ -1,62 +1,257 @@
-"""What a study needs before it trains: the difficulty scores and the curricula of its folds, reused when
-their stored keys match this config's (:mod:`pipelines.study.design`), else computed with Spark."""
+"""The study's steps before training, declared once: generate, ingest, difficulty, curricula.
+
+For each step this module owns its inputs, its key (built by :mod:`pipelines.core.keys`), its output location (from
+:class:`pipelines.core.layout.Layout`) and its freshness check: the output there was made from exactly these inputs.
+Like Kedro's runner with "only missing outputs", every caller runs a step only when it is not fresh:
+
+* ``ltr run`` (:mod:`pipelines.app.run`) runs the steps in :data:`ORDER`, each through its ``run_*``/``ensure_*``;
+* ``ltr grid`` (:mod:`pipelines.app.grid`) ensures the difficulty scores and the curricula of its folds;
+* the Airflow DAG's decisions (:mod:`pipelines.app.study_tasks`) read the ``*_state`` functions to skip a step's
+  task, and the step's own job (``jobs/ingest.py`` ...) runs it.
+
+None of them writes a freshness expression of its own.
+
+========== ================================== ========================================== ======================
+step       inputs                             key                                        fresh when
+========== ================================== ========================================== ======================
+generate   queries, seed                      ``keys.make_key("generate")``              ``letor/generate.json``
+                                                                                         records them
+ingest     source listing (names, sizes,      :func:`pipelines.core.keys.ingest_key`     ``_ingest_key.json``
+           mtimes), ingest and dataset                                                   holds the key and the
+           settings, output, format                                                      dataset still has the
+                                                                                         fingerprint recorded
+difficulty dataset, feature roles, settings,  :func:`pipelines.core.keys.difficulty_key` ``_difficulty.json``
+           metric, code identity                                                         holds the key
+curricula  settings, dataset, fold, name,     :func:`pipelines.core.keys.curriculum_key` ``_curriculum.json``
+           difficulty key, empty-query                                                   holds the key
+           policy, the scores' fingerprint
+========== ================================== ========================================== ======================
+"""
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from pipelines.core.config import Config
-from pipelines.core.keys import curriculum_key, difficulty_key
+from pipelines.core import keys
+from pipelines.core.config import Config, load_dataset_spec
 from pipelines.core.layout import Layout
-from pipelines.core.storage import read_json
-from pipelines.data.curriculum import Curriculum, build_curriculum, read_curriculum
+from pipelines.core.storage import write_file_atomic
+from pipelines.data.curriculum import Curriculum, build_curriculum, stored_curriculum
 from pipelines.data.dataset import DatasetError, open_dataset
-from pipelines.data.difficulty import SUMMARY as DIFFICULTY_SUMMARY
 from pipelines.data.difficulty import difficulty_inputs, run_difficulty, stored_summary
-from pipelines.study.design import curriculum_config, curriculum_inputs
+from pipelines.data.generate import RECORD as GENERATE_RECORD
+from pipelines.study.design import curriculum_config, curriculum_key_of, scores_fingerprint
 from udfs.letor_chunks import to_uri
 
 log = logging.getLogger(__name__)
 
+#: The steps in the order a study needs them (``ltr run`` and the DAG follow it; training comes after).
+ORDER = ("generate", "ingest", "difficulty", "curricula")
 
-def ensure_difficulty(spark, cfg: Config, data: str, difficulty: str) -> dict[str, Any]:
-    """The difficulty scores at ``difficulty``: reused when their recorded key matches this config's
-    (:func:`pipelines.core.keys.difficulty_key` of :func:`pipelines.data.difficulty.difficulty_inputs`), else computed
-    again; returns their summary."""
-    summary = stored_summary(
-        difficulty, difficulty_key(**difficulty_inputs(open_dataset(data), cfg.difficulty, cfg.metric))
-    )
-    if summary is not None:
-        return summary
+
+@dataclass(frozen=True)
+class StepState:
+    """Where a step's output is, the key of its inputs, and whether the output there was made from them."""
+
+    step: str
+    output: str
+    key: str
+    fresh: bool
+
+    def describe(self) -> str:
+        """One line for the log: ``ingest -> /w/dataset: up to date (key sha256:1a2b3c4d...)``."""
+        what = "up to date, reused" if self.fresh else "to do"
+        return f"{self.step} -> {self.output}: {what} (key {self.key[:19]})"
+
+
+# ------------------------------------------------------------ generate
+def generate_inputs(cfg: Config) -> dict[str, Any]:
+    """What determines the generated LETOR text: the number of queries and the seed (not the workers)."""
+    return {"queries": cfg.generate.queries, "seed": cfg.generate.seed}
+
+
+def generate_state(cfg: Config, out: str | None = None) -> StepState:
+    """Generated text at ``out`` (default ``<work_dir>/letor``) is fresh when its ``generate.json`` records this
+    config's queries and seed."""
+    out = out or Layout.of(cfg).letor
+    inputs = generate_inputs(cfg)
+    try:
+        with open(os.path.join(out, GENERATE_RECORD)) as f:
+            done = json.load(f)
+    except (OSError, ValueError):
+        done = {}
+    fresh = all(done.get(k) == v for k, v in inputs.items())
+    return StepState("generate", out, keys.make_key("generate", inputs), fresh)
+
+
+def forget_generate(state: StepState) -> None:
+    """Remove the record of a stale generation before it is made again (a crash must not leave the old record)."""
+    record = os.path.join(state.output, GENERATE_RECORD)
+    if not state.fresh and os.path.exists(record):
+        os.remove(record)
+
+
+def run_generate(cfg: Config, out: str | None = None) -> StepState:
+    """Generate the LETOR text unless it is fresh; the state before."""
+    from pipelines.data.generate import generate
+
+    state = generate_state(cfg, out)
+    log.info("%s", state.describe())
+    if not state.fresh:
+        forget_generate(state)
+        generate(state.output, cfg.generate.queries, cfg.generate.seed, cfg.generate.workers)
+    return state
+
+
+# ------------------------------------------------------------ ingest
+class SourceMissing(DatasetError):
+    """The ingest's source does not exist."""
+
+
+def _listing(src: str) -> list[list[Any]]:
+    """(name relative to src, size, mtime in ns) of every file under ``src`` (a folder or one file)."""
+    import pyarrow.fs as pafs
+
+    fs, root = pafs.FileSystem.from_uri(to_uri(src))
+    info = fs.get_file_info(root)
+    if info.type == pafs.FileType.NotFound:
+        raise SourceMissing(f"{src}: no such file or directory")
+    if info.type == pafs.FileType.File:
+        return [[info.base_name, info.size, info.mtime_ns]]
+    files = fs.get_file_info(pafs.FileSelector(root, recursive=True))
+    return sorted([f.path[len(root) :].lstrip("/"), f.size, f.mtime_ns] for f in files if f.type == pafs.FileType.File)
+
+
+def ingest_inputs(cfg: Config, src: str, data: str) -> dict[str, Any]:
+    """What determines the dataset: the source listing, the ingest and dataset settings, the output, the format."""
+    from pipelines.data.ingest import FORMAT_VERSION
+
+    return {
+        "src": to_uri(src),
+        "files": _listing(src),
+        "out": to_uri(data),
+        "ingest": asdict(cfg.ingest),
+        "dataset": asdict(load_dataset_spec(cfg.dataset)),
+        "format_version": FORMAT_VERSION,
+    }
+
+
+def dataset_fingerprint(data: str) -> str | None:
+    """The content fingerprint of the dataset at ``data``; None when there is no readable dataset there."""
+    try:
+        return open_dataset(data).fingerprint
+    except (DatasetError, OSError, ValueError, KeyError):
+        return None
+
+
+def ingest_state(cfg: Config, src: str, data: str, record: str | None = None) -> StepState:
+    """The dataset at ``data`` is fresh when ``record`` (default ``<work_dir>/_ingest_key.json``) holds the key of
+    these inputs, taken now (before any ingest: a source that changes while it is read is ingested again), and the
+    dataset still has the content fingerprint recorded then."""
+    record = record or Layout.of(cfg).ingest_key
+    key = keys.ingest_key(ingest_inputs(cfg, src, data))
+    try:
+        with open(record) as f:
+            done = json.load(f)
+    except (OSError, ValueError):
+        done = {}
+    fingerprint = done.get("fingerprint")
+    fresh = done.get("key") == key and bool(fingerprint) and fingerprint == dataset_fingerprint(data)
+    return StepState("ingest", data, key, fresh)
+
+
+def forget_ingest(record: str) -> None:
+    """Remove the ingest record: the dataset is about to change."""
+    if os.path.exists(record):
+        os.remove(record)
+
+
+def record_ingest(record: str, key: str, src: str, data: str) -> dict[str, Any]:
+    """After a successful ingest, write ``record`` (atomically): the inputs' ``key`` and the dataset's content
+    fingerprint."""
+    fp = dataset_fingerprint(data)
+    if fp is None:
+        raise DatasetError(f"ingest succeeded but {data} has no readable _manifest.json")
+    doc = {"key": key, "fingerprint": fp, "src": src, "data": data}
+    write_file_atomic(record, json.dumps(doc, indent=2, sort_keys=True).encode())
+    return doc
+
+
+def run_ingest(spark: Any, cfg: Config, src: str, data: str) -> StepState:
+    """Ingest ``src`` into ``data`` unless the dataset there is fresh; the state before."""
+    from pipelines.data.ingest import ingest
+
+    record = Layout.of(cfg).ingest_key
+    state = ingest_state(cfg, src, data, record)
+    log.info("%s", state.describe())
+    if not state.fresh:
+        forget_ingest(record)
+        ingest(spark, src, data, load_dataset_spec(cfg.dataset), cfg.ingest)
+        record_ingest(record, state.key, src, data)
+    return state
+
+
+# ------------------------------------------------------------ difficulty
+def difficulty_state(cfg: Config, data: str, out: str | None = None) -> StepState:
+    """The scores at ``out`` (default the layout's) are fresh when their summary holds the key of
+    :func:`pipelines.data.difficulty.difficulty_inputs` for this dataset and config."""
+    out = out or Layout.of(cfg).difficulty
+    key = keys.difficulty_key(**difficulty_inputs(open_dataset(data), cfg.difficulty, cfg.metric))
+    return StepState("difficulty", out, key, stored_summary(out, key) is not None)
+
+
+def ensure_difficulty(spark: Any, cfg: Config, data: str, difficulty: str) -> dict[str, Any]:
+    """The difficulty scores at ``difficulty``, computed unless fresh; returns their summary."""
+    state = difficulty_state(cfg, data, difficulty)
+    if state.fresh:
+        summary = stored_summary(difficulty, state.key)
+        if summary is not None:
+            return summary
     log.info("computing difficulty scores -> %s (none there, or computed from other inputs)", difficulty)
     return run_difficulty(spark, data, difficulty, cfg.difficulty, cfg.metric)
 
 
-def ensure_curricula(spark, cfg: Config, data: str, difficulty: str, fold: int, names: set[str]) -> list[Curriculum]:
-    """Build (or reuse, when its key matches) each curriculum of the fold: strategies with the grid's
-    fraction, and the extra curricula of the config (``grid.extra_curricula``: name -> settings).
+# ------------------------------------------------------------ curricula
+def curriculum_state(cfg: Config, ds: Any, fold: int, name: str, scores: str) -> StepState:
+    """Curriculum ``name`` of ``fold`` is fresh when its summary holds the key of its inputs
+    (:func:`pipelines.study.design.curriculum_key_of`: settings, dataset, fold, difficulty, ``scores``)."""
+    out = Layout.of(cfg).curriculum(fold, name)
+    key = curriculum_key_of(cfg, ds, fold, name, scores)
+    return StepState("curricula", out, key, stored_curriculum(out, key) is not None)
 
-    A curriculum's stored key covers its settings, the dataset, the fold, the difficulty inputs and
-    the content fingerprint of the very scores it was built from: scores computed again (by
-    ``ltr run`` or ``ltr difficulty``) into the same folder with another result rebuild it."""
+
+def ensure_curricula(
+    spark: Any, cfg: Config, data: str, difficulty: str, fold: int, names: set[str]
+) -> list[Curriculum]:
+    """Build (or reuse, when fresh) each curriculum of the fold: strategies with the grid's fraction, and the extra
+    curricula of the config (``grid.extra_curricula``: name -> settings).
+
+    A curriculum's key covers its settings, the dataset, the fold, the difficulty inputs and the content fingerprint
+    of the very scores it was built from: scores computed again (by ``ltr run`` or ``ltr difficulty``) into the same
+    folder with another result rebuild it."""
     if not names:
         return []
     ds = open_dataset(data)
-    scores = read_json(difficulty, DIFFICULTY_SUMMARY).get("content_fingerprint", "")
+    scores = scores_fingerprint(difficulty)
     out = []
     for name in sorted(names):
-        ccfg = curriculum_config(cfg, name)
-        key = curriculum_key(**curriculum_inputs(cfg, ds, fold, name, scores))
-        d = Layout.of(cfg).curriculum(fold, name)
-        try:
-            summary = read_curriculum(d)
-            fresh = summary.get("key") == key
-        except DatasetError:
-            fresh = False
-        if not fresh:
+        state = curriculum_state(cfg, ds, fold, name, scores)
+        summary = stored_curriculum(state.output, state.key) if state.fresh else None
+        if summary is None:
             summary = build_curriculum(
-                spark, data, difficulty, fold, ccfg, d, name=name, key=key, empty_queries=cfg.difficulty.empty_queries
+                spark,
+                data,
+                difficulty,
+                fold,
+                curriculum_config(cfg, name),
+                state.output,
+                name=name,
+                key=state.key,
+                empty_queries=cfg.difficulty.empty_queries,
             )
-        out.append(Curriculum(to_uri(d), summary))
+        out.append(Curriculum(to_uri(state.output), summary))
     return out

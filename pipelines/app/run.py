@@ -1,0 +1,78 @@
+"""``ltr run``: the whole pipeline on one machine, each step run only when its output is not fresh.
+
+generate (unless ``--src``) -> ingest -> difficulty -> curricula and the grid (MLflow) -> report. The steps before
+training, their keys and freshness checks are declared in :mod:`pipelines.study.steps`; a second ``ltr run`` of the
+same config reuses every fresh output, resumes the grid from its checkpoints (a finished study trains 0 trees) and
+writes the report again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+from pipelines.core.config import Config
+from pipelines.core.layout import Layout
+
+log = logging.getLogger("ltr")
+
+
+def build_report(cfg: Config, tracker: Any, out: str, parent: str | None) -> dict[str, Any]:
+    """:func:`pipelines.report.build_report` with the config's ``report:`` and ``metric:`` settings."""
+    from pipelines.report import build_report as build
+
+    return build(
+        tracker,
+        out,
+        parent,
+        cfg.metric.name,
+        cfg.report.permutations,
+        cfg.report.seed,
+        cfg.report.table2_sizes,
+        n_boot=cfg.report.bootstrap,
+        risk_alphas=cfg.report.risk_alphas,
+        target_fraction=cfg.report.target_fraction,
+        difficulty=Layout.of(cfg).difficulty,
+        trec_depth=cfg.report.trec_depth,
+    )
+
+
+def run_study(cfg: Config, src: str | None = None) -> dict[str, Any]:
+    """Every step of the study in order (:data:`pipelines.study.steps.ORDER`, then training and the report); each
+    step before training runs only when its output is not fresh. Returns the grid's and the report's summaries."""
+    from pipelines.app.grid import run_grid
+    from pipelines.core.session import build_session
+    from pipelines.study import steps
+    from pipelines.tracking.runs import Tracker
+
+    layout = Layout.of(cfg)
+    t0 = time.perf_counter()
+    n = 6 if not src else 5
+    step = iter(range(1, n + 1))
+    if not src:
+        src = layout.letor
+        log.info("[%d/%d] generate %d MSLR-shaped queries -> %s", next(step), n, cfg.generate.queries, src)
+        steps.run_generate(cfg, src)
+    spark = build_session(cfg.spark)
+    data = layout.run_dataset  # `ltr run` never writes over a dataset named elsewhere (grid.data)
+    log.info("[%d/%d] ingest %s -> %s", next(step), n, src, data)
+    steps.run_ingest(spark, cfg, src, data)
+    difficulty = layout.difficulty  # where run_grid reads them (grid.difficulty, else <work_dir>/difficulty)
+    log.info("[%d/%d] difficulty scores -> %s", next(step), n, difficulty)
+    log.info("%s", steps.difficulty_state(cfg, data, difficulty).describe())
+    steps.ensure_difficulty(spark, cfg, data, difficulty)
+    log.info("[%d/%d] curricula and the grid (%s) -> MLflow", next(step), n, cfg.grid.experiment)
+    g = run_grid(spark, cfg, data=data)
+    out = layout.report
+    log.info("[%d/%d] report -> %s", next(step), n, out)
+    r = build_report(cfg, Tracker.for_config(cfg), out, g["parent_run_id"])
+    print(
+        f"\nDone in {time.perf_counter() - t0:.0f} s.\n"
+        f"  report:    {os.path.abspath(os.path.join(r['out'], 'report.html'))}\n"
+        f"  MLflow UI: mlflow ui --backend-store-uri {g['tracking_uri']}\n",
+        file=sys.stderr,
+    )
+    return {"grid": g, "report": r}
