@@ -555,7 +555,7 @@ class _StderrHandler(logging.StreamHandler):
     whoever calls :func:`main` in-process (pytest's capture, an Airflow task) may swap and close it later."""
 
     @property
-    def stream(self):  # type: ignore[override]
+    def stream(self):
         """``sys.stderr`` at the moment of the call."""
         return sys.stderr
 

@@ -179,7 +179,7 @@ def resolve_workers(spark: SparkSession, cfg: TrainConfig, parallel: int = 1) ->
         raise TrainError(f"--parallel must be >= 1, got {parallel}")
     check_barrier_conf(spark.sparkContext.getConf())
     slots = task_slots(spark)
-    local = is_local(spark.sparkContext.master)
+    local = is_local(spark.sparkContext.master or "")
     workers = cfg.workers or (1 if local else max(1, slots // parallel))
     if workers < 1:
         raise TrainError(f"--workers must be >= 1, got {workers}")
@@ -195,7 +195,7 @@ def resolve_workers(spark: SparkSession, cfg: TrainConfig, parallel: int = 1) ->
     elif local:  # one machine: share its cores among the workers
         nthread = max(1, int(spark.sparkContext.defaultParallelism) // (workers * parallel))
     else:
-        nthread = int(spark.conf.get("spark.task.cpus", "1"))  # a cluster: the cores of the task slot
+        nthread = int(spark.conf.get("spark.task.cpus", "1") or "1")  # a cluster: the cores of the task slot
     log.info(
         "training on %d workers x %d threads (%s; %d barrier task slots, %d parallel jobs)",
         workers,
@@ -285,8 +285,12 @@ def _check_queries(ctx, data: WorkerData) -> None:
 # ------------------------------------------------------------ training
 def driver_host(spark: SparkSession) -> str:
     """The address executors reach the driver at (loopback on a local master)."""
-    master = spark.sparkContext.master
-    return "127.0.0.1" if master.startswith("local") else spark.conf.get("spark.driver.host")
+    if (spark.sparkContext.master or "").startswith("local"):
+        return "127.0.0.1"
+    host = spark.conf.get("spark.driver.host")
+    if not host:
+        raise TrainError("spark.driver.host is not set: the executors cannot reach the driver's tracker")
+    return host
 
 
 def _start_tracker(spark: SparkSession, workers: int, timeout: int = 0) -> dict[str, Any]:

@@ -237,7 +237,7 @@ def _split(
         cur = None if data == "all" else data.split(".")[0]
         if cur is not None and cur not in ckeys and ckeys:
             raise PathError(f"no key for curriculum {cur!r} (curricula: {sorted(ckeys)})")
-        doc = {
+        doc: dict[str, Any] = {
             "parent": parent,
             "objective": obj,
             "data": data,

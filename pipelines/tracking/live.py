@@ -255,7 +255,7 @@ class LiveChildren:
     def _finish(self, e: _Live, r: PathResult) -> None:
         t, m = self.tracker, self.metric
         self._log_points(e, [[a, b, c] for a, b, c in zip(r.trees, r.vali, r.test, strict=True)])
-        final = {"trees": e.path.trees}
+        final: dict[str, float] = {"trees": float(e.path.trees)}
         for split, curve in (("vali", r.vali), ("test", r.test)):
             if curve and math.isfinite(curve[-1]):
                 final[f"final_{m}_{split}"] = curve[-1]

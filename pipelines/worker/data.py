@@ -118,13 +118,18 @@ class WorkerData:
 def encode(data: WorkerData, cuts: Cuts) -> WorkerData:
     """``data`` with every split's floats replaced by their bin codes (a new object: the caller's keeps its X)."""
 
-    def one(sp: SplitData | None) -> SplitData | None:
-        """``sp`` as codes: a new :class:`SplitData` without ``X``; ``sp`` itself when absent or already coded."""
-        if sp is None or sp.codes is not None:
+    def one(sp: SplitData) -> SplitData:
+        """``sp`` as codes: a new :class:`SplitData` without ``X``; ``sp`` itself when already coded."""
+        if sp.codes is not None:
             return sp
         return SplitData(None, sp.y, sp.qid, sp.doc, bin_codes(np.asarray(sp.X, np.float32), cuts))
 
-    return replace(data, train=one(data.train), vali=one(data.vali), test=one(data.test))
+    return replace(
+        data,
+        train=one(data.train),
+        vali=None if data.vali is None else one(data.vali),
+        test=None if data.test is None else one(data.test),
+    )
 
 
 # ------------------------------------------------------------ Arrow batches -> codes
@@ -317,6 +322,8 @@ class _CodesIter(xgb.DataIter):
             return False
         idx = self.rows[self.bounds[self.i] : self.bounds[self.i + 1]]
         sp = self.split
+        if sp.codes is None:
+            raise DataError("the training matrix is fed from bin codes; this split holds floats (bin it first)")
         input_data(data=decode(sp.codes, idx, self.reps), label=sp.y[idx], qid=sp.qid[idx])
         self.i += 1
         return True
