@@ -6,7 +6,8 @@ from __future__ import annotations
 import pyarrow.fs as pafs
 import pytest
 
-from pipelines.core.storage import atomic_file, put_atomic, rename_into_place, resolve, write_file_atomic
+from pipelines.core.storage import atomic_file, put_atomic, rename_into_place, write_file_atomic
+from udfs.uris import resolve, to_uri
 
 
 class NoRenameOver:
@@ -67,3 +68,9 @@ def test_resolve_takes_paths_and_uris(tmp_path):
     assert isinstance(fs, pafs.LocalFileSystem) and p == str(tmp_path)
     fs, p = resolve(f"file://{tmp_path}/x")
     assert isinstance(fs, pafs.LocalFileSystem) and p == f"{tmp_path}/x"
+
+
+def test_to_uri_makes_paths_absolute_and_keeps_uris(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert to_uri("a/b") == f"{tmp_path}/a/b"
+    assert to_uri("hdfs://nn:8020/x/") == "hdfs://nn:8020/x/"

@@ -15,7 +15,6 @@ Everything here is plain Python/numpy (numba kernels from
 from __future__ import annotations
 
 import logging
-import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -70,13 +69,6 @@ class ByteSource:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def to_uri(path: str) -> str:
-    """An absolute local path or URI accepted by ``pyarrow.fs.FileSystem.from_uri``."""
-    if "://" in path:
-        return path
-    return os.path.abspath(path)
 
 
 # ------------------------------------------------------------- boundaries

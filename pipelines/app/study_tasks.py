@@ -109,7 +109,7 @@ def _listing(src: str) -> list[list[Any]]:
     """(name relative to src, size, mtime in ns) of every file under ``src`` (a folder or one file)."""
     import pyarrow.fs as pafs
 
-    from udfs.letor_chunks import to_uri
+    from udfs.uris import to_uri
 
     fs, root = pafs.FileSystem.from_uri(to_uri(src))
     info = fs.get_file_info(root)
@@ -128,7 +128,7 @@ def ingest_key(study: dict[str, Any]) -> str:
     from pipelines.core.config import load_dataset_spec
     from pipelines.core.keys import ingest_key as key_of
     from pipelines.data.ingest import FORMAT_VERSION
-    from udfs.letor_chunks import to_uri
+    from udfs.uris import to_uri
 
     cfg = load_study_config(study)
     doc = {

@@ -1,6 +1,7 @@
-"""The filesystem module: URI handling, and the one atomic writer of files and of directories.
+"""The filesystem module: the one atomic writer of files and of directories.
 
-Paths may be local or any URI ``pyarrow.fs`` understands (:func:`resolve`). Two writers, one rule each:
+Paths may be local or any URI ``pyarrow.fs`` understands (:func:`udfs.uris.resolve`, the one place URIs are
+handled). Two writers, one rule each:
 
 * :func:`atomic_file` / :func:`write_file_atomic` / :func:`put_atomic`: one file written under a temporary
   name in its folder, then renamed into place (:func:`rename_into_place`: a local rename replaces the old
@@ -33,14 +34,9 @@ from typing import IO, Any, Protocol
 
 import pyarrow.fs as pafs
 
-from udfs.letor_chunks import to_uri
+from udfs.uris import resolve, to_uri
 
 log = logging.getLogger(__name__)
-
-
-def resolve(path: str) -> tuple[pafs.FileSystem, str]:
-    """The filesystem of ``path`` (a local path or a URI) and the path on it (no trailing ``/``)."""
-    return pafs.FileSystem.from_uri(to_uri(path.rstrip("/") or "/"))
 
 
 class FsRoot(Protocol):

@@ -44,8 +44,9 @@ from pipelines.core.storage import OutputError, atomic_output, delete_quietly
 from pipelines.data.dataset import MANIFEST, MSLR_ROTATION, QUARANTINE
 from udfs import schema
 from udfs.ingest_spark import run_chunk_tasks
-from udfs.letor_chunks import ChunkTask, plan_ranges, to_uri
+from udfs.letor_chunks import ChunkTask, plan_ranges
 from udfs.letor_parse import REASON_KEYS, LineSpec, row_hashes_sum
+from udfs.uris import to_uri
 
 log = logging.getLogger(__name__)
 

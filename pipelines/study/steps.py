@@ -15,7 +15,7 @@ from pipelines.data.dataset import DatasetError, open_dataset
 from pipelines.data.difficulty import SUMMARY as DIFFICULTY_SUMMARY
 from pipelines.data.difficulty import difficulty_inputs, run_difficulty, stored_summary
 from pipelines.study.design import curriculum_config, curriculum_inputs
-from udfs.letor_chunks import to_uri
+from udfs.uris import to_uri
 
 log = logging.getLogger(__name__)
 
