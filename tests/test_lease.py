@@ -262,6 +262,23 @@ def _checkpoint(store: CheckpointStore, tree: int, **kw) -> None:
     store.commit(KEY, tree, {"shards": 1}, **kw)
 
 
+def test_the_store_names_every_path_under_its_root_as_before(tmp_path):
+    """Every path under the checkpoint root comes from the store; the layout must not change (existing studies
+    resume): the same relative paths, byte for byte."""
+    root = str(tmp_path)
+    store = CheckpointStore(root + "/")
+    assert store.node_dir(KEY) == f"{root}/{KEY}"
+    assert store.node_dir(KEY, 40) == f"{root}/{KEY}/t000040"
+    assert store.segment_path(KEY, 0, 40) == f"{root}/{KEY}/trees-000000-000040.json"
+    assert store.lease_path(KEY) == f"{root}/{KEY}/_lease.json"
+    assert store.runs_lock("run123") == "_runs/run123"
+    assert store.lease_path(store.runs_lock("run123")) == f"{root}/_runs/run123/_lease.json"
+    assert store.cuts_path("cutskey") == f"{root}/_cuts/cutskey.npz"
+    assert store.plan_record_path("exp", 2) == f"{root}/_plans/92995afad568-fold2.json"  # sha256('"exp"')[:12]
+    with hold(store, [store.runs_lock("run123")], "lock", heartbeat=False):
+        assert (tmp_path / "_runs" / "run123" / LEASE).is_file()
+
+
 def test_files_are_written_whole_and_read_back(tmp_path):
     store = CheckpointStore(str(tmp_path))
     _checkpoint(store, 2)

@@ -44,10 +44,15 @@ log = logging.getLogger(__name__)
 
 
 class FsRoot(Protocol):
-    """A folder on a filesystem: what the lease needs of the checkpoint store (its filesystem and path)."""
+    """A folder on a filesystem: what the lease needs of the checkpoint store (its filesystem, its path, and
+    where the lease of a key lies: :meth:`pipelines.store.checkpoints.CheckpointStore.lease_path`)."""
 
     fs: pafs.FileSystem
     path: str
+
+    def lease_path(self, key: str) -> str:
+        """The lease file of ``key``, a path on ``fs``."""
+        ...
 
 
 @contextmanager

@@ -171,7 +171,7 @@ def _local(root: FsRoot) -> bool:
 
 
 def _path(root: FsRoot, key: str) -> str:
-    return f"{root.path}/{key}/{LEASE}"
+    return root.lease_path(key)  # the checkpoint store names every path under its root
 
 
 def _aside(path: str, why: str) -> str:
