@@ -8,7 +8,7 @@ handled). Two writers, one rule each:
   :func:`udfs.atomic.rename_into_place`, the one atomic file writer, which ``udfs`` shares with this module:
   a local rename replaces the old file; HDFS does not rename onto an existing file, so there the old one is
   deleted first, or kept when ``replace=False``; on object stores the rename is a copy of a whole object).
-  Checkpoints, cuts, run records, the generated LETOR files, ``ltr pack``'s archive and the
+  Checkpoints, cuts, run records, lease renewals, the generated LETOR files, ``ltr pack``'s archive and the
   DAG's ingest record go through it, and so do the ingest's Parquet parts (:mod:`udfs.letor_chunks`).
 * :func:`atomic_output`: a directory output (below).
 

@@ -34,8 +34,9 @@ Atomicity
   ``os.open(O_CREAT | O_EXCL)`` is used). An expired lease is first renamed
   away to a unique name (of two racing processes only one rename succeeds),
   checked to be still expired (else it is put back), then the lease is created
-  exclusively. Renewal writes a temporary file and ``os.replace``-s it after
-  checking the lease is still ours. Left: a window of microseconds between that
+  exclusively. Renewal writes the lease whole after checking it is still
+  ours (:func:`pipelines.core.storage.put_atomic`: a temporary file renamed
+  over it, on every filesystem). Left: a window of microseconds between that
   check and the replace in which an owner already late by ``2/3 ttl`` could
   overwrite its successor's fresh lease; the successor then gets
   :class:`LeaseLost` at its next renewal, and commits stay fenced by the token.
@@ -43,7 +44,10 @@ Atomicity
   ``pyarrow.fs`` has no exclusive create (HDFS ``create(overwrite=False)`` and
   S3 conditional puts are not exposed) and no atomic rename-over, so a lease is
   written, left to settle for :data:`SETTLE_S` seconds and read back: of racing
-  writers only the one whose write landed last sees its own token. A writer
+  writers only the one whose write landed last sees its own token. A renewal is
+  written whole, as on local filesystems (on HDFS, which does not rename onto a
+  file, the old lease is deleted just before the rename: a reader that finds no
+  lease then reads again). A writer
   slower than the settle delay can still overwrite a lease already verified;
   the token fence on commits then keeps the loser from committing.
 """
@@ -64,7 +68,7 @@ from dataclasses import asdict, dataclass
 
 import pyarrow.fs as pafs
 
-from pipelines.core.storage import FsRoot
+from pipelines.core.storage import FsRoot, put_atomic
 
 log = logging.getLogger(__name__)
 
@@ -349,13 +353,7 @@ class Lease:
             if cur is None or cur.token != self.token:
                 raise LeaseLost(self.key, cur, "while renewing it")
             info = _record(self.key, self.token, self.info.desc, self.info.ttl, taken=self.info.taken)
-            if _local(self.root):
-                tmp = _aside(path, "tmp")
-                with open(tmp, "wb") as f:
-                    f.write(_bytes(info))
-                os.replace(tmp, path)
-            else:
-                _write_remote(self.root, path, info)
+            put_atomic(self.root.fs, path, _bytes(info))  # a reader sees the old lease or the new one
             self.info = info
 
     def release(self) -> None:
