@@ -189,6 +189,32 @@ def test_a_killed_owner_on_this_host_is_taken_over_at_once(tmp_path, caplog):
     new.release()
 
 
+def test_a_zombie_owner_on_this_host_is_taken_over_at_once(tmp_path):
+    """An owner that has exited but is not reaped yet (a zombie: its parent has not waited for it) runs no code
+    and holds nothing: its lease is taken over at once, like a gone owner's (:func:`pipelines.core.proctree.alive`)."""
+    store = CheckpointStore(str(tmp_path))
+    out = SPAWN.Queue()
+    child = SPAWN.Process(target=_holder, args=(str(tmp_path), 600.0, out))
+    child.start()
+    out.get(timeout=30)
+    os.kill(child.pid, signal.SIGKILL)  # not joined: a zombie until child.join()
+    try:
+        deadline = time.monotonic() + 20
+        while _state(child.pid) != "Z":
+            assert time.monotonic() < deadline, f"pid {child.pid} did not become a zombie"
+            time.sleep(0.02)
+        new = acquire(store, KEY, "successor", wait=0)  # its ttl has 10 minutes left
+        assert new.check()
+        new.release()
+    finally:
+        child.join(10)
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
 # -- holding several nodes -----------------------------------------------------
 def test_heartbeat_keeps_leases_alive_beyond_their_ttl(tmp_path):
     store = CheckpointStore(str(tmp_path))

@@ -14,13 +14,14 @@ heartbeat; :func:`hold` renews it from a daemon thread every ``ttl / 3``
 seconds, so only a dead or stuck owner lets it expire, and an expired lease is
 taken over by the next process that asks (with a warning naming the old owner).
 An owner that ran on this machine (same host name, boot id and pid namespace:
-``machine``) and whose pid is gone counts as expired at once: a killed driver's
-retry does not wait out the ttl. An owner that was presumed dead finds out at
-its next :meth:`Lease.renew` (:class:`LeaseLost`), and its workers cannot write:
-shards, segments and the commit of a checkpoint are fenced by the token
-(``lease_token=`` of :class:`pipelines.store.checkpoints.CheckpointStore`'s writers),
-which is what keeps a late writer out in the end, but for a window: the check
-and the write after it are not one atomic step.
+``machine``) and whose pid is gone, or a zombie (:func:`pipelines.core.proctree.alive`),
+counts as expired at once: a killed driver's retry does not wait out the ttl.
+An owner that was presumed dead finds out at its next :meth:`Lease.renew`
+(:class:`LeaseLost`), and its workers cannot write: shards, segments and the
+commit of a checkpoint are fenced by the token (``lease_token=`` of
+:class:`pipelines.store.checkpoints.CheckpointStore`'s writers), which is what
+keeps a late writer out in the end, but for a window: the check and the write
+after it are not one atomic step.
 
 Expiry compares ``time.time()`` of different hosts: their clocks must agree to
 well within ``ttl`` (NTP does).
@@ -68,6 +69,7 @@ from dataclasses import asdict, dataclass
 
 import pyarrow.fs as pafs
 
+from pipelines.core.proctree import alive
 from pipelines.core.storage import FsRoot, put_atomic
 
 log = logging.getLogger(__name__)
@@ -94,16 +96,11 @@ def _machine() -> str:
 
 def _dead_here(host: str, pid: int, machine: str) -> bool:
     """Whether ``pid`` is of this machine and pid namespace (same host name, boot id and namespace) and no
-    longer runs. Where the machine is unknown (not Linux, an older lease file) only the ttl counts."""
+    longer runs (:func:`pipelines.core.proctree.alive`: gone, or a zombie not yet reaped by its parent). Where
+    the machine is unknown (not Linux, an older lease file) only the ttl counts."""
     if host != socket.gethostname() or pid <= 0 or not machine or machine != _machine():
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # alive, another user's
-        return False
-    return False
+    return not alive(pid)
 
 
 def _when(t: float) -> str:
