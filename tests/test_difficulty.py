@@ -13,8 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines.core.config import DifficultyConfig
+from pipelines.core.keys import rows_fingerprint
 from pipelines.data.dataset import DatasetError, open_dataset
-from pipelines.data.difficulty import Roles, difficulty_scores, resolve_roles
+from pipelines.data.difficulty import Roles, content_fingerprint, difficulty_scores, resolve_roles
 from udfs import schema
 from udfs.difficulty import DIFFICULTY_DDL, difficulty_frame, difficulty_one_query
 from udfs.metrics import NdcgSpec
@@ -179,3 +180,20 @@ def test_feature_flags_and_config_checked_before_spark(tmp_path, capsys, monkeyp
         r"id >= 1, or 0 for the dataset's, got -2",
     ):
         DifficultyConfig(pagerank_feature=-2)
+
+
+def test_rows_fingerprint_is_the_recorded_formula():
+    """The value is recorded in every difficulty summary and curriculum: it must never change."""
+    assert rows_fingerprint(3, 10, 20) == "sha256:a5e4389c35aa0641"  # sha256("3:10:20")[:16]
+    assert rows_fingerprint(0, None, None) == "sha256:e8ca2bd51293d64a"  # no row: the sums are NULL, read as 0
+
+
+def test_content_fingerprint_is_unchanged_and_order_independent(spark):
+    """Values recorded before the hashing moved to ``keys`` (the same rows, any partitioning)."""
+    df = spark.createDataFrame(
+        [("S1", 1, 2, 0.5), ("S1", 2, 0, -1.25), ("S2", 7, 4, 3.0)],
+        "subset string, qid int, n_docs int, ndcg_bm25 double",
+    )
+    assert content_fingerprint(df) == "sha256:39fee70a00b25aee"
+    assert content_fingerprint(df.repartition(3)) == "sha256:39fee70a00b25aee"
+    assert content_fingerprint(df.limit(0)) == "sha256:e8ca2bd51293d64a"

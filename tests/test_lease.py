@@ -189,6 +189,32 @@ def test_a_killed_owner_on_this_host_is_taken_over_at_once(tmp_path, caplog):
     new.release()
 
 
+def test_a_zombie_owner_on_this_host_is_taken_over_at_once(tmp_path):
+    """An owner that has exited but is not reaped yet (a zombie: its parent has not waited for it) runs no code
+    and holds nothing: its lease is taken over at once, like a gone owner's (:func:`pipelines.core.proctree.alive`)."""
+    store = CheckpointStore(str(tmp_path))
+    out = SPAWN.Queue()
+    child = SPAWN.Process(target=_holder, args=(str(tmp_path), 600.0, out))
+    child.start()
+    out.get(timeout=30)
+    os.kill(child.pid, signal.SIGKILL)  # not joined: a zombie until child.join()
+    try:
+        deadline = time.monotonic() + 20
+        while _state(child.pid) != "Z":
+            assert time.monotonic() < deadline, f"pid {child.pid} did not become a zombie"
+            time.sleep(0.02)
+        new = acquire(store, KEY, "successor", wait=0)  # its ttl has 10 minutes left
+        assert new.check()
+        new.release()
+    finally:
+        child.join(10)
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
 # -- holding several nodes -----------------------------------------------------
 def test_heartbeat_keeps_leases_alive_beyond_their_ttl(tmp_path):
     store = CheckpointStore(str(tmp_path))
@@ -260,6 +286,23 @@ def _checkpoint(store: CheckpointStore, tree: int, **kw) -> None:
     store.write_shard(KEY, tree, 0, _arrays(tree + 3))
     store.write_segment(KEY, 0, tree, b'{"trees": %d}' % tree)
     store.commit(KEY, tree, {"shards": 1}, **kw)
+
+
+def test_the_store_names_every_path_under_its_root_as_before(tmp_path):
+    """Every path under the checkpoint root comes from the store; the layout must not change (existing studies
+    resume): the same relative paths, byte for byte."""
+    root = str(tmp_path)
+    store = CheckpointStore(root + "/")
+    assert store.node_dir(KEY) == f"{root}/{KEY}"
+    assert store.node_dir(KEY, 40) == f"{root}/{KEY}/t000040"
+    assert store.segment_path(KEY, 0, 40) == f"{root}/{KEY}/trees-000000-000040.json"
+    assert store.lease_path(KEY) == f"{root}/{KEY}/_lease.json"
+    assert store.runs_lock("run123") == "_runs/run123"
+    assert store.lease_path(store.runs_lock("run123")) == f"{root}/_runs/run123/_lease.json"
+    assert store.cuts_path("cutskey") == f"{root}/_cuts/cutskey.npz"
+    assert store.plan_record_path("exp", 2) == f"{root}/_plans/92995afad568-fold2.json"  # sha256('"exp"')[:12]
+    with hold(store, [store.runs_lock("run123")], "lock", heartbeat=False):
+        assert (tmp_path / "_runs" / "run123" / LEASE).is_file()
 
 
 def test_files_are_written_whole_and_read_back(tmp_path):

@@ -144,3 +144,18 @@ def test_from_now_on_leaves_what_the_root_had_started_before():
             if p.poll() is None:
                 p.kill()
             p.wait()
+
+
+def test_alive_counts_a_zombie_as_dead():
+    """A process that has exited but is not reaped yet (a zombie) is not alive; nor is one that is gone. The
+    lease's "is the owner dead?" (:mod:`pipelines.store.lease`) and the kills here share this one check."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        _wait(lambda: open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z")
+        assert os.path.exists(f"/proc/{proc.pid}")  # still there, as a zombie
+        assert not alive(proc.pid)
+    finally:
+        proc.wait()
+    assert not alive(proc.pid)  # reaped: gone
+    assert alive(os.getpid()) and alive(1)  # ours, and another user's (init)
+    assert not alive(0) and not alive(-1)

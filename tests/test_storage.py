@@ -1,12 +1,20 @@
-"""pipelines.core.storage: the one atomic file writer (no Spark). Object stores and HDFS are stood in for by a
-filesystem that, like HDFS, refuses to rename onto an existing file."""
+"""The one atomic file writer (:mod:`udfs.atomic`, which :mod:`pipelines.core.storage` and the ingest's chunk
+writer build on) and the one URI helper (:mod:`udfs.uris`); no Spark. Object stores and HDFS are stood in for by
+a filesystem that, like HDFS, refuses to rename onto an existing file."""
 
 from __future__ import annotations
 
+import types
+
+import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 import pytest
 
-from pipelines.core.storage import atomic_file, put_atomic, rename_into_place, resolve, write_file_atomic
+from pipelines.core.storage import atomic_file, put_atomic, rename_into_place, write_file_atomic
+from udfs import letor_chunks
+from udfs.atomic import atomic_stream
+from udfs.uris import resolve, to_uri
 
 
 class NoRenameOver:
@@ -67,3 +75,36 @@ def test_resolve_takes_paths_and_uris(tmp_path):
     assert isinstance(fs, pafs.LocalFileSystem) and p == str(tmp_path)
     fs, p = resolve(f"file://{tmp_path}/x")
     assert isinstance(fs, pafs.LocalFileSystem) and p == f"{tmp_path}/x"
+
+
+def test_to_uri_makes_paths_absolute_and_keeps_uris(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert to_uri("a/b") == f"{tmp_path}/a/b"
+    assert to_uri("hdfs://nn:8020/x/") == "hdfs://nn:8020/x/"
+
+
+def test_atomic_stream_renames_onto_an_existing_file_where_the_filesystem_refuses(tmp_path):
+    fs = NoRenameOver()
+    target = str(tmp_path / "d" / "part-000000.parquet")
+    for data in (b"first attempt", b"retried attempt"):
+        with atomic_stream(fs, target) as f:
+            f.write(data)
+    assert (tmp_path / "d" / "part-000000.parquet").read_bytes() == b"retried attempt"
+    assert [p.name for p in (tmp_path / "d").iterdir()] == ["part-000000.parquet"]
+    assert fs.moves == 3  # the first move, the refused one, the one after deleting the old file
+
+
+def test_a_retried_ingest_task_replaces_its_part_on_a_filesystem_that_does_not_rename_over(tmp_path, monkeypatch):
+    """The chunk writer's part names are deterministic: a retried task writes the name its first attempt wrote.
+    On HDFS the move onto it fails; the shared writer deletes the old part first."""
+    fs = NoRenameOver()
+    monkeypatch.setattr(
+        letor_chunks, "pafs", types.SimpleNamespace(FileSystem=types.SimpleNamespace(from_uri=lambda u: (fs, u)))
+    )
+    out = str(tmp_path / "subset=S1")
+    letor_chunks._write_atomic(pa.table({"qid": [1]}), out, "part-000007.parquet", "zstd")
+    got = letor_chunks._write_atomic(pa.table({"qid": [2, 3]}), out, "part-000007.parquet", "zstd")
+    assert got == f"{out}/part-000007.parquet"
+    assert pq.read_table(got).column("qid").to_pylist() == [2, 3]
+    assert [p.name for p in (tmp_path / "subset=S1").iterdir()] == ["part-000007.parquet"]
+    assert fs.moves == 3

@@ -11,8 +11,9 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 
+from pipelines.core.config import load_config
 from pipelines.core.layout import mlflow_uri
-from pipelines.tracking.runs import TAG_CHILD_KEY, TAG_PARENT, Tracker
+from pipelines.tracking.runs import TAG_CHILD_KEY, TAG_PARENT, Tracker, sqlite_path, tracking_uri
 
 WRITERS = 3
 CHECKPOINTS = 8
@@ -89,3 +90,12 @@ def test_concurrent_tasks_stream_curves_into_one_store(tmp_path):
     results = _run_writers(uri, artifacts)
     assert {p for _, p, _ in results} == {parent}
     _check(uri, artifacts, results)
+
+
+def test_the_tracking_uri_and_the_sqlite_path_are_decided_once(tmp_path):
+    """``tracking.uri``, else the work directory's SQLite store; the report's store check reads the same."""
+    cfg = load_config(None, [f"work_dir={tmp_path}"])
+    assert tracking_uri(cfg) == f"sqlite:///{tmp_path}/mlflow.db"
+    assert sqlite_path(tracking_uri(cfg)) == f"{tmp_path}/mlflow.db"
+    cfg = load_config(None, [f"work_dir={tmp_path}", "tracking.uri=http://mlflow:5000"])
+    assert tracking_uri(cfg) == "http://mlflow:5000" and sqlite_path(tracking_uri(cfg)) == ""

@@ -15,9 +15,7 @@ Everything here is plain Python/numpy (numba kernels from
 from __future__ import annotations
 
 import logging
-import os
 import time
-import uuid
 from dataclasses import dataclass
 
 import numba
@@ -27,6 +25,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from udfs import schema
+from udfs.atomic import atomic_stream
 from udfs.letor_parse import (
     REASON_KEYS,
     LineSpec,
@@ -70,13 +69,6 @@ class ByteSource:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def to_uri(path: str) -> str:
-    """An absolute local path or URI accepted by ``pyarrow.fs.FileSystem.from_uri``."""
-    if "://" in path:
-        return path
-    return os.path.abspath(path)
 
 
 # ------------------------------------------------------------- boundaries
@@ -269,23 +261,21 @@ def rows_table(qid: np.ndarray, label: np.ndarray, doc: np.ndarray, X: np.ndarra
 
 
 def _write_atomic(table: pa.Table, dir_uri: str, name: str, compression: str) -> str:
-    """Write ``table`` to ``dir_uri/name`` via a temporary name and a rename, so a retried
-    or killed task never leaves a half-written file under the final name."""
+    """Write ``table`` to ``dir_uri/name`` whole (:func:`udfs.atomic.atomic_stream`: a temporary name, then a
+    rename), so a retried or killed task never leaves a half-written file under the final name, and a retried
+    task replaces the file of the attempt before it (also on HDFS, which does not rename onto a file)."""
     fs, path = pafs.FileSystem.from_uri(dir_uri)
-    fs.create_dir(path, recursive=True)
-    tmp = f"{path}/.{name}.{uuid.uuid4().hex}.tmp"
-    # No dictionary encoding: float features rarely repeat; it made writing slower and the files
-    # larger on MSLR-shaped data (benchmarks/RESULTS.md, "Figures moved out of the code").
-    pq.write_table(
-        table,
-        tmp,
-        filesystem=fs,
-        compression=compression,
-        use_dictionary=False,
-        row_group_size=max(table.num_rows, 1),
-        write_statistics=True,
-    )
-    fs.move(tmp, f"{path}/{name}")
+    with atomic_stream(fs, f"{path}/{name}") as f:
+        # No dictionary encoding: float features rarely repeat; it made writing slower and the files
+        # larger on MSLR-shaped data (benchmarks/RESULTS.md, "Figures moved out of the code").
+        pq.write_table(
+            table,
+            f,
+            compression=compression,
+            use_dictionary=False,
+            row_group_size=max(table.num_rows, 1),
+            write_statistics=True,
+        )
     return f"{path}/{name}"
 
 

@@ -454,3 +454,23 @@ def differences(old: Mapping[str, Any], new: Mapping[str, Any], limit: int = 6) 
 def _short(v: Any) -> str:
     s = json.dumps(v, sort_keys=True, default=str)
     return s if len(s) <= 40 else s[:37] + "..."
+
+
+# ------------------------------------------------------------ fingerprints of contents
+def rows_fingerprint(n: int, lo: int | None, hi: int | None) -> str:
+    """The fingerprint of a table's rows from its order-independent sums (what
+    :func:`pipelines.data.difficulty.content_fingerprint` aggregates in Spark).
+
+    Parameters
+    ----------
+    n
+        The row count.
+    lo, hi
+        The sums over the rows of the low and of the high 32 bits of each row's xxhash64 (None: no row).
+
+    Returns
+    -------
+    str
+        ``sha256:`` + the first 16 hex digits of the sha256 of ``"<n>:<lo>:<hi>"`` (None read as 0).
+    """
+    return "sha256:" + hashlib.sha256(f"{n}:{lo or 0}:{hi or 0}".encode()).hexdigest()[:16]

@@ -81,10 +81,48 @@ def tree_pids(root: int) -> list[int]:
     return sorted(_below({root}, processes()))
 
 
+#: The states of a process that has exited (``/proc/<pid>/stat``): zombie, dead.
+_EXITED = ("Z", "X")
+
+
+def _state(pid: int) -> str | None:
+    """The state letter of ``pid`` in ``/proc/<pid>/stat``: ``X`` once it is gone (reaped), None where it
+    cannot be read (no ``/proc``: not Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "X" if os.path.isdir("/proc/self") else None
+    except (OSError, IndexError):
+        return None
+
+
 def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, dead but not yet reaped by its parent, does not)."""
-    p = _read(pid)
-    return p is not None and p.state not in ("Z", "X")
+    """Whether process ``pid`` of this machine runs: the one liveness check of the project (the process-tree
+    kills here, and the lease's "is the owner on this machine dead?", :mod:`pipelines.store.lease`).
+
+    Parameters
+    ----------
+    pid
+        A process id (0 or less: no process, False).
+
+    Returns
+    -------
+    bool
+        False for a pid that does not exist and for a zombie (``Z``) or dead (``X``) process: a zombie has
+        exited and is only waiting to be reaped by its parent, so it runs no code and holds nothing. True for
+        any other process, another user's included (``os.kill`` says it exists; its state, where ``/proc``
+        cannot be read, e.g. not on Linux, is taken to be running).
+    """
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists: another user's
+        pass
+    return _state(pid) not in _EXITED
 
 
 def signal_pids(pids: Iterable[int], sig: int) -> None:
@@ -164,7 +202,7 @@ class ProcessTree:
         return {
             pid
             for pid, start in self.seen.items()
-            if pid in procs and procs[pid].start == start and procs[pid].state not in ("Z", "X")
+            if pid in procs and procs[pid].start == start and procs[pid].state not in _EXITED
         }
 
     def kill(self, timeout: float = 30.0) -> set[int]:

@@ -1,16 +1,19 @@
-"""The filesystem module: URI handling, and the one atomic writer of files and of directories.
+"""The filesystem module: the atomic writers of files and of directories.
 
-Paths may be local or any URI ``pyarrow.fs`` understands (:func:`resolve`). Two writers, one rule each:
+Paths may be local or any URI ``pyarrow.fs`` understands (:func:`udfs.uris.resolve`, the one place URIs are
+handled). Two writers, one rule each:
 
 * :func:`atomic_file` / :func:`write_file_atomic` / :func:`put_atomic`: one file written under a temporary
-  name in its folder, then renamed into place (:func:`rename_into_place`: a local rename replaces the old
-  file; HDFS does not rename onto an existing file, so there the old one is deleted first, or kept when
-  ``replace=False``; on object stores the rename is a copy of a whole object). Checkpoints, cuts, run
-  records, the generated LETOR files, ``ltr pack``'s archive and the DAG's ingest record go through it.
+  name in its folder, then renamed into place (:func:`udfs.atomic.atomic_stream` and
+  :func:`udfs.atomic.rename_into_place`, the one atomic file writer, which ``udfs`` shares with this module:
+  a local rename replaces the old file; HDFS does not rename onto an existing file, so there the old one is
+  deleted first, or kept when ``replace=False``; on object stores the rename is a copy of a whole object).
+  Checkpoints, cuts, run records, lease renewals, the generated LETOR files, ``ltr pack``'s archive and the
+  DAG's ingest record go through it, and so do the ingest's Parquet parts (:mod:`udfs.letor_chunks`).
 * :func:`atomic_output`: a directory output (below).
 
 Apart on purpose: the lease's exclusive create (:mod:`pipelines.store.lease`, which needs ``O_EXCL``, not a
-rename) and ``udfs/letor_chunks``' writer (``udfs`` does not import ``pipelines``).
+rename).
 
 Atomic directory outputs: write to a hidden temporary directory, then rename into place.
 Every step that writes a directory (a dataset, difficulty scores, a curriculum,
@@ -34,63 +37,34 @@ from typing import IO, Any, Protocol
 import pyarrow.fs as pafs
 
 from pipelines.core.errors import UserError
-from udfs.letor_chunks import to_uri
+from udfs.atomic import atomic_stream
+from udfs.atomic import rename_into_place as rename_into_place  # re-exported: the one rename
+from udfs.uris import resolve, to_uri
 
 log = logging.getLogger(__name__)
 
 
-def resolve(path: str) -> tuple[pafs.FileSystem, str]:
-    """The filesystem of ``path`` (a local path or a URI) and the path on it (no trailing ``/``)."""
-    return pafs.FileSystem.from_uri(to_uri(path.rstrip("/") or "/"))
-
-
 class FsRoot(Protocol):
-    """A folder on a filesystem: what the lease needs of the checkpoint store (its filesystem and path)."""
+    """A folder on a filesystem: what the lease needs of the checkpoint store (its filesystem, its path, and
+    where the lease of a key lies: :meth:`pipelines.store.checkpoints.CheckpointStore.lease_path`)."""
 
     fs: pafs.FileSystem
     path: str
 
-
-def rename_into_place(fs: pafs.FileSystem, tmp: str, path: str, *, replace: bool = True) -> None:
-    """Move the finished file ``tmp`` to ``path``. Where the filesystem does not rename onto an existing file
-    (HDFS), the existing one is deleted first (``replace``) or kept and ``tmp`` removed (``not replace``: two
-    writers of the same bytes, such as two processes computing a fold's cuts)."""
-    try:
-        fs.move(tmp, path)  # replaces ``path`` on local filesystems (rename) and object stores (a copy)
-    except OSError:
-        if fs.get_file_info(path).type != pafs.FileType.File:
-            raise
-        if replace:  # a crashed attempt's file, or an older record
-            fs.delete_file(path)
-            fs.move(tmp, path)
-        else:
-            fs.delete_file(tmp)
-
-
-def _discard(fs: pafs.FileSystem, path: str) -> None:
-    try:
-        fs.delete_file(path)
-    except OSError:
-        pass
+    def lease_path(self, key: str) -> str:
+        """The lease file of ``key``, a path on ``fs``."""
+        ...
 
 
 @contextmanager
 def atomic_file(path: str, *, replace: bool = True, fs: pafs.FileSystem | None = None) -> Iterator[IO[bytes]]:
     """A binary stream to write ``path`` (local path or URI; with ``fs``, a path on that filesystem) whole: a
     reader sees the old content or the new, never a part. Its folder is created; on an error nothing is left
-    (the temporary file is removed) and the old file stays."""
+    (the temporary file is removed) and the old file stays (:func:`udfs.atomic.atomic_stream`)."""
     if fs is None:
         fs, path = resolve(path)
-    parent, name = path.rsplit("/", 1)
-    fs.create_dir(parent, recursive=True)
-    tmp = f"{parent}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
-    try:
-        with fs.open_output_stream(tmp) as f:
-            yield f
-        rename_into_place(fs, tmp, path, replace=replace)
-    except BaseException:
-        _discard(fs, tmp)
-        raise
+    with atomic_stream(fs, path, replace=replace) as f:
+        yield f
 
 
 def write_file_atomic(path: str, data: bytes, *, replace: bool = True) -> None:

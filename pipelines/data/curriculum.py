@@ -61,7 +61,7 @@ from pipelines.data.dataset import MANIFEST, Dataset, DatasetError, load_split, 
 from pipelines.data.difficulty import SUMMARY as DIFFICULTY_SUMMARY
 from udfs import schema
 from udfs.curriculum import assign_first_stage, easiest_first, pacing_shares, stage_sizes, two_stage_shares
-from udfs.letor_chunks import to_uri
+from udfs.uris import to_uri
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from pipelines.core.errors import UserError, crosses_tasks
 from pipelines.core.storage import read_json
 from udfs import schema
-from udfs.letor_chunks import to_uri
+from udfs.uris import to_uri
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,6 @@ the MSLR rotation every query appears once; a dataset stored
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from dataclasses import asdict, dataclass
@@ -26,7 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipelines.core.config import DifficultyConfig
-from pipelines.core.keys import difficulty_key
+from pipelines.core.keys import difficulty_key, rows_fingerprint
 from pipelines.core.storage import atomic_output
 from pipelines.data.dataset import Dataset, DatasetError, open_dataset
 from udfs import schema
@@ -92,15 +91,18 @@ def stored_summary(path: str, key: str) -> dict[str, Any] | None:
 
 def content_fingerprint(scores: DataFrame) -> str:
     """An order-independent fingerprint of the rows themselves: the row count and two sums of each
-    row's xxhash64 (its low and high 32 bits, so no sum can overflow). Curricula record the
-    fingerprint of the scores they were built from."""
+    row's xxhash64 (its low and high 32 bits, so no sum can overflow), hashed by
+    :func:`pipelines.core.keys.rows_fingerprint`. Curricula record the fingerprint of the scores they were
+    built from."""
     h = F.xxhash64(*[F.col(c) for c in sorted(scores.columns)])
     r = scores.agg(
         F.count("*").alias("n"),
         F.sum(h.bitwiseAND(F.lit(0xFFFFFFFF))).alias("lo"),
         F.sum(F.shiftright(h, 32)).alias("hi"),
     ).first()
-    return "sha256:" + hashlib.sha256(f"{r['n']}:{r['lo'] or 0}:{r['hi'] or 0}".encode()).hexdigest()[:16]
+    if r is None:  # a global aggregate has one row, even over no rows
+        raise RuntimeError("internal error: the fingerprint's aggregate returned no row")
+    return rows_fingerprint(r["n"], r["lo"], r["hi"])
 
 
 def difficulty_scores(spark: SparkSession, ds: Dataset, roles: Roles, spec: NdcgSpec) -> DataFrame:

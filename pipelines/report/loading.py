@@ -9,7 +9,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.core.layout import mlflow_uri
 from pipelines.report.records import Record, ReportError, label_of
 from pipelines.report.tables import order_systems
 from pipelines.tracking.runs import (
@@ -22,6 +21,8 @@ from pipelines.tracking.runs import (
     TAG_SWITCH,
     Tracker,
     UnknownExperiment,
+    sqlite_path,
+    tracking_uri,
 )
 
 log = logging.getLogger(__name__)
@@ -72,18 +73,17 @@ class GridState:
 
 
 def _ensure_store(uri: str) -> None:
-    if uri.startswith("sqlite:///"):
-        path = uri[len("sqlite:///") :]
-        if not os.path.exists(path):
-            raise ReportError(
-                f"no MLflow tracking database {path}: run `ltr grid` first, or point the report at "
-                "the grid's store (work_dir, or tracking.uri)"
-            )
+    path = sqlite_path(uri)
+    if path and not os.path.exists(path):
+        raise ReportError(
+            f"no MLflow tracking database {path}: run `ltr grid` first, or point the report at "
+            "the grid's store (work_dir, or tracking.uri)"
+        )
 
 
 def open_tracker(cfg: Any, experiment: str | None = None) -> Tracker:
     """The report's tracker: an existing experiment only (default ``grid.experiment``), never a new one."""
-    _ensure_store(cfg.tracking.uri or mlflow_uri(cfg.work_dir))
+    _ensure_store(tracking_uri(cfg))
     try:
         return Tracker.for_config(cfg, experiment, create=False)
     except UnknownExperiment as e:

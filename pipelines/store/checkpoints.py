@@ -2,7 +2,8 @@
 
 Layout under the store's root (a local path or any URI ``pyarrow.fs`` reads,
 e.g. ``hdfs://`` or ``s3://``; on a cluster it must be storage that every
-executor and the driver reach)::
+executor and the driver reach). :class:`CheckpointStore` is the one place that
+names a path under it (its "layout" methods); other modules ask it::
 
     ROOT/<node key>/_lease.json                one writer per node (:mod:`pipelines.store.lease`)
                    /trees-000000-000040.json   the trees of one segment (XGBoost JSON; rank 0)
@@ -11,6 +12,9 @@ executor and the driver reach)::
                                                distributions, rank 0's seconds so far ("cost");
                                                written last: the commit point
                    /.<name>.<uuid8>.tmp        a file being written (shard, segment, meta)
+    ROOT/_cuts/<cuts key>.npz                  a fold's histogram cuts (:mod:`pipelines.store.cuts`)
+    ROOT/_runs/<name>/_lease.json              the lock of a study's MLflow runs (:mod:`pipelines.tracking.live`)
+    ROOT/_plans/<digest>-fold<f>.json          a fold's plan record (:mod:`pipelines.study.design`)
 
 Every file is written under a temporary name (``.shard-00000.npz.1a2b3c4d.tmp``)
 in its directory and renamed into place, so a reader never sees a half-written
@@ -44,13 +48,18 @@ from typing import Any
 import numpy as np
 import pyarrow.fs as pafs
 
+from pipelines.core import keys
 from pipelines.core.errors import LtrError
-from pipelines.core.storage import put_atomic, resolve
-from pipelines.store.lease import verify_token
+from pipelines.core.storage import put_atomic
+from pipelines.store.lease import LEASE, verify_token
+from udfs.uris import resolve
 
 log = logging.getLogger(__name__)
 
 MARKER = "_checkpoint.json"
+CUTS_DIR = "_cuts"  # beside the nodes: ``_cuts/<key>.npz``
+RUNS_DIR = "_runs"  # beside the nodes: ``_runs/<name>/_lease.json``
+PLANS_DIR = "_plans"  # beside the nodes: ``_plans/<digest>-fold<f>.json``
 _TREE_DIR = re.compile(r"t(\d{6,})$")
 
 
@@ -68,18 +77,45 @@ class CheckpointStore:
     def __reduce__(self) -> tuple[Any, ...]:  # pickled into Spark tasks by its root only
         return (CheckpointStore, (self.root,))
 
-    def _dir(self, key: str, tree: int | None = None) -> str:
+    # -- layout: every path under the root is named here --------------------
+    def node_dir(self, key: str, tree: int | None = None) -> str:
+        """The folder of node ``key`` (``ROOT/<key>``), or of its checkpoint at tree ``tree``
+        (``ROOT/<key>/t<tree:06d>``): paths on :attr:`fs`."""
         return f"{self.path}/{key}" if tree is None else f"{self.path}/{key}/t{tree:06d}"
 
     def _where(self, key: str, tree: int) -> str:
         return f"{self.root}/{key}/t{tree:06d}"
+
+    def segment_path(self, key: str, t_start: int, t_end: int) -> str:
+        """The trees ``t_start..t_end`` of node ``key``: ``ROOT/<key>/trees-<t_start:06d>-<t_end:06d>.json``."""
+        return f"{self.node_dir(key)}/trees-{t_start:06d}-{t_end:06d}.json"
+
+    def lease_path(self, key: str) -> str:
+        """The lease file of node ``key`` (or of a lock named like one, :meth:`runs_lock`):
+        ``ROOT/<key>/_lease.json``, a path on :attr:`fs` (:mod:`pipelines.store.lease`)."""
+        return f"{self.node_dir(key)}/{LEASE}"
+
+    def runs_lock(self, name: str) -> str:
+        """The lease key of the lock of the MLflow runs ``name`` (:func:`pipelines.tracking.live.children_lock`):
+        ``_runs/<name>``, whose lease file is ``ROOT/_runs/<name>/_lease.json``."""
+        return f"{RUNS_DIR}/{name}"
+
+    def cuts_path(self, key: str) -> str:
+        """The fold's histogram cuts stored under their key (:mod:`pipelines.store.cuts`): ``ROOT/_cuts/<key>.npz``,
+        a path on :attr:`fs`."""
+        return f"{self.path}/{CUTS_DIR}/{key}.npz"
+
+    def plan_record_path(self, experiment: str, fold: int) -> str:
+        """The plan record of ``experiment`` and ``fold`` (:func:`pipelines.study.design.record_plan`):
+        ``ROOT/_plans/<12 hex digits of the experiment's digest>-fold<fold>.json``, a path on :attr:`fs`."""
+        return f"{self.path}/{PLANS_DIR}/{keys.digest(experiment, 12)}-fold{fold}.json"
 
     # -- listing ---------------------------------------------------------
     def trees(self, key: str) -> list[int]:
         """Trees of the committed checkpoints of node ``key``, ascending."""
         for attempt in range(3):  # a checkpoint removed while listing can fail the listing: list again
             try:
-                infos = self.fs.get_file_info(pafs.FileSelector(self._dir(key), allow_not_found=True))
+                infos = self.fs.get_file_info(pafs.FileSelector(self.node_dir(key), allow_not_found=True))
                 out = []
                 for info in infos:
                     m = _TREE_DIR.match(info.base_name)
@@ -105,14 +141,12 @@ class CheckpointStore:
         return {k: self.latest(k) for k in keys}
 
     # -- writing (inside the barrier tasks) ------------------------------
-    def write_file(self, rel: str, data: bytes) -> None:
-        """Write ``ROOT/rel`` whole (see :meth:`_put`): for small files kept beside the checkpoints."""
-        self._put(f"{self.path}/{rel}", data)
-
-    def _put(self, path: str, data: bytes) -> None:
-        """Write ``data`` to ``path`` whole (:func:`pipelines.core.storage.put_atomic`: a crashed attempt's file is
-        replaced; its content is the same, training being bit-identical)."""
-        put_atomic(self.fs, path, data)
+    def put(self, path: str, data: bytes, *, replace: bool = True) -> None:
+        """Write ``data`` to ``path`` (a path on :attr:`fs` that a layout method named) whole
+        (:func:`pipelines.core.storage.put_atomic`). ``replace``: a crashed attempt's file is replaced (its content
+        is the same, training being bit-identical); False keeps a file found in place on filesystems that do not
+        rename onto one (two writers of the same bytes)."""
+        put_atomic(self.fs, path, data, replace=replace)
 
     def write_shard(
         self, key: str, tree: int, rank: int, arrays: Mapping[str, np.ndarray], *, lease_token: str | None = None
@@ -123,7 +157,7 @@ class CheckpointStore:
             verify_token(self, key, lease_token)
         buf = io.BytesIO()
         np.savez(buf, **arrays)
-        self._put(f"{self._dir(key, tree)}/shard-{rank:05d}.npz", buf.getvalue())
+        self.put(f"{self.node_dir(key, tree)}/shard-{rank:05d}.npz", buf.getvalue())
 
     def write_segment(
         self, key: str, t_start: int, t_end: int, model: bytes, *, lease_token: str | None = None
@@ -131,7 +165,7 @@ class CheckpointStore:
         """The trees ``t_start..t_end`` of a node (a booster's XGBoost JSON); ``lease_token`` as for shards."""
         if lease_token is not None:
             verify_token(self, key, lease_token)
-        self._put(f"{self._dir(key)}/trees-{t_start:06d}-{t_end:06d}.json", model)
+        self.put(self.segment_path(key, t_start, t_end), model)
 
     def commit(self, key: str, tree: int, meta: Mapping[str, Any], *, lease_token: str | None = None) -> None:
         """Write the marker (by rename: the commit point), then drop checkpoints older than the previous one.
@@ -153,7 +187,7 @@ class CheckpointStore:
         """
         if lease_token is not None:
             verify_token(self, key, lease_token)
-        self._put(f"{self._dir(key, tree)}/{MARKER}", json.dumps({**meta, "tree": tree}, sort_keys=True).encode())
+        self.put(f"{self.node_dir(key, tree)}/{MARKER}", json.dumps({**meta, "tree": tree}, sort_keys=True).encode())
         older = [t for t in self.trees(key) if t < tree]
         for old in older[:-1]:  # keep the previous checkpoint: a reader may be loading it
             self.delete(key, old)
@@ -164,7 +198,7 @@ class CheckpointStore:
         A failure to remove is logged as a warning, never raised: a checkpoint left behind only takes space.
         """
         try:
-            self.fs.delete_dir(self._dir(key, tree))
+            self.fs.delete_dir(self.node_dir(key, tree))
         except OSError as e:  # best effort: an older checkpoint left behind is only disk space
             log.warning("could not remove checkpoint %s/t%06d: %s", key, tree, e)
 
@@ -172,10 +206,10 @@ class CheckpointStore:
     def _read(self, key: str, tree: int, name: str) -> bytes:
         """A file of checkpoint ``tree``; a clear :class:`CheckpointError` if the checkpoint is gone."""
         try:
-            with self.fs.open_input_stream(f"{self._dir(key, tree)}/{name}") as f:
+            with self.fs.open_input_stream(f"{self.node_dir(key, tree)}/{name}") as f:
                 return f.read()
         except OSError as e:
-            if self.fs.get_file_info(f"{self._dir(key, tree)}/{MARKER}").type != pafs.FileType.File:
+            if self.fs.get_file_info(f"{self.node_dir(key, tree)}/{MARKER}").type != pafs.FileType.File:
                 newer = [t for t in self.trees(key) if t > tree]
                 if newer:
                     raise CheckpointError(
@@ -226,7 +260,7 @@ class CheckpointStore:
         CheckpointError
             When the segment cannot be read (removed with its node, or never written).
         """
-        path = f"{self._dir(key)}/trees-{t_start:06d}-{t_end:06d}.json"
+        path = self.segment_path(key, t_start, t_end)
         try:
             with self.fs.open_input_stream(path) as f:
                 return f.read()

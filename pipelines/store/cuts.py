@@ -16,8 +16,8 @@ on the input's partitioning); all rows when the split has no more than
 ``sample_rows``. It is sketched in one Spark task, rows sorted by (qid, doc)
 (XGBoost's sketch depends on row order, not on its thread count), so the cuts
 are a function of the data alone. They are stored under their key
-(:func:`pipelines.core.keys.cuts_key`) in the checkpoint store, ``ROOT/_cuts/<key>.npz``,
-and reused by every later job of the fold.
+(:func:`pipelines.core.keys.cuts_key`) in the checkpoint store, ``ROOT/_cuts/<key>.npz``
+(:meth:`pipelines.store.checkpoints.CheckpointStore.cuts_path`), and reused by every later job of the fold.
 
 Handing the cuts to a worker: XGBoost has no setter for cuts, so the worker
 builds a tiny reference matrix that sketches to exactly these cuts (per feature:
@@ -34,16 +34,17 @@ import time
 import warnings
 import zipfile
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from pipelines.core.errors import UserError
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from pipelines.store.checkpoints import CheckpointStore
 
-CUTS_DIR = "_cuts"
+log = logging.getLogger(__name__)
 
 
 class CutsError(UserError, RuntimeError):
@@ -220,18 +221,19 @@ def compute_cuts(
 
 
 # ------------------------------------------------------------ stored under their key
-def _path(root: str, key: str) -> tuple[Any, str]:
-    from pipelines.core.storage import resolve
+def _store(root: str) -> CheckpointStore:
+    """The checkpoint store at ``root``: it names the cuts' path (:meth:`CheckpointStore.cuts_path`)."""
+    from pipelines.store.checkpoints import CheckpointStore
 
-    fs, base = resolve(root)
-    return fs, f"{base}/{CUTS_DIR}/{key}.npz"
+    return CheckpointStore(root)
 
 
 def load_cuts(root: str, key: str) -> FoldCuts | None:
     """The cuts stored under ``key`` in the checkpoint store at ``root`` (None: not there)."""
-    fs, path = _path(root, key)
+    store = _store(root)
+    path = store.cuts_path(key)
     try:
-        with fs.open_input_stream(path) as f:
+        with store.fs.open_input_stream(path) as f:
             cuts = FoldCuts.from_bytes(f.read())
     except FileNotFoundError:
         return None
@@ -243,12 +245,10 @@ def load_cuts(root: str, key: str) -> FoldCuts | None:
 
 
 def save_cuts(root: str, cuts: FoldCuts) -> None:
-    """Write the cuts whole (:func:`pipelines.core.storage.put_atomic`). Two processes computing a fold's cuts at
-    once compute the same bytes: whichever renames second keeps the file it finds."""
-    from pipelines.core.storage import put_atomic
-
-    fs, path = _path(root, cuts.key)
-    put_atomic(fs, path, cuts.to_bytes(), replace=False)
+    """Write the cuts whole (:meth:`pipelines.store.checkpoints.CheckpointStore.put`). Two processes computing a
+    fold's cuts at once compute the same bytes: whichever renames second keeps the file it finds."""
+    store = _store(root)
+    store.put(store.cuts_path(cuts.key), cuts.to_bytes(), replace=False)
 
 
 def fold_cuts(spark: Any, root: str, ds: Any, fold: int, max_bin: int, sample_rows: int, nthread: int = 0) -> FoldCuts:

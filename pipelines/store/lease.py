@@ -14,13 +14,14 @@ heartbeat; :func:`hold` renews it from a daemon thread every ``ttl / 3``
 seconds, so only a dead or stuck owner lets it expire, and an expired lease is
 taken over by the next process that asks (with a warning naming the old owner).
 An owner that ran on this machine (same host name, boot id and pid namespace:
-``machine``) and whose pid is gone counts as expired at once: a killed driver's
-retry does not wait out the ttl. An owner that was presumed dead finds out at
-its next :meth:`Lease.renew` (:class:`LeaseLost`), and its workers cannot write:
-shards, segments and the commit of a checkpoint are fenced by the token
-(``lease_token=`` of :class:`pipelines.store.checkpoints.CheckpointStore`'s writers),
-which is what keeps a late writer out in the end, but for a window: the check
-and the write after it are not one atomic step.
+``machine``) and whose pid is gone, or a zombie (:func:`pipelines.core.proctree.alive`),
+counts as expired at once: a killed driver's retry does not wait out the ttl.
+An owner that was presumed dead finds out at its next :meth:`Lease.renew`
+(:class:`LeaseLost`), and its workers cannot write: shards, segments and the
+commit of a checkpoint are fenced by the token (``lease_token=`` of
+:class:`pipelines.store.checkpoints.CheckpointStore`'s writers), which is what
+keeps a late writer out in the end, but for a window: the check and the write
+after it are not one atomic step.
 
 Expiry compares ``time.time()`` of different hosts: their clocks must agree to
 well within ``ttl`` (NTP does).
@@ -34,8 +35,9 @@ Atomicity
   ``os.open(O_CREAT | O_EXCL)`` is used). An expired lease is first renamed
   away to a unique name (of two racing processes only one rename succeeds),
   checked to be still expired (else it is put back), then the lease is created
-  exclusively. Renewal writes a temporary file and ``os.replace``-s it after
-  checking the lease is still ours. Left: a window of microseconds between that
+  exclusively. Renewal writes the lease whole after checking it is still
+  ours (:func:`pipelines.core.storage.put_atomic`: a temporary file renamed
+  over it, on every filesystem). Left: a window of microseconds between that
   check and the replace in which an owner already late by ``2/3 ttl`` could
   overwrite its successor's fresh lease; the successor then gets
   :class:`LeaseLost` at its next renewal, and commits stay fenced by the token.
@@ -43,7 +45,10 @@ Atomicity
   ``pyarrow.fs`` has no exclusive create (HDFS ``create(overwrite=False)`` and
   S3 conditional puts are not exposed) and no atomic rename-over, so a lease is
   written, left to settle for :data:`SETTLE_S` seconds and read back: of racing
-  writers only the one whose write landed last sees its own token. A writer
+  writers only the one whose write landed last sees its own token. A renewal is
+  written whole, as on local filesystems (on HDFS, which does not rename onto a
+  file, the old lease is deleted just before the rename: a reader that finds no
+  lease then reads again). A writer
   slower than the settle delay can still overwrite a lease already verified;
   the token fence on commits then keeps the loser from committing.
 """
@@ -65,7 +70,8 @@ from dataclasses import asdict, dataclass
 import pyarrow.fs as pafs
 
 from pipelines.core.errors import BusyError, crosses_tasks
-from pipelines.core.storage import FsRoot
+from pipelines.core.proctree import alive
+from pipelines.core.storage import FsRoot, put_atomic
 
 log = logging.getLogger(__name__)
 
@@ -91,16 +97,11 @@ def _machine() -> str:
 
 def _dead_here(host: str, pid: int, machine: str) -> bool:
     """Whether ``pid`` is of this machine and pid namespace (same host name, boot id and namespace) and no
-    longer runs. Where the machine is unknown (not Linux, an older lease file) only the ttl counts."""
+    longer runs (:func:`pipelines.core.proctree.alive`: gone, or a zombie not yet reaped by its parent). Where
+    the machine is unknown (not Linux, an older lease file) only the ttl counts."""
     if host != socket.gethostname() or pid <= 0 or not machine or machine != _machine():
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # alive, another user's
-        return False
-    return False
+    return not alive(pid)
 
 
 def _when(t: float) -> str:
@@ -173,7 +174,7 @@ def _local(root: FsRoot) -> bool:
 
 
 def _path(root: FsRoot, key: str) -> str:
-    return f"{root.path}/{key}/{LEASE}"
+    return root.lease_path(key)  # the checkpoint store names every path under its root
 
 
 def _aside(path: str, why: str) -> str:
@@ -351,13 +352,7 @@ class Lease:
             if cur is None or cur.token != self.token:
                 raise LeaseLost(self.key, cur, "while renewing it")
             info = _record(self.key, self.token, self.info.desc, self.info.ttl, taken=self.info.taken)
-            if _local(self.root):
-                tmp = _aside(path, "tmp")
-                with open(tmp, "wb") as f:
-                    f.write(_bytes(info))
-                os.replace(tmp, path)
-            else:
-                _write_remote(self.root, path, info)
+            put_atomic(self.root.fs, path, _bytes(info))  # a reader sees the old lease or the new one
             self.info = info
 
     def release(self) -> None:

@@ -278,17 +278,6 @@ def show_plan(cfg: Config, data: str | None = None) -> str:
     return "\n".join(out)
 
 
-def plan_record_path(store: CheckpointStore, experiment: str, fold: int) -> str:
-    """Where :func:`record_plan` keeps the plan record of ``experiment`` and ``fold`` in the checkpoint store.
-
-    Returns
-    -------
-    str
-        ``_plans/<digest of experiment>-fold<fold>.json`` under the store's path (a path on ``store.fs``).
-    """
-    return f"{store.path}/_plans/{keys.digest(experiment, 12)}-fold{fold}.json"
-
-
 def read_plan_record(store: CheckpointStore, experiment: str, fold: int) -> dict[str, Any]:
     """The plan record :func:`record_plan` wrote for ``experiment`` and ``fold``.
 
@@ -299,7 +288,7 @@ def read_plan_record(store: CheckpointStore, experiment: str, fold: int) -> dict
         there is no record or it cannot be read or parsed.
     """
     try:
-        with store.fs.open_input_stream(plan_record_path(store, experiment, fold)) as f:
+        with store.fs.open_input_stream(store.plan_record_path(experiment, fold)) as f:
             return json.loads(f.read().decode())
     except (OSError, ValueError):
         return {}
@@ -309,9 +298,9 @@ def record_plan(store: CheckpointStore, experiment: str, fp: FoldPlan) -> None:
     """Keep, per experiment and fold, each node's key and key document by its place in the trie: what
     ``ltr grid --plan`` compares with to say why a key changed. Written before training (by rename)."""
     doc = {fp.plan.signature(n.key): {"key": n.key, "inputs": fp.plan.inputs.get(n.key, {})} for n in fp.plan.nodes}
-    path = plan_record_path(store, experiment, fp.fold)
+    path = store.plan_record_path(experiment, fp.fold)
     try:
-        store.write_file(path[len(store.path) + 1 :], json.dumps(doc, sort_keys=True, default=str).encode())
+        store.put(path, json.dumps(doc, sort_keys=True, default=str).encode())
     except OSError as e:  # a diagnostic: never a reason to stop a study
         log.warning(
             "could not record fold %d's plan at %s (ltr grid --plan will not say why keys changed): %s",

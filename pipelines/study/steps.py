@@ -45,7 +45,7 @@ from pipelines.data.dataset import DatasetError, open_dataset
 from pipelines.data.difficulty import difficulty_inputs, run_difficulty, stored_summary
 from pipelines.data.generate import RECORD as GENERATE_RECORD
 from pipelines.study.design import curriculum_config, curriculum_key_of, scores_fingerprint
-from udfs.letor_chunks import to_uri
+from udfs.uris import to_uri
 
 log = logging.getLogger(__name__)
 

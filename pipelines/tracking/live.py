@@ -55,7 +55,7 @@ def children_lock(store: CheckpointStore, name: str):
     server no lock, so this lease is what makes "look up the run, create or finish it" one step."""
     return hold(
         store,
-        [f"_runs/{name}"],
+        [store.runs_lock(name)],
         f"mlflow runs of {name} (pid {os.getpid()})",
         ttl=60.0,
         wait=CHILDREN_LOCK_WAIT,

@@ -56,6 +56,18 @@ class UnknownExperiment(UserError, LookupError):
     """``Tracker(..., create=False)`` of an experiment that does not exist."""
 
 
+def tracking_uri(cfg: Any) -> str:
+    """The tracking URI of a resolved :class:`~pipelines.core.config.Config`: ``tracking.uri``, else the default
+    SQLite store in the work directory (:attr:`pipelines.core.layout.Layout.mlflow_uri`). The one place it is
+    decided (:meth:`Tracker.for_config` and the report's store check read it from here)."""
+    return cfg.tracking.uri or Layout.of(cfg).mlflow_uri
+
+
+def sqlite_path(uri: str) -> str:
+    """The database file of a SQLite tracking store (``sqlite:///<path>``); ``""`` for any other store."""
+    return uri[len("sqlite:///") :] if uri.startswith("sqlite:///") else ""
+
+
 def is_server(uri: str) -> bool:
     """A tracking server (REST), as opposed to a store the process opens itself (SQLite, a database URL)."""
     return uri.split("://", 1)[0].lower() in ("http", "https", "databricks")
@@ -72,7 +84,7 @@ def store_lock(uri: str) -> Iterator[None]:
     Measured in ``tests/test_tracking.py``. A tracking server's database serialises its own schema;
     there the DAG's ``grid_setup`` makes the experiment and the parent run before any task maps.
     """
-    path = uri[len("sqlite:///") :] if uri.startswith("sqlite:///") else ""
+    path = sqlite_path(uri)
     if not path or path == ":memory:":
         yield
         return
@@ -138,9 +150,8 @@ class Tracker:
         Artifacts: ``tracking.artifacts`` when set; else, with a tracking server (``http(s)://``), the server's
         choice (``mlflow-artifacts:/...`` with ``mlflow server --serve-artifacts``: every task reaches it
         through the server, wherever it runs); else ``<work_dir>/mlartifacts``."""
-        layout = Layout.of(cfg)
-        uri = cfg.tracking.uri or layout.mlflow_uri
-        artifacts = cfg.tracking.artifacts or ("" if is_server(uri) else layout.mlartifacts)
+        uri = tracking_uri(cfg)
+        artifacts = cfg.tracking.artifacts or ("" if is_server(uri) else Layout.of(cfg).mlartifacts)
         return cls(uri, experiment or cfg.grid.experiment, artifacts, create)
 
     # -- runs -----------------------------------------------------------

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pyarrow.fs as pafs
 
 from pipelines.core.errors import UserError
-from udfs.letor_chunks import to_uri
+from udfs.uris import to_uri
 
 _FOLD_RE = re.compile(r"Fold(\d+)")
 

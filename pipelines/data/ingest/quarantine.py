@@ -17,8 +17,8 @@ from pipelines.core.config import DatasetSpec, IngestConfig
 from pipelines.core.storage import OutputError, atomic_output, delete_quietly
 from pipelines.data.dataset import QUARANTINE
 from pipelines.data.ingest.checks import FileResult, short_text
-from udfs.letor_chunks import to_uri
 from udfs.letor_parse import REASON_KEYS, LineSpec
+from udfs.uris import to_uri
 
 log = logging.getLogger(__name__)
 
