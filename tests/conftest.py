@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.spark_holder import QUICK_JVM
+from pipelines.testing.processes import QUICK_JVM
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from pipelines.testing.processes import ROOT
 
 INNER = """
 import os

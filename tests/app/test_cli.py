@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from pipelines.app.cli import main
+from pipelines.testing.processes import ROOT
 from tests.conftest import GOLDEN
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_ingest_missing_source_exits_2(spark, tmp_path, capsys):

@@ -18,13 +18,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 import pytest
 
-from tests.spark_holder import QUICK_JVM
+from pipelines.testing.processes import QUICK_JVM, ROOT
 
-JOBS = Path(__file__).resolve().parent.parent / "jobs"
+JOBS = ROOT / "jobs"
 
 if importlib.util.find_spec("airflow") is None:  # before touching the environment
     pytest.skip("needs the [airflow] extra", allow_module_level=True)

@@ -30,8 +30,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines.data.curriculum import QUERIES
-from tests.helpers import ROOT, SPARK_BIN, StandaloneCluster, set_args, stop_process
-from tests.spark_holder import QUICK_JVM
+from pipelines.testing.processes import QUICK_JVM, ROOT, SPARK_BIN, StandaloneCluster, stop_process
+from tests.helpers import set_args
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The study under a real scheduler: Airflow 3 (api-server, scheduler, dag-processor, LocalExecutor with
 parallelism 3) on PostgreSQL, an ``mlflow server`` on PostgreSQL with served artifacts, the DAG file copied
-into Airflow's dags folder, runs triggered through Airflow's CLI (``tests/deployment.py`` starts and stops
+into Airflow's dags folder, runs triggered through Airflow's CLI (``pipelines/testing/deployment.py`` starts and stops
 everything). What ``dag.test()`` cannot show: mapped training tasks running at once, a task killed (its whole
 process tree, SIGKILL) and retried by Airflow, MLflow children made and finished by concurrent processes.
 
@@ -23,7 +23,7 @@ import pytest
 
 from pipelines.core.proctree import kill_tree
 from pipelines.store.lease import read_lease
-from tests.deployment import Deployment, missing
+from pipelines.testing.deployment import Deployment, missing
 from tests.helpers import freeze_if
 
 pytestmark = pytest.mark.skipif(bool(missing()), reason=missing() or "ok")

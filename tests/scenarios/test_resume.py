@@ -25,8 +25,9 @@ from pipelines.plan.trie import DONE
 from pipelines.store.checkpoints import CheckpointStore
 from pipelines.store.results import path_result
 from pipelines.study.design import plan_fold, show_plan
+from pipelines.testing.processes import ROOT
 from pipelines.tracking.runs import Tracker
-from tests.helpers import ROOT, cli_env, freeze_if, run_in_steps, set_args, wait_for_file
+from tests.helpers import cli_env, freeze_if, run_in_steps, set_args, wait_for_file
 
 OVERRIDES = [
     "grid.experiment=kill",
