@@ -8,7 +8,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from pipelines.testing.processes import ROOT
+
+pytestmark = pytest.mark.spark  # an inner pytest run starts its own sessions
 
 INNER = """
 import os

@@ -14,6 +14,9 @@ from pipelines.app.cli import main
 from pipelines.testing.processes import ROOT
 from tests.conftest import GOLDEN
 
+#: spark: every test starts Spark (in this process, or a spark-submit); slow: minutes, started first
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
 
 def test_ingest_missing_source_exits_2(spark, tmp_path, capsys):
     code = main(["ingest", "--src", str(tmp_path / "nope"), "--out", str(tmp_path / "ds")])

@@ -19,6 +19,8 @@ from pipelines.plan.trie import build_plan
 from pipelines.testing.processes import ROOT
 from udfs.metrics import NdcgSpec
 
+pytestmark = pytest.mark.slow  # minutes (ltr train in a copy of the repository): started first
+
 CODE = {"sources": "s0", "xgboost": "3.2.0", "pyspark": "4.1.0", "numpy": "2.3.0", "numba": "0.62", "pyarrow": "21"}
 
 

@@ -5,7 +5,7 @@ Needs the ``[airflow]`` extra (skipped without Airflow), Java, and ``spark-submi
 environment (a temporary AIRFLOW_HOME, the DAGs folder, the Spark connection) is set before the
 import; everything is restored when the module is done.
 The study itself, end to end, under a real scheduler (concurrent units, a killed task retried, a re-run
-that trains nothing): ``tests/test_deploy.py``.
+that trains nothing): ``tests/scenarios/test_deploy.py``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ import tempfile
 import pytest
 
 from pipelines.testing.processes import QUICK_JVM, ROOT
+
+#: spark: the DAG's tasks spark-submit the jobs; deployment: Airflow; slow: minutes, started first
+pytestmark = [pytest.mark.spark, pytest.mark.deployment, pytest.mark.slow]
 
 JOBS = ROOT / "jobs"
 

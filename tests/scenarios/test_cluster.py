@@ -33,6 +33,9 @@ from pipelines.data.curriculum import QUERIES
 from pipelines.testing.processes import QUICK_JVM, ROOT, SPARK_BIN, StandaloneCluster, stop_process
 from tests.helpers import set_args
 
+#: spark: a standalone cluster, spark-submit and ltr subprocesses; slow: minutes, started first
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
 log = logging.getLogger(__name__)
 
 

@@ -26,7 +26,13 @@ from pipelines.store.lease import read_lease
 from pipelines.testing.deployment import Deployment, missing
 from tests.helpers import freeze_if
 
-pytestmark = pytest.mark.skipif(bool(missing()), reason=missing() or "ok")
+#: spark: the DAG's spark-submits; deployment: PostgreSQL, an MLflow server, Airflow; slow: minutes, started first
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.deployment,
+    pytest.mark.slow,
+    pytest.mark.skipif(bool(missing()), reason=missing() or "ok"),
+]
 
 TREES, SWITCH = 60, 10  # the killer catches fold 1's LambdaMART unit between trees 3 and 60 (in steps: see Killer)
 STUDY = [

@@ -29,6 +29,9 @@ from pipelines.testing.processes import ROOT
 from pipelines.tracking.runs import Tracker
 from tests.helpers import cli_env, freeze_if, run_in_steps, set_args, wait_for_file
 
+#: spark: ltr subprocesses besides the shared session; slow: minutes, started first
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
 OVERRIDES = [
     "grid.experiment=kill",
     "grid.folds=[1]",
