@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import yaml
+
 from pipelines.core.proctree import alive, signal_pids, signal_tree
 from pipelines.testing.processes import ROOT
 
@@ -26,11 +28,32 @@ XGB_PARAMS = {
     "nthread": 1,
     "seed": 0,
 }
+#: The tests' tiny study (:func:`tiny_study`).
+TINY_STUDY = Path(__file__).with_name("tiny_study.yaml")
 
 
 def set_args(overrides: Iterable[str]) -> list[str]:
     """``--set o`` for each override ``o`` (``section.key=value``): a command line's config."""
     return [a for o in overrides for a in ("--set", o)]
+
+
+def tiny_study(*changes: str, sections: Iterable[str] | None = None) -> list[str]:
+    """The tiny study (:data:`TINY_STUDY`) as ``section.key=value`` overrides of ``conf/default.yaml``, then
+    ``changes`` (a later override of a key wins): for ``load_config(None, ...)``, :func:`set_args` or a DAG run's
+    ``set``. ``sections``: only these sections of the file (``["train"]`` for an ``ltr train``)."""
+    doc = yaml.safe_load(TINY_STUDY.read_text())
+    over = [
+        f"{section}.{key}={_flow(value)}"
+        for section, entries in doc.items()
+        if sections is None or section in sections
+        for key, value in entries.items()
+    ]
+    return [*over, *changes]
+
+
+def _flow(value: object) -> str:
+    """``value`` as one line of YAML, as ``--set`` reads it (``[2]``, ``{}``, ``false``)."""
+    return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("\n...")
 
 
 def cli_env(**extra: str) -> dict[str, str]:

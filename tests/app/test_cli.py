@@ -13,6 +13,7 @@ import pytest
 from pipelines.app.cli import main
 from pipelines.testing.processes import ROOT
 from tests.conftest import GOLDEN
+from tests.helpers import set_args, tiny_study
 
 #: spark: every test starts Spark (in this process, or a spark-submit); slow: minutes, started first
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -68,26 +69,7 @@ def test_run_is_the_whole_pipeline(spark, tmp_path, capsys):
             "run",
             "--queries",
             "20",
-            "--set",
-            f"work_dir={work}",
-            "--set",
-            "grid.trees=4",
-            "--set",
-            "grid.switch_points=[2]",
-            "--set",
-            "grid.strategies=[q_nrel]",
-            "--set",
-            "grid.extra_paths={}",
-            "--set",
-            "grid.extra_curricula={}",
-            "--set",
-            "grid.log_models=false",
-            "--set",
-            "train.leaves=4",
-            "--set",
-            "train.score_dist_trees=[2]",
-            "--set",
-            "report.permutations=100",
+            *set_args(tiny_study(f"work_dir={work}", "train.max_bin=256")),  # the default's bins, as it always ran
         ]
     )
     assert code == 0

@@ -24,7 +24,7 @@ import pytest
 from pipelines.core.proctree import kill_tree
 from pipelines.store.lease import read_lease
 from pipelines.testing.deployment import Deployment, missing
-from tests.helpers import freeze_if
+from tests.helpers import freeze_if, tiny_study
 
 #: spark: the DAG's spark-submits; deployment: PostgreSQL, an MLflow server, Airflow; slow: minutes, started first
 pytestmark = [
@@ -35,24 +35,15 @@ pytestmark = [
 ]
 
 TREES, SWITCH = 60, 10  # the killer catches fold 1's LambdaMART unit between trees 3 and 60 (in steps: see Killer)
-STUDY = [
+STUDY = tiny_study(
     "generate.queries=40",
     "generate.workers=1",
     "spark.shuffle_partitions=2",
-    "grid.folds=[1]",
     f"grid.trees={TREES}",
     f"grid.switch_points=[{SWITCH}]",
-    "grid.strategies=[q_nrel]",
-    "grid.extra_paths={}",
-    "grid.extra_curricula={}",
-    "grid.log_models=false",
-    "train.leaves=4",
-    "train.max_bin=32",
     "train.checkpoint_every=3",
-    "train.score_dist_trees=[2]",
-    "report.permutations=100",
     f"report.table2_sizes=[{SWITCH}]",
-]
+)
 
 
 @pytest.fixture(scope="module")

@@ -27,26 +27,20 @@ from pipelines.store.results import path_result
 from pipelines.study.design import plan_fold, show_plan
 from pipelines.testing.processes import ROOT
 from pipelines.tracking.runs import Tracker
-from tests.helpers import cli_env, freeze_if, run_in_steps, set_args, wait_for_file
+from tests.helpers import cli_env, freeze_if, run_in_steps, set_args, tiny_study, wait_for_file
 
 #: spark: ltr subprocesses besides the shared session; slow: minutes, started first
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-OVERRIDES = [
+OVERRIDES = tiny_study(
     "grid.experiment=kill",
-    "grid.folds=[1]",
     "grid.trees=12",
     "grid.switch_points=[4]",
-    "grid.strategies=[q_nrel]",
     "grid.extra_paths={st: 'stochastic_ndcg:12'}",
-    "grid.extra_curricula={}",
-    "grid.log_models=false",
-    "train.leaves=4",
-    "train.max_bin=32",
-    "train.score_dist_trees=[2]",
     "train.checkpoint_every=2",
     "train.stochastic_anneal=12",
-]
+    sections=["grid", "train"],  # no report here
+)
 
 
 def _cfg(work: Path, *extra: str):
@@ -287,14 +281,9 @@ def test_a_two_worker_train_killed_on_a_cluster_resumes_on_one_worker_with_the_s
     from pipelines.core.config import load_config
 
     path = "mse:10,lambdamart:20"
-    over = [
-        "train.leaves=4",
-        "train.max_bin=32",
-        "train.score_dist_trees=[2]",
-        "train.checkpoint_every=2",
-        "train.tracker_timeout=120",
-        "spark.shuffle_partitions=2",
-    ]
+    over = tiny_study(
+        "train.checkpoint_every=2", "train.tracker_timeout=120", "spark.shuffle_partitions=2", sections=["train"]
+    )
     work = tmp_path / "work"
     cmd = [
         sys.executable,
@@ -361,13 +350,7 @@ def test_two_processes_on_one_node_one_trains_the_other_waits_or_stops(spark, sm
     from pipelines.store.lease import LeaseHeld
 
     path = "lambdamart:60"
-    over = [
-        "train.leaves=4",
-        "train.max_bin=32",
-        "train.score_dist_trees=[2]",
-        "train.checkpoint_every=5",
-        "spark.shuffle_partitions=2",
-    ]
+    over = tiny_study("train.checkpoint_every=5", "spark.shuffle_partitions=2", sections=["train"])
     work = tmp_path / "work"
     cmd = [
         sys.executable,
