@@ -27,6 +27,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipelines.core.proctree import kill_tree
 from pipelines.testing.processes import QUICK_JVM, ROOT
 
 log = logging.getLogger(__name__)
@@ -157,7 +158,7 @@ class SparkHolder:
             except Exception:  # noqa: BLE001 - the JVM does not answer: a new one below
                 pass
             if not keep_jvm:
-                proc.kill()
+                kill_tree(proc.pid)  # the JVM and PySpark's daemon, which runs in a process group of its own
                 proc.wait()
         if not keep_jvm:
             if gateway is not None:

@@ -131,7 +131,7 @@ def test_a_failed_submit_leaves_no_process_and_exit_2_is_not_retried(tmp_path, m
     from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
     from pipelines.app.airflow import LtrSubmitOperator
-    from pipelines.core.proctree import alive
+    from pipelines.core.proctree import alive, kill_tree
 
     fake = tmp_path / "bin" / "spark-submit"
     fake.parent.mkdir()
@@ -149,7 +149,7 @@ def test_a_failed_submit_leaves_no_process_and_exit_2_is_not_retried(tmp_path, m
             op.execute({"params": {"spark_conf": {"spark.task.cpus": "1"}, "driver_memory": "1g"}})
         assert before.poll() is None, "the operator killed a process its task had started before the submit"
     finally:
-        before.kill()
+        kill_tree(before.pid)
         before.wait()
     assert ("not retried" in str(err.value)) == (code == 2)
     worker = int((tmp_path / "worker.pid").read_text())

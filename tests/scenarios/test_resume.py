@@ -256,7 +256,7 @@ def test_killed_executor_worker_is_retried_from_checkpoints(spark, small_dataset
             raise AssertionError("the grid hung after an executor's worker was killed") from None
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            _kill_tree(proc)
     err = proc.stderr.read().decode()
     assert killed, "no executor worker was found to kill"
     assert proc.returncode == 0, err[-3000:]
@@ -315,7 +315,7 @@ def test_a_two_worker_train_killed_on_a_cluster_resumes_on_one_worker_with_the_s
         _kill_tree(proc)
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            _kill_tree(proc)
     err = proc.stderr.read().decode()
     assert "training on 2 workers x 2 threads (auto; 2 barrier task slots" in err, err[-3000:]
     metas = [json.loads(p.read_text()) for p in ckpt.glob("*/t*/_checkpoint.json")]
@@ -419,7 +419,7 @@ def test_two_processes_on_one_node_one_trains_the_other_waits_or_stops(spark, sm
         b = got["b"]
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            _kill_tree(proc)
     assert b["training"]["trees"] == 0  # B found the node done: nothing trained twice
     assert not list(ckpt.glob("*/_lease.json"))  # released at the end
     run_train(spark, small_dataset, 1, path, [], cfg.train, cfg.metric, str(tmp_path / "c"), str(tmp_path / "clean"))
