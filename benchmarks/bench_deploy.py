@@ -11,7 +11,7 @@ sampled every 0.5 s, and its peak during training.
     python -m benchmarks.bench_deploy [--parallelism 1,2,3] [--queries 200] [--folds 1] [--trees 30]
 
 Baseline: P = 1 (units one after another) on the same machine in the same run. Needs what
-``tests/test_deploy.py`` needs (PostgreSQL's binaries, the [airflow,deploy] extras).
+``tests/scenarios/test_deploy.py`` needs (PostgreSQL's binaries, the [airflow,deploy] extras).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ Skipped, with the reason, where PostgreSQL's server binaries or the ``[deploy]``
 Tiny study: 40 generated queries, fold 1, LambdaMART-60, MSE-10 and q_nrel-10 (3 units).
 
 The default store (``sqlite:///<work_dir>/mlflow.db``) under concurrent writers is tested in
-``tests/test_tracking.py`` with real processes; a second study here on that store (90 s in CI) tested the
+``tests/tracking/test_tracking.py`` with real processes; a second study here on that store (90 s in CI) tested the
 same MLflow calls through the same DAG again, and was dropped to keep CI inside its budget.
 """
 
