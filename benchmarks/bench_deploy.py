@@ -1,7 +1,7 @@
 """The tiny study under a real scheduler at parallelism 1, 2 and 3: wall time and peak memory.
 
-Each parallelism gets a fresh deployment (``tests/deployment.py``: PostgreSQL, an ``mlflow server``, Airflow's
-api-server + scheduler + dag-processor, LocalExecutor with ``core.parallelism`` = P and
+Each parallelism gets a fresh deployment (``pipelines/testing/deployment.py``: PostgreSQL, an ``mlflow server``,
+Airflow's api-server + scheduler + dag-processor, LocalExecutor with ``core.parallelism`` = P and
 ``LTR_TRAINING_SLOTS`` = P) and one DAG run of the same study (generated data, ingest, difficulty, setup,
 the units, the report). Reported per P: the DAG run's wall time (trigger to end), the training phase's
 (first train task start to last end), the most training tasks that ran at once, and the peak resident
@@ -11,7 +11,7 @@ sampled every 0.5 s, and its peak during training.
     python -m benchmarks.bench_deploy [--parallelism 1,2,3] [--queries 200] [--folds 1] [--trees 30]
 
 Baseline: P = 1 (units one after another) on the same machine in the same run. Needs what
-``tests/test_deploy.py`` needs (PostgreSQL's binaries, the [airflow,deploy] extras).
+``tests/scenarios/test_deploy.py`` needs (PostgreSQL's binaries, the [airflow,deploy] extras).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import threading
 import time
 
 from pipelines.core.proctree import tree_rss
-from tests.deployment import Deployment, missing
+from pipelines.testing.deployment import Deployment, missing
 
 
 def one(p: int, queries: int, folds: list[int], trees: int) -> dict:

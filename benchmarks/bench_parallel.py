@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pipelines.app.grid import fold_results
 from pipelines.core.config import load_config
-from tests.helpers import StandaloneCluster
+from pipelines.testing.processes import StandaloneCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,8 +60,9 @@ def grid(work: Path, data: str, env: dict, *extra: str) -> float:
 
 
 def standalone(work: Path) -> StandaloneCluster:
-    """A master and two one-core workers of 3 GiB on loopback (:class:`tests.helpers.StandaloneCluster`), with
-    this environment (executors run this interpreter), once both workers have registered."""
+    """A master and two one-core workers of 3 GiB on loopback
+    (:class:`pipelines.testing.processes.StandaloneCluster`), with this environment (executors run this
+    interpreter), once both workers have registered."""
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
     cluster = StandaloneCluster(work, workers=2, memory="3g", env=env)
     cluster.wait_for_workers(2)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.spark_holder import QUICK_JVM
+from pipelines.testing.processes import QUICK_JVM
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -98,42 +98,25 @@ def small_difficulty(spark_holder, small_dataset, tmp_path_factory) -> str:
     return str(out)
 
 
-#: Modules that cost minutes (``--durations``), started first: README's test command runs the suite in two
-#: pytest-xdist workers, one module at a time each (``--dist loadfile``: a module's fixtures are built once),
-#: and a long module started last would leave one worker running alone at the end. Their tests are ``slow``.
-FIRST = ("test_cluster.py", "test_deploy.py", "test_resume.py", "test_keys.py", "test_cli.py", "test_airflow.py")
-#: Modules that start Spark without the ``spark`` fixture (``ltr``/``spark-submit`` subprocesses, a standalone
-#: cluster, an inner pytest): every test of theirs is ``spark``.
-SPARK_MODULES = (
-    "test_airflow.py",
-    "test_cli.py",
-    "test_cluster.py",
-    "test_deploy.py",
-    "test_resume.py",
-    "test_spark_holder.py",
-)
-#: Modules without Spark whose tests start several Python processes (MLflow's store under concurrent writers):
-#: ``processes``; ``.ci/run`` leaves them out on the other Pythons.
-PROCESS_MODULES = ("test_tracking.py",)
-#: Modules that run Airflow, PostgreSQL or an MLflow server: ``deployment``.
-DEPLOYMENT_MODULES = ("test_airflow.py", "test_deploy.py")
 #: Fixtures that start (or need) the shared Spark session.
 SPARK_FIXTURES = {"spark", "spark_holder"}
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """The markers, set here and nowhere else (pytest.ini declares them): ``spark`` (a test that needs a JVM:
-    it uses a Spark fixture, or its module starts Spark itself), ``deployment``, ``slow``, ``processes``. README's fast
-    command runs ``-m "not spark"``. Then the order: the modules that take minutes first."""
+    """Each module declares its markers (``pytestmark``; pytest.ini lists them): ``spark`` (a module that starts Spark
+    itself: ``ltr``/``spark-submit`` subprocesses, a standalone cluster, an inner pytest), ``deployment``, ``slow`` (a
+    module that takes minutes), ``processes``. Here a test that uses a Spark fixture also gets ``spark``; README's fast
+    command runs ``-m "not spark"``. Then the order: the ``slow`` modules first, longest first. README's test command runs the suite
+    in two pytest-xdist workers, one module at a time each (``--dist loadfile``: a module's fixtures are built once),
+    and a long module started last would leave one worker running alone at the end."""
     for item in items:
-        name = item.path.name
-        if name in SPARK_MODULES or SPARK_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if SPARK_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.spark)
-        if name in DEPLOYMENT_MODULES:
-            item.add_marker(pytest.mark.deployment)
-        if name in FIRST:
-            item.add_marker(pytest.mark.slow)
-        if name in PROCESS_MODULES:
-            item.add_marker(pytest.mark.processes)
-    rank = {name: i for i, name in enumerate(FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))  # stable: the rest keep their order
+    items.sort(key=_start_rank)  # stable: the rest keep their order
+
+
+def _start_rank(item: pytest.Item) -> float:
+    """Longest first: ``slow(minutes=N)`` (what the module takes here, roughly) orders the slow modules, so that the
+    two xdist workers end together; the rest come after, in collection order."""
+    slow = item.get_closest_marker("slow")
+    return 0.0 if slow is None else -float(slow.kwargs.get("minutes", 1))

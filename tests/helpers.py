@@ -1,29 +1,22 @@
-"""Helpers shared by the tests (and the benchmarks): the repository's root, command-line overrides, free ports,
-a standalone Spark cluster on loopback. The shared Spark session is kept by :mod:`tests.spark_holder`; process
+"""Helpers of the tests: command-line overrides, the repository on ``PYTHONPATH``, freezing a running job's process
+tree, report records. What the benchmarks also need (the repository's root, free ports, a standalone cluster, a
+deployment) is in :mod:`pipelines.testing`; the shared Spark session is kept by :mod:`tests.spark_holder`; process
 trees are walked and killed with :mod:`pipelines.core.proctree`, as the product does."""
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import signal
-import socket
 import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-import pyspark
+import yaml
 
-from pipelines.core.proctree import alive, kill_tree, signal_pids, signal_tree
-from tests.spark_holder import QUICK_JVM
+from pipelines.core.proctree import alive, signal_pids, signal_tree
+from pipelines.testing.processes import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
-SPARK_HOME = Path(pyspark.__file__).resolve().parent
-SPARK_BIN = SPARK_HOME / "bin"
 #: XGBoost parameters of the tests' small in-process boosters (the trainer's tree settings, small).
 XGB_PARAMS = {
     "tree_method": "hist",
@@ -35,6 +28,8 @@ XGB_PARAMS = {
     "nthread": 1,
     "seed": 0,
 }
+#: The tests' tiny study (:func:`tiny_study`).
+TINY_STUDY = Path(__file__).with_name("tiny_study.yaml")
 
 
 def set_args(overrides: Iterable[str]) -> list[str]:
@@ -42,16 +37,28 @@ def set_args(overrides: Iterable[str]) -> list[str]:
     return [a for o in overrides for a in ("--set", o)]
 
 
+def tiny_study(*changes: str, sections: Iterable[str] | None = None) -> list[str]:
+    """The tiny study (:data:`TINY_STUDY`) as ``section.key=value`` overrides of ``conf/default.yaml``, then
+    ``changes`` (a later override of a key wins): for ``load_config(None, ...)``, :func:`set_args` or a DAG run's
+    ``set``. ``sections``: only these sections of the file (``["train"]`` for an ``ltr train``)."""
+    doc = yaml.safe_load(TINY_STUDY.read_text())
+    over = [
+        f"{section}.{key}={_flow(value)}"
+        for section, entries in doc.items()
+        if sections is None or section in sections
+        for key, value in entries.items()
+    ]
+    return [*over, *changes]
+
+
+def _flow(value: object) -> str:
+    """``value`` as one line of YAML, as ``--set`` reads it (``[2]``, ``{}``, ``false``)."""
+    return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("\n...")
+
+
 def cli_env(**extra: str) -> dict[str, str]:
     """This process's environment with the repository on ``PYTHONPATH`` (for ``python -m pipelines.app.cli``)."""
     return {**os.environ, "PYTHONPATH": str(ROOT), **extra}
-
-
-def free_port() -> int:
-    """A TCP port free on loopback now (another process may take it before it is bound: prefer port 0)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def freeze_if(root: int, ready: Callable[[], bool]) -> set[int] | None:
@@ -89,145 +96,6 @@ def run_in_steps(root: int, ready: Callable[[], bool], step: float = 0.05, timeo
             raise AssertionError(f"process {root} ended before its tree was ready")
         time.sleep(step)
     raise AssertionError(f"process {root}'s tree was not ready within {timeout:.0f} s")
-
-
-def stop_process(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    """SIGTERM ``proc``'s tree (a JVM shuts down cleanly), then after ``grace`` s freeze and SIGKILL whatever is
-    left of it (:func:`pipelines.core.proctree.kill_tree`: an executor's PySpark daemon runs in a process group of
-    its own, which a group kill would miss), and reap it."""
-    if proc.poll() is None:
-        signal_tree(proc.pid, sig=signal.SIGTERM)
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            pass
-    kill_tree(proc.pid)
-    proc.wait()
-
-
-def isolated_env(conf_dir: Path) -> dict[str, str]:
-    """The environment of the cluster's processes and of spark-submit: nothing that leads to the project."""
-    venv_bin = str(Path(sys.executable).parent)
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k
-        not in (
-            "PYTHONPATH",
-            "PYSPARK_PYTHON",
-            "PYSPARK_DRIVER_PYTHON",
-            "VIRTUAL_ENV",
-            "PYSPARK_SUBMIT_ARGS",
-            "SPARK_CONF_DIR",
-            "PYSPARK_GATEWAY_PORT",
-            "PYSPARK_GATEWAY_SECRET",
-        )
-    }
-    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p and p != venv_bin)
-    env.update(
-        SPARK_HOME=str(SPARK_HOME),
-        SPARK_LOCAL_IP="127.0.0.1",
-        SPARK_CONF_DIR=str(conf_dir),
-        SPARK_DAEMON_JAVA_OPTS=QUICK_JVM,
-        SPARK_SUBMIT_OPTS=QUICK_JVM,
-    )
-    return env
-
-
-class StandaloneCluster:
-    """``spark-class`` master + workers on loopback; :meth:`stop` ends every process tree it started."""
-
-    def __init__(self, root: Path, workers: int = 2, memory: str = "1g", env: dict[str, str] | None = None) -> None:
-        """``workers`` one-core workers of ``memory`` each; ``env``: the processes' environment (default:
-        :func:`isolated_env`, nothing that leads to the project: executors import it only from an archive)."""
-        self.root = root
-        self.procs: list[subprocess.Popen] = []
-        self.logs: list[Path] = []
-        conf = root / "conf"
-        conf.mkdir(parents=True)  # an empty SPARK_CONF_DIR: no spark-defaults.conf of this machine
-        self.env = isolated_env(conf) if env is None else {**env, "SPARK_CONF_DIR": str(conf)}
-        # port 0: the master picks free ports and logs them (no race with other processes for a port)
-        self._start(
-            "master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", "0", "--webui-port", "0"
-        )
-        self.url, self.web_port = self._master_address()
-        self.work_dirs = []
-        for i in range(workers):
-            wd = root / f"worker{i}"
-            wd.mkdir(parents=True, exist_ok=True)
-            self.work_dirs.append(wd)
-            self._start(
-                f"worker{i}",
-                "org.apache.spark.deploy.worker.Worker",
-                self.url,
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-                "--webui-port",
-                "0",
-                "--cores",
-                "1",
-                "--memory",
-                memory,
-                "--work-dir",
-                str(wd),
-            )
-
-    def _master_address(self, timeout: float = 120.0) -> tuple[str, int]:
-        """The master's URL and web UI port, from its log."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            text = self.logs[0].read_text(errors="replace")
-            url = re.search(r"Starting Spark master at (spark://\S+)", text)
-            web = re.search(r"MasterWebUI.* started at http://\S+:(\d+)", text)
-            if url and web:
-                return url.group(1), int(web.group(1))
-            if self.procs[0].poll() is not None:
-                break
-            time.sleep(0.5)
-        raise RuntimeError(f"the standalone master did not start in {timeout:.0f} s:\n{self.tail()}")
-
-    def _start(self, name: str, cls: str, *args: str) -> None:
-        out = self.root / f"{name}.log"
-        self.logs.append(out)
-        with open(out, "wb") as f:
-            self.procs.append(
-                subprocess.Popen(
-                    [str(SPARK_BIN / "spark-class"), cls, *args],
-                    env=self.env,
-                    stdout=f,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
-            )
-
-    def state(self) -> dict:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.web_port}/json/", timeout=5) as r:
-            return json.load(r)
-
-    def wait_for_workers(self, n: int, timeout: float = 180.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            dead = [p.args[1] for p in self.procs if p.poll() is not None]
-            if dead:
-                raise RuntimeError(f"{dead} exited:\n{self.tail()}")
-            try:
-                alive = [w for w in self.state().get("workers", []) if w.get("state") == "ALIVE"]
-                if len(alive) >= n:
-                    return
-            except OSError:  # the master's web UI is not up yet
-                pass
-            time.sleep(1.0)
-        raise TimeoutError(f"fewer than {n} workers registered with {self.url} in {timeout:.0f} s:\n{self.tail()}")
-
-    def tail(self, chars: int = 3000) -> str:
-        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-chars:]}" for p in self.logs if p.exists())
-
-    def stop(self) -> None:
-        for p in reversed(self.procs):  # workers (and their executors) first, then the master
-            stop_process(p)
 
 
 def record(fold, strategy, switch, test, perq=(), dists=(), vali=None, code=None, run_id="", rel=None):

@@ -27,18 +27,14 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipelines.core.proctree import kill_tree
+from pipelines.testing.processes import QUICK_JVM, ROOT
+
 log = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parent.parent
 LOG_DIR = Path(os.environ.get("LTR_TEST_JVM_LOGS") or ROOT / ".test-logs")
 TEST_LOG4J = Path(__file__).resolve().parent / "log4j2-tests.properties"
 MASTER = "local[2]"
-#: Options of every JVM the tests start (the shared session's; through ``SPARK_SUBMIT_OPTS``, which
-#: ``tests/conftest.py`` sets, every driver a test's subprocess or spark-submit starts; a cluster's daemons
-#: and executors where a test passes them): no C2 compiler, serial GC. Tiny jobs on 2 cores spend more CPU
-#: compiling and collecting than computing (measured on the Airflow test's spark-submits: about 40% less
-#: CPU each); no result depends on the JIT.
-QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def jvm_options(log_dir: Path, tag: str) -> str:
@@ -162,7 +158,7 @@ class SparkHolder:
             except Exception:  # noqa: BLE001 - the JVM does not answer: a new one below
                 pass
             if not keep_jvm:
-                proc.kill()
+                kill_tree(proc.pid)  # the JVM and PySpark's daemon, which runs in a process group of its own
                 proc.wait()
         if not keep_jvm:
             if gateway is not None:

@@ -7,9 +7,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+import pytest
+
+from pipelines.testing.processes import ROOT
+
+pytestmark = pytest.mark.spark  # an inner pytest run starts its own sessions
 
 INNER = """
 import os

@@ -6,7 +6,7 @@ dag-processor) with the LocalExecutor, the ``ltr_study`` DAG file copied into it
 process is started here and stopped by :meth:`Deployment.stop` (whole process trees: PySpark's workers
 live in process groups of their own), also when a test fails.
 
-Not a test module (no ``test_`` prefix): ``tests/test_deploy.py`` and ``benchmarks/bench_deploy.py`` use it.
+``tests/scenarios/test_deploy.py`` and ``benchmarks/bench_deploy.py`` use it.
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.core.proctree import kill_tree, tree_pids
-from tests.helpers import ROOT, free_port
-from tests.spark_holder import QUICK_JVM
+from pipelines.testing.processes import QUICK_JVM, ROOT, free_port
 
 REPO = ROOT
 PG_BIN_DIRS = ["/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/17/bin"]
@@ -107,10 +106,11 @@ class Deployment:
         while time.monotonic() < deadline:
             if ok():
                 return
-            p = self.procs.get(proc or "")
+            name = proc or ""
+            p = self.procs.get(name)
             if p is not None and p.poll() is not None:
                 raise RuntimeError(
-                    f"{proc} exited with code {p.returncode} while waiting for {what}; its log:\n" + self.tail(proc)
+                    f"{proc} exited with code {p.returncode} while waiting for {what}; its log:\n" + self.tail(name)
                 )
             time.sleep(0.3)
         raise TimeoutError(
@@ -125,6 +125,8 @@ class Deployment:
 
     def start_postgres(self) -> None:
         b = pg_bin()
+        if b is None:
+            raise RuntimeError(missing())
         self.pg_data.mkdir()
         sock = self.root / "pgsock"
         sock.mkdir()
@@ -382,9 +384,10 @@ class Deployment:
                     kill_tree(p.pid)
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 pass
-        if pg is not None and pg.poll() is None:  # immediate shutdown of the postmaster and its backends
+        b = pg_bin()
+        if pg is not None and pg.poll() is None and b is not None:  # immediate shutdown of the postmaster and backends
             subprocess.run(
-                self._as_postgres([str(pg_bin() / "pg_ctl"), "stop", "-D", str(self.pg_data), "-m", "immediate", "-w"]),
+                self._as_postgres([str(b / "pg_ctl"), "stop", "-D", str(self.pg_data), "-m", "immediate", "-w"]),
                 capture_output=True,
                 timeout=60,
             )

@@ -1,6 +1,6 @@
 """The study under a real scheduler: Airflow 3 (api-server, scheduler, dag-processor, LocalExecutor with
 parallelism 3) on PostgreSQL, an ``mlflow server`` on PostgreSQL with served artifacts, the DAG file copied
-into Airflow's dags folder, runs triggered through Airflow's CLI (``tests/deployment.py`` starts and stops
+into Airflow's dags folder, runs triggered through Airflow's CLI (``pipelines/testing/deployment.py`` starts and stops
 everything). What ``dag.test()`` cannot show: mapped training tasks running at once, a task killed (its whole
 process tree, SIGKILL) and retried by Airflow, MLflow children made and finished by concurrent processes.
 
@@ -8,7 +8,7 @@ Skipped, with the reason, where PostgreSQL's server binaries or the ``[deploy]``
 Tiny study: 40 generated queries, fold 1, LambdaMART-60, MSE-10 and q_nrel-10 (3 units).
 
 The default store (``sqlite:///<work_dir>/mlflow.db``) under concurrent writers is tested in
-``tests/test_tracking.py`` with real processes; a second study here on that store (90 s in CI) tested the
+``tests/tracking/test_tracking.py`` with real processes; a second study here on that store (90 s in CI) tested the
 same MLflow calls through the same DAG again, and was dropped to keep CI inside its budget.
 """
 
@@ -23,30 +23,27 @@ import pytest
 
 from pipelines.core.proctree import kill_tree
 from pipelines.store.lease import read_lease
-from tests.deployment import Deployment, missing
-from tests.helpers import freeze_if
+from pipelines.testing.deployment import Deployment, missing
+from tests.helpers import freeze_if, tiny_study
 
-pytestmark = pytest.mark.skipif(bool(missing()), reason=missing() or "ok")
+#: spark: the DAG's spark-submits; deployment: PostgreSQL, an MLflow server, Airflow; slow: minutes, started first
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.deployment,
+    pytest.mark.slow(minutes=5),
+    pytest.mark.skipif(bool(missing()), reason=missing() or "ok"),
+]
 
 TREES, SWITCH = 60, 10  # the killer catches fold 1's LambdaMART unit between trees 3 and 60 (in steps: see Killer)
-STUDY = [
+STUDY = tiny_study(
     "generate.queries=40",
     "generate.workers=1",
     "spark.shuffle_partitions=2",
-    "grid.folds=[1]",
     f"grid.trees={TREES}",
     f"grid.switch_points=[{SWITCH}]",
-    "grid.strategies=[q_nrel]",
-    "grid.extra_paths={}",
-    "grid.extra_curricula={}",
-    "grid.log_models=false",
-    "train.leaves=4",
-    "train.max_bin=32",
     "train.checkpoint_every=3",
-    "train.score_dist_trees=[2]",
-    "report.permutations=100",
     f"report.table2_sizes=[{SWITCH}]",
-]
+)
 
 
 @pytest.fixture(scope="module")

@@ -30,37 +30,29 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines.data.curriculum import QUERIES
-from tests.helpers import ROOT, SPARK_BIN, StandaloneCluster, set_args, stop_process
-from tests.spark_holder import QUICK_JVM
+from pipelines.testing.processes import QUICK_JVM, ROOT, SPARK_BIN, StandaloneCluster, stop_process
+from tests.helpers import set_args, tiny_study
+
+#: spark: a standalone cluster, spark-submit and ltr subprocesses; slow: minutes, started first
+pytestmark = [pytest.mark.spark, pytest.mark.slow(minutes=6)]
 
 log = logging.getLogger(__name__)
 
 
 FOLD = 1
-#: Settings of both runs (cluster and local): 2 barrier workers of one thread, small trees.
-COMMON = [
+#: The study of both runs (cluster and local): the tiny study on 2 barrier workers of one thread.
+STUDY = tiny_study(
     "spark.shuffle_partitions=2",
     "train.workers=2",
     "train.nthread=1",
-    "train.leaves=4",
-    "train.max_bin=32",
-    "train.score_dist_trees=[2]",
     "train.checkpoint_every=2",
     "train.tracker_timeout=300",
-]
-#: Left out of the test's archive (``ltr pack --exclude``): PySpark's jars and NCCL (GPU only).
-PACK_EXCLUDE = ["lib/python3.*/site-packages/pyspark/jars/*", "lib/python3.*/site-packages/nvidia/*"]
-GRID = [
     "grid.experiment=cluster",
     f"grid.folds=[{FOLD}]",
-    "grid.trees=4",
-    "grid.switch_points=[2]",
-    "grid.strategies=[q_nrel]",
-    "grid.extra_paths={}",
-    "grid.extra_curricula={}",
-    "grid.log_models=false",
-]
-REPORT = ["report.permutations=100", "report.table2_sizes=[2]"]
+    "report.table2_sizes=[2]",
+)
+#: Left out of the test's archive (``ltr pack --exclude``): PySpark's jars and NCCL (GPU only).
+PACK_EXCLUDE = ["lib/python3.*/site-packages/pyspark/jars/*", "lib/python3.*/site-packages/nvidia/*"]
 
 
 # ------------------------------------------------------------ ltr pack: bad input, before anything is built
@@ -219,7 +211,7 @@ def _on_cluster(cluster: StandaloneCluster, archive: Path, job: str, args: list[
 
 def _run_args(work: Path, letor: Path) -> list[str]:
     """``ltr run``'s arguments, everything under ``work``: ingest ``letor`` (no generate), then the rest."""
-    return ["--src", str(letor), *set_args([f"work_dir={work}", *COMMON, *GRID, *REPORT])]
+    return ["--src", str(letor), *set_args([f"work_dir={work}", *STUDY])]
 
 
 def _grid_results(work: Path) -> dict[str, tuple[bytes, list[float], list[float]]]:
@@ -227,7 +219,7 @@ def _grid_results(work: Path) -> dict[str, tuple[bytes, list[float], list[float]
     from pipelines.app.grid import fold_results
     from pipelines.core.config import load_config
 
-    cfg = load_config(None, [f"work_dir={work}", *COMMON, *GRID])
+    cfg = load_config(None, [f"work_dir={work}", *STUDY])
     return {k: (r.model, r.vali, r.test) for k, r in fold_results(cfg, FOLD, str(work / "dataset")).items()}
 
 

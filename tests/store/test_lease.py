@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow.fs as pafs
 import pytest
 
+from pipelines.core.proctree import kill_tree, signal_pids
 from pipelines.store import lease as lease_mod
 from pipelines.store.checkpoints import MARKER, CheckpointError, CheckpointStore
 from pipelines.store.lease import LEASE, Lease, LeaseHeld, LeaseLost, acquire, hold, read_lease
@@ -66,7 +67,7 @@ def _join(procs: list, timeout: float = 30.0) -> None:
     for p in procs:
         p.join(timeout)
         if p.is_alive():
-            p.kill()
+            kill_tree(p.pid)
             p.join()
             raise AssertionError("a child process hung")
         assert p.exitcode == 0, p.exitcode
@@ -138,14 +139,14 @@ def test_a_stalled_owners_lease_expires_and_is_taken_over(tmp_path, caplog):
     dead_token = out.get(timeout=30)
     dead = read_lease(store, KEY)
     assert dead is not None and dead.token == dead_token and dead.pid == child.pid
-    os.kill(child.pid, signal.SIGSTOP)
+    signal_pids([child.pid], signal.SIGSTOP)
     try:
         with pytest.raises(LeaseHeld, match=f"pid {child.pid} \\(doomed holder\\)"):
             acquire(store, KEY, "successor", wait=0)  # not expired yet: held, though its owner is stalled
         with caplog.at_level(logging.WARNING, logger="pipelines.store.lease"):
             new = acquire(store, KEY, "successor", ttl=30, wait=10, poll=0.05)
     finally:
-        os.kill(child.pid, signal.SIGKILL)
+        signal_pids([child.pid], signal.SIGKILL)
         child.join(10)
     assert time.time() >= dead.expires
     assert any(
@@ -181,7 +182,7 @@ def test_a_killed_owner_on_this_host_is_taken_over_at_once(tmp_path, caplog):
     child = SPAWN.Process(target=_holder, args=(str(tmp_path), 600.0, out))
     child.start()
     out.get(timeout=30)
-    os.kill(child.pid, signal.SIGKILL)
+    signal_pids([child.pid], signal.SIGKILL)
     child.join(10)
     with caplog.at_level(logging.WARNING, logger="pipelines.store.lease"):
         new = acquire(store, KEY, "successor", wait=0)  # its ttl has 10 minutes left

@@ -11,9 +11,14 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 
+import pytest
+
 from pipelines.core.config import load_config
 from pipelines.core.layout import mlflow_uri
 from pipelines.tracking.runs import TAG_CHILD_KEY, TAG_PARENT, Tracker, sqlite_path, tracking_uri
+
+#: several writer processes, no Spark (.ci/run leaves these out on the other Pythons)
+pytestmark = pytest.mark.processes
 
 WRITERS = 3
 CHECKPOINTS = 8

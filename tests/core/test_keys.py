@@ -16,9 +16,11 @@ from pipelines.core import keys
 from pipelines.core.config import TrainConfig
 from pipelines.plan.paths import parse_path
 from pipelines.plan.trie import build_plan
+from pipelines.testing.processes import ROOT
 from udfs.metrics import NdcgSpec
 
-ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow(minutes=3)  # ltr train in a copy of the repository, four times
+
 CODE = {"sources": "s0", "xgboost": "3.2.0", "pyspark": "4.1.0", "numpy": "2.3.0", "numba": "0.62", "pyarrow": "21"}
 
 

@@ -13,6 +13,7 @@ from pipelines.core.config import IngestConfig, load_config, load_dataset_spec
 from pipelines.data.ingest import ingest
 from pipelines.report import build_report
 from pipelines.tracking.runs import Tracker
+from tests.helpers import tiny_study
 
 
 @pytest.mark.parametrize("files", [("train", "test"), ("train", "vali")])
@@ -23,23 +24,7 @@ def test_grid_and_report_on_the_splits_that_exist(spark, small_letor, tmp_path, 
         shutil.copy(small_letor / "Fold1" / f"{f}.txt", src / f"{f}.txt")
     data = str(tmp_path / "ds")
     ingest(spark, str(src), data, load_dataset_spec("mslr"), IngestConfig())
-    cfg = load_config(
-        None,
-        [
-            f"work_dir={tmp_path / 'work'}",
-            "grid.experiment=splits",
-            "grid.trees=4",
-            "grid.switch_points=[2]",
-            "grid.strategies=[q_nrel]",
-            "grid.extra_paths={}",
-            "grid.extra_curricula={}",
-            "grid.log_models=false",
-            "train.leaves=4",
-            "train.max_bin=32",
-            "train.score_dist_trees=[2]",
-            "report.permutations=100",
-        ],
-    )
+    cfg = load_config(None, tiny_study(f"work_dir={tmp_path / 'work'}", "grid.experiment=splits"))
     summary = run_grid(spark, cfg, data=data)
     assert summary["trained"] == 3
     tracker = Tracker(summary["tracking_uri"], "splits", os.path.join(cfg.work_dir, "mlartifacts"))

@@ -23,6 +23,7 @@ from pipelines.plan.paths import parse_path
 from pipelines.plan.trie import Plan, build_plan
 from pipelines.store.checkpoints import CheckpointStore
 from pipelines.store.results import PathResult, path_result
+from pipelines.testing.processes import ROOT
 from pipelines.worker.loop import Settings, SplitData, WorkerData, run_nodes
 from tests.helpers import XGB_PARAMS
 from udfs import schema
@@ -490,7 +491,7 @@ def test_the_allocator_returns_a_builds_memory_and_reuses_the_loops():
         [sys.executable, "-c", _ALLOCATOR_PROBE],
         capture_output=True,
         text=True,
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=ROOT,
         check=True,
     )
     got = json.loads(out.stdout)

@@ -14,26 +14,24 @@ from pipelines.core.config import load_config
 from pipelines.data.dataset import open_dataset
 from pipelines.data.difficulty import SUMMARY
 from pipelines.tracking.runs import TAG_STUDY_KEY, Tracker
+from tests.helpers import tiny_study
 
 
 def _cfg(tmp_path, *over):
     return load_config(
         None,
-        [
+        tiny_study(
             f"work_dir={tmp_path / 'work'}",
             "grid.experiment=prov",
             "grid.trees=2",
             "grid.switch_points=[1]",
             "grid.strategies=[q_bm25]",
             "grid.mse=false",
-            "grid.extra_paths={}",
-            "grid.extra_curricula={}",
-            "grid.log_models=false",
-            "train.leaves=4",
             "train.max_bin=16",
             "train.score_dist_trees=[1]",
             *over,
-        ],
+            sections=["grid", "train"],  # no report here
+        ),
     )
 
 

@@ -25,24 +25,22 @@ from pipelines.plan.trie import DONE
 from pipelines.store.checkpoints import CheckpointStore
 from pipelines.store.results import path_result
 from pipelines.study.design import plan_fold, show_plan
+from pipelines.testing.processes import ROOT
 from pipelines.tracking.runs import Tracker
-from tests.helpers import ROOT, cli_env, freeze_if, run_in_steps, set_args, wait_for_file
+from tests.helpers import cli_env, freeze_if, run_in_steps, set_args, tiny_study, wait_for_file
 
-OVERRIDES = [
+#: spark: ltr subprocesses besides the shared session; slow: minutes, started first
+pytestmark = [pytest.mark.spark, pytest.mark.slow(minutes=5)]
+
+OVERRIDES = tiny_study(
     "grid.experiment=kill",
-    "grid.folds=[1]",
     "grid.trees=12",
     "grid.switch_points=[4]",
-    "grid.strategies=[q_nrel]",
     "grid.extra_paths={st: 'stochastic_ndcg:12'}",
-    "grid.extra_curricula={}",
-    "grid.log_models=false",
-    "train.leaves=4",
-    "train.max_bin=32",
-    "train.score_dist_trees=[2]",
     "train.checkpoint_every=2",
     "train.stochastic_anneal=12",
-]
+    sections=["grid", "train"],  # no report here
+)
 
 
 def _cfg(work: Path, *extra: str):
@@ -258,7 +256,7 @@ def test_killed_executor_worker_is_retried_from_checkpoints(spark, small_dataset
             raise AssertionError("the grid hung after an executor's worker was killed") from None
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            _kill_tree(proc)
     err = proc.stderr.read().decode()
     assert killed, "no executor worker was found to kill"
     assert proc.returncode == 0, err[-3000:]
@@ -283,14 +281,9 @@ def test_a_two_worker_train_killed_on_a_cluster_resumes_on_one_worker_with_the_s
     from pipelines.core.config import load_config
 
     path = "mse:10,lambdamart:20"
-    over = [
-        "train.leaves=4",
-        "train.max_bin=32",
-        "train.score_dist_trees=[2]",
-        "train.checkpoint_every=2",
-        "train.tracker_timeout=120",
-        "spark.shuffle_partitions=2",
-    ]
+    over = tiny_study(
+        "train.checkpoint_every=2", "train.tracker_timeout=120", "spark.shuffle_partitions=2", sections=["train"]
+    )
     work = tmp_path / "work"
     cmd = [
         sys.executable,
@@ -322,7 +315,7 @@ def test_a_two_worker_train_killed_on_a_cluster_resumes_on_one_worker_with_the_s
         _kill_tree(proc)
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            _kill_tree(proc)
     err = proc.stderr.read().decode()
     assert "training on 2 workers x 2 threads (auto; 2 barrier task slots" in err, err[-3000:]
     metas = [json.loads(p.read_text()) for p in ckpt.glob("*/t*/_checkpoint.json")]
@@ -357,13 +350,7 @@ def test_two_processes_on_one_node_one_trains_the_other_waits_or_stops(spark, sm
     from pipelines.store.lease import LeaseHeld
 
     path = "lambdamart:60"
-    over = [
-        "train.leaves=4",
-        "train.max_bin=32",
-        "train.score_dist_trees=[2]",
-        "train.checkpoint_every=5",
-        "spark.shuffle_partitions=2",
-    ]
+    over = tiny_study("train.checkpoint_every=5", "spark.shuffle_partitions=2", sections=["train"])
     work = tmp_path / "work"
     cmd = [
         sys.executable,
@@ -432,7 +419,7 @@ def test_two_processes_on_one_node_one_trains_the_other_waits_or_stops(spark, sm
         b = got["b"]
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            _kill_tree(proc)
     assert b["training"]["trees"] == 0  # B found the node done: nothing trained twice
     assert not list(ckpt.glob("*/_lease.json"))  # released at the end
     run_train(spark, small_dataset, 1, path, [], cfg.train, cfg.metric, str(tmp_path / "c"), str(tmp_path / "clean"))

@@ -20,13 +20,13 @@ from pipelines.report.stats import kl_divergence, randomization_test
 from pipelines.report.tables import table1, table2
 from pipelines.study.design import grid_children, plan_fold, unfinished_units
 from pipelines.tracking.runs import TAG_FOLD, TAG_PARENT, TAG_STRATEGY, TAG_SWITCH, Tracker
-from tests.helpers import record
+from tests.helpers import record, tiny_study
 
 T = 6
 
 
 def _cfg(tmp_path, **extra):
-    over = [
+    over = tiny_study(
         f"work_dir={tmp_path / 'work'}",
         "grid.experiment=test-grid",
         "grid.folds=[1,2]",
@@ -34,15 +34,10 @@ def _cfg(tmp_path, **extra):
         "grid.switch_points=[2,4]",
         "grid.strategies=[q_nrel,random]",
         "grid.extra_paths={blend: 'blend:6'}",
-        "grid.extra_curricula={}",
-        "grid.log_models=false",
-        "train.leaves=4",
-        "train.max_bin=32",
-        "train.score_dist_trees=[2]",
         "train.blend_at=3",
         "train.blend_width=2",
         "report.permutations=2000",
-    ]
+    )
     over += [f"{k}={v}" for k, v in extra.items()]
     return load_config(None, over)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelines.execution.progress import EventClient, EventServer
 from pipelines.plan.paths import PathError, parse_path
 from pipelines.plan.trie import DONE, PARTIAL, TODO, Plan, build_plan, format_plan, node_states, ready, trees_left
 from pipelines.store.checkpoints import CheckpointStore
@@ -242,59 +241,3 @@ def test_stochastic_noise_depends_on_tree_query_document_only():
     assert not np.array_equal(a, document_normal(4, 10, qid, doc))
     z = document_normal(0, 1, np.repeat(np.arange(2000), 10), np.tile(np.arange(10), 2000))
     assert abs(z.mean()) < 0.03 and abs(z.std() - 1) < 0.03  # standard normal
-
-
-def test_events_reach_the_driver_over_tcp():
-    got = []
-    with EventServer("127.0.0.1", got.append) as srv:
-        c = EventClient(*srv.address)
-        for t in range(1, 4):
-            c.send({"ev": "tree", "node": "n", "tree": t})
-        c.close()
-        for _ in range(100):
-            if len(got) == 3:
-                break
-            import time
-
-            time.sleep(0.02)
-    assert [e["tree"] for e in got] == [1, 2, 3]
-    dead = EventClient("127.0.0.1", 1, timeout=0.5)
-    dead.send({"ev": "tree"})  # unreachable: one warning, training goes on
-    dead.send({"ev": "tree"})
-
-
-def test_a_failed_job_is_named_in_one_line():
-    from pipelines.execution.executor import _one_line
-
-    spark_text = (
-        "An error occurred while calling o715.getResult.\n: org.apache.spark.SparkException: Job aborted "
-        "due to stage failure: Python worker exited unexpectedly (crashed)\n\tat org.apache.spark.X"
-    )
-    assert _one_line(RuntimeError(spark_text)) == (
-        "SparkException: Job aborted due to stage failure: Python worker exited unexpectedly (crashed)"
-    )
-    py_text = (
-        "PythonException: An exception was thrown from the Python worker\nTraceback (most recent call last):\n"
-        '  File "x.py", line 3, in run\npipelines.checkpoints.CheckpointError: checkpoint x is unreadable\n'
-        "\tat org.apache.spark.Y"
-    )
-    assert _one_line(RuntimeError(py_text)) == "CheckpointError: checkpoint x is unreadable"
-
-
-def test_progress_of_a_resumed_fold_counts_from_its_done_trees(monkeypatch, caplog):
-    """N/M over the whole fold; the rate from trees built since the first one arrived, never from one tree."""
-    import logging
-
-    from pipelines.execution import progress
-
-    clock = iter([100.0, 100.0, 101.0, 101.0, 102.0, 102.0, 103.0, 103.0])
-    monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
-    d = progress.ProgressDisplay("fold 1", 8900, done=900, interval=0.0, tty=False)
-    with caplog.at_level(logging.INFO, logger=progress.log.name):
-        for _ in range(3):
-            d.advance(1)
-    assert [r.getMessage() for r in caplog.records] == [
-        "fold 1: 901/8900 trees",  # the first tree after a resume: no rate yet (it was 44045.1 trees/s)
-        "fold 1: 902/8900 trees (1.0 trees/s, about 7998 s left)",
-        "fold 1: 903/8900 trees (1.0 trees/s, about 7997 s left)",
-    ]

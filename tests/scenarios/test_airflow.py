@@ -5,7 +5,7 @@ Needs the ``[airflow]`` extra (skipped without Airflow), Java, and ``spark-submi
 environment (a temporary AIRFLOW_HOME, the DAGs folder, the Spark connection) is set before the
 import; everything is restored when the module is done.
 The study itself, end to end, under a real scheduler (concurrent units, a killed task retried, a re-run
-that trains nothing): ``tests/test_deploy.py``.
+that trains nothing): ``tests/scenarios/test_deploy.py``.
 """
 
 from __future__ import annotations
@@ -18,13 +18,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 import pytest
 
-from tests.spark_holder import QUICK_JVM
+from pipelines.testing.processes import QUICK_JVM, ROOT
 
-JOBS = Path(__file__).resolve().parent.parent / "jobs"
+#: spark: the DAG's tasks spark-submit the jobs; deployment: Airflow; slow: minutes, started first
+pytestmark = [pytest.mark.spark, pytest.mark.deployment, pytest.mark.slow(minutes=1)]
+
+JOBS = ROOT / "jobs"
 
 if importlib.util.find_spec("airflow") is None:  # before touching the environment
     pytest.skip("needs the [airflow] extra", allow_module_level=True)
@@ -129,7 +131,7 @@ def test_a_failed_submit_leaves_no_process_and_exit_2_is_not_retried(tmp_path, m
     from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
     from pipelines.app.airflow import LtrSubmitOperator
-    from pipelines.core.proctree import alive
+    from pipelines.core.proctree import alive, kill_tree
 
     fake = tmp_path / "bin" / "spark-submit"
     fake.parent.mkdir()
@@ -147,7 +149,7 @@ def test_a_failed_submit_leaves_no_process_and_exit_2_is_not_retried(tmp_path, m
             op.execute({"params": {"spark_conf": {"spark.task.cpus": "1"}, "driver_memory": "1g"}})
         assert before.poll() is None, "the operator killed a process its task had started before the submit"
     finally:
-        before.kill()
+        kill_tree(before.pid)
         before.wait()
     assert ("not retried" in str(err.value)) == (code == 2)
     worker = int((tmp_path / "worker.pid").read_text())

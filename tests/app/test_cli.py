@@ -11,9 +11,12 @@ from pathlib import Path
 import pytest
 
 from pipelines.app.cli import main
+from pipelines.testing.processes import ROOT
 from tests.conftest import GOLDEN
+from tests.helpers import set_args, tiny_study
 
-ROOT = Path(__file__).resolve().parent.parent
+#: spark: every test starts Spark (in this process, or a spark-submit); slow: minutes, started first
+pytestmark = [pytest.mark.spark, pytest.mark.slow(minutes=2)]
 
 
 def test_ingest_missing_source_exits_2(spark, tmp_path, capsys):
@@ -67,26 +70,7 @@ def test_run_is_the_whole_pipeline(spark, tmp_path, capsys):
         "run",
         "--queries",
         "20",
-        "--set",
-        f"work_dir={work}",
-        "--set",
-        "grid.trees=4",
-        "--set",
-        "grid.switch_points=[2]",
-        "--set",
-        "grid.strategies=[q_nrel]",
-        "--set",
-        "grid.extra_paths={}",
-        "--set",
-        "grid.extra_curricula={}",
-        "--set",
-        "grid.log_models=false",
-        "--set",
-        "train.leaves=4",
-        "--set",
-        "train.score_dist_trees=[2]",
-        "--set",
-        "report.permutations=100",
+        *set_args(tiny_study(f"work_dir={work}", "train.max_bin=256")),  # the default's bins, as it always ran
     ]
     code = main(argv)
     assert code == 0
