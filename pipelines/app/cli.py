@@ -502,18 +502,7 @@ def _build_report(cfg: Config, tracker: Any, out: str, parent: str | None) -> di
     from pipelines.report import build_report
 
     return build_report(
-        tracker,
-        out,
-        parent,
-        cfg.metric.name,
-        cfg.report.permutations,
-        cfg.report.seed,
-        cfg.report.table2_sizes,
-        n_boot=cfg.report.bootstrap,
-        risk_alphas=cfg.report.risk_alphas,
-        target_fraction=cfg.report.target_fraction,
-        difficulty=Layout.of(cfg).difficulty,
-        trec_depth=cfg.report.trec_depth,
+        tracker, out, parent, report=cfg.report, metric_name=cfg.metric.name, difficulty=Layout.of(cfg).difficulty
     )
 
 
