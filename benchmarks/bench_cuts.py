@@ -21,6 +21,7 @@ import os
 import platform
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -80,7 +81,13 @@ def main() -> int:
                 1,
                 [parse_path(f"lambdamart:{args.trees}", "p")],
                 settings,
-                Execution(1, threads, retries=0),
+                Execution.from_config(
+                    replace(cfg, job_retries=0),
+                    workers=1,
+                    nthread=threads,
+                    parallel=1,
+                    resume_hint="the benchmark again",
+                ),
                 CheckpointStore(d),
             )
             wall = time.perf_counter() - t0

@@ -45,6 +45,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -137,7 +138,7 @@ def ours(spark, data: str, path: str, trees_eval: int, workers: int, nthread: in
         "dmatrix_seconds": round(w0["dmatrix"], 2),
         "checkpoint_per_tree": w0["checkpoint"] / n,
         "checkpoint_share_of_training": round(w0["checkpoint"] / (w0["boost"] + w0["objective"]), 4),
-        "checkpoint_every": settings.checkpoint_every,
+        "checkpoint_every": settings.train.checkpoint_every,
         "final_test_ndcg": res["p"].test[-1],
     }
 
@@ -145,7 +146,14 @@ def ours(spark, data: str, path: str, trees_eval: int, workers: int, nthread: in
 def _train(spark, ds, paths, settings, workers: int, nthread: int):
     """Train ``paths`` from scratch (fresh checkpoint directory: nothing reused)."""
     with tempfile.TemporaryDirectory(prefix="bench-ckpt-") as d:
-        return train_paths(spark, ds, 1, paths, settings, Execution(workers, nthread, retries=0), CheckpointStore(d))
+        how = Execution.from_config(
+            replace(settings.train, job_retries=0),
+            workers=workers,
+            nthread=nthread,
+            parallel=1,
+            resume_hint="the benchmark again",
+        )
+        return train_paths(spark, ds, 1, paths, settings, how, CheckpointStore(d))
 
 
 def grid(spark, data: str, threads: int) -> dict:

@@ -25,6 +25,7 @@ import os
 import platform
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -141,7 +142,15 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="bench-workers-") as d:
             t0 = time.perf_counter()
             res, info = train_paths(
-                spark, ds, 1, [parse_path(args.path, "p")], settings, Execution(w, 1, retries=0), CheckpointStore(d)
+                spark,
+                ds,
+                1,
+                [parse_path(args.path, "p")],
+                settings,
+                Execution.from_config(
+                    replace(cfg, job_retries=0), workers=w, nthread=1, parallel=1, resume_hint="the benchmark again"
+                ),
+                CheckpointStore(d),
             )
             wall = time.perf_counter() - t0
         w0 = info["worker_timings"][0]

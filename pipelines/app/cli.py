@@ -286,27 +286,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_flags(args: argparse.Namespace, minimum: dict[str, tuple[str, int, str]]) -> None:
-    """Flags given on the command line must be at least their minimum (attr -> (flag, minimum, meaning))."""
-    for attr, (flag, lo, meaning) in minimum.items():
-        v = getattr(args, attr, None)
-        if v is not None and v < lo:
-            raise UsageError(f"{flag} must be >= {lo} ({meaning}), got {v}")
-
-
 def cmd_ingest(args: argparse.Namespace) -> int:
     """``ltr ingest``: LETOR text to the Parquet dataset, bad lines counted or refused (``--strict``); exit code 0."""
     from pipelines.data.ingest import ingest, line_spec
 
-    _check_flags(
-        args,
-        {
-            "n_features": ("--n-features", 1, "the number of features; leave it out for the dataset's"),
-            "chunk_bytes": ("--chunk-bytes", 1, "nominal text bytes per Spark task"),
-        },
-    )
-    if args.min_label is not None and args.max_label is not None and args.min_label > args.max_label:
-        raise UsageError(f"--min-label {args.min_label} > --max-label {args.max_label}: no label would be valid")
     cfg = resolve_config(
         args,
         {
@@ -346,13 +329,6 @@ def cmd_difficulty(args: argparse.Namespace) -> int:
             f"difficulty.pagerank_feature={spec.pagerank_feature}",
         ]
     args.overrides = overrides + list(args.overrides)
-    _check_flags(
-        args,
-        {
-            f"{r}_feature": (f"--{r}-feature", 1, "a feature id; leave it out for the dataset's")
-            for r in ("bm25", "pagerank")
-        },
-    )
     cfg = resolve_config(
         args, {"bm25_feature": "difficulty.bm25_feature", "pagerank_feature": "difficulty.pagerank_feature"}
     )
@@ -362,18 +338,9 @@ def cmd_difficulty(args: argparse.Namespace) -> int:
 
 def cmd_curriculum(args: argparse.Namespace) -> int:
     """``ltr curriculum``: the stages of one curriculum for one fold, or ``--check`` of a built one; exit code 0."""
-    from pipelines.core.config import EMPTY_QUERY_POLICIES
     from pipelines.data.curriculum import build_curriculum, check_curriculum
     from pipelines.data.dataset import open_dataset
 
-    _check_flags(args, {"stages": ("--stages", 2, "stages of a paced curriculum")})
-    for flag, v in (("--fraction", args.fraction), ("--delta", args.delta)):
-        if v is not None and not 0.0 < v <= 1.0:
-            raise UsageError(f"{flag} must be in (0, 1] (a share of the training queries), got {v}")
-    if args.empty_queries is not None and args.empty_queries not in EMPTY_QUERY_POLICIES:
-        raise UsageError(
-            f"--empty-queries must be one of {', '.join(EMPTY_QUERY_POLICIES)}, got {args.empty_queries!r}"
-        )
     cfg = resolve_config(
         args,
         {

@@ -156,16 +156,7 @@ def run_grid(
         return s.summary(finished, s.folds, trained=0, skipped=0, trees_built=0)
     workers, nthread = resolve_workers(spark, cfg.train, parallel)
     settings = make_settings(cfg.train, cfg.metric, s.ds, nthread)
-    how = Execution(
-        workers,
-        nthread,
-        parallel,
-        cfg.train.job_retries,
-        cfg.train.tracker_timeout,
-        resume_hint,
-        cfg.train.lease_ttl,
-        cfg.train.lease_wait,
-    )
+    how = Execution.from_config(cfg.train, workers=workers, nthread=nthread, parallel=parallel, resume_hint=resume_hint)
     counts = {"trained": 0, "skipped": 0, "trees_built": 0}
     live = None
     try:

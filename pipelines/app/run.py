@@ -25,18 +25,7 @@ def build_report(cfg: Config, tracker: Any, out: str, parent: str | None) -> dic
     from pipelines.report import build_report as build
 
     return build(
-        tracker,
-        out,
-        parent,
-        cfg.metric.name,
-        cfg.report.permutations,
-        cfg.report.seed,
-        cfg.report.table2_sizes,
-        n_boot=cfg.report.bootstrap,
-        risk_alphas=cfg.report.risk_alphas,
-        target_fraction=cfg.report.target_fraction,
-        difficulty=Layout.of(cfg).difficulty,
-        trec_depth=cfg.report.trec_depth,
+        tracker, out, parent, report=cfg.report, metric_name=cfg.metric.name, difficulty=Layout.of(cfg).difficulty
     )
 
 

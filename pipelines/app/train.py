@@ -57,15 +57,8 @@ def run_train(
         curriculum_keys={c.name: curriculum_content_key(c.summary) for c in curs},
     )
     store = CheckpointStore(checkpoints)
-    how = Execution(
-        workers,
-        nthread,
-        1,
-        cfg.job_retries,
-        cfg.tracker_timeout,
-        "the same `ltr train` command",
-        cfg.lease_ttl,
-        cfg.lease_wait,
+    how = Execution.from_config(
+        cfg, workers=workers, nthread=nthread, parallel=1, resume_hint="the same `ltr train` command"
     )
     with task_errors():
         info = execute_plan(spark, plan, ds, {c.name: c for c in curs}, settings, store, how)

@@ -2,8 +2,13 @@
 
 * Defaults live in the dataclasses; ``conf/default.yaml`` writes the same
   defaults out (a test keeps the two equal), other files override part of them.
-* Unknown keys are an error that names the key, the file and the keys allowed.
-* Values are checked against the field types (``"200"`` is not an int).
+* Every section is typed, ``grid.extra_curricula`` included (:class:`ExtraCurriculum`), and each section checks
+  its own values when it is made (``__post_init__``): a check is written once, here, and names the key's full
+  path and the value. Nothing downstream (CLI, curriculum building, the worker loop) checks them again.
+* An unknown or misspelt key anywhere (a section, a nested section, an extra curriculum, a ``--set``) is an
+  error naming its full path and the closest known key (``grid.extra_curricula.paced.strateg``: did you mean
+  ``...strategy``?), in one line; the CLI exits 2.
+* Values are checked against the field types (``"200"`` is not an int, ``"0.3"`` not a number).
 * Command-line overrides: ``--set section.key=value``; the value is read as YAML
   (``--set train.trees=200``, ``--set spark.conf={"spark.a": "b"}``).
 
@@ -14,20 +19,23 @@ Dataset descriptions (feature count, label range, feature roles) live in
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 import sys
 import types
 import typing
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import yaml
 
 from pipelines.core.errors import UserError
+from udfs.curriculum import PACINGS
 from udfs.metrics import NdcgSpec
+from udfs.objectives import BlendSchedule
 
 T = TypeVar("T")
 
@@ -155,13 +163,69 @@ class DifficultyConfig:
             )
 
 
+#: Curriculum strategies (:mod:`pipelines.data.curriculum`): by number of relevant documents, by BM25's or
+#: PageRank's NDCG, by highly relevant labels, a random control, and none.
+STRATEGIES = ("q_nrel", "q_bm25", "q_pagerank", "l_hrel", "random", "none")
+#: Curriculum settings that ``ltr curriculum`` also takes as a flag (``--fraction`` ...).
+_CURRICULUM_FLAGS = ("strategy", "fraction", "pacing", "stages", "delta", "seed")
+
+
+def _check_curriculum(values: Mapping[str, Any], where: str, flags: bool) -> None:
+    """The checks of curriculum settings, written once: every field of the ``curriculum:`` section
+    (:class:`CurriculumConfig`), and the fields an extra curriculum sets (:class:`ExtraCurriculum`).
+
+    ``where``: the settings' path in the config (``curriculum``, ``grid.extra_curricula.NAME``); ``flags``:
+    name the ``ltr curriculum`` flag beside a key that has one. Raises :class:`ConfigError` at the first problem.
+    """
+
+    def key(name: str) -> str:
+        flag = f" (--{name})" if flags and name in _CURRICULUM_FLAGS else ""
+        return f"{where}.{name}{flag}"
+
+    if "strategy" in values and values["strategy"] not in STRATEGIES:
+        raise ConfigError(f"{key('strategy')} must be one of {', '.join(STRATEGIES)}, got {values['strategy']!r}")
+    if values.get("pacing") and values["pacing"] not in PACINGS:
+        raise ConfigError(
+            f"{key('pacing')} must be one of {', '.join(PACINGS)}, or empty for two stages, got {values['pacing']!r}"
+        )
+    for name in ("fraction", "delta"):
+        if name in values and not 0.0 < values[name] <= 1.0:
+            raise ConfigError(f"{key(name)} must be in (0, 1] (a share of the training queries), got {values[name]}")
+    if "stages" in values and values["stages"] < 2:
+        raise ConfigError(f"{key('stages')} must be >= 2 (stages of a paced curriculum), got {values['stages']}")
+    if "root_n" in values and not values["root_n"] > 0:
+        raise ConfigError(f"{key('root_n')} must be > 0 (the n of the root_n pacing), got {values['root_n']}")
+    if values.get("strategy") == "l_hrel" and values.get("pacing"):
+        raise ConfigError(
+            f"{key('pacing')} {values['pacing']!r}: strategy l_hrel is a document label filter, not a query order, "
+            "so it takes no pacing: it always has two stages (the filtered documents, then all)"
+        )
+    if "hrel_labels" in values:
+        # The dataset's label range is checked when a curriculum is built (pipelines.data.curriculum.check_hrel_labels).
+        labels = list(values["hrel_labels"])
+        if not labels:
+            raise ConfigError(
+                f"{where}.hrel_labels is empty: l_hrel's first stage would hold no document; "
+                "list the labels it keeps, e.g. [0, 3, 4]"
+            )
+        dup = sorted({v for v in labels if labels.count(v) > 1})
+        if dup:
+            raise ConfigError(f"{where}.hrel_labels {labels} lists label {dup[0]} twice")
+        if max(labels) <= 0:
+            raise ConfigError(
+                f"{where}.hrel_labels {labels} holds no relevant label (> 0): l_hrel's first stage would have no "
+                "relevant document, so no ranking gradient; add one, e.g. [0, 3, 4]"
+            )
+
+
 @dataclass(frozen=True)
 class CurriculumConfig:
     """Curriculum selection (:mod:`pipelines.data.curriculum`).
 
     Two stages by default: the easiest ``fraction`` of the training queries,
     then all of them. With ``pacing`` (linear, root_n, geometric, step),
-    ``stages`` stages whose shares grow from ``delta`` to 1.
+    ``stages`` stages whose shares grow from ``delta`` to 1. ``strategy``: one of
+    :data:`STRATEGIES` (``l_hrel`` takes no pacing).
     """
 
     strategy: str = "q_nrel"
@@ -174,26 +238,64 @@ class CurriculumConfig:
     hrel_labels: list[int] = field(default_factory=lambda: [0, 3, 4])
 
     def __post_init__(self) -> None:
-        # The dataset's label range is checked when a curriculum is built (pipelines.data.curriculum.check_hrel_labels).
-        labels = list(self.hrel_labels)
-        if not labels:
-            raise ConfigError(
-                "curriculum.hrel_labels is empty: l_hrel's first stage would hold no document; "
-                "list the labels it keeps, e.g. [0, 3, 4]"
-            )
-        dup = sorted({v for v in labels if labels.count(v) > 1})
-        if dup:
-            raise ConfigError(f"curriculum.hrel_labels {labels} lists label {dup[0]} twice")
-        if max(labels) <= 0:
-            raise ConfigError(
-                f"curriculum.hrel_labels {labels} holds no relevant label (> 0): l_hrel's first "
-                "stage would have no relevant document, so no ranking gradient; add one, e.g. [0, 3, 4]"
-            )
+        _check_curriculum({f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, "curriculum", True)
 
 
-#: Curriculum strategies (:mod:`pipelines.data.curriculum`): by number of relevant documents, by BM25's or
-#: PageRank's NDCG, by highly relevant labels, a random control, and none.
-STRATEGIES = ("q_nrel", "q_bm25", "q_pagerank", "l_hrel", "random", "none")
+class ExtraCurriculum(dict[str, Any]):
+    """One curriculum of ``grid.extra_curricula``: the ``curriculum:`` settings it changes, by name; the
+    others are the ``curriculum:`` section's (:meth:`over`). Typed and checked when made, then frozen.
+
+    Its keys are :class:`CurriculumConfig` fields (another key is an error naming the closest one), its values
+    of their types (``"0.3"`` is not a fraction), checked as the section checks them (``fraction``, ``delta``,
+    ``stages``, ``pacing``, ``strategy``...). A read-only mapping rather than a dataclass, because the keys of a
+    study (``asdict(cfg.grid)``) and of a curriculum hold the settings as written: an extra curriculum adds no
+    defaults of its own to them.
+
+    Parameters
+    ----------
+    settings : Mapping[str, Any] or Iterable[tuple[str, Any]]
+        Setting name -> value, e.g. ``{"strategy": "q_nrel", "pacing": "root_n", "stages": 4}``.
+    where : str
+        Its path in the config, named by the errors (``grid.extra_curricula.paced``).
+
+    Raises
+    ------
+    ConfigError
+        An unknown setting, a value of the wrong type or one the curriculum section refuses.
+    """
+
+    def __init__(
+        self,
+        settings: Mapping[str, Any] | Iterable[tuple[str, Any]] = (),
+        /,
+        *,
+        where: str = "grid.extra_curricula.<name>",
+    ) -> None:
+        given = dict(settings)
+        hints = typing.get_type_hints(CurriculumConfig)
+        known = [f.name for f in dataclasses.fields(CurriculumConfig)]
+        typed = {}
+        for k, v in given.items():
+            if k not in hints:
+                raise ConfigError(unknown_key(f"{where}.{k}", known))
+            typed[k] = _coerce(v, hints[k], f"{where}.{k}")
+        _check_curriculum(typed, where, False)
+        super().__init__(typed)
+
+    def over(self, base: CurriculumConfig) -> CurriculumConfig:
+        """The curriculum's complete settings: ``base`` (the ``curriculum:`` section) with these changes."""
+        return replace(base, **self)
+
+    def _frozen(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError("an ExtraCurriculum is frozen: make a new one (config sections never change)")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _frozen
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickle and deepcopy make it anew (the checks run again)
+        return (type(self), (dict(self),))
+
+    def __repr__(self) -> str:
+        return f"ExtraCurriculum({dict.__repr__(self)})"
 
 
 @dataclass(frozen=True)
@@ -255,6 +357,12 @@ class TrainConfig:
                 raise ConfigError(
                     f"train.base_margin must be auto, zero, mean or a number, got {self.base_margin!r}"
                 ) from None
+        try:  # the schedule's own checks (udfs.objectives), named by their keys
+            BlendSchedule(self.blend_schedule, self.blend_at, self.blend_width)
+        except ValueError as e:
+            raise ConfigError(
+                f"train.blend_schedule {self.blend_schedule!r} / train.blend_width {self.blend_width}: {e}"
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -262,7 +370,8 @@ class GridConfig:
     """An experiment grid (:mod:`pipelines.app.grid`): per fold, the LambdaMART baseline,
     MSE-t for every switch point, every curriculum strategy at every switch point,
     and ``extra_paths`` (name -> path shorthand; curricula they name are the
-    strategies, or ``extra_curricula``: name -> curriculum settings). ``seeds``: how many times each child whose
+    strategies, or ``extra_curricula``: name -> the curriculum settings it changes, :class:`ExtraCurriculum`).
+    ``seeds``: how many times each child whose
     trees depend on a seed (the ``random`` curriculum control, the stochastic_ndcg objective) is trained, the
     i-th time with the curriculum's and the training's seeds + i (:func:`pipelines.study.design.grid_children`); the
     report averages them."""
@@ -282,9 +391,9 @@ class GridConfig:
             "mse_on_q_nrel": "mse@q_nrel:40,lambdamart:60",
         }
     )
-    extra_curricula: dict[str, dict[str, Any]] = field(
+    extra_curricula: dict[str, ExtraCurriculum] = field(
         default_factory=lambda: {
-            "paced": {"strategy": "q_nrel", "pacing": "root_n", "stages": 4, "delta": 0.25},
+            "paced": ExtraCurriculum({"strategy": "q_nrel", "pacing": "root_n", "stages": 4, "delta": 0.25}),
         }
     )
     data: str = ""
@@ -293,6 +402,17 @@ class GridConfig:
     seeds: int = 1
 
     def __post_init__(self) -> None:
+        # entries given as plain mappings (GridConfig(extra_curricula={...}) in Python) are typed and checked too
+        object.__setattr__(
+            self,
+            "extra_curricula",
+            {
+                name: c
+                if isinstance(c, ExtraCurriculum)
+                else _coerce(c, ExtraCurriculum, f"grid.extra_curricula.{name}")
+                for name, c in self.extra_curricula.items()
+            },
+        )
         if self.seeds < 1:
             raise ConfigError(f"grid.seeds must be >= 1 (1: every child once), got {self.seeds}")
         if self.objectives not in ("python", "builtin"):
@@ -376,6 +496,14 @@ class Config:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
 
+    def __post_init__(self) -> None:
+        # an extra curriculum is complete with the curriculum: section's other settings (l_hrel takes no pacing)
+        for name, extra in self.grid.extra_curricula.items():
+            try:
+                extra.over(self.curriculum)
+            except ConfigError as e:
+                raise ConfigError(f"grid.extra_curricula.{name} (its other settings from curriculum:): {e}") from None
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict (the resolved config recorded with outputs)."""
         return dataclasses.asdict(self)
@@ -434,6 +562,30 @@ def jobs_dir() -> Path:
     raise ConfigError("cannot find the jobs/ scripts; set LTR_JOBS_DIR to the project's jobs/")
 
 
+def unknown_key(path: str, known: Sequence[str]) -> str:
+    """The one-line message of an unknown config key: its full ``path`` and the closest of the ``known`` keys
+    of its section (:func:`difflib.get_close_matches`), else all of them.
+
+    Parameters
+    ----------
+    path : str
+        The key's full path, e.g. ``grid.extra_curricula.paced.strateg``.
+    known : Sequence[str]
+        The keys its section has.
+
+    Returns
+    -------
+    str
+        ``unknown config key 'grid.extra_curricula.paced.strateg'; did you mean
+        'grid.extra_curricula.paced.strategy'?`` (or ``...; known keys here: a, b``).
+    """
+    parent, _, name = path.rpartition(".")
+    close = difflib.get_close_matches(name, known, n=1)
+    if close:
+        return f"unknown config key '{path}'; did you mean '{parent + '.' if parent else ''}{close[0]}'?"
+    return f"unknown config key '{path}'; known keys here: {', '.join(known)}"
+
+
 def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
@@ -458,6 +610,10 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a mapping (section), got {value!r}")
         return from_dict(tp, value, where)
+    if tp is ExtraCurriculum:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a mapping (the curriculum: settings it changes), got {value!r}")
+        return ExtraCurriculum(value, where=where)
     if origin is dict:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a mapping, got {value!r}")
@@ -496,16 +652,17 @@ def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
     """Build dataclass ``cls`` from ``data``; unknown keys and wrong types raise ConfigError."""
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
-    unknown = [k for k in data if k not in names]
-    if unknown:
-        key = f"{where}.{unknown[0]}" if where else unknown[0]
-        raise ConfigError(f"unknown config key '{key}'; known keys here: {', '.join(names)}")
     kwargs = {}
     for k, v in data.items():
-        kwargs[k] = _coerce(v, hints[k], f"{where}.{k}" if where else k)
+        path = f"{where}.{k}" if where else str(k)
+        if k not in names:
+            raise ConfigError(unknown_key(path, names))
+        kwargs[k] = _coerce(v, hints[k], path)
     try:
         return cls(**kwargs)
-    except (TypeError, ValueError) as e:  # missing fields, or the class's own validation
+    except ConfigError:  # the section's own checks: they name the key's path and value
+        raise
+    except (TypeError, ValueError) as e:  # missing fields, or the checks of a type from udfs (NdcgSpec)
         raise ConfigError(f"{where or cls.__name__}: {e}") from None
 
 
@@ -516,8 +673,11 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
     try:
         data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: invalid YAML: {e}") from None
+    except yaml.YAMLError as e:  # one line: where, and what the parser found
+        mark = getattr(e, "problem_mark", None)
+        at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        what = getattr(e, "problem", None) or " ".join(str(e).split())
+        raise ConfigError(f"{path}{at}: invalid YAML: {what}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -540,37 +700,59 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.split("."), value
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str], cls: type | None = None) -> dict[str, Any]:
-    """Return a copy of ``data`` with ``--set`` overrides applied (keys checked against ``cls``).
+def _section_keys(tp: Any) -> dict[str, Any] | None:
+    """Key -> type of a section type (a config dataclass, or an extra curriculum's settings); None for a value."""
+    if tp is ExtraCurriculum:
+        tp = CurriculumConfig
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        return {f.name: hints[f.name] for f in dataclasses.fields(tp)}
+    return None
 
-    Below a free-form mapping field (``spark.conf``) the rest of the key is one
-    entry: ``--set spark.conf.spark.executor.memory=2g``.
+
+def apply_overrides(data: dict[str, Any], overrides: list[str], cls: type | None = None) -> dict[str, Any]:
+    """Return a copy of ``data`` with ``--set`` overrides applied (keys checked against ``cls``, default Config).
+
+    Below a mapping of sections the next part of the key names an entry (``--set
+    grid.extra_curricula.paced.stages=6``); below a free-form mapping (``spark.conf``) the rest of the key
+    is one entry: ``--set spark.conf.spark.executor.memory=2g``.
+
+    Raises
+    ------
+    ConfigError
+        A malformed override, or an unknown key (its full path and the closest known one).
     """
     out = json.loads(json.dumps(data))  # deep copy of plain data
     for text in overrides:
         path, value = parse_override(text)
         node: dict[str, Any] = out
-        tp: Any = cls or Config
+        keys = _section_keys(cls or Config)
         i = 0
-        while True:
-            part = path[i]
-            names = [f.name for f in dataclasses.fields(tp)]
-            if part not in names:
-                where = ".".join(path[: i + 1])
-                raise ConfigError(f"--set {text!r}: unknown config key '{where}'; known keys here: {', '.join(names)}")
-            ftp = typing.get_type_hints(tp)[part]
+        while keys is not None:  # always: a value ends the walk (break) or is refused
+            part, where = path[i], ".".join(path[: i + 1])
+            if part not in keys:
+                raise ConfigError(f"--set {text!r}: {unknown_key(where, list(keys))}")
+            ftp = keys[part]
             if i == len(path) - 1:
                 node[part] = value
                 break
             if typing.get_origin(ftp) is dict:
-                node.setdefault(part, {})[".".join(path[i + 1 :])] = value
-                break
-            if not dataclasses.is_dataclass(ftp):
-                raise ConfigError(f"--set {text!r}: '{'.'.join(path[: i + 1])}' is a value, not a section")
+                entry_type = typing.get_args(ftp)[1]
+                if _section_keys(entry_type) is None or i + 2 == len(path):  # a free-form mapping, or a whole entry
+                    node.setdefault(part, {})[".".join(path[i + 1 :])] = value
+                    break
+                node, keys, i = node.setdefault(part, {}), None, i + 1  # then into the entry named path[i]
+                if not isinstance(node, dict):
+                    raise ConfigError(f"--set {text!r}: '{where}' is not a mapping")
+                ftp = entry_type
+                part, where = path[i], ".".join(path[: i + 1])
+            keys = _section_keys(ftp)
+            if keys is None:
+                raise ConfigError(f"--set {text!r}: '{where}' is a value, not a section")
             nxt = node.setdefault(part, {})
             if not isinstance(nxt, dict):
-                raise ConfigError(f"--set {text!r}: '{'.'.join(path[: i + 1])}' is not a section")
-            node, tp, i = nxt, ftp, i + 1
+                raise ConfigError(f"--set {text!r}: '{where}' is not a section")
+            node, i = nxt, i + 1
     return out
 
 

@@ -55,7 +55,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.core.config import EMPTY_QUERY_POLICIES, STRATEGIES, ConfigError, CurriculumConfig, DifficultyConfig
+from pipelines.core.config import ConfigError, CurriculumConfig, DifficultyConfig
 from pipelines.core.storage import atomic_output, read_json
 from pipelines.data.dataset import MANIFEST, Dataset, DatasetError, load_split, open_dataset
 from pipelines.data.difficulty import SUMMARY as DIFFICULTY_SUMMARY
@@ -80,24 +80,15 @@ def _read_json(path: str, name: str) -> dict[str, Any]:
 
 
 def shares_for(cfg: CurriculumConfig) -> np.ndarray:
-    """Stage shares for the configured strategy and pacing."""
-    if cfg.strategy not in STRATEGIES:
-        raise ConfigError(f"unknown curriculum strategy {cfg.strategy!r}; expected one of {', '.join(STRATEGIES)}")
+    """Stage shares for the configured strategy and pacing (the settings were checked when ``cfg`` was made:
+    :class:`pipelines.core.config.CurriculumConfig`)."""
     if cfg.strategy == "none":
         return np.array([1.0])
     if cfg.strategy == "l_hrel":
-        if cfg.pacing:
-            raise ConfigError(
-                "l_hrel is a document label filter, not a query order, so it takes no --pacing: "
-                "it always has two stages (the filtered documents, then all)"
-            )
         return np.array([1.0, 1.0])
-    try:
-        if cfg.pacing:
-            return pacing_shares(cfg.pacing, cfg.stages, cfg.delta, cfg.root_n)
-        return two_stage_shares(cfg.fraction)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    if cfg.pacing:
+        return pacing_shares(cfg.pacing, cfg.stages, cfg.delta, cfg.root_n)
+    return two_stage_shares(cfg.fraction)
 
 
 def check_hrel_labels(labels: list[int], ds: Dataset) -> None:
@@ -118,12 +109,14 @@ def check_hrel_labels(labels: list[int], ds: Dataset) -> None:
 def check_curriculum(
     cfg: CurriculumConfig, ds: Dataset, empty_queries: str = DifficultyConfig.empty_queries
 ) -> np.ndarray:
-    """Check a curriculum's settings against the dataset (no Spark needed); return its stage shares."""
+    """Check a curriculum's settings against the dataset (no Spark needed); return its stage shares.
+
+    The settings themselves are checked where they are configured (:class:`pipelines.core.config.CurriculumConfig`;
+    ``empty_queries`` by :class:`~pipelines.core.config.DifficultyConfig`, made here when it comes as a string);
+    what is left is what depends on the dataset (``hrel_labels`` against its label range).
+    """
     shares = shares_for(cfg)
-    if empty_queries not in EMPTY_QUERY_POLICIES:
-        raise ConfigError(
-            f"difficulty.empty_queries must be one of {', '.join(EMPTY_QUERY_POLICIES)}, got {empty_queries!r}"
-        )
+    DifficultyConfig(empty_queries=empty_queries)  # the section's one check of the policy (ConfigError)
     if cfg.strategy == "l_hrel":
         check_hrel_labels(cfg.hrel_labels, ds)
     return shares

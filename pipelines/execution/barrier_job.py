@@ -50,7 +50,6 @@ from pipelines.worker.env import XgbComm, check_device, returning_freed_memory
 from pipelines.worker.loop import Settings, run_nodes
 from udfs import schema
 from udfs.metrics import NdcgSpec
-from udfs.objectives import BlendSchedule
 
 log = logging.getLogger(__name__)
 
@@ -71,16 +70,14 @@ class SplitQueryError(UserError, RuntimeError):
 
 # ------------------------------------------------------------ settings
 def make_settings(cfg: TrainConfig, metric: NdcgSpec, ds: Dataset, nthread: int) -> Settings:
-    """The workers' :class:`~pipelines.worker.loop.Settings` of a training run, built on the driver.
-
-    The XGBoost booster params are ``hist`` trees grown leaf-wise (``lossguide``, at most ``train.leaves``
-    leaves, no depth limit) with the config's learning rate, bins, regularisation, sampling, seed and device.
-    Logs a warning when row or column subsampling is on (a resumed run may then draw other samples).
+    """The workers' :class:`~pipelines.worker.loop.Settings` of a training run, built on the driver from the
+    config's sections (the booster params are :attr:`~pipelines.worker.loop.Settings.params`). Logs a warning
+    when row or column subsampling is on (a resumed run may then draw other samples).
 
     Parameters
     ----------
     cfg : TrainConfig
-        The ``train`` section of the config.
+        The ``train`` section of the config (its values were checked when it was made).
     metric : NdcgSpec
         The NDCG conventions of evaluation.
     ds : Dataset
@@ -96,29 +93,9 @@ def make_settings(cfg: TrainConfig, metric: NdcgSpec, ds: Dataset, nthread: int)
     Raises
     ------
     ConfigError
-        When the blend schedule is invalid, or ``train.device`` asks for CUDA from an XGBoost built without it.
+        When ``train.device`` asks for CUDA from an XGBoost built without it.
     """
-    params = {
-        "tree_method": "hist",
-        "grow_policy": "lossguide",
-        "max_depth": 0,
-        "max_leaves": cfg.leaves,
-        "eta": cfg.eta,
-        "max_bin": cfg.max_bin,
-        "min_child_weight": cfg.min_child_weight,
-        "lambda": cfg.reg_lambda,
-        "subsample": cfg.subsample,
-        "colsample_bytree": cfg.colsample_bytree,
-        "seed": cfg.seed,
-        "nthread": nthread,
-        "device": cfg.device,
-        "verbosity": 1,
-    }
     lo, hi = ds.manifest.get("label_range", [0, 4])
-    try:
-        blend = BlendSchedule(cfg.blend_schedule, cfg.blend_at, cfg.blend_width)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
     try:
         check_device(cfg.device, probe=False)  # the CUDA build, on the driver; each worker probes its GPU
     except ValueError as e:
@@ -128,24 +105,7 @@ def make_settings(cfg: TrainConfig, metric: NdcgSpec, ds: Dataset, nthread: int)
             "train.subsample/colsample_bytree < 1: XGBoost's sampler state is not part of a checkpoint, so "
             "a resumed run may draw other samples than an uninterrupted one (measured: not bit-identical)"
         )
-    return Settings(
-        params=params,
-        k=cfg.k,
-        metric=metric,
-        eval_every=cfg.eval_every,
-        score_dist_trees=tuple(cfg.score_dist_trees),
-        score_dist_bins=cfg.score_dist_bins,
-        base_margin=cfg.base_margin,
-        seed=cfg.seed,
-        min_label=int(lo),
-        max_label=int(hi),
-        sigmoid_gamma=cfg.sigmoid_gamma,
-        stochastic_noise=cfg.stochastic_noise,
-        stochastic_anneal=cfg.stochastic_anneal,
-        checkpoint_every=cfg.checkpoint_every,
-        blend=blend,
-        cuts_sample_rows=cfg.cuts_sample_rows,
-    )
+    return Settings(train=cfg, metric=metric, labels=(int(lo), int(hi)), nthread=nthread)
 
 
 def is_local(master: str) -> bool:

@@ -27,6 +27,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from pipelines.core.config import TrainConfig
 from pipelines.core.errors import LtrError, UserError, relay
 from pipelines.data.curriculum import Curriculum
 from pipelines.data.dataset import Dataset, DatasetError
@@ -53,18 +54,55 @@ class UnknownNode(UserError):
     """A node key the plan does not hold (a user error: exit 2)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Execution:
-    """How to run a plan: workers and threads per job, concurrent jobs, retries."""
+    """How to run a plan: workers and threads per job, concurrent jobs, retries, leases.
 
-    workers: int
-    nthread: int
-    parallel: int = 1
-    retries: int = 1
-    tracker_timeout: int = 0
-    resume_hint: str = "run the same command again"
-    lease_ttl: float = 120.0  # seconds; renewed every ttl/3 while the job runs
-    lease_wait: float = 0.0  # how long to wait for another process's lease on a node before stopping
+    Made by :meth:`from_config` (the config's ``train:`` section and what the command resolved); it declares no
+    defaults of its own.
+    """
+
+    workers: int  # barrier tasks per job (resolved: pipelines.execution.barrier_job.resolve_workers)
+    nthread: int  # XGBoost threads per worker (resolved likewise)
+    parallel: int  # concurrent Spark jobs (ltr grid --parallel)
+    retries: int  # train.job_retries
+    tracker_timeout: int  # train.tracker_timeout
+    resume_hint: str  # the command that resumes, named by a failure
+    lease_ttl: float  # train.lease_ttl: seconds; renewed every ttl/3 while the job runs
+    lease_wait: float  # train.lease_wait: how long to wait for another process's lease on a node before stopping
+
+    @classmethod
+    def from_config(
+        cls, train: TrainConfig, *, workers: int, nthread: int, parallel: int, resume_hint: str
+    ) -> Execution:
+        """How to run the plans of a command: retries, tracker timeout and leases from ``train``, the rest as
+        the command resolved them.
+
+        Parameters
+        ----------
+        train : TrainConfig
+            The config's ``train:`` section (``job_retries``, ``tracker_timeout``, ``lease_ttl``, ``lease_wait``).
+        workers, nthread : int
+            Barrier tasks per job and threads per worker (:func:`pipelines.execution.barrier_job.resolve_workers`).
+        parallel : int
+            Ready nodes run as up to that many concurrent Spark jobs (1: one job per fold).
+        resume_hint : str
+            The command that resumes, named by the error of a node that failed after its retries.
+
+        Returns
+        -------
+        Execution
+        """
+        return cls(
+            workers=workers,
+            nthread=nthread,
+            parallel=parallel,
+            retries=train.job_retries,
+            tracker_timeout=train.tracker_timeout,
+            resume_hint=resume_hint,
+            lease_ttl=train.lease_ttl,
+            lease_wait=train.lease_wait,
+        )
 
 
 def execute_plan(
@@ -120,8 +158,8 @@ def execute_plan(
         store.root,
         ds,
         plan.fold,
-        int(settings.params.get("max_bin", 256)),
-        settings.cuts_sample_rows,
+        settings.train.max_bin,
+        settings.train.cuts_sample_rows,
         how.nthread,
     )
     try:
@@ -212,7 +250,7 @@ def _run_unit(
         raise DatasetError(f"fold {plan.fold}: no curriculum {missing} for nodes of the plan")
     curs = [curricula[c] for c in names]
     df = training_frame(spark, ds, plan.fold, curs)
-    s = replace(settings, params={**settings.params, "nthread": how.nthread})
+    s = replace(settings, nthread=how.nthread)
     owner = f"fold {plan.fold}: {how.resume_hint}"
     # one writer per node: the leases are held across the retries, renewed by a heartbeat, released at the end
     with hold(store, [n.key for n in nodes], owner, ttl=how.lease_ttl, wait=how.lease_wait) as held:

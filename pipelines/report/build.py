@@ -6,9 +6,9 @@ import json
 import logging
 import os
 import time
-from collections.abc import Sequence
 from typing import Any
 
+from pipelines.core.config import ReportConfig
 from pipelines.report.difficulty import by_difficulty, figure_by_difficulty, load_scores
 from pipelines.report.export import load_test_scores, report_json, trec_files
 from pipelines.report.figures import figure1, figure2
@@ -28,7 +28,7 @@ from pipelines.report.records import Record, ReportError
 from pipelines.report.render import render
 from pipelines.report.seeds import average_seeds
 from pipelines.report.stats import alpha_key
-from pipelines.report.tables import RISK_ALPHAS, TARGET_FRACTION, convergence, run_convergence, table1, table2
+from pipelines.report.tables import convergence, run_convergence, table1, table2
 from pipelines.study.design import BASELINE, MSE
 from pipelines.tracking.runs import Tracker
 
@@ -38,23 +38,43 @@ log = logging.getLogger(__name__)
 def build_report(
     tracker: Tracker,
     out: str,
-    parent: str | None = None,
-    metric_name: str = "ndcg_at_10",
-    n_perm: int = 10_000,
-    seed: int = 0,
-    table2_sizes: Sequence[int] = (),
-    n_boot: int = 10_000,
-    risk_alphas: Sequence[float] = RISK_ALPHAS,
-    target_fraction: float = TARGET_FRACTION,
-    difficulty: str | None = None,
-    trec_depth: int = 1000,
+    parent: str | None,
+    *,
+    report: ReportConfig,
+    metric_name: str,
+    difficulty: str | None,
 ) -> dict[str, Any]:
-    """Rebuild the tables and figures of a grid: ``parent`` (a grid's parent run id), else the experiment's
-    latest FINISHED grid. ``table2_sizes``: empty = :func:`default_table2_sizes`; ``n_boot`` bootstrap
-    resamples and ``risk_alphas``: :func:`table1`; ``target_fraction``: :func:`convergence`; ``difficulty``:
-    the study's difficulty scores (``ltr difficulty``'s output) for the effect by difficulty (left out, with a
-    note, when absent); ``trec_depth``: documents per query in the TREC run files (0: none;
-    :func:`pipelines.report.export.trec_files`)."""
+    """Rebuild the tables and figures of a grid and write them to ``out``.
+
+    Parameters
+    ----------
+    tracker : Tracker
+        The MLflow experiment of the grid.
+    out : str
+        The output folder (the CLI's: ``report.out``, else ``<work_dir>/report``).
+    parent : str or None
+        The grid's parent run id; None: the experiment's latest FINISHED grid.
+    report : ReportConfig
+        The config's ``report:`` section: ``permutations`` and ``seed`` of the randomisation test,
+        ``bootstrap`` resamples and ``risk_alphas`` (:func:`table1`), ``table2_sizes`` (empty:
+        :func:`default_table2_sizes`), ``target_fraction`` (:func:`convergence`) and ``trec_depth``, documents
+        per query in the TREC run files (0: none; :func:`pipelines.report.export.trec_files`). Its ``out`` is
+        the caller's to resolve.
+    metric_name : str
+        The metric the children logged (``metric.name`` of the config, e.g. ``ndcg_at_10``).
+    difficulty : str or None
+        The study's difficulty scores (``ltr difficulty``'s output) for the effect by difficulty (left out,
+        with a note, when None or absent).
+
+    Returns
+    -------
+    dict[str, Any]
+        The report's summary: ``out``, ``parent``, its ``status`` and ``problems``, the tables and figures'
+        data, ``records`` (children read) and ``seeds``.
+    """
+    n_perm, seed, n_boot = report.permutations, report.seed, report.bootstrap
+    table2_sizes, risk_alphas, target_fraction = report.table2_sizes, report.risk_alphas, report.target_fraction
+    trec_depth = report.trec_depth
     laps: dict[str, float] = {}  # where the report's time goes (seconds per stage; logged at the end)
     t_lap = [time.perf_counter()]
 

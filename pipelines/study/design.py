@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from pipelines.core import keys
-from pipelines.core.config import STRATEGIES, Config, ConfigError
+from pipelines.core.config import STRATEGIES, Config, ConfigError, CurriculumConfig
 from pipelines.core.layout import Layout
 from pipelines.core.storage import read_json
 from pipelines.data.curriculum import check_curriculum, stored_curriculum
@@ -118,11 +118,11 @@ def curricula_needed(children: list[Child]) -> set[str]:
     return {n for c in children for n in c.path.curricula}
 
 
-def curriculum_config(cfg: Config, name: str) -> Any:
+def curriculum_config(cfg: Config, name: str) -> CurriculumConfig:
     """The settings of curriculum ``name``: a strategy with the config's curriculum settings, or an extra
-    curriculum of ``grid.extra_curricula``."""
+    curriculum of ``grid.extra_curricula`` (the settings it changes over the ``curriculum:`` section's)."""
     if name in cfg.grid.extra_curricula:
-        return replace(cfg.curriculum, **cfg.grid.extra_curricula[name])
+        return cfg.grid.extra_curricula[name].over(cfg.curriculum)
     if name in STRATEGIES:
         return replace(cfg.curriculum, strategy=name, pacing="")
     base, sep, i = name.rpartition(SEED_SUFFIX)

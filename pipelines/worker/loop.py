@@ -29,6 +29,7 @@ import numba
 import numpy as np
 import xgboost as xgb
 
+from pipelines.core.config import TrainConfig
 from pipelines.core.keys import seed_field
 from pipelines.plan.paths import OBJECTIVES, REGRESSION
 from pipelines.plan.trie import Node
@@ -56,47 +57,59 @@ log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------ settings
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Settings:
-    """Everything a worker needs besides the data (built from TrainConfig on the driver)."""
+    """Everything a worker needs besides the data, built on the driver from the config's sections
+    (:func:`pipelines.execution.barrier_job.make_settings`). It declares no setting of its own: what the trees,
+    curves and checkpoints depend on is read from ``train`` and ``metric`` as the config has them."""
 
-    params: dict[str, Any]  # XGBoost booster params shared by every node
-    k: int = 10
-    metric: NdcgSpec = NdcgSpec()
-    eval_every: int = 1
-    score_dist_trees: tuple[int, ...] = (100,)
-    score_dist_bins: int = 100
-    base_margin: str = "auto"
-    seed: int = 0
-    min_label: int = 0
-    max_label: int = 4
-    checkpoint_every: int = 50  # trees per checkpoint inside a node (and one at every node's end)
-    cuts_sample_rows: int = 200_000  # rows of the sample the fold's global cuts are computed from (driver)
-    sigmoid_gamma: float = 1.0
-    stochastic_noise: float = 1.0
-    stochastic_anneal: int = 100  # global tree at which the noise of stochastic_ndcg has annealed to 0
-    blend: BlendSchedule = BlendSchedule("linear", 200, 100)
+    train: TrainConfig  # the config's train: section
+    metric: NdcgSpec  # the config's metric: section (the NDCG of the curves)
+    labels: tuple[int, int]  # the dataset's smallest and largest label (score distributions per label)
+    nthread: int  # XGBoost threads per worker, resolved (train.nthread, else the worker's share of the cores)
 
     def with_seed(self, offset: int) -> Settings:
-        """These settings with ``offset`` added to the seed of the objectives' noise and of XGBoost's sampling
-        (a plan node of a ``grid.seeds`` repetition); themselves for offset 0."""
+        """These settings with ``offset`` added to ``train.seed``, the seed of the objectives' noise and of
+        XGBoost's sampling (a plan node of a ``grid.seeds`` repetition); themselves for offset 0."""
         if not offset:
             return self
-        return replace(
-            self, seed=self.seed + offset, params={**self.params, "seed": self.params.get("seed", 0) + offset}
-        )
+        return replace(self, train=replace(self.train, seed=self.train.seed + offset))
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """XGBoost booster params shared by every node: ``hist`` trees grown leaf-wise (``lossguide``, at most
+        ``train.leaves`` leaves, no depth limit) with the config's learning rate, bins, regularisation,
+        sampling, seed and device, on ``nthread`` threads."""
+        t = self.train
+        return {
+            "tree_method": "hist",
+            "grow_policy": "lossguide",
+            "max_depth": 0,
+            "max_leaves": t.leaves,
+            "eta": t.eta,
+            "max_bin": t.max_bin,
+            "min_child_weight": t.min_child_weight,
+            "lambda": t.reg_lambda,
+            "subsample": t.subsample,
+            "colsample_bytree": t.colsample_bytree,
+            "seed": t.seed,
+            "nthread": self.nthread,
+            "device": t.device,
+            "verbosity": 1,
+        }
 
     @property
     def objectives(self) -> ObjectiveSettings:
         """What the custom objectives need of these settings (:class:`udfs.objectives.ObjectiveSettings`)."""
+        t = self.train
         return ObjectiveSettings(
-            k=self.k,
+            k=t.k,
             exp_gain=self.metric.gain == "exp2",
-            seed=self.seed,
-            sigmoid_gamma=self.sigmoid_gamma,
-            stochastic_noise=self.stochastic_noise,
-            stochastic_anneal=self.stochastic_anneal,
-            blend=self.blend,
+            seed=t.seed,
+            sigmoid_gamma=t.sigmoid_gamma,
+            stochastic_noise=t.stochastic_noise,
+            stochastic_anneal=t.stochastic_anneal,
+            blend=BlendSchedule(t.blend_schedule, t.blend_at, t.blend_width),
         )
 
 
@@ -109,7 +122,7 @@ def booster_params(settings: Settings, objective: str) -> dict[str, Any]:
         if builtin.startswith("rank:"):
             p.update(
                 lambdarank_pair_method="topk",
-                lambdarank_num_pair_per_sample=settings.k,
+                lambdarank_num_pair_per_sample=settings.train.k,
                 ndcg_exp_gain=settings.metric.gain == "exp2",
             )
     p["disable_default_eval_metric"] = 1
@@ -157,15 +170,13 @@ class _Worker:
     ) -> None:
         self.s, self.comm, self.store, self.events = settings, comm, store, events
         self.lease_token = lease_token
-        if settings.checkpoint_every < 1:
-            raise ValueError(f"train.checkpoint_every must be >= 1, got {settings.checkpoint_every}")
-        check_device(str(settings.params.get("device", "cpu")))
-        nthread = settings.params.get("nthread", 0)
+        check_device(settings.train.device)
+        nthread = settings.nthread
         if nthread:  # before any XGBoost work: the quantile sketch below is multithreaded too
-            openmp_threads(int(nthread))
-            numba.set_num_threads(max(1, min(int(nthread), numba.config.NUMBA_NUM_THREADS)))
+            openmp_threads(nthread)
+            numba.set_num_threads(max(1, min(nthread, numba.config.NUMBA_NUM_THREADS)))
         t0 = time.perf_counter()
-        max_bin = int(settings.params.get("max_bin", 256))
+        max_bin = settings.train.max_bin
         if ref is None:
             if comm.world > 1:
                 raise RuntimeError(
@@ -175,8 +186,8 @@ class _Worker:
             if data.train.X is None:
                 raise ValueError("rows handed as bin codes need the reference matrix of the cuts they were coded on")
             # one worker with its rows in memory (the local twin): the cuts of all its training rows
-            ref = reference_matrix(cuts_of(data.train.X, max_bin, nthread=int(nthread)), int(nthread))
-        self.ref, self.max_bin, self.nthread = ref, max_bin, int(nthread)
+            ref = reference_matrix(cuts_of(data.train.X, max_bin, nthread=nthread), nthread)
+        self.ref, self.max_bin, self.nthread = ref, max_bin, nthread
         self.cuts = matrix_cuts(ref)  # the fold's cuts: every split of every tree is one of them
         self.reps = representatives(self.cuts)
         self.data = data = encode(data, self.cuts)  # rows in memory become codes; streamed rows already are
@@ -205,24 +216,16 @@ class _Worker:
     # -- helpers -------------------------------------------------------
     def base_for(self, node: Node) -> float:
         """The base margin of a root node: 0 for ranking objectives (``auto``, ``zero``), the global mean label
-        over every worker's train rows for regression (``auto``, ``mean``), or the number given.
-
-        Raises
-        ------
-        ValueError
-            ``train.base_margin`` is none of those.
-        """
-        mode = self.s.base_margin
+        over every worker's train rows for regression (``auto``, ``mean``), or the number given
+        (``train.base_margin``, checked by :class:`pipelines.core.config.TrainConfig`)."""
+        mode = self.s.train.base_margin
         if mode == "zero" or (mode == "auto" and node.objective not in REGRESSION):
             return 0.0
         if mode in ("mean", "auto"):
             y = self.data.train.y
             tot = self.comm.allreduce(np.array([float(y.sum()), float(y.size)]), "sum")
             return float(tot[0] / max(tot[1], 1.0))
-        try:
-            return float(mode)
-        except ValueError:
-            raise ValueError(f"train.base_margin must be auto, zero, mean or a number, got {mode!r}") from None
+        return float(mode)
 
     def mean_ndcg(self, name: str, margins: np.ndarray) -> float:
         """Mean NDCG of split ``name`` over every worker's queries (an allreduce), NaN for a split without queries."""
@@ -238,8 +241,8 @@ class _Worker:
         lo, hi = -lo_hi[0], lo_hi[1]
         if not np.isfinite(lo) or hi <= lo:
             lo, hi = (lo if np.isfinite(lo) else 0.0), (lo if np.isfinite(lo) else 0.0) + 1.0
-        edges = np.linspace(lo, hi, self.s.score_dist_bins + 1)
-        labels = list(range(self.s.min_label, self.s.max_label + 1))
+        edges = np.linspace(lo, hi, self.s.train.score_dist_bins + 1)
+        labels = list(range(self.s.labels[0], self.s.labels[1] + 1))
         hist = np.stack([np.histogram(margins[y == lab], bins=edges)[0] for lab in labels]).astype(np.float64)
         hist = self.comm.allreduce(hist, "sum")
         return {"tree": tree, "edges": edges.tolist(), "labels": labels, "counts": hist.astype(np.int64).tolist()}
@@ -347,7 +350,7 @@ class _Worker:
                     "rows": st.rows,
                     "done": st.tree == node.t1,
                     "cost": st.cost,
-                    "conventions": {"k": self.s.k, "gain": self.s.metric.gain},
+                    "conventions": {"k": self.s.train.k, "gain": self.s.metric.gain},
                 },
                 lease_token=self.lease_token,
             )
@@ -402,7 +405,7 @@ class _Worker:
         st = self.start_state(node, parent)
         if st.tree < node.t1:
             self.events({"ev": "node_start", "node": node.key, "tree": st.tree})
-        every = self.s.checkpoint_every
+        every = self.s.train.checkpoint_every
         while st.tree < node.t1:
             end = min(node.t1, (st.tree // every + 1) * every)
             st = self.segment(node, st, end)
@@ -454,7 +457,7 @@ class _Worker:
             trees.append(tree)
             for name, sp in self.evals.items():
                 add_tree(sp.codes, tree, ev[name], codes=sp.codes)
-            if self.evals and (done % s.eval_every == 0 or done == node.t1 or done in s.score_dist_trees):
+            if self.evals and (done % s.train.eval_every == 0 or done == node.t1 or done in s.train.score_dist_trees):
                 curve.append(
                     [
                         done,
@@ -462,7 +465,7 @@ class _Worker:
                         self.mean_ndcg("test", ev["test"]) if "test" in ev else float("nan"),
                     ]
                 )
-                if done in s.score_dist_trees and "test" in ev:
+                if done in s.train.score_dist_trees and "test" in ev:
                     dists.append(self.score_dist(done, ev["test"]))
             self.timing["eval"] += time.perf_counter() - t0
             self.events({"ev": "tree", "node": node.key, "tree": done})

@@ -6,13 +6,14 @@ import dataclasses
 import json
 import math
 import os
+from typing import Any
 
 import numpy as np
 import pytest
 from scipy import stats
 
 from pipelines.app.grid import run_grid
-from pipelines.core.config import load_config
+from pipelines.core.config import ReportConfig, load_config
 from pipelines.data.dataset import open_dataset
 from pipelines.report import ReportError, build_report
 from pipelines.report.pairing import paired_differences
@@ -21,6 +22,13 @@ from pipelines.report.tables import table1, table2
 from pipelines.study.design import grid_children, plan_fold, unfinished_units
 from pipelines.tracking.runs import TAG_FOLD, TAG_PARENT, TAG_STRATEGY, TAG_SWITCH, Tracker
 from tests.helpers import record, tiny_study
+
+
+def _report(tracker: Tracker, out: str, parent: str | None = None, **report: Any) -> dict[str, Any]:
+    """:func:`build_report` of the grid ``parent`` (None: the latest finished) with the metric ``ndcg_at_10``, no
+    difficulty scores and the report settings ``report`` (:class:`ReportConfig` fields, its defaults else)."""
+    return build_report(tracker, out, parent, report=ReportConfig(**report), metric_name="ndcg_at_10", difficulty=None)
+
 
 T = 6
 
@@ -187,7 +195,7 @@ def test_resume_continues_the_same_child_run_and_retrains_nothing(spark, small_d
 def test_report_from_the_grid(grid_run, small_dataset, tmp_path):
     cfg, summary, tracker = grid_run
     splits = open_dataset(small_dataset).manifest["splits"]
-    r = build_report(tracker, str(tmp_path / "report"), summary["parent_run_id"], n_perm=500)
+    r = _report(tracker, str(tmp_path / "report"), summary["parent_run_id"], permutations=500)
     names = {row["label"] for row in r["table1"]}
     assert {"LambdaMART", "MSE-2", "MSE-4", "q_nrel-2", "random-4", "blend"} <= names
     base = next(row for row in r["table1"] if row["label"] == "LambdaMART")
@@ -284,7 +292,7 @@ def test_report_header_tests_and_table2_of_the_grid(grid_run, tmp_path):
     from pipelines.core.provenance import code_version
 
     cfg, summary, tracker = grid_run
-    r = build_report(tracker, str(tmp_path / "r"), summary["parent_run_id"], n_perm=200, table2_sizes=[1, 3])
+    r = _report(tracker, str(tmp_path / "r"), summary["parent_run_id"], permutations=200, table2_sizes=[1, 3])
     assert r["status"] == "FINISHED" and r["problems"] == []
     rows = [row for row in r["table1"] if row["label"] != "LambdaMART"]
     assert all(row["folds"] == row["folds_expected"] == 2 and row["paired_folds"] == [1, 2] for row in rows)
@@ -308,15 +316,15 @@ def test_report_of_an_unfinished_grid_and_the_latest_finished_one(grid_run, tmp_
     newer = tracker.client.create_run(tracker.experiment_id, run_name="later-grid", tags={"ltr.kind": "grid"})
     try:
         # without --run-id: the latest FINISHED grid, not the newer one still RUNNING (with no children)
-        assert build_report(tracker, str(tmp_path / "a"), n_perm=50)["parent"] == parent
+        assert _report(tracker, str(tmp_path / "a"), permutations=50)["parent"] == parent
         tracker.client.update_run(parent, status="RUNNING")
         with pytest.raises(
             ReportError,
             match=rf"has no finished grid; the latest grid run {newer.info.run_id} is "
             rf"RUNNING: .* pass --run-id {newer.info.run_id}",
         ):
-            build_report(tracker, str(tmp_path / "b"), n_perm=50)
-        r = build_report(tracker, str(tmp_path / "c"), parent, n_perm=50)
+            _report(tracker, str(tmp_path / "b"), permutations=50)
+        r = _report(tracker, str(tmp_path / "c"), parent, permutations=50)
         assert r["problems"] == ["parent run status RUNNING"]
         md = (tmp_path / "c" / "report.md").read_text()
         assert "**Warning: this grid is unfinished**: parent run status RUNNING." in md

@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import os
 import shutil
+from typing import Any
 
 import pytest
 
 from pipelines.app.grid import run_grid
-from pipelines.core.config import IngestConfig, load_config, load_dataset_spec
+from pipelines.core.config import IngestConfig, ReportConfig, load_config, load_dataset_spec
 from pipelines.data.ingest import ingest
 from pipelines.report import build_report
 from pipelines.tracking.runs import Tracker
 from tests.helpers import tiny_study
+
+
+def _report(tracker: Tracker, out: str, parent: str | None = None, **report: Any) -> dict[str, Any]:
+    """:func:`build_report` of the grid ``parent`` (None: the latest finished) with the metric ``ndcg_at_10``, no
+    difficulty scores and the report settings ``report`` (:class:`ReportConfig` fields, its defaults else)."""
+    return build_report(tracker, out, parent, report=ReportConfig(**report), metric_name="ndcg_at_10", difficulty=None)
 
 
 @pytest.mark.parametrize("files", [("train", "test"), ("train", "vali")])
@@ -35,7 +42,7 @@ def test_grid_and_report_on_the_splits_that_exist(spark, small_letor, tmp_path, 
         assert not any(missing in k for k in metrics), metrics  # nothing logged for the absent split
         hist = tracker.client.get_metric_history(run.info.run_id, f"ndcg_at_10_{have}")
         assert sorted(m.step for m in hist) == [1, 2, 3, 4]
-    r = build_report(tracker, str(tmp_path / "report"), summary["parent_run_id"], n_perm=100)
+    r = _report(tracker, str(tmp_path / "report"), summary["parent_run_id"], permutations=100)
     assert r["records"] == 3
     md = (tmp_path / "report" / "report.md").read_text()
     assert "Table 1" in md

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import pickle
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import yaml
@@ -10,11 +16,14 @@ import yaml
 from pipelines.core.config import (
     Config,
     ConfigError,
+    ExtraCurriculum,
+    GridConfig,
     SparkConfig,
     conf_dir,
     load_config,
     load_dataset_spec,
 )
+from tests.helpers import cli_env
 
 
 def test_default_yaml_writes_out_the_dataclass_defaults():
@@ -31,7 +40,12 @@ def test_config_is_frozen():
 def test_unknown_key_is_named(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("spark:\n  mastr: local[2]\n")
-    with pytest.raises(ConfigError, match=r"c.yaml: unknown config key 'spark.mastr'; known keys here: master, "):
+    with pytest.raises(ConfigError, match=r"c.yaml: unknown config key 'spark.mastr'; did you mean 'spark.master'\?$"):
+        load_config(p)
+    p.write_text("tracking:\n  zzz: 1\n")  # nothing close: the keys of the section
+    with pytest.raises(
+        ConfigError, match=r"c.yaml: unknown config key 'tracking.zzz'; known keys here: uri, artifacts$"
+    ):
         load_config(p)
 
 
@@ -43,6 +57,138 @@ def test_wrong_type_is_named(tmp_path):
     p.write_text("ingest:\n  strict: 1\n")
     with pytest.raises(ConfigError, match=r"ingest.strict: expected true/false, got 1"):
         load_config(p)
+
+
+#: Bad configs (YAML, ``--set`` overrides) and the one line each gives; ``{p}``: the YAML file.
+BAD_CONFIGS = [
+    # an unknown or misspelt key anywhere: its full path and the closest known key
+    ("grid:\n  extra_curricula:\n    paced: {strateg: q_nrel}\n", [],
+     "{p}: unknown config key 'grid.extra_curricula.paced.strateg'; "
+     "did you mean 'grid.extra_curricula.paced.strategy'?"),
+    ("gird:\n  trees: 10\n", [], "{p}: unknown config key 'gird'; did you mean 'grid'?"),
+    ("grid:\n  swich_points: [1]\n", [],
+     "{p}: unknown config key 'grid.swich_points'; did you mean 'grid.switch_points'?"),
+    ("metric:\n  gian: linear\n", [], "{p}: unknown config key 'metric.gian'; did you mean 'metric.gain'?"),
+    ("", ["grid.extra_curricula.paced.strateg=q_bm25"],
+     "--set 'grid.extra_curricula.paced.strateg=q_bm25': unknown config key 'grid.extra_curricula.paced.strateg'; "
+     "did you mean 'grid.extra_curricula.paced.strategy'?"),
+    ("", ["trian.eta=0.1"], "--set 'trian.eta=0.1': unknown config key 'trian'; did you mean 'train'?"),
+    ("", ["train.checkpoint_evry=5"],
+     "--set 'train.checkpoint_evry=5': unknown config key 'train.checkpoint_evry'; "
+     "did you mean 'train.checkpoint_every'?"),
+    # a value of the wrong type: its full path and the value
+    ("grid:\n  extra_curricula:\n    paced: {fraction: '0.3'}\n", [],
+     "{p}: grid.extra_curricula.paced.fraction: expected a number, got '0.3'"),
+    ("grid:\n  extra_curricula:\n    paced: 3\n", [],
+     "{p}: grid.extra_curricula.paced: expected a mapping (the curriculum: settings it changes), got 3"),
+    ("", ["grid.trees=many"], "{p}: grid.trees: expected an integer, got 'many'"),
+    # the checks of the sections, each written once (pipelines.core.config)
+    ("grid:\n  extra_curricula:\n    paced: {strategy: q_hard}\n", [],
+     "{p}: grid.extra_curricula.paced.strategy must be one of q_nrel, q_bm25, q_pagerank, l_hrel, random, none, "
+     "got 'q_hard'"),
+    ("grid:\n  extra_curricula:\n    paced: {pacing: cosine}\n", [],
+     "{p}: grid.extra_curricula.paced.pacing must be one of linear, root_n, geometric, step, or empty for two "
+     "stages, got 'cosine'"),
+    ("grid:\n  extra_curricula:\n    paced: {pacing: linear, stages: 1}\n", [],
+     "{p}: grid.extra_curricula.paced.stages must be >= 2 (stages of a paced curriculum), got 1"),
+    ("grid:\n  extra_curricula:\n    paced: {delta: 1.5}\n", [],
+     "{p}: grid.extra_curricula.paced.delta must be in (0, 1] (a share of the training queries), got 1.5"),
+    ("grid:\n  extra_curricula:\n    easy: {fraction: 0}\n", [],
+     "{p}: grid.extra_curricula.easy.fraction must be in (0, 1] (a share of the training queries), got 0.0"),
+    ("grid:\n  extra_curricula:\n    hrel: {strategy: l_hrel}\ncurriculum:\n  pacing: linear\n", [],
+     "{p}: grid.extra_curricula.hrel (its other settings from curriculum:): curriculum.pacing (--pacing) 'linear': "
+     "strategy l_hrel is a document label filter, not a query order, so it takes no pacing: it always has two "
+     "stages (the filtered documents, then all)"),
+    ("", ["curriculum.fraction=0"],
+     "{p}: curriculum.fraction (--fraction) must be in (0, 1] (a share of the training queries), got 0.0"),
+    ("", ["curriculum.strategy=q_hard"],
+     "{p}: curriculum.strategy (--strategy) must be one of q_nrel, q_bm25, q_pagerank, l_hrel, random, none, "
+     "got 'q_hard'"),
+    ("", ["difficulty.empty_queries=first"],
+     "{p}: difficulty.empty_queries (--empty-queries) must be one of last, exclude, as_metric, got 'first'"),
+    ("", ["train.checkpoint_every=0"], "{p}: train.checkpoint_every must be >= 1, got 0"),
+    ("", ["train.base_margin=bogus"], "{p}: train.base_margin must be auto, zero, mean or a number, got 'bogus'"),
+    ("", ["train.blend_schedule=cosine"],
+     "{p}: train.blend_schedule 'cosine' / train.blend_width 40: unknown blend schedule 'cosine'; expected one of "
+     "step, linear, sigmoid"),
+    ("", ["ingest.chunk_bytes=0"],
+     "{p}: ingest.chunk_bytes (--chunk-bytes) must be >= 1 (nominal text bytes per Spark task, e.g. 33554432), got 0"),
+    ("grid: [1\n", [], "{p}:2:1: invalid YAML: expected ',' or ']', but got '<stream end>'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("text, overrides, message", BAD_CONFIGS)
+def test_bad_configs_give_one_line_naming_the_key(tmp_path, text, overrides, message):
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(p, overrides)
+    assert str(err.value) == message.format(p=p)
+
+
+def test_a_bad_config_exits_2_from_the_ltr_command_in_one_line(tmp_path):
+    """Through the installed ``ltr`` (a process of its own): ``ltr grid --plan`` reads the config before
+    anything else (no Spark, no data), and a typo in an extra curriculum is exit 2 and one line."""
+    ltr = Path(sys.executable).with_name("ltr")
+    if not ltr.is_file():
+        pytest.skip(f"no ltr console script beside {sys.executable}")
+    p = tmp_path / "bad.yaml"
+    p.write_text("grid:\n  extra_curricula:\n    paced: {strateg: q_nrel, fraction: 0.3}\n")
+    r = subprocess.run(
+        [str(ltr), "grid", "--plan", "--conf", str(p)], env=cli_env(), capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("ltr grid: error:")]
+    assert lines == [
+        f"ltr grid: error: {p}: unknown config key 'grid.extra_curricula.paced.strateg'; "
+        "did you mean 'grid.extra_curricula.paced.strategy'?"
+    ]
+    assert r.stdout == ""
+
+
+def test_extra_curricula_are_typed_and_frozen():
+    cfg = load_config(None, ["grid.extra_curricula={paced: {strategy: q_bm25, pacing: linear, stages: 3, delta: 1}}"])
+    paced = cfg.grid.extra_curricula["paced"]
+    assert isinstance(paced, ExtraCurriculum) and paced == {"strategy": "q_bm25", "pacing": "linear", "stages": 3,
+                                                            "delta": 1.0}  # fmt: skip
+    assert isinstance(paced["delta"], float)
+    with pytest.raises(TypeError, match="frozen"):
+        paced["stages"] = 5
+    assert paced.over(cfg.curriculum) == replace(
+        cfg.curriculum, strategy="q_bm25", pacing="linear", stages=3, delta=1.0
+    )
+    # a plain mapping given in Python is typed and checked the same
+    g = GridConfig(extra_curricula={"x": {"stages": 5}})
+    assert isinstance(g.extra_curricula["x"], ExtraCurriculum)
+    with pytest.raises(ConfigError, match=r"^unknown config key 'grid.extra_curricula.x.stags'; did you mean"):
+        GridConfig(extra_curricula={"x": {"stags": 5}})
+    # copies, pickles and asdict keep the type and the content
+    assert pickle.loads(pickle.dumps(cfg)) == cfg and copy.deepcopy(cfg) == cfg
+    assert type(dataclasses.asdict(cfg.grid)["extra_curricula"]["paced"]) is ExtraCurriculum
+    # --set into one entry changes that setting, keeping the others
+    cfg = load_config(None, ["grid.extra_curricula.paced.stages=6"])
+    assert cfg.grid.extra_curricula["paced"] == {"strategy": "q_nrel", "pacing": "root_n", "stages": 6, "delta": 0.25}
+
+
+def test_the_keys_of_extra_curricula_are_those_of_the_plain_dicts_they_were(monkeypatch):
+    """The typed extra curricula key a curriculum and a study exactly as the dicts did (the values below were
+    computed by the commit before they were typed, with the same fixed code identity and dataset)."""
+    from pipelines.core import keys
+    from pipelines.data.dataset import Dataset
+    from pipelines.study.design import curriculum_inputs, study_keys
+
+    monkeypatch.setattr(keys, "code_identity", lambda: {"sources": "fixed", "xgboost": "x"})
+    manifest = {"fingerprint": "sha256:abc", "n_features": 136, "feature_roles": {"bm25": 110, "pagerank": 130}}
+    ds = Dataset(path="mem", manifest={**manifest, "folds": {"1": {}}})
+    every = "grid.extra_curricula={paced: {strategy: q_bm25, pacing: linear, stages: 3, delta: 0.5, root_n: 3.0, " \
+            "seed: 7, fraction: 0.3, hrel_labels: [0, 4]}}"  # fmt: skip
+    for overrides, curriculum, study in (
+        ([], "15cd6741a2a7a2f8", "6b2465d05609726c"),
+        ([every], "a88b3d3f639efa10", "1cab61cceccc812c"),
+    ):
+        cfg = load_config(None, overrides)
+        assert keys.curriculum_key(**curriculum_inputs(cfg, ds, 1, "paced", "sha256:scores")) == curriculum
+        assert study_keys(cfg, ds, {"sources": "fixed"})[0] == study
 
 
 def test_overrides():

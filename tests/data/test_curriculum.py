@@ -137,11 +137,11 @@ def test_errors(spark, small_dataset, small_difficulty, tmp_path):
     def build(cfg, fold=1, difficulty=small_difficulty):
         build_curriculum(spark, small_dataset, difficulty, fold, cfg, out)
 
-    with pytest.raises(ConfigError, match="unknown curriculum strategy 'q_hard'"):
+    with pytest.raises(ConfigError, match=r"curriculum.strategy \(--strategy\) must be one of .*, got 'q_hard'"):
         build(CurriculumConfig(strategy="q_hard"))
     with pytest.raises(ConfigError, match="l_hrel is a document label filter, not a query order"):
         build(CurriculumConfig(strategy="l_hrel", pacing="linear"))
-    with pytest.raises(ConfigError, match=r"fraction must be in \(0, 1\], got 1.5"):
+    with pytest.raises(ConfigError, match=r"fraction \(--fraction\) must be in \(0, 1\] \(a share .*\), got 1.5"):
         build(CurriculumConfig(fraction=1.5))
     with pytest.raises(DatasetError, match="no fold 9"):
         build(CurriculumConfig(), fold=9)
@@ -298,7 +298,7 @@ def test_hrel_labels_and_policy_checked_without_data():
         CurriculumConfig(hrel_labels=[])
     with pytest.raises(ConfigError, match=r"curriculum.hrel_labels \[0, 4, 4\] lists label 4 twice"):
         CurriculumConfig(hrel_labels=[0, 4, 4])
-    with pytest.raises(ConfigError, match=r"curriculum: curriculum.hrel_labels \[0, -1\] holds no relevant label"):
+    with pytest.raises(ConfigError, match=r"default.yaml: curriculum.hrel_labels \[0, -1\] holds no relevant label"):
         load_config(None, ["curriculum.hrel_labels=[0, -1]"])
     with pytest.raises(
         ConfigError,
@@ -314,7 +314,7 @@ def test_exclude_needs_a_query_with_a_relevant_document(spark, tiny, tmp_path):
     from pipelines.data.difficulty import run_difficulty
     from udfs.metrics import NdcgSpec
 
-    with pytest.raises(ConfigError, match="difficulty.empty_queries must be one of last, exclude, as_metric"):
+    with pytest.raises(ConfigError, match=r"difficulty.empty_queries \(--empty-queries\) must be one of last, exclude"):
         build_curriculum(spark, *tiny, 1, CurriculumConfig(), str(tmp_path / "x"), empty_queries="first")
     # a dataset whose queries all lack a relevant document
     from pipelines.core.config import IngestConfig, load_dataset_spec
@@ -344,10 +344,23 @@ def test_exclude_needs_a_query_with_a_relevant_document(spark, tiny, tmp_path):
     "flags, message",
     [
         (["--strategy", "l_hrel"], "curriculum.hrel_labels [0, 3, 4]: label 3 is outside the label range 0..2 of "),
-        (["--empty-queries", "first"], "--empty-queries must be one of last, exclude, as_metric, got 'first'"),
-        (["--fraction", "0"], "--fraction must be in (0, 1] (a share of the training queries), got 0.0"),
-        (["--pacing", "linear", "--stages", "1"], "--stages must be >= 2 (stages of a paced curriculum), got 1"),
-        (["--pacing", "cosine"], "unknown pacing function 'cosine'"),
+        (
+            ["--empty-queries", "first"],
+            "difficulty.empty_queries (--empty-queries) must be one of last, exclude, as_metric, got 'first'",
+        ),
+        (
+            ["--fraction", "0"],
+            "curriculum.fraction (--fraction) must be in (0, 1] (a share of the training queries), got 0.0",
+        ),
+        (
+            ["--pacing", "linear", "--stages", "1"],
+            "curriculum.stages (--stages) must be >= 2 (stages of a paced curriculum), got 1",
+        ),
+        (
+            ["--pacing", "cosine"],
+            "curriculum.pacing (--pacing) must be one of linear, root_n, geometric, step, or empty for two stages, "
+            "got 'cosine'",
+        ),
         (["--fold", "7"], "no fold 7; folds: [1]"),
     ],
 )

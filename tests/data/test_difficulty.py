@@ -168,12 +168,15 @@ def test_feature_flags_and_config_checked_before_spark(tmp_path, capsys, monkeyp
     from pipelines.core.config import ConfigError
 
     monkeypatch.setattr(cli, "_session", lambda cfg: pytest.fail("Spark started before the options were checked"))
-    code = cli.main(["difficulty", "--data", str(tmp_path / "ds"), "--out", str(tmp_path / "d"), "--bm25-feature", "0"])
+    code = cli.main(
+        ["difficulty", "--data", str(tmp_path / "ds"), "--out", str(tmp_path / "d"), "--bm25-feature", "-1"]
+    )
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ltr difficulty: error:")]
     assert code == 2
-    assert err == [
-        "ltr difficulty: error: --bm25-feature must be >= 1 (a feature id; leave it out for the dataset's), got 0"
-    ]
+    assert len(err) == 1 and err[0].endswith(
+        "default.yaml: difficulty.bm25_feature (--bm25-feature) must be a feature id >= 1, or 0 for the dataset's, "
+        "got -1"
+    )
     with pytest.raises(
         ConfigError,
         match=r"difficulty.pagerank_feature \(--pagerank-feature\) must be a feature "

@@ -276,13 +276,20 @@ def test_no_rows_kept_exits_2_with_one_line(spark, tmp_path, capsys):
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--chunk-bytes", "0"], "--chunk-bytes must be >= 1 (nominal text bytes per Spark task), got 0"),
-        (["--chunk-bytes", "-5"], "--chunk-bytes must be >= 1 (nominal text bytes per Spark task), got -5"),
         (
-            ["--n-features", "0"],
-            "--n-features must be >= 1 (the number of features; leave it out for the dataset's), got 0",
+            ["--chunk-bytes", "0"],
+            "ingest.chunk_bytes (--chunk-bytes) must be >= 1 (nominal text bytes per Spark task, e.g. 33554432), got 0",
         ),
-        (["--min-label", "3", "--max-label", "1"], "--min-label 3 > --max-label 1: no label would be valid"),
+        (
+            ["--chunk-bytes", "-5"],
+            "ingest.chunk_bytes (--chunk-bytes) must be >= 1 (nominal text bytes per Spark task, e.g. 33554432), "
+            "got -5",
+        ),
+        (["--n-features", "-1"], "ingest.n_features (--n-features) must be >= 1, or 0 for the dataset's, got -1"),
+        (
+            ["--min-label", "3", "--max-label", "1"],
+            "ingest.min_label (--min-label) 3 > ingest.max_label (--max-label) 1: no label would be valid",
+        ),
         (
             ["--min-label", "5"],
             "--min-label (ingest.min_label) = 5 > max_label of conf/datasets/mslr.yaml = 4: no label "
@@ -296,16 +303,15 @@ def test_no_rows_kept_exits_2_with_one_line(spark, tmp_path, capsys):
         ),
         (
             ["--max-label", "300"],
-            "ingest: ingest.max_label (--max-label) must lie in [-128, 127] (labels are stored as int8), got 300",
+            "ingest.max_label (--max-label) must lie in [-128, 127] (labels are stored as int8), got 300",
         ),
         (
             ["--set", "ingest.chunk_bytes=0"],
-            "ingest: ingest.chunk_bytes (--chunk-bytes) must be >= 1 (nominal text "
-            "bytes per Spark task, e.g. 33554432), got 0",
+            "ingest.chunk_bytes (--chunk-bytes) must be >= 1 (nominal text bytes per Spark task, e.g. 33554432), got 0",
         ),
         (
             ["--set", "ingest.compression=lzo"],
-            "ingest: ingest.compression 'lzo' is not a Parquet codec both pyarrow "
+            "ingest.compression 'lzo' is not a Parquet codec both pyarrow "
             "and Spark write; expected one of snappy, zstd, gzip, lz4, none",
         ),
     ],

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import tempfile
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -28,9 +30,15 @@ from pipelines.worker.loop import Settings, SplitData, WorkerData, run_nodes
 from tests.helpers import XGB_PARAMS
 from udfs import schema
 from udfs.metrics import NdcgSpec, ndcg
-from udfs.objectives import BlendSchedule
 
 PARAMS = XGB_PARAMS
+
+
+def _settings(metric: NdcgSpec | None = None, **train: Any) -> Settings:
+    """Worker settings of the local twin: small trees (as ``PARAMS``), the other settings the config's
+    (``train``: TrainConfig fields to change), one thread, labels 0..4."""
+    cfg = TrainConfig(**{"leaves": PARAMS["max_leaves"], "eta": PARAMS["eta"], "max_bin": PARAMS["max_bin"], **train})
+    return Settings(train=cfg, metric=metric or NdcgSpec(), labels=(0, 4), nthread=PARAMS["nthread"])
 
 
 def _split(rng, n_queries: int, coarse: bool = True) -> SplitData:
@@ -67,7 +75,7 @@ def _predict(model: bytes, X: np.ndarray, trees: int | None = None) -> np.ndarra
 
 def test_prefix_property_and_global_tree_count(local_data):
     paths = [parse_path("mse:6,lambdamart:8", "cm"), parse_path("mse:6", "prefix")]
-    res, _ = train_plan(local_data, build_plan(paths), Settings(params=PARAMS))
+    res, _ = train_plan(local_data, build_plan(paths), _settings())
     cm, prefix = res["cm"], res["prefix"]
     X = local_data.test.X
     # the final model's first t trees give exactly the stage-1 model's predictions
@@ -81,7 +89,7 @@ def test_prefix_property_and_global_tree_count(local_data):
 
 
 def test_prefix_reuse_gives_the_same_models_as_separate_training(local_data):
-    s = Settings(params=PARAMS)
+    s = _settings()
     grid = [parse_path(f"mse:{t},lambdamart:{12 - t}", f"MSE-{t}") for t in (3, 6, 9)]
     together, _ = train_plan(local_data, build_plan(grid), s)
     for p in grid:
@@ -93,7 +101,7 @@ def test_prefix_reuse_gives_the_same_models_as_separate_training(local_data):
 
 
 def test_blend_with_a_step_equals_mse_t(local_data):
-    s = Settings(params=PARAMS, blend=BlendSchedule("step", 5))
+    s = _settings(blend_schedule="step", blend_at=5)
     paths = [parse_path("blend:12", "blend"), parse_path("mse:5,lambdamart:7", "m")]
     res, _ = train_plan(local_data, build_plan(paths), s)
     np.testing.assert_allclose(
@@ -106,7 +114,7 @@ def test_python_objectives_equal_builtin(local_data):
     res, timing = train_plan(
         local_data,
         build_plan([parse_path("mse:4,lambdamart:6", "py"), parse_path("xgb_mse:4,xgb_lambdamart:6", "xgb")]),
-        Settings(params=PARAMS, score_dist_trees=(4,)),
+        _settings(score_dist_trees=[4]),
     )
     np.testing.assert_allclose(res["py"].test, res["xgb"].test, atol=1e-6)
     assert timing["trees"] == 20
@@ -117,16 +125,14 @@ def test_python_objectives_equal_builtin(local_data):
 
 @pytest.mark.parametrize("obj", ["ranknet", "sigmoid_pairwise", "stochastic_ndcg", "blend"])
 def test_every_objective_learns(local_data, obj):
-    res, _ = train_plan(local_data, build_plan([parse_path(f"{obj}:15", "p")]), Settings(params=PARAMS))
+    res, _ = train_plan(local_data, build_plan([parse_path(f"{obj}:15", "p")]), _settings())
     r = res["p"]
     assert len(r.test) == 15 and np.all(np.isfinite(r.test))
     assert max(r.vali) > r.vali[0] - 1e-9
 
 
 def test_eval_every(local_data):
-    res, _ = train_plan(
-        local_data, build_plan([parse_path("mse:5,lambdamart:6", "p")]), Settings(params=PARAMS, eval_every=4)
-    )
+    res, _ = train_plan(local_data, build_plan([parse_path("mse:5,lambdamart:6", "p")]), _settings(eval_every=4))
     assert res["p"].trees == [4, 5, 8, 11]  # every 4th tree, plus the switch point and the end
 
 
@@ -181,7 +187,9 @@ def _train(spark, data, paths, workers, curricula=(), arrange=None, cfg=None):
     tps = [resolve(parse_path(p, p), {c.name: c.n_stages for c in curs}) for p in paths]
     plan = build_plan(tps, fold=1)
     store = CheckpointStore(tempfile.mkdtemp(prefix="ckpt-"))
-    how = Execution(workers, cfg.nthread or 1, retries=0)
+    how = Execution.from_config(
+        replace(cfg, job_retries=0), workers=workers, nthread=cfg.nthread or 1, parallel=1, resume_hint="the test"
+    )
     if arrange is not None:  # a partitioning under test
         real = barrier_job.run_nodes_distributed
         executor.run_nodes_distributed = lambda *a, **k: real(*a, **k, arrange=arrange)
@@ -221,7 +229,7 @@ def test_two_workers_equal_one_worker_with_python_objectives(spark, coarse_datas
     local, _ = train_plan(
         _local_twin(splits),
         build_plan([parse_path(p, p) for p in paths]),
-        Settings(params=PARAMS, score_dist_trees=(3,)),
+        _settings(score_dist_trees=[3]),
     )
     X = _local_twin(splits).test.X
     for r in (one, local):
@@ -276,14 +284,14 @@ def test_one_and_two_workers_build_the_same_trees_on_global_cuts(spark, fine_dat
     local, _ = train_plan(
         twin,
         build_plan([parse_path(p, p) for p in paths]),
-        Settings(params={**PARAMS, "max_bin": 16}, score_dist_trees=(3,)),
+        _settings(max_bin=16, score_dist_trees=[3]),
     )
     store = CheckpointStore(tempfile.mkdtemp(prefix="ckpt-"))
     plan = build_plan([parse_path(p, p) for p in paths])
     run_nodes(
         twin,
         plan.nodes,
-        Settings(params={**PARAMS, "max_bin": 16}, score_dist_trees=(3,)),
+        _settings(max_bin=16, score_dist_trees=[3]),
         store,
         ref=reference_matrix(cuts),
     )
@@ -411,7 +419,7 @@ def test_concatenated_model_says_what_was_trained_and_round_trips_through_mlflow
 
     from pipelines.tracking.runs import Tracker
 
-    s = Settings(params=PARAMS, metric=NdcgSpec(gain="linear"), k=5)
+    s = _settings(NdcgSpec(gain="linear"), k=5)
     res, _ = train_plan(
         local_data, build_plan([parse_path("mse:4,lambdamart:6", "m"), parse_path("xgb_lambdamart:3,mse:2", "r")]), s
     )

@@ -3,18 +3,29 @@ resuming (a run cut into checkpoints == an uninterrupted run, bit for bit)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
+from pipelines.core.config import TrainConfig
 from pipelines.plan.paths import PathError, parse_path
 from pipelines.plan.trie import DONE, PARTIAL, TODO, Plan, build_plan, format_plan, node_states, ready, trees_left
 from pipelines.store.checkpoints import CheckpointStore
 from pipelines.store.results import path_result
 from pipelines.worker.loop import Settings, SplitData, WorkerData, run_nodes
 from tests.helpers import XGB_PARAMS
+from udfs.metrics import NdcgSpec
 from udfs.objectives import document_normal
 
 PARAMS = XGB_PARAMS
+
+
+def _settings(metric: NdcgSpec | None = None, **train: Any) -> Settings:
+    """Worker settings of the local twin: small trees (as ``PARAMS``), the other settings the config's
+    (``train``: TrainConfig fields to change), one thread, labels 0..4."""
+    cfg = TrainConfig(**{"leaves": PARAMS["max_leaves"], "eta": PARAMS["eta"], "max_bin": PARAMS["max_bin"], **train})
+    return Settings(train=cfg, metric=metric or NdcgSpec(), labels=(0, 4), nthread=PARAMS["nthread"])
 
 
 def _paths():
@@ -118,7 +129,7 @@ PATHS = ["mse:5,lambdamart:7", "stochastic_ndcg:12", "lambdamart@cur.0:4,lambdam
 def _run(data, root, every, nodes=None, events=None):
     plan = build_plan([parse_path(p, p) for p in PATHS], fold=1, curriculum_keys={"cur": "c"})
     store = CheckpointStore(str(root))
-    s = Settings(params=PARAMS, checkpoint_every=every, stochastic_anneal=12, score_dist_trees=(4,))
+    s = _settings(checkpoint_every=every, stochastic_anneal=12, score_dist_trees=[4])
     run_nodes(data, plan.nodes if nodes is None else nodes(plan), s, store, events=events)
     return plan, store
 
@@ -195,7 +206,7 @@ def test_one_training_matrix_at_a_time_and_the_same_trees(data, tmp_path, monkey
         return dm
 
     real = wl.training_matrix
-    s = Settings(params=PARAMS, checkpoint_every=1)
+    s = _settings(checkpoint_every=1)
     monkeypatch.setattr(wl, "training_matrix", counted)
     together = CheckpointStore(str(tmp_path / "together"))
     timing = run_nodes(data, plan.nodes, s, together)
@@ -220,13 +231,12 @@ def test_a_seed_repetition_is_its_own_node_and_trains_as_the_config_with_that_se
     assert alone.chains["s0"] == c0  # no seed in the key of a seed-0 node
     assert "stochastic_ndcg~1 4..12" in format_plan(plan, {n.key: node_states(plan, {})[n.key] for n in plan.nodes})
     assert Plan.from_dict(plan.to_dict()).nodes == plan.nodes
-    s = Settings(params={**PARAMS, "seed": 5}, seed=5, stochastic_anneal=12, score_dist_trees=(4,))
+    s = _settings(seed=5, stochastic_anneal=12, score_dist_trees=[4])
     store = CheckpointStore(str(tmp_path / "a"))
     run_nodes(data, plan.nodes, s, store)
     other = build_plan([parse_path(plain, "s0")], fold=1, context={"seed": 6})
     store6 = CheckpointStore(str(tmp_path / "b"))
-    run_nodes(data, other.nodes, Settings(params={**PARAMS, "seed": 6}, seed=6, stochastic_anneal=12,
-                                          score_dist_trees=(4,)), store6)  # fmt: skip
+    run_nodes(data, other.nodes, _settings(seed=6, stochastic_anneal=12, score_dist_trees=[4]), store6)
     r0, r1 = path_result(store, "s0", c0), path_result(store, "s1", c1)
     r6 = path_result(store6, "s0", other.chains["s0"])
     assert r0.model != r1.model and r1.test == r6.test and r1.test_scores is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import numpy as np
 import pytest
@@ -30,6 +31,12 @@ from pipelines.store.results import scores_npz
 from pipelines.tracking.runs import TAG_FOLD, TAG_KIND, TAG_PARENT, TAG_STRATEGY, TAG_SWITCH, Tracker
 from tests.helpers import record
 from udfs import metrics
+
+
+def _report(tracker: Tracker, out: str, parent: str | None = None, **report: Any) -> dict[str, Any]:
+    """:func:`build_report` of the grid ``parent`` (None: the latest finished) with the metric ``ndcg_at_10``, no
+    difficulty scores and the report settings ``report`` (:class:`ReportConfig` fields, its defaults else)."""
+    return build_report(tracker, out, parent, report=ReportConfig(**report), metric_name="ndcg_at_10", difficulty=None)
 
 
 # ------------------------------------------------------------ statistics
@@ -543,7 +550,7 @@ def fake_grid(tmp_path_factory):
 
 def test_report_of_a_grid_with_missing_folds_and_mixed_code(fake_grid, tmp_path):
     cfg, tracker, pid = fake_grid
-    r = build_report(tracker, str(tmp_path / "r"), n_perm=100)  # the latest finished grid
+    r = _report(tracker, str(tmp_path / "r"), permutations=100)  # the latest finished grid
     assert r["parent"] == pid and r["records"] == 8
     assert r["problems"] == ["1 child run not finished (fold3/MSE-2 FAILED)", "finished runs missing for MSE-2: fold 3"]
     assert r["versions"]["git"] == {"abc": 7, "def": 1}
@@ -587,7 +594,7 @@ def test_report_json_and_trec_runs_that_trec_eval_reads(fake_grid, tmp_path):
 
     cfg, tracker, pid = fake_grid
     out = tmp_path / "r"
-    r = build_report(tracker, str(out), pid, n_perm=50, n_boot=200)
+    r = _report(tracker, str(out), pid, permutations=50, bootstrap=200)
     rep = json.loads((out / "report.json").read_text())
     comp = {c["system"]: c for c in rep["comparisons"]}
     assert set(comp) == {"MSE-2", "MSE-3"} and rep["georisk"].keys() == {"LambdaMART", "MSE-3"}
@@ -660,7 +667,7 @@ def test_the_report_logs_its_figures_on_the_children_once(fake_grid, tmp_path):
     """MLflow's run comparison can sort by what the tables say: each child gets its final NDCG, best vali
     iteration, trees to target and its system's figures against the baseline; a second report adds nothing."""
     cfg, tracker, pid = fake_grid
-    r = build_report(tracker, str(tmp_path / "a"), pid, n_perm=20)
+    r = _report(tracker, str(tmp_path / "a"), pid, permutations=20)
     rows = {x["label"]: x for x in r["table1"]}
     conv = {x["label"]: x for x in r["convergence"]}
     kids = {
@@ -674,7 +681,7 @@ def test_the_report_logs_its_figures_on_the_children_once(fake_grid, tmp_path):
     assert m["report.best_vali_iteration"] == fold2["best_iteration"] and m["final_ndcg_at_10_test"] == 0.42
     base = tracker.client.get_run(kids[("lambdamart", "", "1")].info.run_id).data.metrics
     assert "report.delta_ndcg_at_10" not in base and base["report.trees_to_target"] == 4  # no NaN for "none"
-    build_report(tracker, str(tmp_path / "b"), pid, n_perm=30)
+    _report(tracker, str(tmp_path / "b"), pid, permutations=30)
     for k in kids.values():
         if k.info.status == "FINISHED":
             hist = tracker.client.get_metric_history(k.info.run_id, "report.best_vali_iteration")
@@ -691,10 +698,10 @@ def test_report_on_an_unknown_or_unfinished_grid(fake_grid, tmp_path):
         open_tracker(cfg, "fake-gird")
     assert tracker.client.get_experiment_by_name("fake-gird") is None
     with pytest.raises(ReportError, match=r"--run-id nope: no such run"):
-        build_report(tracker, str(tmp_path / "x"), "nope")
+        _report(tracker, str(tmp_path / "x"), "nope")
     child = tracker.children(pid)[0].info.run_id
     with pytest.raises(ReportError, match=rf"--run-id {child}: not a grid's parent run \(tag ltr.kind = 'child'\)"):
-        build_report(tracker, str(tmp_path / "x"), child)
+        _report(tracker, str(tmp_path / "x"), child)
     empty = load_config(None, [f"work_dir={tmp_path / 'none'}"])
     with pytest.raises(ReportError, match=r"no MLflow tracking database .*none/mlflow.db: run `ltr grid` first"):
         open_tracker(empty)
@@ -705,7 +712,7 @@ def test_report_reads_the_latest_finished_grid_or_says_it_is_unfinished(fake_gri
     cfg, tracker, pid = fake_grid
     newer = tracker.client.create_run(tracker.experiment_id, run_name="newer", tags={TAG_KIND: "grid"})
     try:
-        assert build_report(tracker, str(tmp_path / "a"), n_perm=20)["parent"] == pid  # not the RUNNING one
+        assert _report(tracker, str(tmp_path / "a"), permutations=20)["parent"] == pid  # not the RUNNING one
         tracker.client.update_run(pid, status="FAILED")
         with pytest.raises(
             ReportError,
@@ -713,8 +720,8 @@ def test_report_reads_the_latest_finished_grid_or_says_it_is_unfinished(fake_gri
             rf"{newer.info.run_id} is RUNNING: resume it with `ltr grid`, or pass "
             rf"--run-id {newer.info.run_id}",
         ):
-            build_report(tracker, str(tmp_path / "b"), n_perm=20)
-        r = build_report(tracker, str(tmp_path / "c"), pid, n_perm=20)
+            _report(tracker, str(tmp_path / "b"), permutations=20)
+        r = _report(tracker, str(tmp_path / "c"), pid, permutations=20)
         assert r["status"] == "FAILED" and r["problems"][0] == "parent run status FAILED"
         assert (
             "- **Warning: this grid is unfinished**: parent run status FAILED; 1 child run"
@@ -759,7 +766,7 @@ def test_copies_of_one_child_are_reported_once_and_different_results_refused(tmp
     tracker.log_history(copy, "ndcg_at_10_test", [2], [0.2])  # a batch logged twice: same value, same step
     _child(tracker, pid, 1, "mse", 2, curve, curve, q)
     tracker.finish(pid)
-    r = build_report(tracker, str(tmp_path / "r"), pid, n_perm=20)
+    r = _report(tracker, str(tmp_path / "r"), pid, permutations=20)
     assert r["records"] == 2
     assert r["problems"] == [
         f"LambdaMART fold 1: 2 finished runs of the same child (key k-1-lambdamart-None, the "
@@ -768,7 +775,7 @@ def test_copies_of_one_child_are_reported_once_and_different_results_refused(tmp
     ]
     tracker.log_history(first, "ndcg_at_10_test", [3], [0.9])
     with pytest.raises(ReportError, match=rf"run {first}: ndcg_at_10_test has two values at step 3 \(0.3, 0.9\)"):
-        build_report(tracker, str(tmp_path / "r2"), pid, n_perm=20)
+        _report(tracker, str(tmp_path / "r2"), pid, permutations=20)
     other = _child(tracker, pid, 1, "mse", 2, curve, curve, q, key="other")
     with pytest.raises(ReportError, match=rf"MSE-2: fold 1 has 2 finished runs of different training \(.*{other}"):
-        build_report(tracker, str(tmp_path / "r3"), pid, n_perm=20)
+        _report(tracker, str(tmp_path / "r3"), pid, permutations=20)

@@ -448,15 +448,17 @@ def test_any_error_inside_a_barrier_task_is_one_line_naming_fold_node_path_and_c
     cfg = _cfg(tmp_path / "work", "grid.strategies=[]", "grid.extra_paths={}")
     ds = open_dataset(small_dataset)
     fp, store = _plan(cfg, small_dataset)
-    settings = replace(make_settings(cfg.train, cfg.metric, ds, 1), base_margin="bogus")  # fails in the task
-    how = Execution(workers=1, nthread=1, retries=0, resume_hint="ltr grid --folds 1")
+    bogus = replace(cfg.train, job_retries=0)
+    object.__setattr__(bogus, "base_margin", "bogus")  # past the config's check: a plain ValueError in the task
+    settings = make_settings(bogus, cfg.metric, ds, 1)
+    how = Execution.from_config(bogus, workers=1, nthread=1, parallel=1, resume_hint="ltr grid --folds 1")
     with pytest.raises(NodeFailed) as err:
         execute_plan(spark, fp.plan, ds, {}, settings, store, how)
     msg = str(err.value)
     assert "\n" not in msg
     first = fp.plan.nodes[0]
     assert msg.startswith(f"fold 1: node {first.key} (")
-    assert "ValueError: train.base_margin must be auto, zero, mean or a number, got 'bogus'" in msg
+    assert "ValueError: could not convert string to float: 'bogus'" in msg
     assert "paths " in msg and fp.paths[0].label in msg and msg.endswith("Resume with: ltr grid --folds 1")
 
     def failing(args):
