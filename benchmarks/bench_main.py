@@ -22,6 +22,7 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 STAMP = re.compile(r"^(\d\d:\d\d:\d\d) INFO ")
@@ -47,7 +48,7 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--work", default=str(ROOT / "bench-out" / "main"))
     args = p.parse_args()
-    runs = []
+    runs: list[dict[str, Any]] = []
     for i in range(args.repeats):
         work = Path(args.work) / f"run{i}"
         shutil.rmtree(work, ignore_errors=True)
@@ -73,7 +74,7 @@ def main() -> int:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "command": "ltr run (default config)",
         "median_wall_seconds": statistics.median(r["wall_seconds"] for r in runs),
-        "median_grid_seconds": statistics.median(r["grid_seconds"] for r in runs if r["grid_seconds"]),
+        "median_grid_seconds": statistics.median(g for r in runs if (g := r["grid_seconds"]) is not None),
         "runs": runs,
     }
     print(json.dumps(out, indent=2))

@@ -42,6 +42,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from benchmarks.bench_resume import built_trees
 from pipelines.core.proctree import kill_tree, tree_memory
@@ -256,7 +257,8 @@ def main() -> int:
         kinds.setdefault(f"{n.objective} on {'all rows' if n.data == 'all' else 'a curriculum subset'}", []).append(
             n.key
         )
-    by_kind, cost = {}, {}
+    by_kind: dict[str, Any] = {}
+    cost: dict[str, Any] = {}
     for kind, keys in kinds.items():
         c = store.cost(keys)  # each node's checkpoints read once; the fold's total is the kinds' sum
         for k, v in c.items():

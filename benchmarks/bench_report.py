@@ -99,16 +99,16 @@ def trec_check(out: str, empty: float) -> dict[str, object]:
             continue
         files += 1
         values, differ = [], 0
-        for q, (v, n_rel) in ours.items():
-            theirs = got[str(q)][f"ndcg_cut_{k}"]
+        for qid, (mine, n_rel) in ours.items():
+            theirs = got[str(qid)][f"ndcg_cut_{k}"]
             values.append(theirs if n_rel else empty)
             if n_rel:
-                d = abs(theirs - v)
-                if d > 1e-9:
+                gap = abs(theirs - mine)
+                if gap > 1e-9:
                     differ += 1  # checked below: only the queries the export counted as tied may differ
                 else:
                     compared += 1
-                    worst_query = max(worst_query, d)
+                    worst_query = max(worst_query, gap)
         if differ > info["tied_queries"]:
             raise SystemExit(f"{name}: {differ} queries differ from trec_eval, {info['tied_queries']} counted as tied")
         tied += differ

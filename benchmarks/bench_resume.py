@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from pipelines.core.proctree import kill_tree
 
@@ -81,7 +82,7 @@ def main() -> int:
             cwd=ROOT,
         )
         subprocess.run(ltr("ingest", "--src", str(data_dir / "letor"), "--out", data), check=True, env=env, cwd=ROOT)
-    runs = {}
+    runs: dict[str, Any] = {}
     for name in ("straight", "killed"):
         shutil.rmtree(work / name, ignore_errors=True)
     t0 = time.perf_counter()

@@ -47,6 +47,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xgboost as xgb
@@ -78,7 +79,8 @@ def dataset(spark, work: Path, queries: int) -> str:
 def reference(spark, data: str, trees: int, threads: int, objective: str = "rank:ndcg") -> dict:
     ds = open_dataset(data)
     cols = [schema.QID, schema.DOC, schema.LABEL, *schema.feature_cols(ds.n_features)]
-    pdf = load_split(spark, ds, 1, "train", cols).toPandas().sort_values([schema.QID, schema.DOC], kind="stable")
+    rows: Any = load_split(spark, ds, 1, "train", cols).toPandas()  # pyspark types it as a protocol
+    pdf = rows.sort_values([schema.QID, schema.DOC], kind="stable")
     X = pdf[schema.feature_cols(ds.n_features)].to_numpy(np.float32)
     y, qid = pdf[schema.LABEL].to_numpy(np.float32), pdf[schema.QID].to_numpy()
     t0 = time.perf_counter()

@@ -290,9 +290,10 @@ def _train_fold(spark, cfg: Config, s: _Study, f: int, settings, how: Execution,
     record_plan(s.store, cfg.grid.experiment, fp)
     todo = live.todo()
     counts["skipped"] += len(live.owned()) - len(todo)
+    asked = s.train_keys[f]
     keys = sorted(
-        s.train_keys[f]
-        if s.train_keys[f] is not None  # else what its unfinished children need
+        asked
+        if asked is not None  # else what its unfinished children need
         else {k for e in todo for k in fp.plan.chains[e.path.label]}
     )
     if not keys:

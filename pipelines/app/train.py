@@ -63,7 +63,7 @@ def run_train(
     with task_errors():
         info = execute_plan(spark, plan, ds, {c.name: c for c in curs}, settings, store, how)
     r = path_result(store, tp.label, plan.chains[tp.label])
-    summary = {
+    summary: dict[str, Any] = {
         "path": tp.shorthand(),
         "fold": fold,
         "trees": tp.trees,

@@ -28,7 +28,7 @@ import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 import yaml
 
@@ -606,7 +606,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             except ConfigError as e:
                 errors.append(str(e))
         raise ConfigError(f"{where}: {value!r} is not a {_type_name(tp)}")
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a mapping (section), got {value!r}")
         return from_dict(tp, value, where)
@@ -651,7 +651,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
 def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
     """Build dataclass ``cls`` from ``data``; unknown keys and wrong types raise ConfigError."""
     hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
+    names = [f.name for f in dataclasses.fields(cast(Any, cls))]  # cls is a dataclass (the callers' sections)
     kwargs = {}
     for k, v in data.items():
         path = f"{where}.{k}" if where else str(k)

@@ -152,13 +152,8 @@ def build_curriculum(
             "rerun `ltr difficulty`"
         )
     # One row per training query: small enough for the driver (31,531 rows for all of MSLR-WEB30K).
-    pdf = (
-        spark.read.parquet(to_uri(difficulty))
-        .where(F.col(schema.SUBSET).isin(train_parts))
-        .toPandas()
-        .sort_values([schema.QID, schema.SUBSET], kind="stable")
-        .reset_index(drop=True)
-    )
+    scores: Any = spark.read.parquet(to_uri(difficulty)).where(F.col(schema.SUBSET).isin(train_parts)).toPandas()
+    pdf = scores.sort_values([schema.QID, schema.SUBSET], kind="stable").reset_index(drop=True)
     dup = pdf[schema.QID].duplicated()
     if dup.any():
         raise DatasetError(

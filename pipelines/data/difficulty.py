@@ -135,6 +135,8 @@ def run_difficulty(spark: SparkSession, data: str, out: str, cfg: DifficultyConf
             F.avg("ndcg_pagerank").alias("pagerank"),
             F.sum((F.col("n_rel") == 0).cast("int")).alias("no_rel"),
         ).first()
+        if agg is None:  # an aggregate without grouping has one row, even over no rows
+            raise DatasetError(f"{data}: the difficulty scores could not be summarised (no aggregate row)")
         per_subset = {r[schema.SUBSET]: r["count"] for r in written.groupBy(schema.SUBSET).count().collect()}
         summary = {
             "key": difficulty_key(**difficulty_inputs(ds, cfg, spec)),

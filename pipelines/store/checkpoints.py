@@ -156,7 +156,8 @@ class CheckpointStore:
         if lease_token is not None:
             verify_token(self, key, lease_token)
         buf = io.BytesIO()
-        np.savez(buf, **arrays)
+        named: dict[str, Any] = dict(arrays)  # numpy's stub reads **kwargs as its allow_pickle flag
+        np.savez(buf, **named)
         self.put(f"{self.node_dir(key, tree)}/shard-{rank:05d}.npz", buf.getvalue())
 
     def write_segment(

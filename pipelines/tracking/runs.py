@@ -274,7 +274,8 @@ class Tracker:
         with warnings.catch_warnings():  # "can be interpreted in multiple ways": both are the local source
             warnings.simplefilter("ignore", UserWarning)
             source = resolve_dataset_source(path)
-        ds = MetaDataset(source, name=name, digest=fingerprint.split(":")[-1][:16])
+        # MLflow declares `profile` abstract on Dataset; MetaDataset is its documented concrete "no data" dataset
+        ds = MetaDataset(source, name=name, digest=fingerprint.split(":")[-1][:16])  # type: ignore[abstract]
         self.client.log_inputs(
             run_id, [DatasetInput(ds._to_mlflow_entity(), [InputTag("mlflow.data.context", context)])]
         )

@@ -74,6 +74,19 @@ class SplitData:
             self.doc = (np.arange(self.qid.size) - np.repeat(self.offsets[:-1], np.diff(self.offsets))).astype(np.int32)
 
     @property
+    def docs(self) -> np.ndarray:
+        """``doc``, which ``__post_init__`` fills (never None once the split is built)."""
+        if self.doc is None:
+            raise DataError("a split without doc positions (built around __post_init__?)")
+        return self.doc
+
+    def coded(self) -> np.ndarray:
+        """``codes``; a :class:`DataError` when the split still holds float rows (:func:`encode` it first)."""
+        if self.codes is None:
+            raise DataError("this split holds float rows, not bin codes: encode() it against the fold's cuts first")
+        return self.codes
+
+    @property
     def n_queries(self) -> int:
         """Number of queries in the split."""
         return int(self.offsets.size - 1)
@@ -322,9 +335,7 @@ class _CodesIter(xgb.DataIter):
             return False
         idx = self.rows[self.bounds[self.i] : self.bounds[self.i + 1]]
         sp = self.split
-        if sp.codes is None:
-            raise DataError("the training matrix is fed from bin codes; this split holds floats (bin it first)")
-        input_data(data=decode(sp.codes, idx, self.reps), label=sp.y[idx], qid=sp.qid[idx])
+        input_data(data=decode(sp.coded(), idx, self.reps), label=sp.y[idx], qid=sp.qid[idx])
         self.i += 1
         return True
 

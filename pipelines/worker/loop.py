@@ -35,7 +35,16 @@ from pipelines.plan.paths import OBJECTIVES, REGRESSION
 from pipelines.plan.trie import Node
 from pipelines.store.checkpoints import CheckpointStore, take_rows
 from pipelines.store.cuts import cuts_of, reference_matrix
-from pipelines.worker.data import SplitData, WorkerData, encode, matrix_cuts, representatives, training_matrix, walkable
+from pipelines.worker.data import (
+    DataError,
+    SplitData,
+    WorkerData,
+    encode,
+    matrix_cuts,
+    representatives,
+    training_matrix,
+    walkable,
+)
 from pipelines.worker.env import Comm, LocalComm, XgbComm, check_device, openmp_threads, returning_freed_memory
 from udfs.metrics import NdcgSpec, inverse_idcg, ndcg_fast, offsets_from_qids
 from udfs.objectives import BlendSchedule, ObjectiveSettings, objective
@@ -236,7 +245,10 @@ class _Worker:
 
     def score_dist(self, tree: int, margins: np.ndarray) -> dict[str, Any]:
         """Histograms of test margins per label (global range, all workers)."""
-        y = self.data.test.y
+        test = self.data.test
+        if test is None:
+            raise DataError("score distributions need this worker's test rows; it has none")
+        y = test.y
         lo_hi = self.comm.allreduce(np.array([-margins.min(initial=np.inf), margins.max(initial=-np.inf)]), "max")
         lo, hi = -lo_hi[0], lo_hi[1]
         if not np.isfinite(lo) or hi <= lo:
@@ -268,8 +280,8 @@ class _Worker:
                     self._matrix = (data, dm, rows, offsets_from_qids(tr.qid[rows]), comp)
             self.timing["dmatrix"] += time.perf_counter() - t0
             self.timing["matrices"] += 1
-        _, dm, rows, offsets, comp = self._matrix
-        return dm, rows, (tr.y if rows is None else tr.y[rows]), offsets, comp
+        _, dm, subset, offsets, complement = self._matrix
+        return dm, subset, (tr.y if subset is None else tr.y[subset]), offsets, complement
 
     # -- checkpoints -----------------------------------------------------
     def agreed_latest(self, key: str) -> int:
@@ -315,7 +327,10 @@ class _Worker:
         if st.tree == node.t1 and node.ends and "test" in self.evals:
             sp = self.evals["test"]
             arrays["test_query"] = sp.qid[sp.offsets[:-1]].astype(np.int32)
-            arrays["test_ndcg"] = ndcg_fast(sp.offsets, sp.y, st.test, self.s.metric, self.inv_idcg["test"])
+            test_margin = st.test
+            if test_margin is None:
+                raise DataError(f"node {node.key}: no test margins at its end although the worker holds test rows")
+            arrays["test_ndcg"] = ndcg_fast(sp.offsets, sp.y, test_margin, self.s.metric, self.inv_idcg["test"])
             # relevant documents per query (label > 0): the report leaves out of its paired statistics the
             # queries with none, which every system scores metric.empty on (issue 29)
             arrays["test_relevant"] = np.add.reduceat((sp.y > 0).astype(np.int32), sp.offsets[:-1])
@@ -430,7 +445,7 @@ class _Worker:
                 y,
                 offsets,
                 tr.qid if rows is None else tr.qid[rows],
-                tr.doc if rows is None else tr.doc[rows],
+                tr.docs if rows is None else tr.docs[rows],
             )
         )
         rows_total = st.rows or int(self.comm.allreduce(np.array([float(dtrain.num_row())]), "sum")[0])
@@ -456,7 +471,7 @@ class _Worker:
             tree = walkable(tree_arrays(booster, i, self.cuts), t)
             trees.append(tree)
             for name, sp in self.evals.items():
-                add_tree(sp.codes, tree, ev[name], codes=sp.codes)
+                add_tree(sp.coded(), tree, ev[name], codes=sp.coded())
             if self.evals and (done % s.train.eval_every == 0 or done == node.t1 or done in s.train.score_dist_trees):
                 curve.append(
                     [
@@ -476,7 +491,7 @@ class _Worker:
         else:  # the subset's rows from the cache; the others see the segment's trees for the first time
             train = st.train.copy()
             train[rows] = booster.predict(dtrain, output_margin=True)
-            codes = self.data.train.codes
+            codes = self.data.train.coded()
             for tree in trees:
                 add_tree(codes, tree, train, comp, codes=codes)
         del booster  # before the next segment resets the DMatrix's base margin
@@ -551,7 +566,7 @@ def matrix_order(nodes: list[Node]) -> list[Node]:
     """
     keys = {n.key for n in nodes}
     done: set[str] = set()
-    left, out = list(nodes), []
+    left, out = list(nodes), list[Node]()
     while left:
         ready = [n for n in left if n.parent not in keys or n.parent in done]
         if not ready:
