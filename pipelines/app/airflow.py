@@ -19,7 +19,7 @@ done through public ways:
 
 One thing has no public way: the Spark connection of a run (``params.spark_conn_id``) is the operator's
 ``_conn_id`` (not a templated field). It is set in :meth:`LtrSubmitOperator.execute` only, and
-``tests/test_airflow.py`` pins it against the provider version.
+``tests/scenarios/test_airflow.py`` pins it against the provider version.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class LtrSubmitOperator(SparkSubmitOperator):
     def apply_params(self, params: dict[str, Any]) -> None:
         """The run's Spark settings onto this submit (see the module docstring)."""
         if params.get("spark_conn_id"):
-            self._conn_id = params["spark_conn_id"]  # no public way: pinned by tests/test_airflow.py
+            self._conn_id = params["spark_conn_id"]  # no public way: pinned by tests/scenarios/test_airflow.py
         conf = {str(k): str(v) for k, v in (params.get("spark_conf") or {}).items()}
         for name, prop in SPARK_PROPERTIES.items():
             if params.get(name) not in (None, ""):

@@ -133,7 +133,7 @@ def _sign_flip_test(d: np.ndarray, n_perm: int, seed: int, batch: int) -> float:
     randomisation test most of ``ltr report``'s time on paper-scale folds. Here a swapped pair flips the sign
     of its difference (y - x is exactly -(x - y) in floating point), the null statistic is ``np.mean`` of each
     resample as scipy takes it, and the p-value is scipy's (tolerance 100 eps relative, (hits + 1) /
-    (n_perm + 1) each side, twice the smaller, at most 1). tests/test_report.py checks it against scipy.
+    (n_perm + 1) each side, twice the smaller, at most 1). tests/report/test_report.py checks it against scipy.
     """
     n = d.size
     observed = float(np.mean(d))

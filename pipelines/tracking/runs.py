@@ -81,7 +81,7 @@ def store_lock(uri: str) -> Iterator[None]:
     finds-or-creates experiments and parent runs by a search then an insert: two processes opening a
     fresh store at once (``ltr grid --fold 1 & ltr grid --fold 2 &``, or the DAG's mapped tasks) fail
     in alembic ("table _alembic_tmp_runs already exists") or make two parent runs of one study.
-    Measured in ``tests/test_tracking.py``. A tracking server's database serialises its own schema;
+    Measured in ``tests/tracking/test_tracking.py``. A tracking server's database serialises its own schema;
     there the DAG's ``grid_setup`` makes the experiment and the parent run before any task maps.
     """
     path = sqlite_path(uri)
