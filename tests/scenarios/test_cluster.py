@@ -297,7 +297,7 @@ def test_packed_archive_is_a_relocatable_non_editable_env(packed_env):
             names.add(m.name)
             if m.issym():
                 links[m.name] = m.linkname
-    site = next(n.rsplit("/", 2)[0] for n in names if n.endswith("site-packages/pipelines/app/cli.py"))
+    site = next(n.rsplit("/", 3)[0] for n in names if n.endswith("site-packages/pipelines/app/cli.py"))
     assert f"{site}/pipelines/app/pack.py" in names and f"{site}/udfs/metrics.py" in names
     assert not [n for n in names if "__editable__" in n], "an editable install cannot run on the executors"
     assert "pyvenv.cfg" in names and "bin/ltr" in names
