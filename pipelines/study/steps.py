@@ -196,32 +196,42 @@ def run_ingest(spark: Any, cfg: Config, src: str, data: str) -> StepState:
 
 
 # ------------------------------------------------------------ difficulty
+def _difficulty(cfg: Config, data: str, out: str | None) -> tuple[StepState, dict[str, Any] | None]:
+    """The scores' state and, when fresh, their stored summary (read once)."""
+    out = out or Layout.of(cfg).difficulty
+    key = keys.difficulty_key(**difficulty_inputs(open_dataset(data), cfg.difficulty, cfg.metric))
+    summary = stored_summary(out, key)
+    return StepState("difficulty", out, key, summary is not None), summary
+
+
 def difficulty_state(cfg: Config, data: str, out: str | None = None) -> StepState:
     """The scores at ``out`` (default the layout's) are fresh when their summary holds the key of
     :func:`pipelines.data.difficulty.difficulty_inputs` for this dataset and config."""
-    out = out or Layout.of(cfg).difficulty
-    key = keys.difficulty_key(**difficulty_inputs(open_dataset(data), cfg.difficulty, cfg.metric))
-    return StepState("difficulty", out, key, stored_summary(out, key) is not None)
+    return _difficulty(cfg, data, out)[0]
 
 
 def ensure_difficulty(spark: Any, cfg: Config, data: str, difficulty: str) -> dict[str, Any]:
     """The difficulty scores at ``difficulty``, computed unless fresh; returns their summary."""
-    state = difficulty_state(cfg, data, difficulty)
-    if state.fresh:
-        summary = stored_summary(difficulty, state.key)
-        if summary is not None:
-            return summary
+    _, summary = _difficulty(cfg, data, difficulty)
+    if summary is not None:
+        return summary
     log.info("computing difficulty scores -> %s (none there, or computed from other inputs)", difficulty)
     return run_difficulty(spark, data, difficulty, cfg.difficulty, cfg.metric)
 
 
 # ------------------------------------------------------------ curricula
+def _curriculum(cfg: Config, ds: Any, fold: int, name: str, scores: str) -> tuple[StepState, dict[str, Any] | None]:
+    """A curriculum's state and, when fresh, its stored summary (read once)."""
+    out = Layout.of(cfg).curriculum(fold, name)
+    key = curriculum_key_of(cfg, ds, fold, name, scores)
+    summary = stored_curriculum(out, key)
+    return StepState("curricula", out, key, summary is not None), summary
+
+
 def curriculum_state(cfg: Config, ds: Any, fold: int, name: str, scores: str) -> StepState:
     """Curriculum ``name`` of ``fold`` is fresh when its summary holds the key of its inputs
     (:func:`pipelines.study.design.curriculum_key_of`: settings, dataset, fold, difficulty, ``scores``)."""
-    out = Layout.of(cfg).curriculum(fold, name)
-    key = curriculum_key_of(cfg, ds, fold, name, scores)
-    return StepState("curricula", out, key, stored_curriculum(out, key) is not None)
+    return _curriculum(cfg, ds, fold, name, scores)[0]
 
 
 def ensure_curricula(
@@ -239,8 +249,7 @@ def ensure_curricula(
     scores = scores_fingerprint(difficulty)
     out = []
     for name in sorted(names):
-        state = curriculum_state(cfg, ds, fold, name, scores)
-        summary = stored_curriculum(state.output, state.key) if state.fresh else None
+        state, summary = _curriculum(cfg, ds, fold, name, scores)
         if summary is None:
             summary = build_curriculum(
                 spark,
