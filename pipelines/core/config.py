@@ -435,13 +435,19 @@ class TrackingConfig:
     artifacts: str = ""
 
 
+#: The report's paired tests, by their name in ``report.primary_test``.
+PRIMARY_TESTS = ("randomisation", "t")
+
+
 @dataclass(frozen=True)
 class ReportConfig:
     """``ltr report``: output folder (empty = ``<work_dir>/report``), randomisation test
     (``permutations`` sign flips, seeded by ``seed``), Table 2's model sizes, the paired bootstrap
     interval's resamples (``bootstrap``, seeded by ``seed``) and the risk levels of URisk and TRisk
     (``risk_alphas``: a loss counts 1 + alpha times), and the convergence table's target
-    (``target_fraction`` of the baseline's final vali NDCG). ``trec_depth``: documents per query in the TREC run
+    (``target_fraction`` of the baseline's final vali NDCG). ``primary_test``: the test of the headline and of
+    every significance mark (``randomisation`` or ``t``); ``margin``: the non-inferiority margin in NDCG.
+    ``trec_depth``: documents per query in the TREC run
     files (:mod:`pipelines.report.export`; 0 writes none).
 
     ``table2_sizes``: sizes n (trees) of the best MSE-t (chosen on validation) at which
@@ -462,8 +468,19 @@ class ReportConfig:
     risk_alphas: list[float] = field(default_factory=lambda: [1.0, 5.0])
     target_fraction: float = 0.99
     trec_depth: int = 1000
+    #: the test the headline and every "significant" mark use (the other stays as a robustness column)
+    primary_test: str = "randomisation"
+    #: non-inferiority margin in NDCG: a system is "as good" when its one-sided 95% lower bound of the paired
+    #: difference with LambdaMART's final NDCG is above -margin
+    margin: float = 0.005
 
     def __post_init__(self) -> None:
+        if self.primary_test not in PRIMARY_TESTS:
+            raise ConfigError(
+                f"report.primary_test must be one of {', '.join(PRIMARY_TESTS)}, got {self.primary_test!r}"
+            )
+        if not 0 <= self.margin < 1:
+            raise ConfigError(f"report.margin is an NDCG difference in [0, 1), got {self.margin}")
         if self.trec_depth < 0:
             raise ConfigError(f"report.trec_depth must be >= 0 documents per query (0: none), got {self.trec_depth}")
         if self.permutations < 1:
