@@ -53,8 +53,9 @@ def figure_files(fig: Any) -> dict[str, bytes]:
     try:
         out = {"png": png_bytes(fig)}
         buf = io.BytesIO()
-        # no creation date: the same figure gives the same bytes
-        fig.savefig(buf, format="pdf", bbox_inches="tight", metadata={"CreationDate": None})
+        # TrueType fonts (publishers' checks reject Type 3); no creation date: the same figure, the same bytes
+        with pyplot().rc_context({"pdf.fonttype": 42}):
+            fig.savefig(buf, format="pdf", bbox_inches="tight", metadata={"CreationDate": None})
         out["pdf"] = buf.getvalue()
     finally:
         pyplot().close(fig)

@@ -35,6 +35,7 @@ def _is_png_and_pdf(out: dict[str, bytes]) -> None:
     assert out["png"].startswith(b"\x89PNG\r\n\x1a\n") and b"matplotlib" in out["png"][:200]
     assert out["pdf"].startswith(b"%PDF") and b"Matplotlib" in out["pdf"]
     assert out["pdf"].rstrip().endswith(b"%%EOF")
+    assert b"/Type3" not in out["pdf"]  # TrueType fonts, as publishers ask
 
 
 def _png_size(png: bytes) -> tuple[int, int]:
