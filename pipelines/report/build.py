@@ -110,12 +110,14 @@ def build_report(
         log.warning("no Table 2: %s", no_table2)
     lap("convergence, table 2")
     os.makedirs(out, exist_ok=True)
-    files = {"figure1.png": figure1(records, metric_name.replace("_at_", "@").upper(), state.split)}
+    f1 = figure1(records, metric_name.replace("_at_", "@").upper(), state.split)
+    files = {"figure1.png": f1["png"], "figure1.pdf": f1["pdf"]}
     fig2 = None
     dist_trees = sorted({d["tree"] for r in records for d in r.score_dists})
     if dist_trees:
         try:
-            files["figure2.png"], fig2 = figure2(records, dist_trees[0])
+            f2, fig2 = figure2(records, dist_trees[0])
+            files["figure2.png"], files["figure2.pdf"] = f2["png"], f2["pdf"]
         except ReportError as e:
             log.warning("no Figure 2: %s", e)
     lap("figures")
