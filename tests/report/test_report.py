@@ -186,6 +186,11 @@ def test_effect_size_by_hand():
     dyadic = np.array([0.5, 0.75, 0.25, 1.0])  # exact in binary: every difference exactly 0.125
     const = effect_size(dyadic, dyadic - 0.125)
     assert const["ci_t"] == (0.125, 0.125) and const["ci_boot"] == (0.125, 0.125) and const["d_z"] is None
+    # a tie within TIE_TOLERANCE (1e-12): the mean of three equal NDCG values can differ from the value by an ulp
+    a = 0.8132702392002724
+    assert np.mean([a, a, a]) - a == pytest.approx(1.1e-16, rel=0.01)  # one ulp: counted a win before
+    near = effect_size(np.array([np.mean([a, a, a]), 0.5, 0.3, 0.4]), np.array([a, 0.5 - 1e-16, 0.2, 0.4 + 1e-9]))
+    assert (near["wins"], near["ties"], near["losses"]) == (1, 2, 1)  # d: 1.1e-16 and ~1e-16 tie; 0.1 wins; -1e-9 loses
 
 
 def test_urisk_and_trisk_by_hand():
