@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from pipelines.report.inference import mde, residual_mean_square
 from pipelines.report.pairing import Paired, groups, pairs_with_baseline, relevant_queries
 from pipelines.report.records import Record, ReportError, label_of
 from pipelines.report.stats import (
@@ -59,7 +60,11 @@ def table1(
     ``folds_won`` (folds whose final NDCG beats the baseline's, of ``paired_folds``). ``georisk`` (every
     row, baseline included, at each alpha): over the systems of the table that finished every fold the
     baseline did, on those folds' queries with a relevant document (:func:`georisk`); ``None`` for the
-    others. ``None`` throughout where nothing could be paired.
+    others. ``mde``: the minimum detectable effect of the row's paired differences (:func:`mde`, alpha 0.05,
+    power 0.8). ``v_e`` (the table's, the same on every row): the residual mean square of the two-way ANOVA
+    without replication on the GeoRisk matrix (:func:`residual_mean_square`: the same systems and (fold, query)
+    rows as GeoRisk); ``es_e``: Sakai's standardised effect ``delta`` / sqrt(``v_e``) of a compared row in
+    that matrix, ``None`` for the others. ``None`` throughout where nothing could be paired.
     """
     g = groups(records)
     if pairs is None:
@@ -102,6 +107,9 @@ def table1(
             "urisk": None,
             "trisk": None,
             "georisk": None,
+            "mde": None,
+            "es_e": None,
+            "v_e": None,
         }
         if key != (BASELINE, None) and base:
             p = pairs[key]
@@ -117,30 +125,34 @@ def table1(
                 row.update(effect_size(p.x, p.y, n_boot, seed))
                 row["urisk"] = {alpha_key(a): urisk(p.x, p.y, a) for a in risk_alphas}
                 row["trisk"] = {alpha_key(a): trisk(p.x, p.y, a) for a in risk_alphas}
+                row["mde"] = mde(p.x - p.y)
         rows.append(row)
     for raw, adj in (("t_p", "t_p_holm"), ("perm_p", "perm_p_holm")):
         for row, pv in zip(rows, holm([r[raw] for r in rows]), strict=True):
             row[adj] = pv
     if base:
-        for row, v in zip(rows, georisk_of_table(g, keys, risk_alphas), strict=True):
+        members, matrix = table_matrix(g, keys)
+        for row, v in zip(rows, georisk_of_table(g, keys, risk_alphas, (members, matrix)), strict=True):
             row["georisk"] = v
+        v_e = residual_mean_square(matrix) if matrix.size else None
+        for key, row in zip(keys, rows, strict=True):
+            row["v_e"] = v_e
+            if key in members and row["delta"] is not None and v_e is not None and v_e > 0:
+                row["es_e"] = row["delta"] / float(np.sqrt(v_e))
     return rows
 
 
-def georisk_of_table(
-    g: dict[tuple[str, int | None], list[Record]],
-    keys: Sequence[tuple[str, int | None]],
-    alphas: Sequence[float],
-) -> list[dict[str, float] | None]:
-    """GeoRisk (:func:`georisk`) of each system in ``keys`` at each alpha (keys :func:`alpha_key`), over the
-    systems that finished every fold the baseline finished, on those folds' test queries with a relevant
-    document (one matrix row per (fold, query)); ``None`` for a system missing one of those folds."""
+def table_matrix(
+    g: dict[tuple[str, int | None], list[Record]], keys: Sequence[tuple[str, int | None]]
+) -> tuple[list[tuple[str, int | None]], np.ndarray]:
+    """The (queries x systems) matrix of a table's risk and ANOVA figures (:func:`georisk_of_table`, Table 1's
+    ``v_e``): the systems of ``keys`` that finished every fold the baseline finished (``members``, in that order)
+    and one row per (fold, query) of those folds' test queries with a relevant document (an empty matrix when
+    there are none). ReportError when a member has no score for one of those queries."""
     base = g[(BASELINE, None)]
     folds = {r.fold for r in base}
     members = [k for k in keys if folds <= {r.fold for r in g[k]}]
     rows = [(r.fold, q) for r in base for q in sorted(relevant_queries(r))]
-    if not rows:
-        return [None] * len(keys)
     matrix = np.empty((len(rows), len(members)))
     for j, k in enumerate(members):
         by_fold = {r.fold: r for r in g[k]}
@@ -148,6 +160,22 @@ def georisk_of_table(
         if missing:
             raise ReportError(f"GeoRisk: {label_of(*k)} has no score for {len(missing)} queries, e.g. {missing[:3]}")
         matrix[:, j] = [by_fold[f].per_query[q] for f, q in rows]
+    return members, matrix
+
+
+def georisk_of_table(
+    g: dict[tuple[str, int | None], list[Record]],
+    keys: Sequence[tuple[str, int | None]],
+    alphas: Sequence[float],
+    table: tuple[list[tuple[str, int | None]], np.ndarray] | None = None,
+) -> list[dict[str, float] | None]:
+    """GeoRisk (:func:`georisk`) of each system in ``keys`` at each alpha (keys :func:`alpha_key`), over the
+    systems that finished every fold the baseline finished, on those folds' test queries with a relevant
+    document (one matrix row per (fold, query), :func:`table_matrix`); ``None`` for a system missing one of
+    those folds. ``table``: :func:`table_matrix` of ``g`` and ``keys``, computed here when not given."""
+    members, matrix = table if table is not None else table_matrix(g, keys)
+    if not matrix.shape[0]:
+        return [None] * len(keys)
     values = {alpha_key(a): georisk(matrix, a) for a in alphas}
     return [{a: float(v[members.index(k)]) for a, v in values.items()} if k in members else None for k in keys]
 
