@@ -359,16 +359,16 @@ def _first_reaching(mean: np.ndarray, var: np.ndarray, n: int, margin: float, st
 
 
 def _resampled_trees(
-    dd: np.ndarray, mu: np.ndarray, counts: np.ndarray, margin: float, steps: np.ndarray
+    dc: np.ndarray, dc2: np.ndarray, mu: np.ndarray, counts: np.ndarray, margin: float, steps: np.ndarray
 ) -> np.ndarray:
     """The trees of the non-inferiority rule in each bootstrap resample given by ``counts`` ((B x N): how often
-    each query is drawn, rows summing to N). ``dd`` (N x 2S): the centred differences dc = d - ``mu`` (their
-    column means removed: the same variances, less cancellation in E[d^2] - E[d]^2) beside dc^2, so that one
-    matrix product gives every resample's first and second moments at every step."""
-    n = dd.shape[0]
-    s = dd.shape[1] // 2
-    m = counts.astype(np.float64) @ dd / n
-    m1, m2 = m[:, :s], m[:, s:]
+    each query is drawn, rows summing to N), from the centred differences ``dc`` = d - ``mu`` (N x S, the column
+    means removed: the same variances, less cancellation in E[d^2] - E[d]^2) and ``dc2`` = dc^2. Two matrix
+    products, not one on [dc, dc^2]: OpenBLAS took several times longer on the (N x 2S) matrix."""
+    n = dc.shape[0]
+    w = counts.astype(np.float64)
+    m1 = w @ dc / n
+    m2 = w @ dc2 / n
     var = (m2 - m1 * m1) * (n / (n - 1))
     return _first_reaching(m1 + mu, var, n, margin, steps)
 
@@ -409,9 +409,9 @@ def noninferiority(
 
     Cost: the resamples are drawn as multinomial query counts (``default_rng(seed).multinomial``) in batches of
     about 4e6 / N resamples, and each batch's means and variances at every step come from two matrix products
-    (W @ [D, D^2], one product): O(n_boot N S) flops and O(N S + batch N) memory, no Python loop per
+    (W @ D and W @ D^2): O(n_boot N S) flops and O(N S + batch N) memory, no Python loop per
     resample. At N = 31,000 queries, S = 100 steps and 1,000 resamples: about 1.2e10 flops and 3.1e7 multinomial
-    draws, about 10 s on two busy CPU cores (two thirds of it the products).
+    draws, about 5 s on two busy CPU cores (half of it the products, half the draws).
 
     Parameters
     ----------
@@ -478,13 +478,13 @@ def noninferiority(
         return out
     rng = np.random.default_rng(seed)
     dc = d - mu
-    dd = np.hstack([dc, dc * dc])
+    dc2 = dc * dc
     p = np.full(n, 1.0 / n)
     batch = max(1, 4_000_000 // n)  # W is (batch x N) float64: about 32 MB
     boot = np.empty(n_boot)
     for k in range(0, n_boot, batch):
         m = min(batch, n_boot - k)
-        boot[k : k + m] = _resampled_trees(dd, mu, rng.multinomial(n, p, size=m), margin, st)
+        boot[k : k + m] = _resampled_trees(dc, dc2, mu, rng.multinomial(n, p, size=m), margin, st)
     ci = _percentile_interval(boot)
     out["trees_ci95"] = ci
     out["ratio_ci95"] = [c / base_trees if c is not None else None for c in ci]

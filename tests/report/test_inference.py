@@ -239,7 +239,7 @@ def test_noninferiority_bootstrap_is_the_rule_on_resampled_rows_and_seeded():
     d = x - base[:, None]
     mu = d.mean(axis=0)
     dc = d - mu
-    fast = _resampled_trees(np.hstack([dc, dc * dc]), mu, counts, 0.03, np.array(steps, float))
+    fast = _resampled_trees(dc, dc * dc, mu, counts, 0.03, np.array(steps, float))
     for w, t in zip(counts, fast, strict=True):
         idx = np.repeat(np.arange(n), w)
         loop = noninferiority(x[idx], steps, base[idx], 30, 0.03, 0, 0)["trees"]
