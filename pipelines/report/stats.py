@@ -183,6 +183,12 @@ def kl_divergence(p_counts: Sequence[float], q_counts: Sequence[float], pseudo: 
 #: Confidence level of every interval in the report.
 CONFIDENCE = 0.95
 
+#: A paired difference of at most this size is a tie (:func:`effect_size`). Not 0: averaging a query's NDCG over
+#: seed repetitions (:mod:`pipelines.report.seeds`) rounds (the mean (a + a + a) / 3 of three equal values can
+#: differ from a by one ulp, about 1e-16), so a query both systems score the same became a win or a loss under an
+#: exact comparison. NDCG values that really differ do so by far more than 1e-12.
+TIE_TOLERANCE = 1e-12
+
 
 def t_interval(d: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float] | None:
     """Paired t confidence interval of the mean difference: mean(d) ± t_{(1+c)/2, n-1} sd(d) / sqrt(n)
@@ -237,7 +243,7 @@ def effect_size(x: np.ndarray, y: np.ndarray, n_resamples: int = 10_000, seed: i
     ``delta`` mean difference; ``ci_t`` its paired t interval (:func:`t_interval`); ``ci_boot`` its
     bootstrap interval (:func:`bootstrap_interval`); ``d_z`` the standardised effect mean(d) / sd(d)
     (sd with ddof 1; Cohen's d for paired samples, ``None`` when sd is 0 or n < 2); ``wins`` / ``ties``
-    / ``losses``: queries where x > y, x == y, x < y.
+    / ``losses``: queries where x - y > tol, |x - y| <= tol, x - y < -tol, tol = :data:`TIE_TOLERANCE`.
     """
     d = np.asarray(x, np.float64) - np.asarray(y, np.float64)
     sd = float(np.std(d, ddof=1)) if d.size > 1 else 0.0
@@ -246,9 +252,9 @@ def effect_size(x: np.ndarray, y: np.ndarray, n_resamples: int = 10_000, seed: i
         "ci_t": t_interval(d),
         "ci_boot": bootstrap_interval(d, n_resamples, seed),
         "d_z": float(d.mean() / sd) if sd > 0 else None,
-        "wins": int(np.sum(d > 0)),
-        "ties": int(np.sum(d == 0)),
-        "losses": int(np.sum(d < 0)),
+        "wins": int(np.sum(d > TIE_TOLERANCE)),
+        "ties": int(np.sum(np.abs(d) <= TIE_TOLERANCE)),
+        "losses": int(np.sum(d < -TIE_TOLERANCE)),
     }
 
 

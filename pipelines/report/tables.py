@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from pipelines.report.inference import mde, residual_mean_square
 from pipelines.report.pairing import Paired, groups, pairs_with_baseline, relevant_queries
 from pipelines.report.records import Record, ReportError, label_of
 from pipelines.report.stats import (
@@ -59,7 +60,11 @@ def table1(
     ``folds_won`` (folds whose final NDCG beats the baseline's, of ``paired_folds``). ``georisk`` (every
     row, baseline included, at each alpha): over the systems of the table that finished every fold the
     baseline did, on those folds' queries with a relevant document (:func:`georisk`); ``None`` for the
-    others. ``None`` throughout where nothing could be paired.
+    others. ``mde``: the minimum detectable effect of the row's paired differences (:func:`mde`, alpha 0.05,
+    power 0.8). ``v_e`` (the table's, the same on every row): the residual mean square of the two-way ANOVA
+    without replication on the GeoRisk matrix (:func:`residual_mean_square`: the same systems and (fold, query)
+    rows as GeoRisk); ``es_e``: Sakai's standardised effect ``delta`` / sqrt(``v_e``) of a compared row in
+    that matrix, ``None`` for the others. ``None`` throughout where nothing could be paired.
     """
     g = groups(records)
     if pairs is None:
@@ -102,6 +107,9 @@ def table1(
             "urisk": None,
             "trisk": None,
             "georisk": None,
+            "mde": None,
+            "es_e": None,
+            "v_e": None,
         }
         if key != (BASELINE, None) and base:
             p = pairs[key]
@@ -117,30 +125,34 @@ def table1(
                 row.update(effect_size(p.x, p.y, n_boot, seed))
                 row["urisk"] = {alpha_key(a): urisk(p.x, p.y, a) for a in risk_alphas}
                 row["trisk"] = {alpha_key(a): trisk(p.x, p.y, a) for a in risk_alphas}
+                row["mde"] = mde(p.x - p.y)
         rows.append(row)
     for raw, adj in (("t_p", "t_p_holm"), ("perm_p", "perm_p_holm")):
         for row, pv in zip(rows, holm([r[raw] for r in rows]), strict=True):
             row[adj] = pv
     if base:
-        for row, v in zip(rows, georisk_of_table(g, keys, risk_alphas), strict=True):
+        members, matrix = table_matrix(g, keys)
+        for row, v in zip(rows, georisk_of_table(g, keys, risk_alphas, (members, matrix)), strict=True):
             row["georisk"] = v
+        v_e = residual_mean_square(matrix) if matrix.size else None
+        for key, row in zip(keys, rows, strict=True):
+            row["v_e"] = v_e
+            if key in members and row["delta"] is not None and v_e is not None and v_e > 0:
+                row["es_e"] = row["delta"] / float(np.sqrt(v_e))
     return rows
 
 
-def georisk_of_table(
-    g: dict[tuple[str, int | None], list[Record]],
-    keys: Sequence[tuple[str, int | None]],
-    alphas: Sequence[float],
-) -> list[dict[str, float] | None]:
-    """GeoRisk (:func:`georisk`) of each system in ``keys`` at each alpha (keys :func:`alpha_key`), over the
-    systems that finished every fold the baseline finished, on those folds' test queries with a relevant
-    document (one matrix row per (fold, query)); ``None`` for a system missing one of those folds."""
+def table_matrix(
+    g: dict[tuple[str, int | None], list[Record]], keys: Sequence[tuple[str, int | None]]
+) -> tuple[list[tuple[str, int | None]], np.ndarray]:
+    """The (queries x systems) matrix of a table's risk and ANOVA figures (:func:`georisk_of_table`, Table 1's
+    ``v_e``): the systems of ``keys`` that finished every fold the baseline finished (``members``, in that order)
+    and one row per (fold, query) of those folds' test queries with a relevant document (an empty matrix when
+    there are none). ReportError when a member has no score for one of those queries."""
     base = g[(BASELINE, None)]
     folds = {r.fold for r in base}
     members = [k for k in keys if folds <= {r.fold for r in g[k]}]
     rows = [(r.fold, q) for r in base for q in sorted(relevant_queries(r))]
-    if not rows:
-        return [None] * len(keys)
     matrix = np.empty((len(rows), len(members)))
     for j, k in enumerate(members):
         by_fold = {r.fold: r for r in g[k]}
@@ -148,6 +160,22 @@ def georisk_of_table(
         if missing:
             raise ReportError(f"GeoRisk: {label_of(*k)} has no score for {len(missing)} queries, e.g. {missing[:3]}")
         matrix[:, j] = [by_fold[f].per_query[q] for f, q in rows]
+    return members, matrix
+
+
+def georisk_of_table(
+    g: dict[tuple[str, int | None], list[Record]],
+    keys: Sequence[tuple[str, int | None]],
+    alphas: Sequence[float],
+    table: tuple[list[tuple[str, int | None]], np.ndarray] | None = None,
+) -> list[dict[str, float] | None]:
+    """GeoRisk (:func:`georisk`) of each system in ``keys`` at each alpha (keys :func:`alpha_key`), over the
+    systems that finished every fold the baseline finished, on those folds' test queries with a relevant
+    document (one matrix row per (fold, query), :func:`table_matrix`); ``None`` for a system missing one of
+    those folds. ``table``: :func:`table_matrix` of ``g`` and ``keys``, computed here when not given."""
+    members, matrix = table if table is not None else table_matrix(g, keys)
+    if not matrix.shape[0]:
+        return [None] * len(keys)
     values = {alpha_key(a): georisk(matrix, a) for a in alphas}
     return [{a: float(v[members.index(k)]) for a, v in values.items()} if k in members else None for k in keys]
 
@@ -272,6 +300,23 @@ def run_convergence(r: Record, b: Record | None, fraction: float = TARGET_FRACTI
     }
 
 
+def median_trees(per_fold: Sequence[int | None]) -> tuple[float | None, list[int | None]]:
+    """The median over folds of the trees to a target, a fold that never reaches it (``None``) counting as more
+    than any tree count, and the [min, max] over the folds (an end ``None`` where it is such a fold).
+
+    The median, not the mean over the folds that reach: that mean made a system reaching the target on 2 of 5
+    folds look faster than one reaching it on 5 of 5 (its 3 slow folds were dropped). Returns (median, range);
+    the median is ``None`` when it falls on (or between a fold and) a fold that never reached, i.e. it is
+    "more than T trees", and when ``per_fold`` is empty.
+    """
+    if not per_fold:
+        return None, [None, None]
+    v = np.sort(np.array([np.inf if t is None else float(t) for t in per_fold]))
+    med = float(np.median(v))
+    ends = [None if np.isinf(e) else int(e) for e in (v[0], v[-1])]
+    return (None if np.isinf(med) else med), ends
+
+
 def convergence(records: list[Record], fraction: float = TARGET_FRACTION) -> list[dict[str, Any]]:
     """How fast each system gets there, chosen on validation and reported on test (the paper's second claim).
 
@@ -280,9 +325,16 @@ def convergence(records: list[Record], fraction: float = TARGET_FRACTION) -> lis
     (``None`` when it never does); ``best_iteration``: the curve point of the highest vali NDCG (the first
     one on ties) and ``test_at_best`` the test NDCG there; ``vali_auc``: the area under the vali curve per
     tree (the mean of the curve's points: with one point every ``train.eval_every`` trees, the rectangle
-    rule). Each row holds the means over the folds that have both the system and the baseline (and
-    ``trees_to_target`` over the folds that reached it, with ``reached`` of ``folds`` saying how many),
-    and the per-fold values. Systems without a vali curve are left out.
+    rule). Each row holds the means over the folds that have both the system and the baseline of
+    ``best_iteration``, ``test_at_best`` and ``vali_auc``, and the per-fold values (``per_fold``).
+
+    Trees to the target are summarised by :func:`median_trees` over the row's folds, a fold that never reaches
+    the target counting as more than ``max_trees`` (T, the last point of the runs' curves, their largest when
+    they differ): ``trees_to_target`` the median (``None`` when it falls on a fold that never reached: "> T"),
+    ``trees_to_target_range`` [min, max] over the folds (an end ``None`` for a fold that never reached), and
+    ``reached`` of ``folds`` how many folds got there. Not the mean over the folds that reach it: that made a
+    system reaching the target on 2 of 5 folds look faster than one reaching it on 5 of 5.
+    Systems without a vali curve are left out.
     """
     g = groups(records)
     base = {r.fold: r for r in g.get((BASELINE, None), [])}
@@ -290,18 +342,22 @@ def convergence(records: list[Record], fraction: float = TARGET_FRACTION) -> lis
         raise ReportError("convergence: no finished LambdaMART baseline run")
     rows = []
     for key in order_systems(list(g)):
-        per_fold = [p for r in g[key] if (p := run_convergence(r, base.get(r.fold), fraction)) is not None]
-        if not per_fold:
+        runs = [(r, p) for r in g[key] if (p := run_convergence(r, base.get(r.fold), fraction)) is not None]
+        if not runs:
             continue
-        hit = [p["trees_to_target"] for p in per_fold if p["trees_to_target"] is not None]
+        per_fold = [p for _, p in runs]
+        trees = [p["trees_to_target"] for p in per_fold]
+        med, span = median_trees(trees)
         rows.append(
             {
                 "strategy": key[0],
                 "switch": key[1],
                 "label": label_of(*key),
                 "folds": len(per_fold),
-                "reached": len(hit),
-                "trees_to_target": float(np.mean(hit)) if hit else None,
+                "reached": sum(t is not None for t in trees),
+                "trees_to_target": med,
+                "trees_to_target_range": span,
+                "max_trees": max(r.steps[-1] for r, _ in runs),
                 "best_iteration": float(np.mean([p["best_iteration"] for p in per_fold])),
                 "test_at_best": float(np.mean([p["test_at_best"] for p in per_fold])),
                 "vali_auc": float(np.mean([p["vali_auc"] for p in per_fold])),

@@ -186,6 +186,11 @@ def test_effect_size_by_hand():
     dyadic = np.array([0.5, 0.75, 0.25, 1.0])  # exact in binary: every difference exactly 0.125
     const = effect_size(dyadic, dyadic - 0.125)
     assert const["ci_t"] == (0.125, 0.125) and const["ci_boot"] == (0.125, 0.125) and const["d_z"] is None
+    # a tie within TIE_TOLERANCE (1e-12): the mean of three equal NDCG values can differ from the value by an ulp
+    a = 0.8132702392002724
+    assert np.mean([a, a, a]) - a == pytest.approx(1.1e-16, rel=0.01)  # one ulp: counted a win before
+    near = effect_size(np.array([np.mean([a, a, a]), 0.5, 0.3, 0.4]), np.array([a, 0.5 - 1e-16, 0.2, 0.4 + 1e-9]))
+    assert (near["wins"], near["ties"], near["losses"]) == (1, 2, 1)  # d: 1.1e-16 and ~1e-16 tie; 0.1 wins; -1e-9 loses
 
 
 def test_urisk_and_trisk_by_hand():
@@ -318,11 +323,30 @@ def test_convergence_by_hand():
         "vali_auc": pytest.approx((0.2 + 0.39 + 0.45 + 0.44) / 4),
     }
     assert m["per_fold"][1]["trees_to_target"] is None and m["per_fold"][1]["best_iteration"] == 4
-    assert (m["reached"], m["folds"], m["trees_to_target"]) == (1, 2, 3.0)
+    # median of {3, never}: (3 + "more than 4") / 2 is more than T = 4 trees: None, the range [3, never]
+    assert (m["reached"], m["folds"], m["trees_to_target"], m["max_trees"]) == (1, 2, None, 4)
+    assert m["trees_to_target_range"] == [3, None]
     assert m["best_iteration"] == 3.5 and m["test_at_best"] == pytest.approx((0.36 + 0.34) / 2)
     b = rows["LambdaMART"]  # the baseline reaches 0.99 of its own final value: fold 1 at tree 4, fold 2 at tree 3
     assert b["trees_to_target"] == 3.5 and b["best_iteration"] == 3.5  # fold 2's first maximum: tree 3
-    assert convergence(base + mse, 0.5)[1]["trees_to_target"] == 1.5  # fold 1 at tree 1 (0.2 >= 0.2), fold 2 at 2
+    assert b["trees_to_target_range"] == [3, 4] and b["reached"] == 2
+    half = convergence(base + mse, 0.5)[1]  # fold 1 at tree 1 (0.2 >= 0.2), fold 2 at 2: median (1 + 2) / 2
+    assert (half["trees_to_target"], half["trees_to_target_range"]) == (1.5, [1, 2])
+    # 5 folds (baseline final vali 0.5, target 0.99 x 0.5 = 0.495): q_nrel-2 gets there at tree 1 on folds 1-2 and
+    # never on 3-5; MSE-2 at tree 3 on every fold. The old mean over reaching folds said 1.0 vs 3.0, q_nrel-2
+    # faster; the median: sorted {1, 1, never, never, never}, the third is never -> None (> 4 trees) vs 3.0
+    five = [record(f, "lambdamart", None, [0.1, 0.2, 0.3, 0.4], vali=[0.2, 0.3, 0.4, 0.5]) for f in range(1, 6)]
+    fast = [0.5, 0.5, 0.5, 0.5]
+    slow = [0.1, 0.2, 0.3, 0.4]
+    five += [record(f, "q_nrel", 2, [0.3] * 4, vali=fast if f <= 2 else slow) for f in range(1, 6)]
+    five += [record(f, "mse", 2, [0.3] * 4, vali=[0.1, 0.2, 0.5, 0.5]) for f in range(1, 6)]
+    rows5 = {r["label"]: r for r in convergence(five, 0.99)}
+    q, s = rows5["q_nrel-2"], rows5["MSE-2"]
+    assert (q["reached"], q["folds"], q["trees_to_target"], q["trees_to_target_range"]) == (2, 5, None, [1, None])
+    assert (s["reached"], s["trees_to_target"], s["trees_to_target_range"], s["max_trees"]) == (5, 3.0, [3, 3], 4)
+    # 3 of 5 reaching (folds 1-3 at tree 1): sorted {1, 1, 1, never, never}, the median is the third: 1
+    three = five[:5] + [record(f, "q_nrel", 2, [0.3] * 4, vali=fast if f <= 3 else slow) for f in range(1, 6)]
+    assert convergence(three, 0.99)[1]["trees_to_target"] == 1.0
 
 
 # ------------------------------------------------------------ Table 1
