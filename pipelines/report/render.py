@@ -221,7 +221,7 @@ def _report(
     if meta.get("n_boot"):
         settings.insert(1, f"bootstrap {meta['n_boot']} resamples")
     if primary:
-        settings.append(f"primary test: {TESTS[primary][0]} (report.primary_test)")
+        settings.append(f"primary test: the {_test_name(primary)} (report.primary_test)")
     if margin is not None:
         settings.append(f"non-inferiority margin {margin:g} {m} (report.margin)")
     provenance.append("- Settings: " + ", ".join(settings))
@@ -344,6 +344,10 @@ def _num(v: float | None, fmt: str) -> str:
 Part = str | tuple[str, Any, str]
 
 
+def _test_name(k: str) -> str:
+    return "t-test" if k == "t" else f"{TESTS[k][0]} test"
+
+
 def text_of(parts: Iterable[Part]) -> str:
     """The pieces as plain text."""
     return "".join(p if isinstance(p, str) else p[2] for p in parts)
@@ -351,7 +355,8 @@ def text_of(parts: Iterable[Part]) -> str:
 
 def headline_lines(rep: Report) -> tuple[list[Part], list[dict[str, Any]]]:
     """The headline's lead and, per row: ``system``, ``about`` (its family and how it was chosen), ``significant``
-    (win, loss or None), ``verdict``, ``parts`` (Δ, its interval, the p-values, non-inferiority) and ``sentence``.
+    (win, loss or None), ``verdict``, ``lines`` (Δ and its interval; the p-values; non-inferiority) and
+    ``sentence``.
     Numbers are ``(key, value, text)`` (key below ``headline.``): the Markdown writes their text, the page marks
     each up with its key and exact value."""
     h = rep.headline or {}
@@ -365,8 +370,8 @@ def headline_lines(rep: Report) -> tuple[list[Part], list[dict[str, Any]]]:
     if primary:
         other = next(k for k in TESTS if k != primary)
         lead.append(
-            f"Significance: the {TESTS[primary][0]} test, Holm-corrected (primary); the {TESTS[other][0]} test "
-            "is a robustness check. "
+            f"Significance: the {_test_name(primary)}, Holm-corrected (primary); the {_test_name(other)} is a "
+            "robustness check. "
         )
     if margin is not None:
         lead += ["As good as LambdaMART: the one-sided 95% lower bound of Δ above −", ("margin", margin, f"{margin:g}")]
@@ -384,13 +389,16 @@ def headline_lines(rep: Report) -> tuple[list[Part], list[dict[str, Any]]]:
         if ci:
             parts += [" [", (k + "ci95.0", ci[0], _num(ci[0], "+.4f")), ", "]
             parts += [(k + "ci95.1", ci[1], _num(ci[1], "+.4f")), "]"]
-        parts.append(f"; {TESTS[primary][0]} p, Holm (primary) " if primary else "; p, Holm ")
+        lines = [parts]
+        parts = [f"{TESTS[primary][0]} p, Holm (primary) " if primary else "p, Holm "]
+        lines.append(parts)
         parts.append((k + "p_holm", r.get("p_holm"), _p(r.get("p_holm"))))
         if primary and "p_holm_other" in r:
             other = next(x for x in TESTS if x != primary)
             parts += [f" ({TESTS[other][0]} p, Holm ", (k + "p_holm_other", r["p_holm_other"], _p(r["p_holm_other"]))]
             parts.append(")")
-        parts.append("; ")
+        parts = []
+        lines.append(parts)
         if r.get("trees") is not None:
             parts.append(f"as good within {margin:g} after " if margin is not None else "as good after ")
             parts += [(k + "trees", r["trees"], str(r["trees"])), " of "]
@@ -398,17 +406,18 @@ def headline_lines(rep: Report) -> tuple[list[Part], list[dict[str, Any]]]:
             tci = r.get("trees_ci95")
             if tci:
                 parts += [" [", (k + "trees_ci95.0", tci[0], _num(tci[0], "g")), ", "]
-                parts += [(k + "trees_ci95.1", tci[1], "beyond the curve" if tci[1] is None else f"{tci[1]:g}"), "]"]
+                parts += [(k + "trees_ci95.1", tci[1], "not reached" if tci[1] is None else f"{tci[1]:g}"), "]"]
             if r.get("ratio") is not None:
                 parts += [" (", (k + "ratio", r["ratio"], f"{r['ratio']:.2f}"), "x"]
                 rci = r.get("ratio_ci95")
                 if rci:
                     parts += [" [", (k + "ratio_ci95.0", rci[0], _num(rci[0], ".2f")), ", "]
-                    hi = "beyond the curve" if rci[1] is None else f"{rci[1]:.2f}"
+                    hi = "not reached" if rci[1] is None else f"{rci[1]:.2f}"
                     parts += [(k + "ratio_ci95.1", rci[1], hi), "]"]
                 parts.append(")")
         else:
-            parts.append("not shown non-inferior within the curve")
+            parts += ["not shown non-inferior within the curve ("]
+            parts += [(k + "baseline_trees", r.get("baseline_trees"), str(r.get("baseline_trees", "?"))), " trees)"]
         sig = r.get("significant")
         rows.append(
             {
@@ -418,7 +427,7 @@ def headline_lines(rep: Report) -> tuple[list[Part], list[dict[str, Any]]]:
                 "verdict": {"win": "significantly better", "loss": "significantly worse"}.get(
                     sig or "", "no significant difference"
                 ),
-                "parts": parts,
+                "lines": lines,
                 "sentence": r.get("sentence"),
             }
         )
@@ -433,7 +442,7 @@ def headline_markdown(rep: Report) -> list[str]:
     md = [text_of(lead), ""]
     for r in rows:
         about = f" ({text_of(r['about'])})" if r["about"] else ""
-        md.append(f"- **{r['system']}**{about}: **{r['verdict']}**; {text_of(r['parts'])}")
+        md.append(f"- **{r['system']}**{about}: **{r['verdict']}**; " + "; ".join(text_of(x) for x in r["lines"]))
         if r["sentence"]:
             md.append(f"  {r['sentence']}")
     if rep.headline.get("note"):
@@ -494,8 +503,8 @@ def _significance(tested: list[dict], meta: dict[str, Any], m: str, primary: str
     if primary:
         other = next(k for k in TESTS if k != primary)
         which = (
-            f" The primary test (report.primary_test) is the {TESTS[primary][0]} test: its columns come first and "
-            f"the headline's significance is its Holm-corrected p; the {TESTS[other][0]} test is a robustness check."
+            f" The primary test (report.primary_test) is the {_test_name(primary)}: its columns come first and "
+            f"the headline's significance is its Holm-corrected p; the {_test_name(other)} is a robustness check."
         )
     else:
         which = ""
