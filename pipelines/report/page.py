@@ -45,7 +45,7 @@ code{font-size:.9em;background:var(--soft);padding:0 .2em;border-radius:3px;over
 .answer{border:1px solid var(--line);border-radius:8px;padding:.75rem 1rem 1rem;margin:1rem 0;background:var(--soft)}
 .answer h2{margin:0 0 .25rem}
 .lead{margin:.25rem 0 .75rem;color:var(--muted)}
-.cards{list-style:none;margin:0;padding:0;display:grid;gap:.75rem;grid-template-columns:repeat(auto-fill,minmax(19rem,1fr))}
+.cards{list-style:none;margin:0;padding:0;display:grid;gap:.75rem;grid-template-columns:repeat(auto-fit,minmax(20rem,1fr))}
 .card{background:var(--bg);border:1px solid var(--line);border-left:6px solid var(--none);border-radius:6px;
 padding:.6rem .8rem;max-width:none}
 .card.win{border-left-color:var(--win)}
@@ -59,7 +59,9 @@ color:var(--none)}
 .about{color:var(--muted);font-size:.9rem}
 .card p{margin:.35rem 0 0}
 .sentence{font-size:.9rem}
-.num{font-variant-numeric:tabular-nums;white-space:nowrap;font-weight:600}
+.num{font-variant-numeric:tabular-nums;white-space:nowrap}
+.delta{font-size:1.05rem}.delta .num{font-weight:600}
+.lead .num{font-weight:600}
 .note{font-size:.9rem;color:var(--muted)}
 nav.toc{font-size:.9rem;margin:1rem 0;line-height:1.9}
 nav.toc a{white-space:nowrap}
@@ -194,7 +196,9 @@ def _headline(rep: Report) -> str:
         out.append(f'<div class="sys"><b>{_e(r["system"])}</b><span class="verdict">{_e(r["verdict"])}</span></div>')
         if r["about"]:
             out.append(f'<div class="about">{_parts(r["about"])}</div>')
-        out.append(f"<p>{_parts(r['parts'])}</p>")
+        first, *rest = r["lines"]
+        out.append(f'<p class="delta">{_parts(first)}</p>')
+        out += [f"<p>{_parts(x)}</p>" for x in rest]
         if r["sentence"]:
             out.append(f'<p class="sentence">{_e(r["sentence"])}</p>')
         out.append("</li>")
