@@ -154,7 +154,7 @@ def build_page(out: Path) -> tuple[str, dict[str, Any], dict[str, bytes]]:
 
     recs, scores = _records()
     pairs = pairs_with_baseline(recs)
-    t1 = table1(recs, n_perm=2000, seed=0, folds=list(FOLDS), n_boot=200, risk_alphas=(1, 5), pairs=pairs)
+    t1 = table1(recs, n_perm=1000, seed=0, folds=list(FOLDS), n_boot=200, risk_alphas=(1, 5), pairs=pairs)
     t2 = table2(recs)
     conv = _convergence_of_today(convergence(recs, 0.99))
     by_diff = by_difficulty(recs, scores, pairs)
@@ -172,7 +172,7 @@ def build_page(out: Path) -> tuple[str, dict[str, Any], dict[str, bytes]]:
         "metric": "NDCG@10: gain 2^label-1, cut 10, ties input order, empty queries 1",
         "metric_warning": None,
         "metric_name": "ndcg_at_10",
-        "n_perm": 2000,
+        "n_perm": 1000,
         "n_boot": 200,
         "risk_alphas": [1.0, 5.0],
         "target_fraction": 0.99,
