@@ -166,6 +166,25 @@ def test_the_addresses_open_the_training_runs_view(small_grid):
     assert experiment_urls(tracker, pid)["report"] in ui_lines(tracker, pid, report=True)
 
 
+def test_ltr_report_prints_the_addresses(small_grid, tmp_path, capsys, monkeypatch):
+    """``ltr report`` prints the ``mlflow ui`` command and the training-runs, grid-run and report addresses of
+    the grid it reported (the report itself stubbed: its tables are tests/report/test_report.py's)."""
+    import pipelines.app.run
+    from pipelines.app.cli import main
+
+    tracker, pid, _ = small_grid
+    work = Path(tracker.uri[len("sqlite:///") :]).parent
+    out = str(tmp_path / "r")
+    monkeypatch.setattr(
+        pipelines.app.run, "build_report", lambda cfg, t, o, parent: {"out": o, "parent": pid, "problems": []}
+    )
+    assert main(["report", "--set", f"work_dir={work}", "--experiment", "view-grid", "--out", out]) == 0
+    err = capsys.readouterr().err
+    urls = experiment_urls(tracker, pid)
+    assert f"MLflow UI: mlflow ui --backend-store-uri {tracker.uri}" in err
+    assert all(u in err for u in urls.values()) and len(urls) == 3
+
+
 def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
