@@ -232,10 +232,13 @@ def test_runs_without_relevance_counts_are_refused():
 
 
 def test_latex_tables_mark_significance_as_ranx_does_and_csv_has_every_query():
+    """A mean significantly better than the baseline carries the baseline's letter, one significantly worse
+    the loss mark before it, by the primary test's Holm-corrected p (the caption says which test); the
+    caption says what Mean and what the paired figures cover."""
     import csv
     import io
 
-    from pipelines.report.latex import per_query_csv, risk_tex, table1_tex
+    from pipelines.report.latex import LOSS_MARK, per_query_csv, risk_tex, table1_tex
 
     rng = np.random.default_rng(7)
     b = rng.uniform(0.2, 0.8, 60)
@@ -247,7 +250,24 @@ def test_latex_tables_mark_significance_as_ranx_does_and_csv_has_every_query():
     assert tex.count(r"\toprule") == 1 and r"\bottomrule" in tex and r"\caption{" in tex
     lines = {line.split(" & ")[0]: line for line in tex.splitlines() if line.startswith("(")}
     assert lines["(b) MSE-2"].split(" & ")[1] == r"0.6000\textsuperscript{a}"  # better than (a), the baseline
-    assert r"\textsuperscript" not in lines[r"(c) q\_nrel-2"] and "(a) LambdaMART" in lines  # worse: no mark
+    rows1 = {r["label"]: r for r in t1}
+    assert rows1["q_nrel-2"]["perm_p_holm"] < 0.05 and rows1["q_nrel-2"]["delta"] < 0  # worse on every query
+    assert lines[r"(c) q\_nrel-2"].split(" & ")[1] == rf"0.4000\textsuperscript{{{LOSS_MARK}a}}"
+    assert r"\textsuperscript" not in lines["(a) LambdaMART"]
+    assert "randomisation test, two-sided, Holm-corrected" in tex and "significantly worse" in tex
+    assert "over every test query" in tex and "relevant document only" in tex
+    # the primary test decides: significant by the t-test only, marked with primary_test="t" only
+    split = [dict(r) for r in t1]
+    split[1].update(t_p_holm=0.01, perm_p_holm=0.2)
+    split[2].update(t_p_holm=0.2, perm_p_holm=0.01)
+
+    def means(text: str) -> dict[str, str]:
+        return {x.split(" & ")[0]: x.split(" & ")[1] for x in text.splitlines() if x.startswith("(")}
+
+    by_t, by_r = means(table1_tex(split, "NDCG@10", "t")), means(table1_tex(split, "NDCG@10"))
+    assert by_t["(b) MSE-2"] == r"0.6000\textsuperscript{a}" and by_r["(b) MSE-2"] == "0.6000"
+    assert by_t[r"(c) q\_nrel-2"] == "0.4000" and by_r[r"(c) q\_nrel-2"].endswith(f"{LOSS_MARK}a}}")
+    assert "(paired t-test, two-sided" in table1_tex(split, "NDCG@10", "t")
     assert "GeoRisk$_{5}$" in risk_tex(t1, [1.0, 5.0])
     rows = list(csv.DictReader(io.StringIO(per_query_csv(recs, "ndcg_at_10"))))
     assert len(rows) == 180 and {r["system"] for r in rows} == {"LambdaMART", "MSE-2", "q_nrel-2"}
