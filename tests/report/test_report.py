@@ -683,6 +683,35 @@ def test_trec_export_follows_the_conventions_the_children_logged():
         trec_files([rec], {"r1": scores}, 1000)
 
 
+def test_trec_runs_of_a_seeded_system_name_every_seed():
+    """With grid.seeds, each seed of a repeated system has its run file ``<label>.seed<i>``, seed 0 too (the tables
+    average the seeds, so no file stands for the system alone); a system trained once keeps its bare name."""
+    from dataclasses import replace
+
+    from pipelines.report.export import trec_files
+
+    scores = {
+        "qid": np.repeat([1, 2], 3),
+        "doc": np.tile(np.arange(3, dtype=np.int32), 2),
+        "label": np.array([2, 0, 1, 0, 1, 0], dtype=np.int8),
+        "score": np.array([3, 2, 1, 1, 2, 3], dtype=np.float32),
+    }
+    conv = {"k": "10", "gain": "exp2"}
+    recs = [replace(record(1, "lambdamart", None, [0.5], {1: 1.0, 2: 0.5}, run_id="b"), conventions=conv)]
+    recs += [
+        replace(record(1, "random", 4, [0.5], {1: 1.0, 2: 0.5}, run_id=f"r{s}"), seed=s, conventions=conv)
+        for s in (0, 1)
+    ]
+    files, info = trec_files(recs, {"b": scores, "r0": scores}, 1000)
+    runs = sorted(n for n in files if n.startswith("runs/"))
+    assert runs == ["runs/LambdaMART.fold1.trec", "runs/random-4.seed0.fold1.trec"]
+    assert info["without_scores"] == ["random-4 seed 1 fold 1"]
+    assert {line.split()[-1] for line in files["runs/random-4.seed0.fold1.trec"].decode().splitlines()} == {
+        "random-4.seed0"
+    }
+    assert info["runs"]["runs/LambdaMART.fold1.trec"]["system"] == "LambdaMART"
+
+
 def test_the_report_logs_its_figures_on_the_children_once(fake_grid, tmp_path):
     """MLflow's run comparison can sort by what the tables say: each child gets its final NDCG, best vali
     iteration, trees to target and its system's figures against the baseline; a second report adds nothing."""
