@@ -316,6 +316,16 @@ def test_the_effect_by_difficulty_in_quartiles(tmp_path):
 
     latex = difficulty_tex(t, "NDCG@10")
     assert latex.count(r"\begin{table}") == len(t) and "MSE-2 & +0.1000 (4) & +0.1000 (4)" in latex
+    # the systems in Table 1's order (baseline's comparisons: MSE-t by switch, then the other strategies), not in
+    # the order MLflow lists the runs
+    others = [
+        record(f, name, sw, [0.5], {q: 0.5 for q in range(10 * f, 10 * f + 8)})
+        for name, sw in (("q_nrel", 2), ("mse", 4))
+        for f in (1, 2)
+    ]
+    t = by_difficulty(others + sys_ + base, scores)
+    assert list(t["ndcg_bm25"]["systems"]) == ["MSE-2", "MSE-4", "q_nrel-2"]
+    assert list(t["n_rel"]["systems"]) == [r["label"] for r in table1(others + sys_ + base, n_perm=10)][1:]
 
 
 def test_convergence_by_hand():
