@@ -185,6 +185,27 @@ def test_ltr_report_prints_the_addresses(small_grid, tmp_path, capsys, monkeypat
     assert all(u in err for u in urls.values()) and len(urls) == 3
 
 
+def test_ltr_grid_prints_the_addresses_but_not_for_one_unit(small_grid, capsys, monkeypatch):
+    """``ltr grid`` prints the training-runs and grid-run addresses after the grid (training stubbed: no Spark);
+    a scheduler's one unit (``--unit``) prints none."""
+    import pipelines.app.cli
+    import pipelines.app.grid
+    from pipelines.app.cli import main
+
+    tracker, pid, _ = small_grid
+    work = Path(tracker.uri[len("sqlite:///") :]).parent
+    summary = {"parent_run_id": pid, "experiment": "view-grid", "tracking_uri": tracker.uri, "folds": [1]}
+    monkeypatch.setattr(pipelines.app.cli, "_session", lambda cfg: None)
+    monkeypatch.setattr(pipelines.app.grid, "run_grid", lambda *a, **k: {**summary, "finished": True})
+    argv = ["grid", "--set", f"work_dir={work}", "--set", "grid.experiment=view-grid"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    urls = experiment_urls(tracker, pid)
+    assert urls["training_runs"] in err and urls["parent_run"] in err and urls["report"] not in err
+    assert main([*argv, "--unit", "1:0"]) == 0
+    assert urls["training_runs"] not in capsys.readouterr().err
+
+
 def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
