@@ -452,6 +452,11 @@ def cmd_grid(args: argparse.Namespace) -> int:
     summary = {k: g[k] for k in ("parent_run_id", "experiment", "tracking_uri", "folds", "finished")}
     if args.setup_only:
         print(json.dumps(summary))
+    if not (units or args.node):  # a scheduler's one unit prints nothing more
+        from pipelines.report.mlflow_view import ui_lines
+        from pipelines.tracking.runs import Tracker
+
+        print(ui_lines(Tracker.for_config(cfg, g["experiment"], create=False), g["parent_run_id"]), file=sys.stderr)
     if args.result:  # a scheduler reads the parent run id here when the driver's output does not reach it
         from pipelines.core.storage import write_file_atomic
 
@@ -464,6 +469,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     from pipelines.app.run import build_report
     from pipelines.report import open_tracker
+    from pipelines.report.mlflow_view import ui_lines
 
     if args.run_id is not None and not args.run_id.strip():  # a scheduler's template that found no parent
         raise UsageError(
@@ -473,8 +479,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     cfg = resolve_config(args, {"out": "report.out"})
     out = Layout.of(cfg).report
     # an existing experiment only: a mistyped --experiment is an error (exit 2), never a new empty one
-    r = build_report(cfg, open_tracker(cfg, args.experiment), out, args.run_id)
+    tracker = open_tracker(cfg, args.experiment)
+    r = build_report(cfg, tracker, out, args.run_id)
     log.info("report: %s%s", os.path.join(r["out"], "report.html"), " (unfinished grid)" if r["problems"] else "")
+    print(ui_lines(tracker, r["parent"], report=True), file=sys.stderr)
     return 0
 
 

@@ -34,6 +34,7 @@ def run_study(cfg: Config, src: str | None = None) -> dict[str, Any]:
     step before training runs only when its output is not fresh. Returns the grid's and the report's summaries."""
     from pipelines.app.grid import run_grid
     from pipelines.core.session import build_session
+    from pipelines.report.mlflow_view import ui_lines
     from pipelines.study import steps
     from pipelines.tracking.runs import Tracker
 
@@ -57,11 +58,12 @@ def run_study(cfg: Config, src: str | None = None) -> dict[str, Any]:
     g = run_grid(spark, cfg, data=data)
     out = layout.report
     log.info("[%d/%d] report -> %s", next(step), n, out)
-    r = build_report(cfg, Tracker.for_config(cfg), out, g["parent_run_id"])
+    tracker = Tracker.for_config(cfg)
+    r = build_report(cfg, tracker, out, g["parent_run_id"])
     print(
         f"\nDone in {time.perf_counter() - t0:.0f} s.\n"
         f"  report:    {os.path.abspath(os.path.join(r['out'], 'report.html'))}\n"
-        f"  MLflow UI: mlflow ui --backend-store-uri {g['tracking_uri']}\n",
+        + ui_lines(tracker, g["parent_run_id"], report=True),
         file=sys.stderr,
     )
     return {"grid": g, "report": r}

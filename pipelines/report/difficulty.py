@@ -19,6 +19,7 @@ import numpy as np
 from pipelines.report.pairing import Paired, pairs_with_baseline
 from pipelines.report.records import Record, ReportError, label_of
 from pipelines.report.stats import t_interval
+from pipelines.report.tables import order_systems
 from pipelines.study.design import BASELINE
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,8 @@ def by_difficulty(
     """Per difficulty score: the quartile edges over the paired test queries and, per system, the mean
     difference with the baseline, its 95% paired t interval and n in each quartile (``pandas.qcut`` on the
     score; tied values stay in one bin, so a score with few distinct values, such as the number of
-    relevant documents, can have fewer than four bins: the edges say which). ``pairs``:
+    relevant documents, can have fewer than four bins: the edges say which). The systems come in Table 1's
+    order (:func:`pipelines.report.tables.order_systems`). ``pairs``:
     :func:`pairs_with_baseline` of ``records``, computed here when not given."""
     import pandas as pd
 
@@ -109,7 +111,8 @@ def by_difficulty(
         else:  # one value for every query: one bin (qcut would drop every edge)
             bins, edges = pd.Series(0, index=values.index), np.array([values.iloc[0], values.iloc[0]])
         systems = {}
-        for key, p in pairs.items():
+        for key in order_systems(list(pairs)):  # Table 1's order, not the order MLflow listed the runs in
+            p = pairs[key]
             b = bins.loc[pd.MultiIndex.from_tuples(p.keys)].to_numpy() if p.n else np.empty(0)
             d = p.x - p.y
             cells = []

@@ -9,7 +9,8 @@ TREC files (:func:`trec_files`), one run per system and fold and one qrels file 
   ``rank`` the report's order: score descending, ties in position order (``metric.ties=input``). trec_eval
   re-sorts by score and breaks ties by docno descending as strings, so the two agree wherever no two of a
   query's top k documents with different labels share a score; :func:`trec_files` counts the queries where
-  some do (``tied_queries``).
+  some do (``tied_queries``). ``<system>`` is the system's label; a system repeated over ``grid.seeds`` has one
+  file per seed, ``<label>.seed<i>``, seed 0 included. ``qid`` is the dataset's own query id, as stored.
 * ``qrels/fold<F>.qrels``: ``qid 0 docno label``, the graded labels. trec_eval and pytrec_eval take the qrels
   value as the gain (linear gain); ``qrels/fold<F>.exp2.qrels`` holds 2^label - 1 instead, the gain of
   ``metric.gain=exp2`` (ranx: ``ndcg_burges`` on the labels; ir_measures: ``nDCG(gains=...)``).
@@ -214,6 +215,9 @@ def trec_files(
     ReportError names the two runs.
     """
     k, gain = ndcg_conventions(records)
+    # a system repeated over grid.seeds names every run file by its seed, seed 0 included (the tables average
+    # the seeds: no file stands for the system alone); a system trained once keeps its bare name
+    seeded = {r.label for r in records if r.seed}
     files: dict[str, bytes] = {}
     runs: dict[str, dict[str, Any]] = {}
     qrels_of: dict[int, tuple[Record, dict[str, np.ndarray]]] = {}
@@ -231,7 +235,7 @@ def trec_files(
         order, rank = _ranked(s)
         keep = rank <= depth
         o = order[keep]
-        system = rec.label + (f".seed{rec.seed}" if rec.seed else "")
+        system = rec.label + (f".seed{rec.seed}" if rec.label in seeded else "")
         name = f"runs/{system}.fold{rec.fold}.trec"
         files[name] = _lines(
             {
@@ -257,7 +261,11 @@ def trec_files(
             g = (np.left_shift(1, s["label"].astype(np.int64)) - 1).astype(np.int64)
             files[f"qrels/fold{fold}.exp2.qrels"] = _lines({"qid": s["qid"], "zero": 0, "docno": s["doc"], "rel": g})
     missing = sorted(
-        {f"{r.label}{f' seed {r.seed}' if r.seed else ''} fold {r.fold}" for r in records if r.run_id not in scores}
+        {
+            f"{r.label}{f' seed {r.seed}' if r.label in seeded else ''} fold {r.fold}"
+            for r in records
+            if r.run_id not in scores
+        }
     )
     tied = sum(v["tied_queries"] for v in runs.values())
     if tied:

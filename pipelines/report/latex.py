@@ -2,8 +2,10 @@
 
 Significance is marked the way ranx's ``Report.to_latex`` marks it: every system gets a letter (the
 baseline ``a``), and a mean carries the superscript letter of each system it is significantly better
-than; here each system is compared with the baseline only, by the paired t-test, Holm-corrected over
-the table, at ``SIGNIFICANCE`` (the table's caption says so).
+than; here each system is compared with the baseline only, by the report's primary test
+(``report.primary_test``: the randomisation test or the paired t-test), Holm-corrected over the table, at
+``SIGNIFICANCE``. A mean significantly *worse* than the baseline carries :data:`LOSS_MARK` before the letter
+(ranx marks gains only). The table's caption says which test and what each mark means.
 """
 
 from __future__ import annotations
@@ -17,8 +19,12 @@ from pipelines.report.records import Record
 from pipelines.report.stats import alpha_key
 from pipelines.study.design import BASELINE
 
-#: Level at which a Holm-corrected t-test p-value marks a mean as significantly better than the baseline.
+#: Level at which a Holm-corrected p-value marks a mean as significantly better (or worse) than the baseline.
 SIGNIFICANCE = 0.05
+#: What marks a mean significantly worse than the system whose letter follows it.
+LOSS_MARK = r"$\downarrow$"
+#: Table 1's Holm-corrected p-value column and the test's name in a caption, by ``report.primary_test``.
+PRIMARY_P = {"randomisation": ("perm_p_holm", "randomisation test"), "t": ("t_p_holm", "paired t-test")}
 
 _ESCAPES = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\~{}",
             "^": r"\^{}", "\\": r"\textbackslash{}"}  # fmt: skip
@@ -58,22 +64,36 @@ def letters(t1: list[dict[str, Any]]) -> dict[str, str]:
     return {r["label"]: string.ascii_lowercase[i % 26] for i, r in enumerate(t1)}
 
 
-def table1_tex(t1: list[dict[str, Any]], metric: str) -> str:
-    """Table 1: mean (and sd over folds) per system, the significance mark, Δ with its t interval, d_z."""
+def significance(row: dict[str, Any], primary_test: str = "randomisation") -> str | None:
+    """``"win"`` or ``"loss"`` when Table 1's ``row`` differs significantly from the baseline by
+    ``primary_test``'s Holm-corrected p-value (:data:`PRIMARY_P`) at :data:`SIGNIFICANCE`, the sign of its mean
+    difference deciding which; None otherwise (the baseline's own row, no test)."""
+    if primary_test not in PRIMARY_P:
+        raise ValueError(f"primary_test must be one of {', '.join(PRIMARY_P)}, got {primary_test!r}")
+    p = row.get(PRIMARY_P[primary_test][0])
+    delta = row.get("delta")
+    if p is None or delta is None or p >= SIGNIFICANCE or delta == 0:
+        return None
+    return "win" if delta > 0 else "loss"
+
+
+def table1_tex(t1: list[dict[str, Any]], metric: str, primary_test: str = "randomisation") -> str:
+    """Table 1: mean (and sd over folds) per system, the significance mark (by ``primary_test``:
+    ``randomisation`` or ``t``, see :func:`significance`), Δ with its t interval, d_z."""
     mark = letters(t1)
     base = next((r["label"] for r in t1 if r["strategy"] == BASELINE), None)
+    test = PRIMARY_P[primary_test][1] if primary_test in PRIMARY_P else primary_test
     rows = []
     for r in t1:
-        sig = (
-            rf"\textsuperscript{{{mark[base]}}}"
-            if base and r["t_p_holm"] is not None and r["t_p_holm"] < SIGNIFICANCE and (r["delta"] or 0) > 0
-            else ""
-        )
+        sig = significance(r, primary_test) if base and r["label"] != base else None
+        sig_tex = ""
+        if base and sig:
+            sig_tex = rf"\textsuperscript{{{LOSS_MARK if sig == 'loss' else ''}{mark[base]}}}"
         ci = "--" if r["ci_t"] is None else f"[{_num(r['ci_t'][0])}, {_num(r['ci_t'][1])}]"
         rows.append(
             [
                 f"({mark[r['label']]}) {tex(r['label'])}",
-                f"{_num(r['mean'])}{sig}",
+                f"{_num(r['mean'])}{sig_tex}",
                 _num(r["std"]) if r["folds"] > 1 else "--",
                 _num(r["delta"], "+.4f"),
                 ci,
@@ -82,10 +102,12 @@ def table1_tex(t1: list[dict[str, Any]], metric: str) -> str:
             ]
         )
     caption = (
-        f"{tex(metric)} on test after the last tree: mean and standard deviation over folds; $\\Delta$ against "
-        f"{tex(base or 'the baseline')} over the test queries with a relevant document, its 95\\% paired t "
-        f"interval and $d_z$. A superscript letter: significantly better than that system (paired t-test, "
-        f"Holm-corrected over the table, $p < {SIGNIFICANCE}$)."
+        f"{tex(metric)} on test after the last tree: mean and standard deviation over folds, over every test "
+        "query (a query without a relevant document scores the metric's convention for it, metric.empty, in "
+        f"every system); $\\Delta$ against {tex(base or 'the baseline')}, its 95\\% paired t interval, $d_z$ "
+        "and the tests over the test queries with a relevant document only (Queries: how many). A superscript "
+        f"letter: significantly better than that system; {LOSS_MARK} before the letter: significantly worse "
+        f"({test}, two-sided, Holm-corrected over the table, $p < {SIGNIFICANCE}$)."
     )
     head = ["System", "Mean", "SD", r"$\Delta$", r"95\% CI", "$d_z$", "Queries"]
     return _table(caption, "tab:table1", head, rows, "lrrrrrr")

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -50,6 +51,51 @@ TAG_SWITCH = "ltr.switch_point"
 TAG_SEED = "ltr.seed"  # a grid.seeds repetition's index (absent: the child itself, seed 0)
 TAG_FOLD = "ltr.fold"
 TAG_PATH = "ltr.path"
+
+
+#: MLflow's switch of its tqdm bars over artifact transfers (``mlflow.environment_variables``; default on).
+PROGRESS_BAR_ENV = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+_quiet_lock = threading.Lock()
+_quiet_depth = 0
+
+
+@contextmanager
+def quiet_artifacts() -> Iterator[None]:
+    """No "Downloading artifacts" progress bar from MLflow within the block (the report reads a few small files
+    from each of the grid's children: one bar each otherwise).
+
+    MLflow reads :data:`PROGRESS_BAR_ENV` from ``os.environ`` at each transfer and has no per-call switch, so the
+    variable is set to ``false`` for the block's duration and removed after it (blocks may nest or run in several
+    threads: the last one out removes it). A value the user set is left alone, and honoured: with
+    ``MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR=true`` the bars show."""
+    global _quiet_depth
+    with _quiet_lock:
+        owner = _quiet_depth > 0 or PROGRESS_BAR_ENV not in os.environ
+        if owner:
+            _quiet_depth += 1
+            os.environ[PROGRESS_BAR_ENV] = "false"
+    try:
+        yield
+    finally:
+        if owner:
+            with _quiet_lock:
+                _quiet_depth -= 1
+                if _quiet_depth == 0:
+                    os.environ.pop(PROGRESS_BAR_ENV, None)
+
+
+def _quiet_client(uri: str) -> Any:
+    """An ``MlflowClient`` of ``uri`` whose ``download_artifacts`` shows no progress bar (:func:`quiet_artifacts`):
+    every read through :attr:`Tracker.client` (``load_json``, the report's test scores) is quiet."""
+    from mlflow.tracking import MlflowClient
+
+    class QuietClient(MlflowClient):
+        def download_artifacts(self, run_id: str, path: str, dst_path: str | None = None) -> str:
+            """``MlflowClient.download_artifacts`` without its progress bar."""
+            with quiet_artifacts():
+                return super().download_artifacts(run_id, path, dst_path)
+
+    return QuietClient(uri)
 
 
 class UnknownExperiment(UserError, LookupError):
@@ -112,13 +158,12 @@ class Tracker:
 
     def __post_init__(self) -> None:
         import mlflow
-        from mlflow.tracking import MlflowClient
 
         logging.getLogger("mlflow").setLevel(logging.WARNING)
         logging.getLogger("alembic").setLevel(logging.WARNING)
         mlflow.set_tracking_uri(self.uri)
         with store_lock(self.uri):  # the first use of a store creates its schema
-            self.client = MlflowClient(self.uri)
+            self.client = _quiet_client(self.uri)  # reads show no progress bars
             exp = self.client.get_experiment_by_name(self.experiment)
             if exp is None and not self.create:
                 names = sorted(e.name for e in self.client.search_experiments())

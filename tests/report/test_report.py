@@ -237,10 +237,13 @@ def test_runs_without_relevance_counts_are_refused():
 
 
 def test_latex_tables_mark_significance_as_ranx_does_and_csv_has_every_query():
+    """A mean significantly better than the baseline carries the baseline's letter, one significantly worse
+    the loss mark before it, by the primary test's Holm-corrected p (the caption says which test); the
+    caption says what Mean and what the paired figures cover."""
     import csv
     import io
 
-    from pipelines.report.latex import per_query_csv, risk_tex, table1_tex
+    from pipelines.report.latex import LOSS_MARK, per_query_csv, risk_tex, table1_tex
 
     rng = np.random.default_rng(7)
     b = rng.uniform(0.2, 0.8, 60)
@@ -252,7 +255,24 @@ def test_latex_tables_mark_significance_as_ranx_does_and_csv_has_every_query():
     assert tex.count(r"\toprule") == 1 and r"\bottomrule" in tex and r"\caption{" in tex
     lines = {line.split(" & ")[0]: line for line in tex.splitlines() if line.startswith("(")}
     assert lines["(b) MSE-2"].split(" & ")[1] == r"0.6000\textsuperscript{a}"  # better than (a), the baseline
-    assert r"\textsuperscript" not in lines[r"(c) q\_nrel-2"] and "(a) LambdaMART" in lines  # worse: no mark
+    rows1 = {r["label"]: r for r in t1}
+    assert rows1["q_nrel-2"]["perm_p_holm"] < 0.05 and rows1["q_nrel-2"]["delta"] < 0  # worse on every query
+    assert lines[r"(c) q\_nrel-2"].split(" & ")[1] == rf"0.4000\textsuperscript{{{LOSS_MARK}a}}"
+    assert r"\textsuperscript" not in lines["(a) LambdaMART"]
+    assert "randomisation test, two-sided, Holm-corrected" in tex and "significantly worse" in tex
+    assert "over every test query" in tex and "relevant document only" in tex
+    # the primary test decides: significant by the t-test only, marked with primary_test="t" only
+    split = [dict(r) for r in t1]
+    split[1].update(t_p_holm=0.01, perm_p_holm=0.2)
+    split[2].update(t_p_holm=0.2, perm_p_holm=0.01)
+
+    def means(text: str) -> dict[str, str]:
+        return {x.split(" & ")[0]: x.split(" & ")[1] for x in text.splitlines() if x.startswith("(")}
+
+    by_t, by_r = means(table1_tex(split, "NDCG@10", "t")), means(table1_tex(split, "NDCG@10"))
+    assert by_t["(b) MSE-2"] == r"0.6000\textsuperscript{a}" and by_r["(b) MSE-2"] == "0.6000"
+    assert by_t[r"(c) q\_nrel-2"] == "0.4000" and by_r[r"(c) q\_nrel-2"].endswith(f"{LOSS_MARK}a}}")
+    assert "(paired t-test, two-sided" in table1_tex(split, "NDCG@10", "t")
     assert "GeoRisk$_{5}$" in risk_tex(t1, [1.0, 5.0])
     rows = list(csv.DictReader(io.StringIO(per_query_csv(recs, "ndcg_at_10"))))
     assert len(rows) == 180 and {r["system"] for r in rows} == {"LambdaMART", "MSE-2", "q_nrel-2"}
@@ -301,6 +321,16 @@ def test_the_effect_by_difficulty_in_quartiles(tmp_path):
 
     latex = difficulty_tex(t, "NDCG@10")
     assert latex.count(r"\begin{table}") == len(t) and "MSE-2 & +0.1000 (4) & +0.1000 (4)" in latex
+    # the systems in Table 1's order (baseline's comparisons: MSE-t by switch, then the other strategies), not in
+    # the order MLflow lists the runs
+    others = [
+        record(f, name, sw, [0.5], {q: 0.5 for q in range(10 * f, 10 * f + 8)})
+        for name, sw in (("q_nrel", 2), ("mse", 4))
+        for f in (1, 2)
+    ]
+    t = by_difficulty(others + sys_ + base, scores)
+    assert list(t["ndcg_bm25"]["systems"]) == ["MSE-2", "MSE-4", "q_nrel-2"]
+    assert list(t["n_rel"]["systems"]) == [r["label"] for r in table1(others + sys_ + base, n_perm=10)][1:]
 
 
 def test_convergence_by_hand():
@@ -685,6 +715,35 @@ def test_trec_export_follows_the_conventions_the_children_logged():
     assert "qrels/fold1.exp2.qrels" in files and info["runs"]["runs/LambdaMART.fold1.trec"]["tied_queries"] == 0
     with pytest.raises(ReportError, match=r"LambdaMART fold 1 \(run r1\) logged no metric.k and metric.gain"):
         trec_files([rec], {"r1": scores}, 1000)
+
+
+def test_trec_runs_of_a_seeded_system_name_every_seed():
+    """With grid.seeds, each seed of a repeated system has its run file ``<label>.seed<i>``, seed 0 too (the tables
+    average the seeds, so no file stands for the system alone); a system trained once keeps its bare name."""
+    from dataclasses import replace
+
+    from pipelines.report.export import trec_files
+
+    scores = {
+        "qid": np.repeat([1, 2], 3),
+        "doc": np.tile(np.arange(3, dtype=np.int32), 2),
+        "label": np.array([2, 0, 1, 0, 1, 0], dtype=np.int8),
+        "score": np.array([3, 2, 1, 1, 2, 3], dtype=np.float32),
+    }
+    conv = {"k": "10", "gain": "exp2"}
+    recs = [replace(record(1, "lambdamart", None, [0.5], {1: 1.0, 2: 0.5}, run_id="b"), conventions=conv)]
+    recs += [
+        replace(record(1, "random", 4, [0.5], {1: 1.0, 2: 0.5}, run_id=f"r{s}"), seed=s, conventions=conv)
+        for s in (0, 1)
+    ]
+    files, info = trec_files(recs, {"b": scores, "r0": scores}, 1000)
+    runs = sorted(n for n in files if n.startswith("runs/"))
+    assert runs == ["runs/LambdaMART.fold1.trec", "runs/random-4.seed0.fold1.trec"]
+    assert info["without_scores"] == ["random-4 seed 1 fold 1"]
+    assert {line.split()[-1] for line in files["runs/random-4.seed0.fold1.trec"].decode().splitlines()} == {
+        "random-4.seed0"
+    }
+    assert info["runs"]["runs/LambdaMART.fold1.trec"]["system"] == "LambdaMART"
 
 
 def test_the_report_logs_its_figures_on_the_children_once(fake_grid, tmp_path):
