@@ -9,9 +9,10 @@ import time
 from typing import Any
 
 from pipelines.core.config import ReportConfig
-from pipelines.report.difficulty import by_difficulty, figure_by_difficulty, load_scores
-from pipelines.report.export import load_test_scores, report_json, trec_files
-from pipelines.report.figures import figure1, figure2
+from pipelines.report.answer import RANDOM, Answer, answer
+from pipelines.report.difficulty import by_difficulty, load_scores
+from pipelines.report.export import comparisons, load_test_scores, report_json, trec_files
+from pipelines.report.figures import convergence_figure, difficulty_figure, figure1, figure2, forest_plot
 from pipelines.report.latex import (
     convergence_tex,
     difficulty_tex,
@@ -23,6 +24,7 @@ from pipelines.report.latex import (
     table2_tex,
 )
 from pipelines.report.loading import code_versions, find_grid, load_grid, report_version
+from pipelines.report.mlflow_view import log_headline
 from pipelines.report.pairing import groups, pairs_with_baseline
 from pipelines.report.records import Record, ReportError
 from pipelines.report.render import render
@@ -33,6 +35,11 @@ from pipelines.study.design import BASELINE, MSE
 from pipelines.tracking.runs import Tracker
 
 log = logging.getLogger(__name__)
+
+
+def named(stem: str, fig: dict[str, bytes]) -> dict[str, bytes]:
+    """A figure's files (:func:`pipelines.report.figures.figure_files`: ``png``, ``pdf``) under ``stem``."""
+    return {f"{stem}.{ext}": data for ext, data in fig.items()}
 
 
 def build_report(
@@ -79,8 +86,10 @@ def build_report(
     t_lap = [time.perf_counter()]
 
     def lap(stage: str) -> None:
+        """One progress line per stage with its time (the report's log is otherwise quiet)."""
         now = time.perf_counter()
         laps[stage] = laps.get(stage, 0.0) + now - t_lap[0]
+        log.info("report: %s in %.1f s", stage, now - t_lap[0])
         t_lap[0] = now
 
     run = find_grid(tracker, parent)
@@ -110,14 +119,14 @@ def build_report(
         log.warning("no Table 2: %s", no_table2)
     lap("convergence, table 2")
     os.makedirs(out, exist_ok=True)
-    f1 = figure1(records, metric_name.replace("_at_", "@").upper(), state.split)
-    files = {"figure1.png": f1["png"], "figure1.pdf": f1["pdf"]}
+    m_label = metric_name.replace("_at_", "@").upper()
+    files = named("figure1", figure1(records, m_label, state.split))
     fig2 = None
     dist_trees = sorted({d["tree"] for r in records for d in r.score_dists})
     if dist_trees:
         try:
             f2, fig2 = figure2(records, dist_trees[0])
-            files["figure2.png"], files["figure2.pdf"] = f2["png"], f2["pdf"]
+            files.update(named("figure2", f2))
         except ReportError as e:
             log.warning("no Figure 2: %s", e)
     lap("figures")
@@ -155,18 +164,38 @@ def build_report(
         )
     meta["convergence"] = conv
     by_diff, meta["no_difficulty"] = None, None
+    scores = None
     if difficulty and (BASELINE, None) in g and state.split == "test":
         try:
             scores = load_scores(difficulty, state.params.get("data"), state.folds)
             by_diff = by_difficulty(records, scores, pairs)
         except ReportError as e:
+            scores = None
             meta["no_difficulty"] = str(e)
             log.warning("no effect by difficulty: %s", e)
     if by_diff:
-        files["by_difficulty.png"] = figure_by_difficulty(by_diff)
         files["by_difficulty.json"] = json.dumps(by_diff, indent=1).encode()
     meta["by_difficulty"] = by_diff
     lap("by difficulty")
+    if state.split == "test":
+        ans = answer(
+            tracker, t1, records, runs, pairs, scores, dataset=state.params.get("data"), report=report, metric=m_label
+        )
+    else:
+        ans = Answer(notes={"headline": f"the dataset has no test split (the tables are on {state.split})"})
+    meta.update(headline=ans.headline, primary_test=report.primary_test, margin=report.margin, notes=ans.notes)
+    meta["no_headline"] = ans.notes.get("headline")
+    lap("headline, non-inferiority, folds, interaction")
+    comps = comparisons(t1)
+    if comps:
+        files.update(named("forest", forest_plot(comps, report.primary_test, m_label)))
+    if conv:
+        files.update(named("convergence", convergence_figure(records, ans.chosen, m_label, state.split)))
+    if by_diff and ans.interaction:
+        fig = difficulty_figure(by_diff, ans.interaction, ans.chosen, RANDOM, m_label)
+        if fig:
+            files.update(named("by_difficulty", fig))
+    lap("figures of the answer")
     trec = None
     if trec_depth and state.split == "test":
         by_run = {r.run_id: s for r in runs if (s := load_test_scores(tracker, r.run_id)) is not None}
@@ -177,20 +206,19 @@ def build_report(
     lap("TREC runs")
     meta["trec"] = trec
     meta["seeds"] = seed_rows
-    md, page = render(t1, t2, fig2, meta)
+    md, page = render(t1, t2, fig2, meta, images={k: v for k, v in files.items() if k.endswith(".png")})
     files["report.md"] = md.encode()
     files["report.html"] = page.encode()
     files["table1.json"] = json.dumps(t1, indent=1).encode()
     files["report.json"] = json.dumps(
-        report_json(meta, t1, t2, conv, by_diff, fig2, trec, seed_rows), indent=1
+        report_json(meta, t1, t2, conv, by_diff, fig2, trec, seed_rows, ans), indent=1
     ).encode()
     if t2:
         files["table2.json"] = json.dumps(t2, indent=1).encode()
     if conv:
         files["convergence.json"] = json.dumps(conv, indent=1).encode()
     # for a paper: LaTeX (booktabs) and the per-query values as CSV
-    m_label = metric_name.replace("_at_", "@").upper()
-    files["table1.tex"] = table1_tex(t1, m_label).encode()
+    files["table1.tex"] = table1_tex(t1, m_label, report.primary_test).encode()
     if any(r["urisk"] for r in t1):
         files["risk.tex"] = risk_tex(t1, list(risk_alphas)).encode()
     if t2:
@@ -214,6 +242,8 @@ def build_report(
         with open(path, "wb") as f:
             f.write(data)
         tracker.client.log_artifact(parent, path, os.path.dirname(os.path.join("report", name)))
+    if ans.headline:
+        log_headline(tracker, parent, ans.headline, report.primary_test)
     lap("write, log to the parent run")
     # each child run (a seed repetition too) its own convergence figures and its system's Table 1 figures
     have = {r.run_id: r.logged for r in runs}
@@ -243,6 +273,7 @@ def build_report(
         "seeds": seed_rows,
         "timings": laps,
         "versions": versions,
+        "headline": ans.headline,
     }
 
 

@@ -17,9 +17,8 @@ from typing import Any
 import numpy as np
 
 from pipelines.report.pairing import Paired, pairs_with_baseline
-from pipelines.report.records import Record, ReportError, label_of
+from pipelines.report.records import Record, ReportError, label_of, order_systems
 from pipelines.report.stats import t_interval
-from pipelines.report.tables import order_systems
 from pipelines.study.design import BASELINE
 
 log = logging.getLogger(__name__)
@@ -123,30 +122,4 @@ def by_difficulty(
                 )
             systems[label_of(*key)] = cells
         out[col] = {"name": name, "edges": [float(e) for e in edges], "systems": systems}
-    return out
-
-
-def figure_by_difficulty(table: dict[str, dict[str, Any]]) -> bytes:
-    """One panel per score: each system's mean difference with the baseline per quartile, with its interval."""
-    from pipelines.tracking.runs import png_bytes, pyplot
-
-    plt = pyplot()
-    fig, axes = plt.subplots(1, len(table), figsize=(5 * len(table), 3.8), squeeze=False)
-    for ax, t in zip(axes[0], table.values(), strict=True):
-        e = t["edges"]
-        ticks = [f"[{e[i]:.3g}, {e[i + 1]:.3g}]" for i in range(len(e) - 1)]
-        for j, (label, cells) in enumerate(t["systems"].items()):
-            x = np.arange(len(cells)) + (j - len(t["systems"]) / 2) * 0.04
-            y = [c["delta"] if c["delta"] is not None else np.nan for c in cells]
-            lo = [c["delta"] - c["ci_t"][0] if c["ci_t"] else 0.0 for c in cells]
-            hi = [c["ci_t"][1] - c["delta"] if c["ci_t"] else 0.0 for c in cells]
-            ax.errorbar(x, y, yerr=[lo, hi], marker="o", ms=3, capsize=2, lw=1, label=label)
-        ax.axhline(0, color="grey", lw=0.8)
-        ax.set_xticks(range(len(ticks)), ticks, fontsize=7)
-        ax.set_xlabel(f"quartile of {t['name']} (hard to easy)")
-        ax.set_title(t["name"], fontsize=9)
-    axes[0][0].set_ylabel("mean difference with LambdaMART (95% CI)")
-    axes[0][-1].legend(fontsize=6, loc="best")
-    out = png_bytes(fig)
-    plt.close(fig)
     return out

@@ -66,6 +66,8 @@ def comparisons(t1: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "perm_p_holm": r["perm_p_holm"],
                 "urisk": r["urisk"],
                 "trisk": r["trisk"],
+                "mde": r.get("mde"),
+                "es_e": r.get("es_e"),
             }
         )
     return out
@@ -80,6 +82,7 @@ def report_json(
     fig2: dict[str, Any] | None,
     trec: dict[str, Any] | None,
     seeds: list[dict[str, Any]] | None = None,
+    answer: Any = None,
 ) -> dict[str, Any]:
     """``report.json``: the report's settings and every number of every table.
 
@@ -90,6 +93,14 @@ def report_json(
     relevant document), ``georisk`` (per system, per alpha), ``table2``, ``convergence``, ``by_difficulty``,
     ``figure2``, ``trec`` (:func:`trec_files`' summary) and ``seeds`` (the spread across ``grid.seeds``
     repetitions: :func:`pipelines.report.seeds.average_seeds`); ``null`` where the report built none.
+
+    From ``answer`` (:class:`pipelines.report.answer.Answer`): ``headline`` (the configuration chosen on
+    validation per family and its test figures, with ``primary_test``), ``noninferiority`` (per system: the trees
+    to be as good as LambdaMART's final model within ``margin``, the tree ratio and its bootstrap interval),
+    ``per_fold`` (per system, each fold's Δ and 95% interval), ``meta`` (per system, DerSimonian-Laird random
+    effects over the folds: ``delta``, ``ci95``, ``tau2``, ``i2``), ``difficulty_interaction`` (per system and
+    difficulty score, the slope of the paired difference on the difficulty rank and its difference from the
+    random curriculum's) and ``notes`` (why a part is missing). ``comparisons[i]`` carry ``mde`` and ``es_e``.
     """
     systems = [
         {
@@ -117,6 +128,8 @@ def report_json(
             "risk_alphas": meta.get("risk_alphas"),
             "target_fraction": meta.get("target_fraction"),
             "confidence": 0.95,
+            "primary_test": meta.get("primary_test"),
+            "margin": meta.get("margin"),
         },
         "systems": systems,
         "comparisons": comparisons(t1),
@@ -127,6 +140,12 @@ def report_json(
         "figure2": fig2,
         "trec": trec,
         "seeds": seeds or None,
+        "headline": None if answer is None else answer.headline,
+        "noninferiority": None if answer is None else answer.noninferiority or None,
+        "per_fold": None if answer is None else answer.per_fold or None,
+        "meta": None if answer is None else answer.meta or None,
+        "difficulty_interaction": None if answer is None else answer.interaction,
+        "notes": None if answer is None else answer.notes or None,
     }
 
 

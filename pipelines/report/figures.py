@@ -20,9 +20,8 @@ import numpy as np
 
 from pipelines.core.config import STRATEGIES
 from pipelines.report.pairing import groups
-from pipelines.report.records import Record, ReportError, label_of
+from pipelines.report.records import Record, ReportError, label_of, order_systems
 from pipelines.report.stats import kl_divergence
-from pipelines.report.tables import order_systems
 from pipelines.study.design import BASELINE, MSE
 from pipelines.tracking.runs import png_bytes, pyplot
 

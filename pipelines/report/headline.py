@@ -38,10 +38,12 @@ def family_of(strategy: str) -> str:
     return "continuation" if strategy == MSE else strategy
 
 
-def family_label(strategy: str, random_strategy: str | None = None) -> str:
-    """How the headline names a family."""
+def family_label(strategy: str, random_strategy: str | None = None, path: bool = False) -> str:
+    """How the headline names a family (``path``: an extra training path, no switch points)."""
     if strategy == MSE:
         return "Continuation (MSE-t, then LambdaMART)"
+    if path:
+        return f"{strategy} (training path)"
     if strategy == random_strategy:
         return f"{strategy} curriculum (the control)"
     return f"{strategy} curriculum"
@@ -113,7 +115,7 @@ def headline(
         ci = row[test["ci"]]
         out = {
             "family": family_of(strategy),
-            "family_label": family_label(strategy, random_strategy),
+            "family_label": family_label(strategy, random_strategy, path=key[1] is None),
             "system": label,
             "strategy": strategy,
             "switch": key[1],

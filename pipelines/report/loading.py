@@ -9,8 +9,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.report.records import Record, ReportError, label_of
-from pipelines.report.tables import order_systems
+from pipelines.report.records import Record, ReportError, label_of, order_systems
 from pipelines.tracking.runs import (
     TAG_CHILD_KEY,
     TAG_FOLD,

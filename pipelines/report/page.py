@@ -16,10 +16,9 @@ import html
 import json
 import numbers
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from pipelines.report.render import Part, Report, Section, Table
+from pipelines.report.document import Part, Report, Section, Table, headline_lines
 
 #: A table section with more rows than this, or more columns than :data:`WIDE`, starts collapsed.
 LONG = 6
@@ -182,8 +181,6 @@ def _parts(parts: Iterable[Part]) -> str:
 
 
 def _headline(rep: Report) -> str:
-    from pipelines.report.render import headline_lines
-
     out = ['<section id="answer" class="answer" aria-labelledby="answer-h">', '<h2 id="answer-h">The answer</h2>']
     if not rep.headline:
         return "".join(out) + f'<p class="lead">No headline: {_md_inline(rep.no_headline)}.</p></section>\n'
@@ -220,8 +217,6 @@ def _table(t: Table, label: str) -> str:
 
 
 def _section(s: Section) -> str:
-    from pipelines.report.render import Table
-
     if not s.body:  # a table not built: its title says why
         return f'<section id="{_e(s.anchor)}" class="table"><h2>{_md_inline(s.title)}</h2></section>\n'
     inner = []

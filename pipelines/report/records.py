@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,11 @@ def label_of(strategy: str, switch: int | None) -> str:
     if strategy == MSE:
         return f"MSE-{switch}"
     return strategy + ("" if switch is None else f"-{switch}")
+
+
+def order_systems(keys: Sequence[tuple[str, int | None]]) -> list[tuple[str, int | None]]:
+    """The report's order of systems: the baseline, the MSE-t, then the other strategies, each by switch point."""
+    return sorted(keys, key=lambda k: (k[0] != BASELINE, k[0] != MSE, k[0], k[1] or 0))
 
 
 @dataclass

@@ -8,86 +8,29 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+from pipelines.report.document import (
+    FIGURE_NAMES,
+    TESTS,
+    Block,
+    Figure,
+    Report,
+    Section,
+    Table,
+    headline_markdown,
+    p_text,
+    test_name,
+)
 from pipelines.report.stats import KL_PSEUDO_COUNT, alpha_key
 from pipelines.study.design import BASELINE, MSE
 
 log = logging.getLogger(__name__)
 
-#: The paired tests of the significance table: name (``report.primary_test``) -> label, raw and Holm keys of Table 1.
-TESTS = {"t": ("t-test", "t_p", "t_p_holm"), "randomisation": ("randomisation", "perm_p", "perm_p_holm")}
-
-#: The figures the page can show, in the page's order (``images`` of :func:`render`, by file name).
-FIGURE_NAMES = ("forest.png", "convergence.png", "by_difficulty.png", "figure1.png", "figure2.png")
-
-
-@dataclass
-class Table:
-    """A table of text cells; ``caption``: its sub-heading (``###`` in Markdown), if any."""
-
-    head: list[str]
-    rows: list[list[str]]
-    caption: str | None = None
-
-
-#: A section's body: Markdown paragraphs and tables, in order.
-Block = str | Table
-
-
-@dataclass
-class Section:
-    """One ``##`` section of the report: ``title``, ``what`` (one line: what it holds, the page's collapsed
-    summary), ``body`` (Markdown paragraphs and tables) and ``how`` (the "How to read" line under the table)."""
-
-    anchor: str
-    title: str
-    what: str = ""
-    body: list[Block] = field(default_factory=list)
-    how: str | None = None
-
-    @property
-    def rows(self) -> int:
-        return sum(len(b.rows) for b in self.body if isinstance(b, Table))
-
-
-@dataclass
-class Figure:
-    """A figure of the report: its file ``name``, ``title``, ``how`` (the "How to read" caption) and ``note``
-    (a further line of numbers, if any)."""
-
-    name: str
-    title: str
-    how: str
-    note: str | None = None
-
-
-@dataclass
-class Report:
-    """Everything the Markdown and the page show, in their order."""
-
-    title: str
-    summary: str
-    warnings: list[str]
-    headline: dict[str, Any] | None
-    no_headline: str
-    metric: str
-    primary: str | None
-    margin: float | None
-    figures: list[Figure]
-    tables: list[Section]
-    provenance: list[str]
-    files: list[str]
-
 
 def _md_table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     """A Markdown table (the GFM pipe syntax markdown-it-py renders): the header, its rule, a line per row."""
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
-
-
-def _p(v: float | None) -> str:
-    return "n/a" if v is None else ("<0.0001" if v < 1e-4 else f"{v:.4f}")
 
 
 def _cell(r: dict[str, Any]) -> str:
@@ -221,7 +164,7 @@ def _report(
     if meta.get("n_boot"):
         settings.insert(1, f"bootstrap {meta['n_boot']} resamples")
     if primary:
-        settings.append(f"primary test: the {_test_name(primary)} (report.primary_test)")
+        settings.append(f"primary test: the {test_name(primary)} (report.primary_test)")
     if margin is not None:
         settings.append(f"non-inferiority margin {margin:g} {m} (report.margin)")
     provenance.append("- Settings: " + ", ".join(settings))
@@ -336,120 +279,6 @@ def _markdown(rep: Report) -> str:
     return "\n".join(md) + "\n"
 
 
-def _num(v: float | None, fmt: str) -> str:
-    return "n/a" if v is None else format(v, fmt)
-
-
-#: A piece of the headline: text, or a number ``(key below "headline.", value, its text)``.
-Part = str | tuple[str, Any, str]
-
-
-def _test_name(k: str) -> str:
-    return "t-test" if k == "t" else f"{TESTS[k][0]} test"
-
-
-def text_of(parts: Iterable[Part]) -> str:
-    """The pieces as plain text."""
-    return "".join(p if isinstance(p, str) else p[2] for p in parts)
-
-
-def headline_lines(rep: Report) -> tuple[list[Part], list[dict[str, Any]]]:
-    """The headline's lead and, per row: ``system``, ``about`` (its family and how it was chosen), ``significant``
-    (win, loss or None), ``verdict``, ``lines`` (Δ and its interval; the p-values; non-inferiority) and
-    ``sentence``.
-    Numbers are ``(key, value, text)`` (key below ``headline.``): the Markdown writes their text, the page marks
-    each up with its key and exact value."""
-    h = rep.headline or {}
-    m = h.get("metric") or rep.metric
-    base = h.get("baseline") or {}
-    primary = h.get("primary_test") if h.get("primary_test") in TESTS else rep.primary
-    margin = h.get("margin", rep.margin)
-    lead: list[Part] = [f"{m} on test against {base.get('system', 'LambdaMART')} (mean "]
-    lead += [("baseline.mean", base.get("mean"), _num(base.get("mean"), ".4f")), " after "]
-    lead += [("baseline.trees", base.get("trees"), str(base.get("trees", "?"))), " trees). "]
-    if primary:
-        other = next(k for k in TESTS if k != primary)
-        lead.append(
-            f"Significance: the {_test_name(primary)}, Holm-corrected (primary); the {_test_name(other)} is a "
-            "robustness check. "
-        )
-    if margin is not None:
-        lead += ["As good as LambdaMART: the one-sided 95% lower bound of Δ above −", ("margin", margin, f"{margin:g}")]
-        lead.append(".")
-    rows = []
-    for i, r in enumerate(h.get("rows", [])):
-        k = f"rows.{i}."
-        about: list[Part] = [r.get("family_label") or r.get("family") or ""]
-        if r.get("chosen_on"):
-            about.append(f", chosen on {r['chosen_on']}")
-            if r.get("vali") is not None:
-                about += [f" ({m} ", (k + "vali", r["vali"], f"{r['vali']:.4f}"), ")"]
-        parts: list[Part] = [f"Δ {m} ", (k + "delta", r.get("delta"), _num(r.get("delta"), "+.4f"))]
-        ci = r.get("ci95")
-        if ci:
-            parts += [" [", (k + "ci95.0", ci[0], _num(ci[0], "+.4f")), ", "]
-            parts += [(k + "ci95.1", ci[1], _num(ci[1], "+.4f")), "]"]
-        lines = [parts]
-        parts = [f"{TESTS[primary][0]} p, Holm (primary) " if primary else "p, Holm "]
-        lines.append(parts)
-        parts.append((k + "p_holm", r.get("p_holm"), _p(r.get("p_holm"))))
-        if primary and "p_holm_other" in r:
-            other = next(x for x in TESTS if x != primary)
-            parts += [f" ({TESTS[other][0]} p, Holm ", (k + "p_holm_other", r["p_holm_other"], _p(r["p_holm_other"]))]
-            parts.append(")")
-        parts = []
-        lines.append(parts)
-        if r.get("trees") is not None:
-            parts.append(f"as good within {margin:g} after " if margin is not None else "as good after ")
-            parts += [(k + "trees", r["trees"], str(r["trees"])), " of "]
-            parts += [(k + "baseline_trees", r.get("baseline_trees"), str(r.get("baseline_trees", "?"))), " trees"]
-            tci = r.get("trees_ci95")
-            if tci:
-                parts += [" [", (k + "trees_ci95.0", tci[0], _num(tci[0], "g")), ", "]
-                parts += [(k + "trees_ci95.1", tci[1], "not reached" if tci[1] is None else f"{tci[1]:g}"), "]"]
-            if r.get("ratio") is not None:
-                parts += [" (", (k + "ratio", r["ratio"], f"{r['ratio']:.2f}"), "x"]
-                rci = r.get("ratio_ci95")
-                if rci:
-                    parts += [" [", (k + "ratio_ci95.0", rci[0], _num(rci[0], ".2f")), ", "]
-                    hi = "not reached" if rci[1] is None else f"{rci[1]:.2f}"
-                    parts += [(k + "ratio_ci95.1", rci[1], hi), "]"]
-                parts.append(")")
-        else:
-            parts += ["not shown non-inferior within the curve ("]
-            parts += [(k + "baseline_trees", r.get("baseline_trees"), str(r.get("baseline_trees", "?"))), " trees)"]
-        sig = r.get("significant")
-        rows.append(
-            {
-                "system": r.get("system", "?"),
-                "about": about if text_of(about) else [],
-                "significant": sig,
-                "verdict": {"win": "significantly better", "loss": "significantly worse"}.get(
-                    sig or "", "no significant difference"
-                ),
-                "lines": lines,
-                "sentence": r.get("sentence"),
-            }
-        )
-    return lead, rows
-
-
-def headline_markdown(rep: Report) -> list[str]:
-    """The headline in Markdown: the lead, then one line per row."""
-    if not rep.headline:
-        return [f"No headline: {rep.no_headline}."]
-    lead, rows = headline_lines(rep)
-    md = [text_of(lead), ""]
-    for r in rows:
-        about = f" ({text_of(r['about'])})" if r["about"] else ""
-        md.append(f"- **{r['system']}**{about}: **{r['verdict']}**; " + "; ".join(text_of(x) for x in r["lines"]))
-        if r["sentence"]:
-            md.append(f"  {r['sentence']}")
-    if rep.headline.get("note"):
-        md += ["", rep.headline["note"]]
-    return md
-
-
 def _table1(t1: list[dict], meta: dict[str, Any], m: str, split: str) -> Section:
     n_folds = len(meta["folds"])
     switches = sorted({r["switch"] for r in t1 if r["switch"] is not None})
@@ -497,14 +326,14 @@ def _significance(tested: list[dict], meta: dict[str, Any], m: str, primary: str
     keys = [key for k in order for key in TESTS[k][1:]]
     rows = [
         [r["label"], _f(r["delta"]), f"{r['queries']} ({len(r['paired_folds'])})", str(r["queries_no_relevant"])]
-        + [_p(r[k]) for k in keys]
+        + [p_text(r[k]) for k in keys]
         for r in tested
     ]
     if primary:
         other = next(k for k in TESTS if k != primary)
         which = (
-            f" The primary test (report.primary_test) is the {_test_name(primary)}: its columns come first and "
-            f"the headline's significance is its Holm-corrected p; the {_test_name(other)} is a robustness check."
+            f" The primary test (report.primary_test) is the {test_name(primary)}: its columns come first and "
+            f"the headline's significance is its Holm-corrected p; the {test_name(other)} is a robustness check."
         )
     else:
         which = ""
@@ -660,23 +489,14 @@ def _trees(v: float | None, T: Any) -> str:
 
 def _convergence_table(conv: list[dict[str, Any]], t1: list[dict[str, Any]], m: str) -> Section:
     """How fast each system gets there (:func:`pipelines.report.tables.convergence`): the median over folds of the
-    trees to the target (a fold that never reaches it counts as '> T'), with the range; rows of an older
-    :func:`~pipelines.report.tables.convergence` (the mean over the folds that reach it) are read as such."""
+    trees to the target (a fold that never reaches it counts as '> T'), with the range."""
     frac = conv[0]["fraction"]
-    median = any("trees_to_target_range" in r or "max_trees" in r for r in conv)
-    if median:
-        how_tt = (
-            f"the first curve point whose vali {m} reaches {frac:g} x LambdaMART's final vali {m} on that fold; the "
-            "median over folds, a fold that never reaches it counted as '> T' (T: the last tree of the curve), "
-            "with [min, max] over folds"
-        )
-        col = f"trees to {frac:g} x LambdaMART: median [min, max] (folds reaching it)"
-    else:
-        how_tt = (
-            f"the first curve point whose vali {m} reaches {frac:g} x LambdaMART's final vali {m} on that fold "
-            "(mean over the folds that reach it)"
-        )
-        col = f"trees to {frac:g} x LambdaMART (folds reaching it)"
+    how_tt = (
+        f"the first curve point whose vali {m} reaches {frac:g} x LambdaMART's final vali {m} on that fold; the "
+        "median over folds, a fold that never reaches it counted as '> T' (T: the last tree of the curve), "
+        "with [min, max] over folds"
+    )
+    col = f"trees to {frac:g} x LambdaMART: median [min, max] (folds reaching it)"
     text = (
         f"Over folds. Trees to target: {how_tt}. Best iteration: the curve point of the highest vali {m} (mean over "
         f"folds), and the test {m} there. Vali AUC per tree: the mean of the vali curve's points."

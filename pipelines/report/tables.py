@@ -11,7 +11,7 @@ import numpy as np
 
 from pipelines.report.inference import mde, residual_mean_square
 from pipelines.report.pairing import Paired, groups, pairs_with_baseline, relevant_queries
-from pipelines.report.records import Record, ReportError, label_of
+from pipelines.report.records import Record, ReportError, label_of, order_systems
 from pipelines.report.stats import (
     alpha_key,
     effect_size,
@@ -25,11 +25,6 @@ from pipelines.report.stats import (
 from pipelines.study.design import BASELINE, MSE
 
 log = logging.getLogger(__name__)
-
-
-def order_systems(keys: Sequence[tuple[str, int | None]]) -> list[tuple[str, int | None]]:
-    """The report's order of systems: the baseline, the MSE-t, then the other strategies, each by switch point."""
-    return sorted(keys, key=lambda k: (k[0] != BASELINE, k[0] != MSE, k[0], k[1] or 0))
 
 
 #: Risk levels of URisk and TRisk when the config gives none (``report.risk_alphas``).

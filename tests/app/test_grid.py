@@ -14,6 +14,7 @@ from scipy import stats
 
 from pipelines.app.grid import run_grid
 from pipelines.core.config import ReportConfig, load_config
+from pipelines.core.layout import Layout
 from pipelines.data.dataset import open_dataset
 from pipelines.report import ReportError, build_report
 from pipelines.report.pairing import paired_differences
@@ -112,7 +113,8 @@ def test_seeds_repeat_only_the_children_that_depend_on_a_seed(tmp_path):
 def grid_run(spark_holder, small_dataset, tmp_path_factory):
     spark = spark_holder.get()
     tmp = tmp_path_factory.mktemp("grid")
-    cfg = _cfg(tmp, **{"grid.seeds": 2})  # the random curriculum children twice (seeds 2018, 2019)
+    # the random curriculum children twice (seeds 2018, 2019); models logged: the report replays them
+    cfg = _cfg(tmp, **{"grid.seeds": 2, "grid.log_models": "true"})
     summary = run_grid(spark, cfg, data=small_dataset)
     tracker = Tracker(summary["tracking_uri"], cfg.grid.experiment, os.path.join(cfg.work_dir, "mlartifacts"))
     return cfg, summary, tracker
@@ -195,7 +197,14 @@ def test_resume_continues_the_same_child_run_and_retrains_nothing(spark, small_d
 def test_report_from_the_grid(grid_run, small_dataset, tmp_path):
     cfg, summary, tracker = grid_run
     splits = open_dataset(small_dataset).manifest["splits"]
-    r = _report(tracker, str(tmp_path / "report"), summary["parent_run_id"], permutations=500)
+    r = build_report(
+        tracker,
+        str(tmp_path / "report"),
+        summary["parent_run_id"],
+        report=ReportConfig(permutations=500, bootstrap=200),
+        metric_name="ndcg_at_10",
+        difficulty=Layout.of(cfg).difficulty,
+    )
     names = {row["label"] for row in r["table1"]}
     assert {"LambdaMART", "MSE-2", "MSE-4", "q_nrel-2", "random-4", "blend"} <= names
     base = next(row for row in r["table1"] if row["label"] == "LambdaMART")
@@ -228,6 +237,44 @@ def test_report_from_the_grid(grid_run, small_dataset, tmp_path):
     assert sorted(os.listdir(tmp_path / "report" / "qrels")) == [
         "fold1.exp2.qrels", "fold1.qrels", "fold2.exp2.qrels", "fold2.qrels"
     ]  # fmt: skip
+    # the answer first: per family the system chosen on validation, with Table 1's test figures
+    rep = json.loads((tmp_path / "report" / "report.json").read_text())
+    head = rep["headline"]
+    assert head["primary_test"] == "randomisation" and head["margin"] == 0.005
+    rows = {row["family"]: row for row in head["rows"]}
+    assert set(rows) == {"continuation", "q_nrel", "random", "blend"}
+    t1 = {row["label"]: row for row in r["table1"]}
+    vali = {
+        label: np.mean([k.data.metrics["final_ndcg_at_10_vali"] for k in kids if _label(k) == label])
+        for label in ("MSE-2", "MSE-4")
+    }
+    assert rows["continuation"]["system"] == max(sorted(vali), key=lambda k: vali[k])
+    for row in head["rows"]:
+        t = t1[row["system"]]
+        assert (row["delta"], row["p_holm"], row["p_holm_other"]) == (t["delta"], t["perm_p_holm"], t["t_p_holm"])
+        assert row["ci95"] == list(t["ci_boot"]) and row["baseline_trees"] == T
+    # non-inferiority in trees, from the per-query curves replayed out of the logged models (each replay gives
+    # back its run's logged per-query NDCG and curve, else the report fails): every system but the baseline
+    ni = rep["noninferiority"]
+    assert set(ni) == set(t1) - {"LambdaMART"} and rep["notes"] is None
+    for v in ni.values():
+        assert v["trees"] is None or (1 <= v["trees"] <= T and v["ratio"] == v["trees"] / T)
+        assert v["queries"] == t1["MSE-2"]["queries"]
+    # folds pooled by random effects, per-fold intervals, and the interaction with difficulty against random
+    assert [f["fold"] for f in rep["per_fold"]["q_nrel-2"]] == [1, 2] and rep["meta"]["q_nrel-2"]["k"] == 2
+    inter = rep["difficulty_interaction"]
+    assert inter["q_nrel-2"]["n_rel"]["vs_random"]["random"] == "random-2"
+    assert inter["MSE-2"]["n_rel"]["vs_random"] is None
+    for name in ("forest.png", "forest.pdf", "convergence.png", "convergence.pdf", "figure1.pdf"):
+        assert (tmp_path / "report" / name).stat().st_size > 0
+
+
+def _label(run: Any) -> str:
+    """A child run's system label (``MSE-2``)."""
+    from pipelines.report.records import label_of
+
+    sw = run.data.tags[TAG_SWITCH]
+    return label_of(run.data.tags[TAG_STRATEGY], int(sw) if sw else None)
 
 
 # ------------------------------------------------------------ report numbers

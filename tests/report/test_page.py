@@ -71,83 +71,30 @@ def _records() -> tuple[list[Any], dict[tuple[int, int], dict[str, float]]]:
     return recs, scores
 
 
-def _convergence_of_today(conv: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The convergence rows as tables.convergence now writes them: the median over folds (a fold that never reaches
-    the target counts as '> T', None), the [min, max] range, the curve's last tree."""
-    out = []
-    for r in conv:
-        hit = [p["trees_to_target"] for p in r["per_fold"]]
-        ordered = sorted(hit, key=lambda v: (v is None, v or 0))
-        mid = len(ordered) // 2
-        median = ordered[mid] if len(ordered) % 2 else None
-        if len(ordered) % 2 == 0 and ordered[mid] is not None:
-            median = (ordered[mid - 1] + ordered[mid]) / 2
-        out.append(
-            {**r, "trees_to_target": median, "trees_to_target_range": [ordered[0], ordered[-1]], "max_trees": TREES}
-        )
-    return out
+def _noninferiority(recs: list[Any], pairs: Any, margin: float) -> dict[str, dict[str, Any]]:
+    """Non-inferiority in trees of every system, on per-query curves that rise as the system's mean curve does (the
+    report replays them from the logged models; here the records have no models)."""
+    from pipelines.report.inference import noninferiority
+    from pipelines.report.records import label_of
 
-
-def _headline(t1: list[dict[str, Any]], conv: list[dict[str, Any]], margin: float) -> dict[str, Any]:
-    """A headline as report.json holds it: per family, the system best on validation against LambdaMART."""
-    vali = {r["label"]: r for r in conv}
-    base = next(r for r in t1 if r["strategy"] == "lambdamart")
-    rows = []
-    for family, label in (("continuation", "Continuation (MSE-t)"), ("q_nrel", "q_nrel curriculum")):
-        cands = [r for r in t1 if r["strategy"] == ("mse" if family == "continuation" else family)]
-        best = max(cands, key=lambda r: vali[r["label"]]["test_at_best"])
-        p = best["perm_p_holm"]
-        sig = None if p >= 0.05 else ("win" if best["delta"] > 0 else "loss")
-        median = vali[best["label"]]["trees_to_target"]  # non-inferior: the lower bound above -margin
-        trees = int(median) if median is not None and best["ci_t"][0] > -margin else None
-        rows.append(
-            {
-                "family": family,
-                "family_label": label,
-                "system": best["label"],
-                "switch": best["switch"],
-                "chosen_on": "vali",
-                "vali": vali[best["label"]]["test_at_best"],
-                "delta": best["delta"],
-                "ci95": list(best["ci_t"]),
-                "p_holm": p,
-                "p_holm_other": best["t_p_holm"],
-                "significant": sig,
-                "trees": trees,
-                "trees_ci95": [trees - 6, None] if trees else None,
-                "ratio": trees / TREES if trees else None,
-                "ratio_ci95": [(trees - 6) / TREES, None] if trees else None,
-                "baseline_trees": TREES,
-                "sentence": f"{best['label']} against LambdaMART: Δ {best['delta']:+.4f}.",
-            }
-        )
-    return {
-        "primary_test": "randomisation",
-        "margin": margin,
-        "metric": "NDCG@10",
-        "baseline": {"system": "LambdaMART", "mean": base["mean"], "trees": TREES},
-        "rows": rows,
-        "note": None,
-    }
-
-
-def _png(draw: Any) -> bytes:
-    from pipelines.tracking.runs import png_bytes, pyplot
-
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    draw(ax)
-    out = png_bytes(fig)
-    plt.close(fig)
+    steps = list(range(1, TREES + 1))
+    out = {}
+    for key, p in pairs.items():
+        speed = SYSTEMS[key][0]
+        rise = (1 - np.exp(-np.arange(1, TREES + 1) / speed)) / (1 - np.exp(-TREES / speed))
+        out[label_of(*key)] = noninferiority(np.outer(p.x, rise), steps, p.y, TREES, margin, 200, 0)
     return out
 
 
 def build_page(out: Path) -> tuple[str, dict[str, Any], dict[str, bytes]]:
     """The report's Markdown and page of the grid of :func:`_records`, as build.py writes them, and report.json
     (with its headline) in ``out``; returns (markdown, report.json, images)."""
-    from pipelines.report.difficulty import by_difficulty, figure_by_difficulty
-    from pipelines.report.export import report_json
-    from pipelines.report.figures import figure1
+    from pipelines.report.difficulty import by_difficulty
+    from pipelines.report.export import comparisons, report_json
+    from pipelines.report.figures import convergence_figure, difficulty_figure, figure1, forest_plot
+    from pipelines.report.headline import choose_on_vali
+    from pipelines.report.headline import headline as make_headline
+    from pipelines.report.inference import difficulty_interaction
     from pipelines.report.pairing import pairs_with_baseline
     from pipelines.report.render import render
     from pipelines.report.tables import convergence, table1, table2
@@ -156,10 +103,14 @@ def build_page(out: Path) -> tuple[str, dict[str, Any], dict[str, bytes]]:
     pairs = pairs_with_baseline(recs)
     t1 = table1(recs, n_perm=1000, seed=0, folds=list(FOLDS), n_boot=200, risk_alphas=(1, 5), pairs=pairs)
     t2 = table2(recs)
-    conv = _convergence_of_today(convergence(recs, 0.99))
+    conv = convergence(recs, 0.99)
     by_diff = by_difficulty(recs, scores, pairs)
+    interaction = difficulty_interaction(pairs, scores, lambda key: None)
     margin = 0.005
-    headline = _headline(t1, conv, margin)
+    headline = make_headline(
+        t1, recs, _noninferiority(recs, pairs, margin), primary_test="randomisation", margin=margin, metric="NDCG@10"
+    )
+    chosen = {s: k[1] for s, k in choose_on_vali(recs).items()}
     meta = {
         "title": "Curriculum and continuation LtR: mslr-web10k",
         "experiment": "mslr-web10k",
@@ -191,27 +142,14 @@ def build_page(out: Path) -> tuple[str, dict[str, Any], dict[str, bytes]]:
         "headline": headline,
     }
 
-    def forest(ax: Any) -> None:
-        rows = [r for r in t1 if r["delta"] is not None]
-        for i, r in enumerate(rows):
-            ax.errorbar(r["delta"], -i, xerr=[[r["delta"] - r["ci_t"][0]], [r["ci_t"][1] - r["delta"]]], fmt="o")
-        ax.axvline(0, color="grey")
-        ax.axvspan(-margin, 0, color="0.9")
-        ax.set_yticks([-i for i in range(len(rows))], [r["label"] for r in rows])
-        ax.set_xlabel("Δ NDCG@10 against LambdaMART (95% CI)")
-
-    def curves(ax: Any) -> None:
-        for r in conv:
-            ax.bar(r["label"], r["trees_to_target"] or TREES)
-        ax.set_ylabel("trees to 0.99 x LambdaMART (median)")
-        ax.tick_params(axis="x", labelsize=7)
-
     images = {
-        "forest.png": _png(forest),
-        "convergence.png": _png(curves),
-        "by_difficulty.png": figure_by_difficulty(by_diff),
-        "figure1.png": figure1(recs, "NDCG@10"),
+        "forest.png": forest_plot(comparisons(t1), "randomisation", "NDCG@10")["png"],
+        "convergence.png": convergence_figure(recs, chosen, "NDCG@10")["png"],
+        "figure1.png": figure1(recs, "NDCG@10")["png"],
     }
+    diff = difficulty_figure(by_diff, interaction, chosen, "random", "NDCG@10")
+    if diff:
+        images["by_difficulty.png"] = diff["png"]
     md, page = render(t1, t2, None, meta, images)
     rep = report_json(meta, t1, t2, conv, by_diff, None, None, [])
     rep["headline"] = headline
@@ -318,7 +256,7 @@ def test_the_page_in_chromium(tmp_path):
 
 def test_the_page_without_figures_headline_or_primary_test():
     """build.py's call before it passes them: figures linked by file name, the answer saying there is none,
-    both tests side by side; old convergence rows (a mean over the folds that reach) still render."""
+    both tests side by side."""
     from pipelines.report.render import render
     from pipelines.report.tables import convergence, table1
 
@@ -330,7 +268,7 @@ def test_the_page_without_figures_headline_or_primary_test():
     md, page = render(t1, None, None, {**meta, "convergence": convergence(recs)})
     assert "No headline: this report was built without one" in md and 'src="figure1.png"' in page
     assert "| t-test p | t-test p, Holm | randomisation p | randomisation p, Holm |" in md
-    assert "(mean over the folds that reach it)" in md and "(primary)" not in md
+    assert "median over folds, a fold that never reaches it counted as '> T'" in md and "(primary)" not in md
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import pytest
 import xgboost as xgb
 
 from pipelines.report.records import ReportError
-from pipelines.report.replay import EvalSplit, _check, model_trees, points, replay
+from pipelines.report.replay import EvalSplit, _check, points, replay
 from tests.helpers import record
 from udfs.metrics import NdcgSpec, ndcg_fast, offsets_from_qids
 
@@ -32,14 +32,15 @@ def test_replay_is_xgboosts_prediction_tree_by_tree():
     )
     spec = NdcgSpec(k=5, gain="exp2", empty=1.0, ties="input")
     steps = [0, 2, 3, 9]
-    got = replay(model_trees(bytes(booster.save_raw("json"))), base, s, spec, steps)
+    model = bytes(booster.save_raw("json"))
+    got = replay(model, base, s, spec, steps)
     d = xgb.DMatrix(s.X)
     for j, n in enumerate(steps):
         margin = booster.predict(d, output_margin=True, iteration_range=(0, n)) if n else np.full(s.qid.size, base)
         np.testing.assert_array_equal(got[:, j], ndcg_fast(s.offsets, s.label, margin.astype(np.float32), spec))
     assert got.shape == (40, 4) and not np.array_equal(got[:, 0], got[:, -1])  # the trees changed the ranking
     with pytest.raises(ReportError, match="has 9 trees"):
-        replay(model_trees(bytes(booster.save_raw("json"))), base, s, spec, [10])
+        replay(model, base, s, spec, [10])
 
 
 def test_points_keep_the_last_and_are_evenly_spaced():
