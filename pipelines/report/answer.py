@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +16,7 @@ from pipelines.report.headline import choose_on_vali, headline
 from pipelines.report.pairing import Paired
 from pipelines.report.records import Record, ReportError, label_of
 from pipelines.report.replay import Curves, per_query_curves, seed_runs_of
-from pipelines.study.design import BASELINE
+from pipelines.study.design import BASELINE, MSE
 from pipelines.tracking.runs import Tracker
 
 log = logging.getLogger(__name__)
@@ -41,13 +41,16 @@ class Answer:
     notes: dict[str, str] = field(default_factory=dict)
 
 
-def random_control(pairs: Mapping[tuple[str, int | None], Paired]) -> Any:
+def random_control(
+    pairs: Mapping[tuple[str, int | None], Paired],
+) -> Callable[[tuple[str, int | None]], tuple[str, int | None] | None]:
     """``random_of`` for :func:`inference.difficulty_interaction`: a curriculum system's random-curriculum twin
     at the same switch point, when the grid has it (None for MSE-t, extra paths and the random system)."""
 
     def random_of(key: tuple[str, int | None]) -> tuple[str, int | None] | None:
         twin = (RANDOM, key[1])
-        return twin if key[0] != RANDOM and key[1] is not None and twin in pairs and key != twin else None
+        curriculum = key[0] not in (RANDOM, MSE, BASELINE) and key[1] is not None
+        return twin if curriculum and twin in pairs else None
 
     return random_of
 

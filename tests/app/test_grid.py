@@ -265,6 +265,10 @@ def test_report_from_the_grid(grid_run, small_dataset, tmp_path):
     inter = rep["difficulty_interaction"]
     assert inter["q_nrel-2"]["n_rel"]["vs_random"]["random"] == "random-2"
     assert inter["MSE-2"]["n_rel"]["vs_random"] is None
+    # the parent run answers too: the headline as metrics and as its description
+    parent = tracker.client.get_run(summary["parent_run_id"])
+    assert parent.data.metrics["headline.continuation.delta"] == rows["continuation"]["delta"]
+    assert rows["q_nrel"]["system"] in parent.data.tags["mlflow.note.content"]
     for name in ("forest.png", "forest.pdf", "convergence.png", "convergence.pdf", "figure1.pdf"):
         assert (tmp_path / "report" / name).stat().st_size > 0
 
