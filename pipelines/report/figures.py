@@ -450,15 +450,22 @@ def difficulty_figure(
     random_strategy: str,
     metric: str,
 ) -> dict[str, bytes] | None:
-    """The effect by query difficulty as small multiples (:func:`figure_files`): one row per difficulty score of
-    ``by_difficulty`` (:func:`pipelines.report.difficulty.by_difficulty`), one column per strategy of ``chosen``
-    (strategy -> its switch point chosen on validation) but LambdaMART and the random curriculum
-    ``random_strategy``. In each panel the chosen system's mean difference of ``metric`` with LambdaMART per
-    quartile of the score (hard to easy) with its 95% t interval, the random curriculum at the same switch
-    point in grey (the control), a line at 0; y shared along a row; the title gives the interaction from
-    ``interaction`` (label -> score -> ``slope``, ``ci95``, ``vs_random``: the slope difference with the
-    random curriculum). None when there is nothing to draw."""
+    """The effect by query difficulty as small multiples (:func:`figure_files`).
+
+    One row per difficulty score of ``by_difficulty`` (:func:`pipelines.report.difficulty.by_difficulty`);
+    one column per curriculum strategy of ``chosen`` (strategy -> its switch point chosen on validation;
+    every strategy but LambdaMART and ``random_strategy`` when the grid has no curriculum). In each panel:
+    the chosen system's mean difference of ``metric`` with LambdaMART per quartile of the score (hard to
+    easy) with its 95% t interval, the random curriculum at the same switch point in grey (the control), a
+    line at 0; y shared along a row; the title gives the interaction from ``interaction`` (label -> score ->
+    ``slope``, ``ci95``, ``vs_random``: the slope difference with the random curriculum). None when there is
+    nothing to draw."""
     cols = [k for k in order_systems([(s, t) for s, t in chosen.items() if s not in (BASELINE, random_strategy)])]
+    # the question is whether a curriculum helps hard queries more than the random one: the columns are the
+    # curricula (a strategy with switch points, not the continuation method) when the grid has any; MSE-t and the
+    # extra paths have no random twin (their slopes are in report.json), and fewer panels draw in half the time
+    curricula = [k for k in cols if k[0] != MSE and k[1] is not None]
+    cols = curricula or cols
     scores = [c for c, t in by_difficulty.items() if any(label_of(*k) in t.get("systems", {}) for k in cols)]
     cols = [k for k in cols if any(label_of(*k) in by_difficulty[c]["systems"] for c in scores)]
     if not scores or not cols:
