@@ -57,7 +57,6 @@ color:var(--none)}
 .loss .verdict{background:var(--lossbg);color:var(--loss)}
 .about{color:var(--muted);font-size:.9rem}
 .card p{margin:.35rem 0 0}
-.sentence{font-size:.9rem}
 .num{font-variant-numeric:tabular-nums;white-space:nowrap}
 .delta{font-size:1.05rem}.delta .num{font-weight:600}
 .lead .num{font-weight:600}
@@ -196,8 +195,7 @@ def _headline(rep: Report) -> str:
         first, *rest = r["lines"]
         out.append(f'<p class="delta">{_parts(first)}</p>')
         out += [f"<p>{_parts(x)}</p>" for x in rest]
-        if r["sentence"]:
-            out.append(f'<p class="sentence">{_e(r["sentence"])}</p>')
+        # the row's sentence (report.md, the parent run's description) says again what the lines above show
         out.append("</li>")
     out.append("</ul>")
     if rep.headline.get("note"):
