@@ -23,11 +23,12 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from pipelines.report.records import Record, ReportError
-from pipelines.tracking.runs import Tracker
+from pipelines.tracking.runs import Tracker, quiet_artifacts
 from udfs import schema
 from udfs.metrics import NdcgSpec, inverse_idcg, ndcg_fast, offsets_from_qids
 
@@ -59,7 +60,7 @@ class Curves:
         return self.values[[index[k] for k in keys]]
 
 
-@dataclass(frozen=True)
+@dataclass
 class EvalSplit:
     """A fold's test rows as the workers hold them: sorted by (qid, doc)."""
 
@@ -67,6 +68,16 @@ class EvalSplit:
     label: np.ndarray  #: float32 per row
     X: np.ndarray  #: float32 rows x features
     offsets: np.ndarray  #: query boundaries (:func:`udfs.metrics.offsets_from_qids`)
+    _dmatrix: Any = None
+
+    def dmatrix(self) -> Any:
+        """The rows as an ``xgboost.DMatrix``, built once for every model replayed on this fold (building it
+        was a fifth of the replay's time when each model built its own)."""
+        if self._dmatrix is None:
+            import xgboost as xgb
+
+            self._dmatrix = xgb.DMatrix(self.X)
+        return self._dmatrix
 
     @property
     def queries(self) -> np.ndarray:
@@ -137,7 +148,7 @@ def replay(model_json: bytes, base_margin: float, split: EvalSplit, spec: NdcgSp
     if 0 in want:
         out[:, want[0]] = ndcg_fast(split.offsets, split.label, margins, spec, inv)
     last = steps[-1] if steps else 0
-    dm = xgb.DMatrix(split.X) if last else None
+    dm = split.dmatrix() if last else None
     for a in range(0, last, LEAF_CHUNK):
         b = min(a + LEAF_CHUNK, last)
         leaves = booster.predict(dm, pred_leaf=True, iteration_range=(a, b)).reshape(n, b - a).astype(np.int32)
@@ -194,7 +205,7 @@ def _run_model(tracker: Tracker, run_id: str, models: dict[str, str]) -> tuple[b
     where = models.get(run_id)
     if where is None:
         return None
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory() as d, quiet_artifacts():
         path = mlflow.artifacts.download_artifacts(artifact_uri=f"{where}/model.json", dst_path=d)
         with open(path, "rb") as f:
             model = f.read()
