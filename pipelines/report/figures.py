@@ -210,15 +210,17 @@ def forest_plot(comparisons: list[dict[str, Any]], primary_test: str, metric: st
     for c in comparisons:  # the rows' order, each strategy where it first appears
         by_group.setdefault(c["strategy"], []).append(c)
     # the lines from the top: a heading per strategy, then its rows; the paths named by themselves (one row
-    # each, an extra path) together under one heading
+    # each, an extra path) together under one heading, after the strategies
     lines: list[tuple[str, dict[str, Any] | None]] = []
+    paths: list[tuple[str, dict[str, Any] | None]] = []
     for strategy, rows in by_group.items():
-        alone = len(rows) == 1 and rows[0]["system"] == strategy
-        if not alone:
+        if len(rows) == 1 and rows[0]["system"] == strategy:
+            paths.append((rows[0]["system"], rows[0]))
+        else:
             lines.append((_group_name(strategy), None))
-        elif not lines or lines[-1][1] is None or lines[-1][1]["system"] != lines[-1][1]["strategy"]:
-            lines.append(("other paths", None))
-        lines += [(r["system"], r) for r in rows]
+            lines += [(r["system"], r) for r in rows]
+    if paths:
+        lines += [("other paths", None), *paths]
     n = len(lines)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 1.5 + 0.24 * n))
