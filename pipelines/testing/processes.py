@@ -39,6 +39,36 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_http(url: str, seconds: float, proc: subprocess.Popen | None = None) -> None:
+    """Until ``url`` answers 200: TimeoutError after ``seconds``, RuntimeError once ``proc`` (its server) exits."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"the server of {url} exited with status {proc.returncode}") from None
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{url} did not answer within {seconds:.0f} s") from None
+            time.sleep(0.3)
+
+
+def mlflow_ui(uri: str, port: int, workers: int | None = None) -> subprocess.Popen:
+    """``mlflow ui`` on ``127.0.0.1:port`` over the tracking store ``uri``, in a session of its own (stop it with
+    :func:`stop_process`), its GenAI job runner off; answering once :func:`wait_http` of ``/health`` returns."""
+    cmd = [str(Path(sys.executable).with_name("mlflow")), "ui", "--backend-store-uri", uri]
+    cmd += ["--host", "127.0.0.1", "--port", str(port)] + (["--workers", str(workers)] if workers else [])
+    return subprocess.Popen(
+        cmd,
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 def stop_process(proc: subprocess.Popen, grace: float = 10.0) -> None:
     """SIGTERM ``proc``'s tree (a JVM shuts down cleanly), then after ``grace`` s freeze and SIGKILL whatever is
     left of it (:func:`pipelines.core.proctree.kill_tree`: an executor's PySpark daemon runs in a process group of

@@ -8,9 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -24,6 +21,7 @@ from pipelines.report.mlflow_view import (
     log_headline,
     ui_lines,
 )
+from pipelines.testing.processes import free_port, mlflow_ui, stop_process, wait_http
 from pipelines.tracking.runs import PROGRESS_BAR_ENV, TAG_KIND, TAG_PARENT, Tracker
 
 PARENT, CHILDREN = "grid-parent-7f3a", ("fold1-lambdamart-c1d2", "fold1-mse-2-e5f6")
@@ -210,14 +208,6 @@ def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _dump_doms(browser: str, urls: dict[str, str], profiles: Path) -> dict[str, str]:
     """Each page's DOM after its scripts ran (headless Chromium, one at a time each with a fresh profile: the UI
     keeps the last workflow type in the browser's storage; virtual time does not advance while requests are
@@ -251,41 +241,13 @@ def test_the_printed_addresses_in_a_browser(small_grid, tmp_path):
     """``mlflow ui`` on the store; headless Chromium opens the printed addresses: the training-runs one lists the
     parent run (the model-training runs table, not the GenAI overview that the experiment's plain address
     opens), the parent run's lists its children, the report's shows report.html."""
-    from pipelines.core.proctree import kill_tree
-
     tracker, pid, _ = small_grid
     tracker.log_text(pid, "<html><body><h1>the report</h1></body></html>", "report.html", "report")
-    port = _free_port()
+    port = free_port()
     ui = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen(
-        [
-            str(Path(sys.executable).with_name("mlflow")),
-            "ui",
-            "--backend-store-uri",
-            tracker.uri,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-        ],
-        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},  # no GenAI job runner
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server = mlflow_ui(tracker.uri, port, workers=1)
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{ui}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise
-                time.sleep(0.3)
+        wait_http(f"{ui}/health", 90, server)
         urls = experiment_urls(tracker, pid, ui)
         plain = f"{ui}/#/experiments/{tracker.experiment_id}"
         browser = _chromium()
@@ -298,5 +260,4 @@ def test_the_printed_addresses_in_a_browser(small_grid, tmp_path):
         assert PARENT in page and "Child runs" in page and all(c in page for c in CHILDREN), page[-3000:]
         assert "mlflow-html-iframe" in dom["report"] and "report.html" in dom["report"]
     finally:
-        kill_tree(server.pid)
-        server.wait(timeout=30)
+        stop_process(server)
