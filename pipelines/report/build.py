@@ -187,7 +187,7 @@ def build_report(
     meta["no_headline"] = ans.notes.get("headline")
     lap("headline, non-inferiority, folds, interaction")
     comps = comparisons(t1)
-    if comps:
+    if any(c["mean_delta"] is not None for c in comps):  # something was paired (none without a test split)
         files.update(named("forest", forest_plot(comps, report.primary_test, m_label)))
     if conv:
         files.update(named("convergence", convergence_figure(records, ans.chosen, m_label, state.split)))
