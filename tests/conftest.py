@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.testing.processes import QUICK_JVM
+# Before anything loads OpenMP (xgboost's libgomp, numba's omp threading layer), which reads it once: threads
+# waiting at a barrier sleep instead of spinning. The suite runs 2 xdist workers, and JVMs, on 2 cores, so a
+# spinning thread burns the core its partner needs: 20 rounds of xgboost with nthread=2 took 24.8 s spinning and
+# 2.3 s passive beside a busy process (1 thread: 2.2 s), the same trees. Inherited by every process a test
+# starts (ltr, spark-submit, Spark's Python workers, Airflow's tasks).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from pipelines.testing.processes import QUICK_JVM  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "golden"
 

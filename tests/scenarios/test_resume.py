@@ -39,6 +39,10 @@ OVERRIDES = tiny_study(
     "grid.extra_paths={st: 'stochastic_ndcg:12'}",
     "train.checkpoint_every=2",
     "train.stochastic_anneal=12",
+    # one thread per worker everywhere: the trees of `--parallel 2` (two jobs, one thread each) must equal the
+    # sequential `straight` grid's bit for bit (histograms summed in another order give other leaves), so that
+    # test_parallel_jobs_equal_one_job compares with the module's `straight` instead of training a grid of its own
+    "train.nthread=1",
     sections=["grid", "train"],  # no report here
 )
 
@@ -132,16 +136,16 @@ def test_kill_9_mid_node_then_restart_gives_identical_results(spark, small_datas
 
 
 def test_parallel_jobs_equal_one_job(spark, small_dataset, straight, tmp_path):
-    cfg = _cfg(tmp_path / "work", "train.nthread=1")
+    """``--parallel 2`` == the module's sequential grid (``straight``: the same study, one job at a time)."""
+    cfg = _cfg(tmp_path / "work")
     summary = run_grid(spark, cfg, data=small_dataset, parallel=2)
     assert summary["trained"] == 4
-    base = _cfg(tmp_path / "one", "train.nthread=1")
-    one = run_grid(spark, base, data=small_dataset)
     a, _, _ = _results(cfg, small_dataset)
-    b, _, _ = _results(base, small_dataset)
+    b, _, _ = _results(straight[0], small_dataset)
+    assert a.keys() == b.keys() and len(a) == 4
     for name in a:
         assert a[name].model == b[name].model and a[name].test == b[name].test, name
-    assert _histories(cfg, summary) == _histories(base, one)
+    assert _histories(cfg, summary) == _histories(*straight)
 
 
 def test_plan_command_prints_states_without_training(straight, small_dataset, capsys):
