@@ -358,7 +358,9 @@ def test_report_header_tests_and_table2_of_the_grid(grid_run, tmp_path):
     assert "t-test p, Holm" in md and "Holm-corrected side by side" in md and "Warning" not in md
     assert "folds]" not in md  # every cell has both folds
     html_page = (tmp_path / "r" / "report.html").read_text()
-    assert "<th>randomisation p, Holm</th>" in html_page
+    # the primary test (report.primary_test, the randomisation test by default) first, the other as a robustness column
+    assert "<th>randomisation p, Holm (primary)</th>" in html_page
+    assert "<th>t-test p, Holm (robustness)</th>" in html_page
 
 
 def test_report_of_an_unfinished_grid_and_the_latest_finished_one(grid_run, tmp_path):
