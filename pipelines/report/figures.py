@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from pipelines.core.config import STRATEGIES
+from pipelines.report.headline import significance as holm_significance
 from pipelines.report.pairing import groups
 from pipelines.report.records import Record, ReportError, label_of, order_systems
 from pipelines.report.stats import kl_divergence
@@ -171,14 +172,7 @@ def significance(row: Mapping[str, Any], primary_test: str, alpha: float = ALPHA
     no difference or no p-value). ReportError for another test."""
     if primary_test not in P_KEYS:
         raise ReportError(f"unknown primary test {primary_test!r} (report.primary_test: {', '.join(P_KEYS)})")
-    p, delta = row.get(P_KEYS[primary_test]), row.get("mean_delta")
-    if p is None or delta is None or not p < alpha:
-        return None
-    if delta > 0:
-        return "win"
-    if delta < 0:
-        return "loss"
-    return None
+    return holm_significance(row.get(P_KEYS[primary_test]), row.get("mean_delta"), alpha)
 
 
 def _group_name(strategy: str, random_strategy: str = RANDOM) -> str:

@@ -15,6 +15,7 @@ import io
 import string
 from typing import Any
 
+from pipelines.report.headline import significance as holm_significance
 from pipelines.report.records import Record
 from pipelines.report.stats import alpha_key
 from pipelines.study.design import BASELINE
@@ -70,11 +71,7 @@ def significance(row: dict[str, Any], primary_test: str = "randomisation") -> st
     difference deciding which; None otherwise (the baseline's own row, no test)."""
     if primary_test not in PRIMARY_P:
         raise ValueError(f"primary_test must be one of {', '.join(PRIMARY_P)}, got {primary_test!r}")
-    p = row.get(PRIMARY_P[primary_test][0])
-    delta = row.get("delta")
-    if p is None or delta is None or p >= SIGNIFICANCE or delta == 0:
-        return None
-    return "win" if delta > 0 else "loss"
+    return holm_significance(row.get(PRIMARY_P[primary_test][0]), row.get("delta"), SIGNIFICANCE)
 
 
 def table1_tex(t1: list[dict[str, Any]], metric: str, primary_test: str = "randomisation") -> str:
