@@ -192,6 +192,7 @@ def load_grid(tracker: Tracker, run: Any, metric: str) -> tuple[list[Record], Gr
                 # runs of an ltr before issue 29 logged no counts: None, and the paired statistics refuse them
                 relevant=dict(zip(perq["qid"], perq["relevant"], strict=True)) if "relevant" in perq else None,
                 score_dists=training.get("score_dists", []),
+                base_margin=float(training.get("base_margin", 0.0)),
                 run_id=rid,
                 code={k[5:]: v for k, v in params.items() if k.startswith("code.")},
                 metric=params.get("metric", ""),

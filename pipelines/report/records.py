@@ -45,6 +45,8 @@ class Record:
     #: relevant documents (label > 0) of each test query; None: not logged (a run of an older ltr)
     relevant: dict[int, int] | None = field(default_factory=dict)
     score_dists: list[dict[str, Any]] = field(default_factory=list)
+    #: the path's starting score (``training.json``): where :mod:`pipelines.report.replay` starts the margins
+    base_margin: float = 0.0
     run_id: str = ""
     code: dict[str, str] = field(default_factory=dict)  # the child's code.* params without the prefix
     metric: str = ""  # the child's metric conventions in words (its ``metric`` param)

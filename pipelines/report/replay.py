@@ -195,22 +195,21 @@ def logged_models(tracker: Tracker) -> dict[str, str]:
             return {k: v[1] for k, v in out.items()}
 
 
-def _run_model(tracker: Tracker, run_id: str, models: dict[str, str]) -> tuple[bytes, float] | None:
-    """A child's logged model as JSON (``mlflow.xgboost``'s ``model.json``) and its base margin
-    (``training.json``); None: no model logged."""
+def _run_model(run: Record, models: dict[str, str]) -> tuple[bytes, float] | None:
+    """A child's logged model as JSON (``mlflow.xgboost``'s ``model.json``) and its base margin (read with the
+    run's ``training.json`` by :func:`pipelines.report.loading.load_grid`); None: no model logged."""
     import tempfile
 
     import mlflow
 
-    where = models.get(run_id)
+    where = models.get(run.run_id)
     if where is None:
         return None
     with tempfile.TemporaryDirectory() as d, quiet_artifacts():
         path = mlflow.artifacts.download_artifacts(artifact_uri=f"{where}/model.json", dst_path=d)
         with open(path, "rb") as f:
             model = f.read()
-    training = tracker.load_json(run_id, "training.json")
-    return model, float(training.get("base_margin", 0.0))
+    return model, run.base_margin
 
 
 def per_query_curves(
@@ -231,7 +230,7 @@ def per_query_curves(
     out: dict[tuple[str, int | None], list[tuple[int, list[int], np.ndarray, list[int]]]] = {}
     for rec in sorted(records, key=lambda r: (r.strategy, r.switch or 0, r.fold)):
         runs = seed_runs.get(rec.run_id, [rec])
-        models = [_run_model(tracker, r.run_id, models_at) for r in runs]
+        models = [_run_model(r, models_at) for r in runs]
         if any(m is None for m in models):
             return {}, (
                 f"{rec.label} fold {rec.fold} logged no model (grid.log_models: false?); the per-query curves "
