@@ -4,7 +4,8 @@ For every query: its size, how many documents are relevant (label >= 1) and
 highly relevant (label >= 3), its best label, its ideal DCG@k, and the NDCG@k
 of ranking its documents by one feature: BM25 and PageRank in the paper (the
 ``q_bm25`` / ``q_pagerank`` curricula treat queries whose feature ranking is
-good as easy). Conventions (cutoff, gain, empty queries, ties) come from the
+good as easy); a dataset without such a feature (``None``: Istella's and Yahoo's are anonymous) gets
+NaN there. Conventions (cutoff, gain, empty queries, ties) come from the
 :class:`~udfs.metrics.NdcgSpec`; ties in a feature (PageRank has many) follow
 ``spec.ties`` over the rows' input order, which is ``doc`` order here.
 """
@@ -33,14 +34,14 @@ HREL_LABEL = 3
 
 def difficulty_frame(
     pdf: pd.DataFrame,
-    bm25_col: str,
-    pagerank_col: str,
+    bm25_col: str | None,
+    pagerank_col: str | None,
     spec: NdcgSpec,
     keys: Sequence[str] = (schema.SUBSET, schema.QID),
 ) -> pd.DataFrame:
     """One row per query of ``pdf`` (rows of each query contiguous, in ``doc`` order).
 
-    ``pdf`` needs the ``keys`` columns, ``label`` and the two feature columns.
+    ``pdf`` needs the ``keys`` columns, ``label`` and the feature columns that are not None.
     """
     starts = run_starts(pdf, keys)
     off = np.concatenate((starts, [len(pdf)])).astype(np.int64)
@@ -48,6 +49,10 @@ def difficulty_frame(
     if starts.size == 0:
         return pd.DataFrame({c.split()[0]: [] for c in DIFFICULTY_DDL.split(", ")})
     head = pdf.iloc[starts]
+
+    def by(col: str | None) -> np.ndarray:
+        return ndcg(off, label, pdf[col].to_numpy(), spec) if col else np.full(starts.size, np.nan)
+
     return pd.DataFrame(
         {
             schema.SUBSET: head[schema.SUBSET].to_numpy() if schema.SUBSET in pdf else "",
@@ -57,8 +62,8 @@ def difficulty_frame(
             "n_hrel": np.add.reduceat((label >= HREL_LABEL).astype(np.int32), starts),
             "max_label": np.maximum.reduceat(label, starts).astype(np.int8),
             "idcg": idcg(off, label, spec),
-            "ndcg_bm25": ndcg(off, label, pdf[bm25_col].to_numpy(), spec),
-            "ndcg_pagerank": ndcg(off, label, pdf[pagerank_col].to_numpy(), spec),
+            "ndcg_bm25": by(bm25_col),
+            "ndcg_pagerank": by(pagerank_col),
         }
     )
 

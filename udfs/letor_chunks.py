@@ -184,6 +184,8 @@ class ChunkTask:
     max_label: int
     strict: bool
     compression: str
+    absent: str = "zero"  # udfs.letor_parse.LineSpec.absent
+    overflow: str = "reject"  # udfs.letor_parse.LineSpec.overflow
 
 
 #: Arrow schema of the metadata row each task returns (arrays travel as raw bytes).
@@ -197,6 +199,7 @@ RESULT_SCHEMA = pa.schema(
         ("n_blank", pa.int64()),
         ("n_comment", pa.int64()),
         ("n_bad", pa.int64()),
+        ("n_clamped", pa.int64()),  # values beyond float32 clamped (LineSpec.overflow == "clamp")
         ("bad_by_code", pa.binary()),  # int64[16] counts per error code
         ("first_bad_line", pa.int64()),  # chunk-relative, -1 if none
         ("first_bad_code", pa.int32()),
@@ -294,6 +297,7 @@ def run_chunk(task: ChunkTask) -> dict:
         "n_blank": 0,
         "n_comment": 0,
         "n_bad": 0,
+        "n_clamped": 0,
         "bad_by_code": np.zeros(_N_CODES, np.int64).tobytes(),
         "first_bad_line": -1,
         "first_bad_code": 0,
@@ -309,7 +313,7 @@ def run_chunk(task: ChunkTask) -> dict:
         line_qid = line_qid[:n_lines]
         res["n_lines"] = n_lines
     elif task.mode == "parse":
-        spec = LineSpec(task.n_features, task.min_label, task.max_label)
+        spec = LineSpec(task.n_features, task.min_label, task.max_label, task.absent, task.overflow)
         block = parse_block(buf, spec, strict=task.strict)
         line_qid = block.line_qid
         res.update(_parse_result(task, block))
@@ -330,6 +334,7 @@ def _parse_result(task: ChunkTask, block: ParsedBlock) -> dict:
         "n_blank": block.n_blank,
         "n_comment": block.n_comment,
         "n_bad": block.n_bad,
+        "n_clamped": block.n_clamped,
         "bad_by_code": by_code.astype(np.int64).tobytes(),
     }
     if block.n_bad:

@@ -7,9 +7,13 @@ Grammar of one line (MSLR.md)::
 * ``label``: an integer in ``[min_label, max_label]``.
 * ``qid``: a non-negative integer below 2**31.
 * features: ``index:value`` with 1-based, strictly increasing indices up to
-  ``n_features``; missing indices are 0 (sparse rows). Values are decimal
+  ``n_features``; missing indices (sparse rows) are 0, or NaN (missing, for
+  XGBoost) where :attr:`LineSpec.absent` is ``"missing"``. Values are decimal
   numbers (``[+-]digits[.digits][e[+-]digits]``); NaN and infinities are
-  rejected, as are values outside the float32 range.
+  rejected, as are values outside the float32 range unless
+  :attr:`LineSpec.overflow` is ``"clamp"`` (Istella writes ``1.79769313486e+308``,
+  double's largest value, as a sentinel: clamped to float32's largest, which keeps
+  its order among the values, so trees split on it as on the original, and counted).
 * White space is space, tab, CR, VT, FF (so CRLF files parse). A line that is
   empty or white space is *blank*; one whose first non-blank character is ``#``
   is a *comment*; ``#`` after the features starts a trailing comment
@@ -86,15 +90,34 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 C_LINES, C_ROWS, C_BAD, C_BLANK, C_COMMENT, C_SLOW = range(6)
 
 
+#: What an absent feature index of a sparse line becomes (:attr:`LineSpec.absent`).
+ABSENT = ("zero", "missing")
+#: What a value beyond float32's range does (:attr:`LineSpec.overflow`).
+OVERFLOW = ("reject", "clamp")
+
+
 @dataclass(frozen=True)
 class LineSpec:
-    """What a valid line looks like: feature count and label range."""
+    """What a valid line looks like: feature count and label range; what absent features become
+    (``absent``: ``"zero"`` or ``"missing"``, NaN) and what a value beyond float32 does (``overflow``:
+    ``"reject"``, the line is quarantined, or ``"clamp"`` to +-FLT_MAX, counted)."""
 
     n_features: int
     min_label: int = 0
     max_label: int = 4
+    absent: str = "zero"
+    overflow: str = "reject"
+
+    @property
+    def fill(self) -> float:
+        """The value of an absent feature."""
+        return 0.0 if self.absent == "zero" else float("nan")
 
     def __post_init__(self) -> None:
+        if self.absent not in ABSENT:
+            raise ValueError(f"absent must be one of {', '.join(ABSENT)}, got {self.absent!r}")
+        if self.overflow not in OVERFLOW:
+            raise ValueError(f"overflow must be one of {', '.join(OVERFLOW)}, got {self.overflow!r}")
         if self.n_features < 1:
             raise ValueError(f"n_features must be >= 1, got {self.n_features}")
         if self.min_label > self.max_label:
@@ -241,6 +264,7 @@ def parse_lines(
     bad_slow,
     slow_row,
     counts,
+    fill=0.0,
 ):
     """Parse every line of ``buf`` (uint8, must end with a newline) in one pass.
 
@@ -440,7 +464,7 @@ def parse_lines(
         else:
             line_qid[cur] = q if q >= 0 else _line_qid(buf, ls, le)
             for k in range(n_features):
-                XT[k, row] = 0.0
+                XT[k, row] = fill
             bad_line[nbad] = cur
             bad_code[nbad] = code
             bad_t0[nbad] = t0
@@ -517,13 +541,16 @@ class LineError(ValueError):
         self.token = token
 
 
-def parse_line_reference(line: bytes, spec: LineSpec) -> tuple[int, int, dict[int, np.float32]] | None:
+def parse_line_reference(
+    line: bytes, spec: LineSpec, clamped: list[int] | None = None
+) -> tuple[int, int, dict[int, np.float32]] | None:
     """Parse one line (without its newline) the slow, obvious way.
 
     Returns ``None`` for blank and comment lines, ``(label, qid, {index: value})``
     for data lines, and raises :class:`LineError` for bad ones. It is the
     oracle the kernel is tested against, and the kernel's slow path for the
-    rare tokens outside its exact fast path.
+    rare tokens outside its exact fast path. Values clamped (``spec.overflow ==
+    "clamp"``) are counted in ``clamped[0]`` when a list is given.
     """
     body = line.split(b"#", 1)[0]
     stripped = line.strip(b" \t\r\x0b\x0c")
@@ -564,7 +591,11 @@ def parse_line_reference(line: bytes, spec: LineSpec) -> tuple[int, int, dict[in
         with np.errstate(over="ignore"):
             v = np.float32(float(val_s))
         if not np.isfinite(v):
-            raise LineError(E_VALUE_OVERFLOW, tok)
+            if spec.overflow != "clamp":
+                raise LineError(E_VALUE_OVERFLOW, tok)
+            v = np.float32(-FLOAT32_MAX if val_s.startswith(b"-") else FLOAT32_MAX)
+            if clamped is not None:
+                clamped[0] += 1
         values[idx] = v
     return label, qid, values
 
@@ -590,6 +621,7 @@ class ParsedBlock:
     bad_code: np.ndarray  # int8
     bad_token: list[bytes]
     bad_raw: list[bytes]
+    n_clamped: int = 0  # values beyond float32 clamped (LineSpec.overflow == "clamp")
 
     @property
     def n_rows(self) -> int:
@@ -629,6 +661,8 @@ def parse_block(buf: np.ndarray, spec: LineSpec, strict: bool = False) -> Parsed
         buf = np.concatenate((buf, np.array([10], dtype=np.uint8)))  # the kernel needs a final newline
     cap = max(count_lines(buf), 1)
     XT = np.zeros((spec.n_features, cap), dtype=np.float32)
+    if spec.absent != "zero":
+        XT.fill(spec.fill)
     qids = np.zeros(cap, dtype=np.int32)
     labels = np.zeros(cap, dtype=np.int8)
     row_line = np.zeros(cap, dtype=np.int64)
@@ -663,6 +697,7 @@ def parse_block(buf: np.ndarray, spec: LineSpec, strict: bool = False) -> Parsed
         bad_slow,
         slow_row,
         counts,
+        spec.fill,
     )
     nbad = int(counts[C_BAD])
     n_lines = int(counts[C_LINES])
@@ -677,6 +712,7 @@ def parse_block(buf: np.ndarray, spec: LineSpec, strict: bool = False) -> Parsed
                 code, token = err.code, err.token
         bad.append((int(bad_line[k]), code, token, raw))
     keep = np.ones(rows, dtype=bool)
+    clamped = [0]
     n_slow = int(counts[C_SLOW])
     if n_slow:
         # Rare tokens outside the exact fast path: re-parse their lines in Python.
@@ -685,14 +721,14 @@ def parse_block(buf: np.ndarray, spec: LineSpec, strict: bool = False) -> Parsed
             ln = int(row_line[r])
             raw = bytes(buf[starts[ln] : ends[ln]])
             try:
-                parsed = parse_line_reference(raw, spec)
+                parsed = parse_line_reference(raw, spec, clamped)
             except LineError as err:
                 keep[r] = False
                 bad.append((ln, err.code, err.token, raw))
                 continue
             if parsed is None:  # pragma: no cover - the kernel saw a data line
                 raise RuntimeError(f"line {ln}: kernel and reference parser disagree")
-            XT[:, r] = 0.0
+            XT[:, r] = spec.fill
             for idx, v in parsed[2].items():
                 XT[idx - 1, r] = v
     if keep.all():
@@ -718,6 +754,7 @@ def parse_block(buf: np.ndarray, spec: LineSpec, strict: bool = False) -> Parsed
         bad_code=np.array([b[1] for b in bad], dtype=np.int8),
         bad_token=[b[2] for b in bad],
         bad_raw=[b[3] for b in bad],
+        n_clamped=clamped[0],
     )
 
 

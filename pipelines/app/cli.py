@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from pipelines.core.config import Config, load_config, load_dataset_spec
+from pipelines.core.config import Config, DatasetSpec, dataset_presets, load_config, load_dataset_spec
 from pipelines.core.errors import LtrError, UserError
 from pipelines.core.layout import Layout
 
@@ -301,7 +301,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             "chunk_bytes": "ingest.chunk_bytes",
         },
     )
-    spec = load_dataset_spec(cfg.dataset)
+    spec = _ingest_preset(args, cfg.dataset)
     line_spec(spec, cfg.ingest)  # feature count and label range, checked before Spark starts
     spark = _session(cfg)
     m = ingest(spark, args.src, args.out, spec, cfg.ingest)
@@ -315,6 +315,29 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         m["fingerprint"],
     )
     return 0
+
+
+def _ingest_preset(args: argparse.Namespace, configured: str) -> DatasetSpec:
+    """The dataset preset an ingest uses, said in one line: the one asked for (``--dataset``, ``--set
+    dataset=``, a ``--conf`` file), else the one the files look like, else the default config's."""
+    from pipelines.data.ingest import IngestError, detect_preset, discover
+
+    asked = args.dataset or args.conf or any(o.split("=", 1)[0].strip() == "dataset" for o in args.overrides)
+    try:
+        layout = discover(args.src)
+    except IngestError:
+        layout = None  # the ingest itself says what is wrong with --src
+    presets = dataset_presets()
+    found = detect_preset(layout, {n: p.n_features for n, p in presets.items()}) if layout else None
+    if asked or found is None:
+        name, how = configured, "as asked" if asked else "the default config's; nothing in the files names a preset"
+        if asked and found and found[0] != configured:
+            log.warning("the files look like dataset %s (%s), but dataset %s was asked for", found[0], found[1], name)
+    else:
+        name, how = found[0], f"detected from the {found[1]}"
+    spec = presets.get(name) or load_dataset_spec(name)  # an unknown name: ConfigError listing the known ones
+    log.info("dataset preset %s (%s): %s; conf/datasets/%s.yaml", name, how, spec.description, name)
+    return spec
 
 
 def cmd_difficulty(args: argparse.Namespace) -> int:

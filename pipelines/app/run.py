@@ -36,8 +36,10 @@ def run_study(cfg: Config, src: str | None = None) -> dict[str, Any]:
     from pipelines.core.session import build_session
     from pipelines.report.mlflow_view import ui_lines
     from pipelines.study import steps
+    from pipelines.study.design import check_preset_strategies
     from pipelines.tracking.runs import Tracker
 
+    check_preset_strategies(cfg)  # a curriculum the dataset cannot score is refused before any work
     layout = Layout.of(cfg)
     t0 = time.perf_counter()
     n = 6 if not src else 5

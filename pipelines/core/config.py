@@ -534,13 +534,21 @@ class DatasetSpec:
     n_features: int
     min_label: int = 0
     max_label: int = 4
-    bm25_feature: int = 0
-    pagerank_feature: int = 0
+    bm25_feature: int = 0  # 0: the dataset has none (the q_bm25 curriculum is refused)
+    pagerank_feature: int = 0  # 0: none (q_pagerank is refused)
     description: str = ""
+    download: str = ""  # where the set is published
+    layout: str = ""  # its published files, as `ltr ingest --src` finds them
+    absent: str = "zero"  # an absent feature of a sparse line: "zero" or "missing" (NaN; udfs.letor_parse)
+    overflow: str = "reject"  # a value beyond float32: "reject" (quarantined) or "clamp" (counted)
 
     def __post_init__(self) -> None:
         if self.n_features < 1:
             raise ConfigError(f"dataset {self.name}: n_features must be >= 1, got {self.n_features}")
+        if self.absent not in ("zero", "missing"):
+            raise ConfigError(f"dataset {self.name}: absent must be zero or missing, got {self.absent!r}")
+        if self.overflow not in ("reject", "clamp"):
+            raise ConfigError(f"dataset {self.name}: overflow must be reject or clamp, got {self.overflow!r}")
         if self.min_label > self.max_label:
             raise ConfigError(f"dataset {self.name}: min_label {self.min_label} > max_label {self.max_label}")
         for role in ("bm25_feature", "pagerank_feature"):
@@ -782,6 +790,11 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
         return from_dict(Config, data)
     except ConfigError as e:
         raise ConfigError(f"{p}: {e}") from None
+
+
+def dataset_presets() -> dict[str, DatasetSpec]:
+    """Every ``conf/datasets/<name>.yaml``, by name."""
+    return {p.stem: load_dataset_spec(p.stem) for p in sorted((conf_dir() / "datasets").glob("*.yaml"))}
 
 
 def load_dataset_spec(name: str) -> DatasetSpec:

@@ -55,7 +55,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.core.config import ConfigError, CurriculumConfig, DifficultyConfig
+from pipelines.core.config import STRATEGIES, ConfigError, CurriculumConfig, DifficultyConfig
 from pipelines.core.storage import atomic_output, read_json
 from pipelines.data.dataset import MANIFEST, Dataset, DatasetError, load_split, open_dataset
 from pipelines.data.difficulty import SUMMARY as DIFFICULTY_SUMMARY
@@ -106,15 +106,43 @@ def check_hrel_labels(labels: list[int], ds: Dataset) -> None:
         )
 
 
+#: The feature role (``Dataset.feature_roles``) each strategy ranks queries by.
+ROLE_OF = {"q_bm25": "bm25", "q_pagerank": "pagerank"}
+_ROLE_NAME = {"bm25": "BM25", "pagerank": "PageRank"}
+
+
+def supported_strategies(roles: dict[str, int]) -> list[str]:
+    """The strategies a dataset with these feature roles supports (0 or absent: it has no such feature)."""
+    return [s for s in STRATEGIES if s not in ROLE_OF or roles.get(ROLE_OF[s])]
+
+
+def check_roles(strategies: list[str], roles: dict[str, int], dataset: str) -> None:
+    """Refuse, in one line naming the preset, the strategies whose feature the dataset does not have."""
+    bad = [s for s in strategies if s not in supported_strategies(roles)]
+    if bad:
+        ok = [s for s in supported_strategies(roles) if s != "none"]
+        keep = ",".join(s for s in strategies if s in ok) or ",".join(ok)
+        needs = " and ".join(f"{s} ranks queries by {_ROLE_NAME[ROLE_OF[s]]}" for s in bad)
+        raise ConfigError(
+            f"{needs}, and dataset {dataset} (conf/datasets/{dataset}.yaml) has no such feature: "
+            f"it supports {', '.join(ok)} (e.g. --set grid.strategies=[{keep}])"
+        )
+
+
 def check_curriculum(
-    cfg: CurriculumConfig, ds: Dataset, empty_queries: str = DifficultyConfig.empty_queries
+    cfg: CurriculumConfig,
+    ds: Dataset,
+    empty_queries: str = DifficultyConfig.empty_queries,
+    roles: dict[str, int] | None = None,
 ) -> np.ndarray:
     """Check a curriculum's settings against the dataset (no Spark needed); return its stage shares.
 
     The settings themselves are checked where they are configured (:class:`pipelines.core.config.CurriculumConfig`;
     ``empty_queries`` by :class:`~pipelines.core.config.DifficultyConfig`, made here when it comes as a string);
-    what is left is what depends on the dataset (``hrel_labels`` against its label range).
+    what is left is what depends on the dataset (``hrel_labels`` against its label range; a strategy that ranks
+    by a feature the dataset lacks: ``roles``, default the manifest's, as the difficulty scores resolved them).
     """
+    check_roles([cfg.strategy], ds.feature_roles if roles is None else roles, ds.manifest.get("dataset", "?"))
     shares = shares_for(cfg)
     DifficultyConfig(empty_queries=empty_queries)  # the section's one check of the policy (ConfigError)
     if cfg.strategy == "l_hrel":
@@ -142,9 +170,9 @@ def build_curriculum(
     document are placed (see the module docstring)."""
     t0 = time.perf_counter()
     ds = open_dataset(data)
-    shares = check_curriculum(cfg, ds, empty_queries)
-    train_parts = ds.subsets(fold, "train")
     diff_meta = _read_json(difficulty, DIFFICULTY_SUMMARY)
+    shares = check_curriculum(cfg, ds, empty_queries, diff_meta.get("feature_roles"))
+    train_parts = ds.subsets(fold, "train")
     if diff_meta.get("dataset_fingerprint") != ds.fingerprint:
         raise DatasetError(
             f"{difficulty} was computed for another dataset (fingerprint "

@@ -47,11 +47,12 @@ class Roles:
 
 
 def resolve_roles(ds: Dataset, cfg: DifficultyConfig) -> Roles:
-    """Feature roles: the config's (flags) where set, else the ones recorded in the manifest."""
+    """Feature roles: the config's (flags) where set, else the ones recorded in the manifest; 0 where the
+    dataset has none (its scores are then NaN and the curriculum that needs them is refused)."""
     recorded = ds.feature_roles
     roles = Roles(cfg.bm25_feature or recorded.get("bm25", 0), cfg.pagerank_feature or recorded.get("pagerank", 0))
     for name, fid in (("bm25", roles.bm25), ("pagerank", roles.pagerank)):
-        if not 1 <= fid <= ds.n_features:
+        if fid and not 1 <= fid <= ds.n_features:
             raise DatasetError(
                 f"{ds.path}: no {name} feature id (got {fid}); pass --{name}-feature ID "
                 f"(1..{ds.n_features}) or set it in conf/datasets/<name>.yaml"
@@ -107,8 +108,9 @@ def content_fingerprint(scores: DataFrame) -> str:
 
 def difficulty_scores(spark: SparkSession, ds: Dataset, roles: Roles, spec: NdcgSpec) -> DataFrame:
     """Difficulty rows of every stored (subset, qid): a lazy DataFrame."""
-    bm25, pr = schema.feature_col(roles.bm25), schema.feature_col(roles.pagerank)
-    cols = list(dict.fromkeys([schema.SUBSET, schema.QID, schema.DOC, schema.LABEL, bm25, pr]))
+    bm25 = schema.feature_col(roles.bm25) if roles.bm25 else None
+    pr = schema.feature_col(roles.pagerank) if roles.pagerank else None
+    cols = list(dict.fromkeys([schema.SUBSET, schema.QID, schema.DOC, schema.LABEL, *(c for c in (bm25, pr) if c)]))
     df = spark.read.parquet(ds.path).select(*cols)
     return map_queries(
         df,
@@ -149,8 +151,8 @@ def run_difficulty(spark: SparkSession, data: str, out: str, cfg: DifficultyConf
             "rows": int(agg["rows"] or 0),
             "queries_without_relevant": int(agg["no_rel"] or 0),
             "queries_per_subset": dict(sorted(per_subset.items())),
-            "mean_ndcg_bm25": agg["bm25"],
-            "mean_ndcg_pagerank": agg["pagerank"],
+            "mean_ndcg_bm25": agg["bm25"] if roles.bm25 else None,  # None: the dataset has no such feature
+            "mean_ndcg_pagerank": agg["pagerank"] if roles.pagerank else None,
             "columns": DIFFICULTY_DDL,
         }
         if summary["rows"] != ds.manifest["rows"]:
@@ -158,15 +160,16 @@ def run_difficulty(spark: SparkSession, data: str, out: str, cfg: DifficultyConf
                 f"internal error: difficulty covered {summary['rows']} rows, the dataset has {ds.manifest['rows']}"
             )
         tmp.write_json(SUMMARY, summary)
+    means = [
+        f"{role} (f{fid}) {summary[f'mean_ndcg_{role.lower()}']:.4f}" if fid else f"no {role} feature"
+        for role, fid in (("BM25", roles.bm25), ("PageRank", roles.pagerank))
+    ]
     log.info(
-        "difficulty of %d queries (%d rows) in %.1f s: mean %s of BM25 (f%d) %.4f, PageRank (f%d) %.4f",
+        "difficulty of %d queries (%d rows) in %.1f s: mean %s of %s",
         summary["queries"],
         summary["rows"],
         time.perf_counter() - t0,
         spec.name,
-        roles.bm25,
-        summary["mean_ndcg_bm25"],
-        roles.pagerank,
-        summary["mean_ndcg_pagerank"],
+        ", ".join(means),
     )
     return summary

@@ -20,13 +20,13 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from pipelines.core import keys
-from pipelines.core.config import STRATEGIES, Config, ConfigError, CurriculumConfig
+from pipelines.core.config import STRATEGIES, Config, ConfigError, CurriculumConfig, load_dataset_spec
 from pipelines.core.layout import Layout
 from pipelines.core.storage import read_json
-from pipelines.data.curriculum import check_curriculum, stored_curriculum
+from pipelines.data.curriculum import check_curriculum, check_roles, stored_curriculum
 from pipelines.data.dataset import Dataset, DatasetError, open_dataset
 from pipelines.data.difficulty import SUMMARY as DIFFICULTY_SUMMARY
-from pipelines.data.difficulty import difficulty_inputs
+from pipelines.data.difficulty import difficulty_inputs, resolve_roles
 from pipelines.plan.paths import SEEDED, TrainingPath, parse_path, resolve
 from pipelines.plan.trie import DONE, Plan, build_plan, format_plan, states_of
 from pipelines.store.checkpoints import CheckpointStore
@@ -218,13 +218,29 @@ class FoldPlan:
         )
 
 
+def check_preset_strategies(cfg: Config) -> None:
+    """Before any work: the strategies of the curricula the grid trains on against the feature roles of the
+    configured preset (``dataset``, with ``difficulty.*_feature`` where set); a strategy that ranks by a
+    feature the preset lacks is refused in one line naming it (ConfigError, exit 2)."""
+    spec = load_dataset_spec(cfg.dataset)
+    roles = {
+        "bm25": cfg.difficulty.bm25_feature or spec.bm25_feature,
+        "pagerank": cfg.difficulty.pagerank_feature or spec.pagerank_feature,
+    }
+    names = curricula_needed(grid_children(cfg, 1))
+    check_roles(sorted({curriculum_config(cfg, n).strategy for n in names}), roles, cfg.dataset)
+
+
 def plan_fold(cfg: Config, ds: Dataset, fold: int) -> FoldPlan:
     """The plan of one fold from the config, the dataset's manifest and the curricula as built in the work
     directory (:func:`stored_curriculum_keys`): pure reads, no Spark."""
     children = grid_children(cfg, fold)
     names = curricula_needed(children)
     # checked against the dataset here, before any Spark work (hrel_labels, shares, the empty-query policy)
-    stages = {n: len(check_curriculum(curriculum_config(cfg, n), ds, cfg.difficulty.empty_queries)) for n in names}
+    roles = asdict(resolve_roles(ds, cfg.difficulty))  # a strategy needing a feature the dataset lacks: refused
+    stages = {
+        n: len(check_curriculum(curriculum_config(cfg, n), ds, cfg.difficulty.empty_queries, roles)) for n in names
+    }
     paths = [resolve(c.path, stages) for c in children]
     plan = build_plan(
         paths,

@@ -16,10 +16,12 @@ import yaml
 from pipelines.core.config import (
     Config,
     ConfigError,
+    DatasetSpec,
     ExtraCurriculum,
     GridConfig,
     SparkConfig,
     conf_dir,
+    dataset_presets,
     load_config,
     load_dataset_spec,
 )
@@ -217,8 +219,27 @@ def test_dataset_specs():
         110,
         130,
     )
-    with pytest.raises(ConfigError, match=r"unknown dataset 'nope'.*known datasets: letor4, mslr"):
+    with pytest.raises(
+        ConfigError, match=r"unknown dataset 'nope'.*known datasets: istella, istella-x, letor4, mslr, yahoo"
+    ):
         load_dataset_spec("nope")
+
+
+def test_the_larger_datasets_presets():
+    """Istella, Istella-X and Yahoo!: their published shapes, no BM25 or PageRank, Yahoo's absent features missing,
+    Istella's double-range sentinel clamped; every preset says where it is published and how its files lie."""
+    presets = dataset_presets()
+    shape = {
+        n: (p.n_features, p.min_label, p.max_label, p.bm25_feature, p.pagerank_feature) for n, p in presets.items()
+    }
+    assert shape["istella"] == shape["istella-x"] == (220, 0, 4, 0, 0)
+    assert shape["yahoo"] == (699, 0, 4, 0, 0)
+    assert (presets["yahoo"].absent, presets["yahoo"].overflow) == ("missing", "reject")
+    assert (presets["istella"].absent, presets["istella"].overflow) == ("zero", "clamp")
+    assert (presets["mslr"].absent, presets["mslr"].overflow) == ("zero", "reject")
+    assert all(p.download.startswith("https://") and p.layout and p.description for p in presets.values())
+    with pytest.raises(ConfigError, match=r"dataset x: absent must be zero or missing, got 'nan'"):
+        DatasetSpec(name="x", n_features=3, absent="nan")
 
 
 def test_spark_properties_pin_python_for_local():

@@ -237,3 +237,35 @@ def test_kernel_equals_reference_on_random_lines(seed):
         assert np.array_equal(np.ascontiguousarray(block.X[r]).view(np.uint32), row.view(np.uint32)), line
     assert n_skip == block.n_blank + block.n_comment
     assert len(good) + len(bad) + n_skip == len(lines)
+
+
+def test_absent_features_are_zero_or_missing_as_the_spec_says():
+    """Yahoo!'s sparse lines: an absent index is 0 by default and NaN with absent="missing"; a present 0 stays 0,
+    also in the row after a bad line (whose half-filled slot is reset to the spec's fill, not to 0) and in a row
+    that went through the slow path."""
+    text = "2 qid:1 2:0.5 5:0\n1 qid:1 1:1 3:x\n0 qid:2 4:1e-30 6:0.25\n"
+    zero, miss = SPEC6, LineSpec(n_features=6, absent="missing")
+    for spec, f in ((zero, 0.0), (miss, np.nan)):
+        block = parse_block(_buf(text), spec)
+        assert block.n_rows == 2 and block.n_bad == 1
+        np.testing.assert_array_equal(block.X[0], np.float32([f, 0.5, f, f, 0.0, f]))
+        np.testing.assert_array_equal(block.X[1], np.float32([f, f, f, 1e-30, f, 0.25]))
+    with pytest.raises(ValueError, match="absent must be one of zero, missing"):
+        LineSpec(n_features=6, absent="nan")
+
+
+def test_values_beyond_float32_are_rejected_or_clamped_and_counted():
+    """Istella writes double's largest value as a sentinel: quarantined by default, clamped to float32's largest
+    (sign kept, so its order among the values holds) and counted with overflow="clamp"."""
+    big = "1.79769313486e+308"
+    text = f"1 qid:1 1:{big} 2:-{big} 3:7\n0 qid:1 1:2\n"
+    rejected = parse_block(_buf(text), SPEC6)
+    assert (rejected.n_rows, rejected.n_bad, int(rejected.bad_code[0])) == (1, 1, E_VALUE_OVERFLOW)
+    clamp = LineSpec(n_features=6, overflow="clamp")
+    block = parse_block(_buf(text), clamp)
+    assert (block.n_rows, block.n_bad, block.n_clamped) == (2, 0, 2)
+    fmax = np.finfo(np.float32).max
+    np.testing.assert_array_equal(block.X[0][:3], np.float32([fmax, -fmax, 7]))
+    clamped = [0]
+    assert parse_line_reference(f"1 qid:1 1:{big}".encode(), clamp, clamped) == (1, 1, {1: np.float32(fmax)})
+    assert clamped == [1]

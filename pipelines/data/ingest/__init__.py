@@ -26,12 +26,13 @@ Steps (each one logged with counts and time):
 
 from __future__ import annotations
 
-from pipelines.data.ingest.discovery import IngestError, SourceFile, SourceLayout, discover
+from pipelines.data.ingest.discovery import IngestError, SourceFile, SourceLayout, detect_preset, discover
 from pipelines.data.ingest.job import ingest, line_spec
 from pipelines.data.ingest.manifest import FORMAT_VERSION
 from pipelines.data.ingest.quarantine import QUARANTINE_MARKER, quarantine_dir
 
 __all__ = [
+    "detect_preset",
     "FORMAT_VERSION",
     "IngestError",
     "QUARANTINE_MARKER",

@@ -1,5 +1,6 @@
 """Discovery: which LETOR text files an ingest reads and the subset each is stored as (an MSLR rotation
-``Fold*/``, a one-fold folder, or one file), and :class:`IngestError`, the package's error."""
+``Fold*/``, Istella's ``full/``, Yahoo's ``set1.*.txt``, a one-fold folder, or one file), which dataset
+preset the files look like (:func:`detect_preset`), and :class:`IngestError`, the package's error."""
 
 from __future__ import annotations
 
@@ -12,6 +13,12 @@ from pipelines.core.errors import UserError
 from udfs.uris import to_uri
 
 _FOLD_RE = re.compile(r"Fold(\d+)")
+_INDEX_RE = re.compile(rb"\s(\d+):")
+
+#: Yahoo! LTR Challenge set 1's published files -> split (set 2, when it lies beside them, is not read).
+YAHOO_FILES = {"set1.train.txt": "train", "set1.valid.txt": "vali", "set1.test.txt": "test"}
+#: Istella LETOR's published folder of the whole set (``sample/`` beside it is Istella-S).
+ISTELLA_DIR = "full"
 
 
 class IngestError(UserError):
@@ -32,7 +39,8 @@ class SourceFile:
 
 @dataclass(frozen=True)
 class SourceLayout:
-    """What ``--src`` holds: ``kind`` is "mslr" (Fold1..Fold5 complete), "folds", "one_fold" or "file"."""
+    """What ``--src`` holds: ``kind`` is "mslr" (Fold1..Fold5 complete), "folds", "istella" (``full/train.txt``,
+    ``full/test.txt``), "yahoo" (``set1.{train,valid,test}.txt``), "one_fold" (``train.txt`` ...) or "file"."""
 
     kind: str
     files: tuple[SourceFile, ...]
@@ -62,22 +70,66 @@ def discover(src: str) -> SourceLayout:
         return SourceLayout("mslr" if complete else "folds", tuple(files))
     if "train.txt" in entries:
         return SourceLayout("one_fold", tuple(_split_files(src, entries, "", 1, lambda split: split)))
+    full = entries.get(ISTELLA_DIR)
+    if full is not None and full.type == pafs.FileType.Directory:
+        inner = {e.base_name: e for e in fs.get_file_info(pafs.FileSelector(full.path))}
+        if "train.txt" in inner:
+            return SourceLayout("istella", tuple(_split_files(src, inner, f"{ISTELLA_DIR}/", 1, lambda split: split)))
+    if "set1.train.txt" in entries:
+        names = {split: name for name, split in YAHOO_FILES.items()}
+        return SourceLayout("yahoo", tuple(_split_files(src, entries, "", 1, lambda split: split, names)))
     raise IngestError(
-        f"--src {src}: no LETOR files found; expected Fold1..Fold5/ folders "
-        "(MSLR layout), or train.txt with optional vali.txt and test.txt, or a single file"
+        f"--src {src}: no LETOR files found; expected Fold1..Fold5/ folders (MSLR, LETOR 4.0), "
+        f"{ISTELLA_DIR}/train.txt and {ISTELLA_DIR}/test.txt (Istella), set1.train.txt, set1.valid.txt and "
+        "set1.test.txt (Yahoo!), train.txt with optional vali.txt and test.txt (Istella-X), or a single file"
     )
 
 
-def _split_files(src: str, entries: dict, prefix: str, fold: int, subset_name) -> list[SourceFile]:
+#: Layouts that name their dataset by themselves.
+_LAYOUT_PRESET = {"istella": "istella", "yahoo": "yahoo"}
+
+
+def detect_preset(layout: SourceLayout, presets: dict[str, int]) -> tuple[str, str] | None:
+    """The preset (``conf/datasets/<name>.yaml``) the files look like, and why; None when nothing says.
+
+    ``presets``: name -> feature count. Istella's ``full/`` and Yahoo's ``set1.*`` name their set; any
+    other layout is matched on the highest feature id of its first lines (MSLR 136, LETOR 4.0 46,
+    Istella-X 220), which a sparse file may not reach, so there it says nothing rather than guess.
+    """
+    names = ", ".join(f.name for f in layout.files[:3])
+    if layout.kind in _LAYOUT_PRESET:
+        return _LAYOUT_PRESET[layout.kind], f"{layout.kind} layout: {names}"
+    top = _highest_feature_id(layout.files[0])
+    matches = sorted(n for n, k in presets.items() if k == top and n not in _LAYOUT_PRESET.values())
+    if len(matches) == 1:
+        return matches[0], f"{layout.kind} layout ({names}) with feature ids up to {top}"
+    return None
+
+
+def _highest_feature_id(sf: SourceFile, nbytes: int = 1 << 20) -> int:
+    """The highest ``index:`` of the whole lines in the first ``nbytes`` of ``sf`` (0 if none)."""
+    fs, path = pafs.FileSystem.from_uri(sf.uri)
+    with fs.open_input_stream(path) as f:
+        head = f.read(nbytes)
+    if len(head) == nbytes:
+        head = head[: head.rfind(b"\n") + 1]
+    ids = [int(m) for line in head.splitlines() for m in _INDEX_RE.findall(line.split(b"#", 1)[0])]
+    return max(ids, default=0)
+
+
+def _split_files(
+    src: str, entries: dict, prefix: str, fold: int, subset_name, names: dict[str, str] | None = None
+) -> list[SourceFile]:
+    """The train (required), vali and test files among ``entries``: ``names`` maps split -> file name
+    (default ``<split>.txt``)."""
     root = to_uri(src).rstrip("/")
     out = []
     for split in ("train", "vali", "test"):
-        e = entries.get(f"{split}.txt")
+        fname = (names or {}).get(split, f"{split}.txt")
+        e = entries.get(fname)
         if e is None or e.type != pafs.FileType.File:
             if split == "train":
-                raise IngestError(f"--src {src}: {prefix}train.txt is missing")
+                raise IngestError(f"--src {src}: {prefix}{fname} is missing")
             continue
-        out.append(
-            SourceFile(f"{root}/{prefix}{split}.txt", f"{prefix}{split}.txt", e.size, fold, split, subset_name(split))
-        )
+        out.append(SourceFile(f"{root}/{prefix}{fname}", f"{prefix}{fname}", e.size, fold, split, subset_name(split)))
     return out

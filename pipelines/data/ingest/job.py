@@ -61,6 +61,8 @@ def _tasks(
                     max_label=spec.max_label,
                     strict=cfg.strict,
                     compression=cfg.compression,
+                    absent=spec.absent,
+                    overflow=spec.overflow,
                 )
             )
             cid += 1
@@ -120,7 +122,7 @@ def line_spec(dataset: DatasetSpec, cfg: IngestConfig) -> LineSpec:
             f"the labels of dataset {dataset.name} are {dataset.min_label}..{dataset.max_label}"
         )
     try:
-        return LineSpec(n_features=n, min_label=lo, max_label=hi)
+        return LineSpec(n_features=n, min_label=lo, max_label=hi, absent=dataset.absent, overflow=dataset.overflow)
     except ValueError as e:  # the IngestConfig / DatasetSpec checks catch these first
         raise IngestError(f"ingest of dataset {dataset.name}: {e}") from None
 
@@ -237,6 +239,9 @@ def _ingest_into(
         "n_features": spec.n_features,
         "label_range": [spec.min_label, spec.max_label],
         "feature_roles": {"bm25": dataset.bm25_feature, "pagerank": dataset.pagerank_feature},
+        # what an absent feature of a sparse line became, and values beyond float32 (udfs.letor_parse)
+        "absent_features": spec.absent,
+        "overflow": {"policy": spec.overflow, "values_clamped": sum(r.sum("n_clamped") for r in file_results)},
         "folds": folds,
         "subsets": subsets,
         "splits": split_stats(folds, subsets),
