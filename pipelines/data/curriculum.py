@@ -125,7 +125,7 @@ def check_roles(strategies: list[str], roles: dict[str, int], dataset: str) -> N
         needs = " and ".join(f"{s} ranks queries by {_ROLE_NAME[ROLE_OF[s]]}" for s in bad)
         raise ConfigError(
             f"{needs}, and dataset {dataset} (conf/datasets/{dataset}.yaml) has no such feature: "
-            f"it supports {', '.join(ok)} (e.g. --set grid.strategies=[{keep}])"
+            f"it supports {', '.join(ok)} (a grid: --set grid.strategies=[{keep}])"
         )
 
 
