@@ -55,6 +55,9 @@ DEPLOY_REQUIRES = [
     "psycopg[binary]>=3.1",
 ]
 
+# benchmarks/bench_scale.py: LightGBM's lambdarank side by side with ours (pip install -e ".[bench]")
+BENCH_REQUIRES = ["lightgbm>=4.5,<5"]
+
 setup(
     name="ltr-curriculum",
     version="0.1.0",
@@ -68,6 +71,11 @@ setup(
         ("share/ltr/jobs", glob("jobs/*.py")),  # spark-submit's scripts, found by pipelines.core.config.jobs_dir
     ],
     install_requires=INSTALL_REQUIRES,
-    extras_require={"test": TEST_REQUIRES, "airflow": AIRFLOW_REQUIRES, "deploy": DEPLOY_REQUIRES},
+    extras_require={
+        "test": TEST_REQUIRES,
+        "airflow": AIRFLOW_REQUIRES,
+        "deploy": DEPLOY_REQUIRES,
+        "bench": BENCH_REQUIRES,
+    },
     entry_points={"console_scripts": ["ltr = pipelines.app.cli:main"]},
 )

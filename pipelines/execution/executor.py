@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
@@ -149,6 +150,8 @@ def execute_plan(
     def callback(ev: dict[str, Any]) -> None:
         """Advance the progress display by one tree on each ``tree`` event, then pass ``ev`` to ``on_event``."""
         if ev.get("ev") == "tree":
+            # when the first tree of this call was done (epoch seconds): the wait a user sees before training moves
+            info.setdefault("first_tree_at", time.time())
             display.advance(1)
         if on_event is not None:
             on_event(ev)
