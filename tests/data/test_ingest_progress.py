@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from pipelines.core import progress
-from pipelines.core.config import IngestConfig, load_dataset_spec
+from pipelines.core.config import DifficultyConfig, IngestConfig, load_dataset_spec
+from pipelines.data.difficulty import run_difficulty
 from pipelines.data.ingest import ingest
+from udfs.metrics import NdcgSpec
 
 N_QUERIES, DOCS = 40, 10
 CHUNK = 1024  # ~20 tasks over the ~20 KB file
@@ -56,3 +58,17 @@ def test_ingest_shows_tasks_while_running_and_counted_rows_at_the_end(spark, tmp
         final,
     ), final  # rows counted by the tasks: no "~"
     assert spark.sparkContext.getLocalProperty(progress.JOB_GROUP) is None  # the job group is cleared again
+
+
+def test_difficulty_estimates_rows_from_the_manifest(spark, tmp_path, fast_progress):
+    src = _letor(tmp_path)
+    ds = tmp_path / "ds"
+    ingest(spark, str(src), str(ds), load_dataset_spec("mslr"), IngestConfig(n_features=6, chunk_bytes=CHUNK))
+    n_before = len(fast_progress())
+    cfg = DifficultyConfig(bm25_feature=1, pagerank_feature=2)
+    run_difficulty(spark, str(ds), str(tmp_path / "scores"), cfg, NdcgSpec())
+    lines = [line for line in fast_progress()[n_before:] if line.startswith("difficulty: ")]
+    assert lines, fast_progress()
+    assert re.fullmatch(
+        r"difficulty: (\d+)/\1 tasks \(100%\) in \d+ s, ~400 rows, [\d.]+ tasks/s, ~[\d,]+ rows/s", lines[-1]
+    ), lines
