@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -33,11 +34,13 @@ def _spark_type(t: pa.DataType) -> str:
 TASK_DDL = ", ".join(f"{f.name} {_spark_type(f.type)}" for f in TASK_SCHEMA)
 
 
-def run_chunk_tasks(spark: SparkSession, tasks: list[ChunkTask]) -> pa.Table:
+def run_chunk_tasks(spark: SparkSession, tasks: list[ChunkTask], counters: tuple[Any, Any] | None = None) -> pa.Table:
     """Run every task on the cluster; return one metadata row per task (``TASK_SCHEMA``).
 
     An exception inside a task does not fail the Spark job: it comes back in the
     ``error`` column, so the driver can name the file and byte range.
+    ``counters``: two Spark accumulators (classic Spark only) that each finished task adds
+    its text bytes and its rows to, so the driver can show progress while the job runs.
     """
     if not tasks:
         return TASK_SCHEMA.empty_table()
@@ -59,6 +62,9 @@ def run_chunk_tasks(spark: SparkSession, tasks: list[ChunkTask]) -> pa.Table:
                 try:
                     row = run_chunk(task)
                     row["error"] = None
+                    if counters is not None:
+                        counters[0].add(row["end"] - row["begin"])
+                        counters[1].add(row["n_rows"])
                 except Exception as exc:  # reported by the driver with file and range
                     row = {f.name: None for f in TASK_SCHEMA}
                     row["chunk_id"] = task.chunk_id

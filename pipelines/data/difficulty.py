@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 
 from pipelines.core.config import DifficultyConfig
 from pipelines.core.keys import difficulty_key, rows_fingerprint
+from pipelines.core.progress import spark_progress
 from pipelines.core.storage import atomic_output
 from pipelines.data.dataset import Dataset, DatasetError, open_dataset
 from udfs import schema
@@ -128,7 +129,8 @@ def run_difficulty(spark: SparkSession, data: str, out: str, cfg: DifficultyConf
     roles = resolve_roles(ds, cfg)
     with atomic_output(out, SUMMARY) as tmp:
         scores = difficulty_scores(spark, ds, roles, spec)
-        scores.write.mode("overwrite").parquet(tmp.uri)  # tmp is ours and still empty
+        with spark_progress(spark, "difficulty", rows=int(ds.manifest["rows"])):  # tasks done, ~rows/s
+            scores.write.mode("overwrite").parquet(tmp.uri)  # tmp is ours and still empty
         written = spark.read.parquet(f"{tmp.uri}/part-*")  # a glob: Spark warns on reading a hidden directory
         agg = written.agg(
             F.count("*").alias("queries"),

@@ -34,6 +34,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from pipelines.core.progress import rate_and_left
+
 log = logging.getLogger(__name__)
 
 Callback = Callable[[dict[str, Any]], None]
@@ -199,8 +201,10 @@ class ProgressDisplay:
         head = f"{self.label}: {self.done}/{self.total} trees"
         if self._first is None or self.done == self._start_done:  # no rate from fewer than two trees
             return head
-        rate = (self.done - self._start_done) / max(time.perf_counter() - self._first, 1e-9)
-        return f"{head} ({rate:.1f} trees/s, about {(self.total - self.done) / rate:.0f} s left)"
+        rate, left = rate_and_left(
+            self.done - self._start_done, self.total - self._start_done, max(time.perf_counter() - self._first, 1e-9)
+        )
+        return f"{head} ({rate:.1f} trees/s, about {left:.0f} s left)"
 
     def close(self) -> None:
         """Close the tqdm bar, or log the final :meth:`line` when there is none."""

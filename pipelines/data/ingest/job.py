@@ -11,6 +11,7 @@ import pyarrow.fs as pafs
 from pyspark.sql import SparkSession
 
 from pipelines.core.config import DatasetSpec, IngestConfig
+from pipelines.core.progress import spark_context, spark_progress
 from pipelines.core.storage import OutputError, atomic_output, delete_quietly
 from pipelines.data.dataset import MANIFEST, MSLR_ROTATION
 from pipelines.data.ingest.checks import (
@@ -73,8 +74,19 @@ def _run(
     spark: SparkSession, files: list[SourceFile], modes: dict[str, str], tmp: str, spec: LineSpec, cfg: IngestConfig
 ) -> dict[str, FileResult]:
     tasks = _tasks(files, modes, tmp, spec, cfg)
+    n_bytes = sum(f.size for f in files)
+    sc = spark_context(spark)  # None on Spark Connect: no accumulators, no progress
+    counters = (sc.accumulator(0), sc.accumulator(0)) if sc is not None else None
     t0 = time.perf_counter()
-    table = run_chunk_tasks(spark, tasks)
+    with spark_progress(
+        spark,
+        "ingest",
+        total=n_bytes,
+        unit="MB",
+        scale=1e6,
+        counted=(lambda: (counters[0].value, counters[1].value)) if counters is not None else None,
+    ):
+        table = run_chunk_tasks(spark, tasks, counters)
     rows = {r["chunk_id"]: r for r in table.to_pylist()}
     by_task = {t.chunk_id: t for t in tasks}
     for cid in sorted(rows):
@@ -88,7 +100,6 @@ def _run(
     out = {f.uri: FileResult(f, []) for f in files}
     for cid in sorted(rows):
         out[by_task[cid].source].rows.append(rows[cid])
-    n_bytes = sum(f.size for f in files)
     dt = time.perf_counter() - t0
     busy = [r["seconds"] for r in rows.values()]
     log.info(
