@@ -20,7 +20,14 @@ import sys
 import time
 from collections.abc import Callable
 
-from pipelines.core.config import Config, DatasetSpec, dataset_presets, load_config, load_dataset_spec
+from pipelines.core.config import (
+    GENERATE_SHAPES,
+    Config,
+    DatasetSpec,
+    dataset_presets,
+    load_config,
+    load_dataset_spec,
+)
 from pipelines.core.errors import LtrError, UserError
 from pipelines.core.layout import Layout
 
@@ -52,9 +59,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ltr", description="Curriculum and continuation learning-to-rank on Spark.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    p = sub.add_parser("generate", help="write a synthetic MSLR-shaped dataset (LETOR text, 5 folds)")
+    p = sub.add_parser("generate", help="write a synthetic LETOR dataset shaped like MSLR-WEB30K, Istella or Yahoo")
     p.add_argument("--out", help="output folder (default: <work_dir>/letor)")
-    p.add_argument("--queries", type=int, help="number of queries (MSLR-WEB30K: 31531)")
+    p.add_argument(
+        "--shape",
+        choices=GENERATE_SHAPES,
+        help="the real dataset whose layout, features and labels to mimic (default: mslr: Fold1..Fold5; "
+        "istella: full/{train,test}.txt; yahoo: set1.{train,valid,test}.txt)",
+    )
+    p.add_argument("--queries", type=int, help="number of queries (MSLR-WEB30K: 31531, Istella: 33018, Yahoo: 29921)")
     p.add_argument("--seed", type=int, help="random seed (same seed, same files)")
     p.add_argument("--workers", type=int, help="processes (default: one per core)")
     _common(p)
@@ -276,13 +289,23 @@ def _session(cfg: Config):
 
 # ------------------------------------------------------------ commands
 def cmd_generate(args: argparse.Namespace) -> int:
-    """``ltr generate``: synthetic MSLR-shaped LETOR files (default folder ``<work_dir>/letor``); exit code 0."""
+    """``ltr generate``: synthetic LETOR files shaped like ``--shape``'s dataset (default folder
+    ``<work_dir>/letor``); exit code 0."""
     from pipelines.data.generate import generate
 
-    cfg = resolve_config(args, {"queries": "generate.queries", "seed": "generate.seed", "workers": "generate.workers"})
+    cfg = resolve_config(
+        args,
+        {
+            "queries": "generate.queries",
+            "seed": "generate.seed",
+            "workers": "generate.workers",
+            "shape": "generate.shape",
+        },
+    )
     out = args.out or Layout.of(cfg).letor
-    s = generate(out, cfg.generate.queries, cfg.generate.seed, cfg.generate.workers)
-    log.info("wrote %s: %d queries, %d rows", s.out, s.queries, s.rows)
+    g = cfg.generate
+    s = generate(out, g.queries, g.seed, g.workers, g.shape)
+    log.info("wrote %s: %d %s-shaped queries, %d rows", s.out, s.queries, s.shape, s.rows)
     return 0
 
 

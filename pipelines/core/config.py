@@ -71,13 +71,25 @@ class SparkConfig:
     conf: dict[str, str] = field(default_factory=dict)
 
 
+#: Shapes of synthetic data ``ltr generate`` writes (:mod:`pipelines.data.generate`): each the layout, feature
+#: count and label range of a real dataset (MSLR-WEB30K, Istella LETOR, Yahoo! LTR Challenge set 1).
+GENERATE_SHAPES = ("mslr", "istella", "yahoo")
+
+
 @dataclass(frozen=True)
 class GenerateConfig:
-    """Synthetic MSLR-shaped data (:mod:`pipelines.data.generate`)."""
+    """Synthetic LETOR data (:mod:`pipelines.data.generate`) shaped like ``shape``'s real dataset."""
 
     queries: int = 600
     seed: int = 2018
     workers: int = 0  # processes; 0 = one per CPU core
+    shape: str = "mslr"
+
+    def __post_init__(self) -> None:
+        if self.shape not in GENERATE_SHAPES:
+            raise ConfigError(
+                f"generate.shape (--shape) must be one of {', '.join(GENERATE_SHAPES)}, got {self.shape!r}"
+            )
 
 
 @dataclass(frozen=True)

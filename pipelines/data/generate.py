@@ -1,9 +1,10 @@
-"""``ltr generate``: a synthetic dataset that looks like an MSLR-WEB30K download.
+"""``ltr generate``: a synthetic dataset that looks like an MSLR-WEB30K download (or, with ``shape``, like
+Istella LETOR or Yahoo! LTR Challenge set 1: :mod:`pipelines.data.shapes`).
 
 Output: ``Fold1..Fold5/{train,vali,test}.txt`` in LETOR text, the five-subset
 rotation of MSLR.md (Fold1 test = S5, Fold2 test = S1, ...), plus
-``generate.json`` describing the run. The same ingest path serves it and the
-real data.
+``generate.json`` describing the run (shape, feature count, label range, files).
+The same ingest path serves it and the real data.
 
 The model, per query and document:
 
@@ -36,15 +37,19 @@ import logging
 import os
 import shutil
 import time
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Generator
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipelines.core.config import GENERATE_SHAPES
 from pipelines.core.storage import atomic_file, write_file_atomic
+from pipelines.data import shapes
 from pipelines.data.dataset import MSLR_ROTATION
 
 log = logging.getLogger(__name__)
@@ -77,7 +82,8 @@ _STREAM_BOOST = np.array([1.0, 3.0, 8.0, 5.0])
 
 @dataclass(frozen=True)
 class GenerateSummary:
-    """What ``generate`` wrote."""
+    """What ``generate`` wrote. ``subset_rows`` / ``subset_queries``: per MSLR subset S1..S5, or per file of the
+    other shapes."""
 
     out: str
     queries: int
@@ -86,6 +92,10 @@ class GenerateSummary:
     subset_rows: dict[str, int]
     subset_queries: dict[str, int]
     seconds: float
+    shape: str = "mslr"
+    n_features: int = N_FEATURES
+    labels: tuple[int, int] = (0, 4)
+    files: tuple[str, ...] = field(default_factory=tuple)
 
 
 # ------------------------------------------------------------- the model
@@ -249,13 +259,23 @@ def _write_subset(args: tuple[str, int, np.ndarray, np.ndarray, int]) -> tuple[i
     return rows, int(qids.size)
 
 
-def generate(out: str, queries: int, seed: int, workers: int = 0) -> GenerateSummary:
-    """Write an MSLR-shaped dataset of ``queries`` queries under ``out``.
+def generate(out: str, queries: int, seed: int, workers: int = 0, shape: str = "mslr") -> GenerateSummary:
+    """Write a dataset of ``queries`` queries shaped like ``shape``'s under ``out``.
 
-    Each subset S1..S5 is generated once, as the test file of its fold; the
+    MSLR: each subset S1..S5 is generated once, as the test file of its fold; the
     vali files are hard links to those (copies where links are not possible) and
-    the train files are the concatenation of their three subsets.
+    the train files are the concatenation of their three subsets. Other shapes:
+    :func:`generate_shape`.
+
+    Raises
+    ------
+    ValueError
+        An unknown shape, or fewer queries than the shape writes files.
     """
+    if shape not in GENERATE_SHAPES:
+        raise ValueError(f"unknown shape {shape!r}: choose one of {', '.join(GENERATE_SHAPES)}")
+    if shape != "mslr":
+        return generate_shape(out, queries, seed, workers, shape)
     t0 = time.perf_counter()
     qid, n_docs, subset = query_plan(queries, seed)
     root = Path(out)
@@ -286,20 +306,103 @@ def generate(out: str, queries: int, seed: int, workers: int = 0) -> GenerateSum
         subset_rows={f"S{k + 1}": done[k][0] for k in range(5)},
         subset_queries={f"S{k + 1}": done[k][1] for k in range(5)},
         seconds=round(time.perf_counter() - t0, 2),
+        files=tuple(f"Fold{f}/{s}.txt" for f in MSLR_ROTATION for s in ("train", "vali", "test")),
     )
-    write_file_atomic(
-        str(root / RECORD),
-        json.dumps(
-            {
-                **summary.__dict__,
-                "generator": "ltr generate (MSLR-shaped synthetic data)",
-                "n_features": N_FEATURES,
-                "label_thresholds": LABEL_THRESHOLDS.tolist(),
-            },
-            indent=2,
-        ).encode(),
+    _record(summary, {"generator": "ltr generate (MSLR-shaped synthetic data)"})
+    return summary
+
+
+def _record(summary: GenerateSummary, extra: dict) -> None:
+    """``generate.json``: the summary (shape, n_features, labels, files included) and the shape's details."""
+    body = {**summary.__dict__, "label_thresholds": LABEL_THRESHOLDS.tolist(), **extra}
+    write_file_atomic(str(Path(summary.out) / RECORD), json.dumps(body, indent=2).encode())
+    log.info(
+        "generated %d %s-shaped queries, %d rows under %s in %.1f s",
+        summary.queries,
+        summary.shape,
+        summary.rows,
+        summary.out,
+        summary.seconds,
     )
-    log.info("generated %d queries, %d rows under %s in %.1f s", queries, summary.rows, out, summary.seconds)
+
+
+# ---------------------------------------------------- Istella and Yahoo
+def _shape_batch(job: tuple[str, int, int, int, np.ndarray, np.ndarray]) -> bytes:
+    """One batch's text, in a worker process."""
+    return bytes(shapes.batch_text(*job))
+
+
+def _texts(jobs: list, workers: int) -> Generator[bytes | memoryview, None, None]:
+    """The batches' texts in order; with several workers at most ``2 * workers`` batches in flight."""
+    if workers <= 1:
+        for job in jobs:
+            yield shapes.batch_text(*job)
+        return
+    with ProcessPoolExecutor(workers) as pool:
+        pending: deque[Future] = deque()
+        it = iter(jobs)
+        for job in it:
+            pending.append(pool.submit(_shape_batch, job))
+            if len(pending) >= 2 * workers:
+                break
+        while pending:
+            text = pending.popleft().result()
+            for job in it:
+                pending.append(pool.submit(_shape_batch, job))
+                break
+            yield text
+
+
+def generate_shape(out: str, queries: int, seed: int, workers: int, shape: str) -> GenerateSummary:
+    """Write ``queries`` queries shaped like ``shape`` (``istella`` or ``yahoo``, :mod:`pipelines.data.shapes`)
+    under ``out``, in the real dataset's layout.
+
+    Each file's queries (in qid order) are cut into batches of about ``spec.batch_rows`` rows, each with its own
+    seed; the batches are made by ``workers`` processes (0 = one per core) and written in order, a few in flight
+    at a time, so the bytes do not depend on ``workers`` and the memory does not grow with ``queries``.
+    """
+    t0 = time.perf_counter()
+    spec = shapes.SHAPES[shape]
+    qid, n_docs, file = shapes.query_plan(spec, queries, seed)
+    jobs = []
+    for k in range(len(spec.files)):
+        sel = file == k
+        q, n = qid[sel], n_docs[sel]
+        edges = shapes.batches(n, spec.batch_rows)
+        jobs += [(shape, seed, k, b, q[s:e], n[s:e]) for b, (s, e) in enumerate(zip(edges[:-1], edges[1:]))]
+    n_workers = min(len(jobs), workers or os.cpu_count() or 1)
+    texts = _texts(jobs, n_workers)
+    root = Path(out)
+    try:
+        for k, name in enumerate(spec.files):
+            with atomic_file(str(root / name)) as fh:
+                for _ in range(sum(1 for j in jobs if j[2] == k)):
+                    fh.write(next(texts))
+    finally:
+        texts.close()  # shuts the pool down
+    names = [Path(f).name.removesuffix(".txt") for f in spec.files]
+    summary = GenerateSummary(
+        out=str(root),
+        queries=queries,
+        rows=int(n_docs.sum()),
+        seed=seed,
+        subset_rows={names[k]: int(n_docs[file == k].sum()) for k in range(len(names))},
+        subset_queries={names[k]: int((file == k).sum()) for k in range(len(names))},
+        seconds=round(time.perf_counter() - t0, 2),
+        shape=shape,
+        n_features=spec.n_features,
+        labels=(0, spec.max_label),
+        files=spec.files,
+    )
+    model = shapes.feature_model(shape)
+    extra: dict = {
+        "generator": f"ltr generate ({shape}-shaped synthetic data, pipelines.data.shapes)",
+        "label_shares": list(spec.label_shares),
+        "label_thresholds": model.thresholds.tolist(),
+    }
+    if shape == "istella":
+        extra["sentinel"] = {"text": shapes.SENTINEL, "features": shapes.ISTELLA_SENTINEL_FEATURES.tolist()}
+    _record(summary, extra)
     return summary
 
 

@@ -14,7 +14,7 @@ None of them writes a freshness expression of its own.
 ========== ================================== ========================================== ======================
 step       inputs                             key                                        fresh when
 ========== ================================== ========================================== ======================
-generate   queries, seed                      ``keys.make_key("generate")``              ``letor/generate.json``
+generate   queries, seed, shape               ``keys.make_key("generate")``              ``letor/generate.json``
                                                                                          records them
 ingest     source listing (names, sizes,      :func:`pipelines.core.keys.ingest_key`     ``_ingest_key.json``
            mtimes), ingest and dataset                                                   holds the key and the
@@ -70,18 +70,18 @@ class StepState:
 
 # ------------------------------------------------------------ generate
 def generate_inputs(cfg: Config) -> dict[str, Any]:
-    """What determines the generated LETOR text: the number of queries and the seed (not the workers)."""
-    return {"queries": cfg.generate.queries, "seed": cfg.generate.seed}
+    """What determines the generated LETOR text: the number of queries, the seed and the shape (not the workers)."""
+    return {"queries": cfg.generate.queries, "seed": cfg.generate.seed, "shape": cfg.generate.shape}
 
 
 def generate_state(cfg: Config, out: str | None = None) -> StepState:
     """Generated text at ``out`` (default ``<work_dir>/letor``) is fresh when its ``generate.json`` records this
-    config's queries and seed."""
+    config's queries, seed and shape (a record from before shapes existed is an MSLR one)."""
     out = out or Layout.of(cfg).letor
     inputs = generate_inputs(cfg)
     try:
         with open(os.path.join(out, GENERATE_RECORD)) as f:
-            done = json.load(f)
+            done = {"shape": "mslr", **json.load(f)}
     except (OSError, ValueError):
         done = {}
     fresh = all(done.get(k) == v for k, v in inputs.items())
@@ -103,7 +103,8 @@ def run_generate(cfg: Config, out: str | None = None) -> StepState:
     log.info("%s", state.describe())
     if not state.fresh:
         forget_generate(state)
-        generate(state.output, cfg.generate.queries, cfg.generate.seed, cfg.generate.workers)
+        g = cfg.generate
+        generate(state.output, g.queries, g.seed, g.workers, g.shape)
     return state
 
 
