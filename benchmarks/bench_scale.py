@@ -138,7 +138,7 @@ def _train(model: Path, t0: float, trees: int) -> dict[str, Any]:
         r["per_tree_s"] = round((w.get("boost", 0.0) + w.get("objective", 0.0)) / w["trees"], 4)
     r["worker"] = {k: round(v, 3) if isinstance(v, float) else v for k, v in w.items() if isinstance(v, int | float)}
     r["job_seconds"] = round(job.get("seconds", 0.0), 2)
-    r["final_test_ndcg"] = s["final"].get("test_ndcg@10")
+    r["final_test"] = next((v for k, v in s["final"].items() if k.startswith("test_")), None)
     return r
 
 
