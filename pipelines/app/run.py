@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from pipelines.core.config import Config
+from pipelines.core.config import Config, ConfigError
 from pipelines.core.layout import Layout
 
 log = logging.getLogger("ltr")
@@ -39,6 +39,11 @@ def run_study(cfg: Config, src: str | None = None) -> dict[str, Any]:
     from pipelines.study.design import check_preset_strategies
     from pipelines.tracking.runs import Tracker
 
+    if not src and cfg.generate.shape != "mslr" and cfg.dataset != cfg.generate.shape:
+        raise ConfigError(
+            f"generate.shape={cfg.generate.shape} writes {cfg.generate.shape}-shaped data, read with the dataset "
+            f"preset of that name: add --set dataset={cfg.generate.shape} (the config says dataset={cfg.dataset})"
+        )
     check_preset_strategies(cfg)  # a curriculum the dataset cannot score is refused before any work
     layout = Layout.of(cfg)
     t0 = time.perf_counter()
@@ -46,7 +51,9 @@ def run_study(cfg: Config, src: str | None = None) -> dict[str, Any]:
     step = iter(range(1, n + 1))
     if not src:
         src = layout.letor
-        log.info("[%d/%d] generate %d MSLR-shaped queries -> %s", next(step), n, cfg.generate.queries, src)
+        log.info(
+            "[%d/%d] generate %d %s-shaped queries -> %s", next(step), n, cfg.generate.queries, cfg.generate.shape, src
+        )
         steps.run_generate(cfg, src)
     spark = build_session(cfg.spark)
     data = layout.run_dataset  # `ltr run` never writes over a dataset named elsewhere (grid.data)

@@ -48,7 +48,7 @@ INPUTS: dict[str, tuple[str, ...]] = {
     # what the Airflow DAG ingested a dataset from (its ingest? task): the source's listing (names, sizes,
     # modification times), the output, the ingest and dataset settings and the ingest's format version
     "ingest": ("src", "files", "out", "ingest", "dataset", "format_version"),
-    "generate": ("queries", "seed"),
+    "generate": ("queries", "seed", "shape"),
     # per-query difficulty scores (pipelines.data.difficulty)
     "difficulty": ("dataset", "roles", "settings", "metric", "code"),
     # a curriculum's build: its settings, the fold, the difficulty inputs, and the scores' own content

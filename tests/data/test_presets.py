@@ -128,3 +128,18 @@ def test_a_study_is_refused_before_any_work_when_a_strategy_needs_a_missing_feat
     msg = str(err.value)
     assert refused in msg and f"dataset {dataset} (conf/datasets/{dataset}.yaml)" in msg and "\n" not in msg
     assert "(a grid: --set grid.strategies=[" in msg
+
+
+def test_ltr_run_refuses_a_shape_read_with_another_preset_and_a_strategy_the_preset_lacks(tmp_path):
+    """Both before any work (no Spark session, nothing written); the shape is in the generate step's key."""
+    from pipelines.app.run import run_study
+    from pipelines.study.steps import generate_state
+
+    base = [f"work_dir={json.dumps(str(tmp_path / 'w'))}", "generate.shape=yahoo"]
+    with pytest.raises(ConfigError, match=r"generate.shape=yahoo writes yahoo-shaped data.*--set dataset=yahoo"):
+        run_study(load_config(None, base))
+    with pytest.raises(ConfigError, match=r"q_bm25 ranks queries by BM25 and q_pagerank ranks queries by PageRank"):
+        run_study(load_config(None, [*base, "dataset=yahoo"]))
+    assert not (tmp_path / "w").exists()
+    mslr = load_config(None, ["generate.queries=600", "generate.seed=2018"])
+    assert generate_state(load_config(None, base), str(tmp_path)).key != generate_state(mslr, str(tmp_path)).key
