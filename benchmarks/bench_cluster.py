@@ -30,10 +30,13 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from benchmarks.bench_parallel import standalone
+from pipelines.core.proctree import tree_memory
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,7 +45,18 @@ def ltr(*args: str) -> list[str]:
     return [sys.executable, "-m", "pipelines.app.cli", *args]
 
 
-def train(master: str, data: Path, work: Path, trees: int, env: dict[str, str]) -> dict[str, float]:
+def train(
+    master: str,
+    data: Path,
+    work: Path,
+    trees: int,
+    env: dict[str, str],
+    workers: int = 2,
+    nthread: int = 1,
+    watch: list[int] | None = None,
+) -> dict[str, Any]:
+    """One ``ltr train`` and its figures; ``watch``: pids (the standalone workers) whose process trees' peak
+    memory (summed RSS: the worker JVM, its executor JVM and the executor's Python workers) is sampled."""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     cmd = ltr(
@@ -56,9 +70,9 @@ def train(master: str, data: Path, work: Path, trees: int, env: dict[str, str]) 
         "--path",
         f"lambdamart:{trees}",
         "--workers",
-        "2",
+        str(workers),
         "--nthread",
-        "1",
+        str(nthread),
         "--out",
         str(work / "model"),
         "--set",
@@ -66,9 +80,23 @@ def train(master: str, data: Path, work: Path, trees: int, env: dict[str, str]) 
         "--set",
         "spark.conf={spark.executor.memory: 2g}",
     )
+    peaks = [0] * len(watch or [])
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.2):
+            for i, pid in enumerate(watch or []):
+                peaks[i] = max(peaks[i], tree_memory(pid)["tree"])
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     t0 = time.perf_counter()
-    with open(work / "ltr.log", "w") as log:
-        subprocess.run(cmd, check=True, env=env, cwd=ROOT, stderr=log)
+    try:
+        with open(work / "ltr.log", "w") as log:
+            subprocess.run(cmd, check=True, env=env, cwd=ROOT, stderr=log)
+    finally:
+        done.set()
+        sampler.join()
     wall = time.perf_counter() - t0
     doc = json.loads((work / "model" / "_train.json").read_text())
     job = doc["training"]["jobs"][0]
@@ -80,7 +108,10 @@ def train(master: str, data: Path, work: Path, trees: int, env: dict[str, str]) 
         "trees_seconds_per_tree": round((rank0["boost"] + rank0["objective"]) / rank0["trees"], 4),
         "eval_seconds_per_tree": round(rank0["eval"] / rank0["trees"], 4),
         "final_test": doc["final"]["test_ndcg_at_10"],
+        "rows_per_worker": [t["rows"] for t in job["worker_timings"]],
     }
+    if watch:
+        out["peak_per_worker_gib"] = [round(p / 2**30, 2) for p in peaks]
     print(f"{work.name}: {out}", file=sys.stderr, flush=True)
     return out
 
@@ -91,6 +122,13 @@ def main() -> int:
     ap.add_argument("--queries", type=int, default=2000)
     ap.add_argument("--trees", type=int, default=40)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--data", help="an ingested dataset to train on (default: one generated under --work)")
+    ap.add_argument(
+        "--one-worker",
+        action="store_true",
+        help="compare the two standalone workers with ONE local worker of 2 threads (the trees must not depend on "
+        "the number of workers) instead of local[2]'s two; with each standalone worker's peak memory",
+    )
     args = ap.parse_args()
     work = Path(args.work).absolute()
     env = {
@@ -99,7 +137,7 @@ def main() -> int:
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
     }
-    data = work / "data" / "dataset"
+    data = Path(args.data).absolute() if args.data else work / "data" / "dataset"
     if not (data / "_manifest.json").is_file():
         letor = work / "data" / "letor"
         subprocess.run(
@@ -114,13 +152,20 @@ def main() -> int:
     url = cluster.url
     runs: dict[str, list[dict[str, float]]] = {"standalone": [], "local2": []}
     try:
+        watch = [p.pid for p in cluster.procs[1:]] if args.one_worker else None
         for i in range(args.repeats):
-            runs["standalone"].append(train(url, data, work / f"standalone-{i}", args.trees, env))
-            runs["local2"].append(train("local[2]", data, work / f"local2-{i}", args.trees, env))
+            runs["standalone"].append(train(url, data, work / f"standalone-{i}", args.trees, env, watch=watch))
+            if args.one_worker:
+                runs["local2"].append(train("local[2]", data, work / f"local2-{i}", args.trees, env, 1, 2))
+            else:
+                runs["local2"].append(train("local[2]", data, work / f"local2-{i}", args.trees, env))
     finally:
         cluster.stop()
     models = {side: (work / f"{side}-0" / "model" / "model.json").read_text() for side in runs}
-    med = {side: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for side, rs in runs.items()}
+    med = {
+        side: {k: statistics.median(r[k] for r in rs) for k in rs[0] if isinstance(rs[0][k], int | float)}
+        for side, rs in runs.items()
+    }
     out = {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "rows": manifest["rows"],
