@@ -73,6 +73,7 @@ def _predict(model: bytes, X: np.ndarray, trees: int | None = None) -> np.ndarra
     return b.predict(xgb.DMatrix(X), output_margin=True, iteration_range=(0, trees or b.num_boosted_rounds()))
 
 
+@pytest.mark.heavy
 def test_prefix_property_and_global_tree_count(local_data):
     paths = [parse_path("mse:6,lambdamart:8", "cm"), parse_path("mse:6", "prefix")]
     res, _ = train_plan(local_data, build_plan(paths), _settings())
@@ -88,6 +89,7 @@ def test_prefix_property_and_global_tree_count(local_data):
     assert cm.vali[5] == prefix.vali[-1]  # per-stage metrics kept apart, same at the switch point
 
 
+@pytest.mark.heavy
 def test_prefix_reuse_gives_the_same_models_as_separate_training(local_data):
     s = _settings()
     grid = [parse_path(f"mse:{t},lambdamart:{12 - t}", f"MSE-{t}") for t in (3, 6, 9)]
@@ -412,6 +414,7 @@ def test_ltr_train_cli(spark, coarse_dataset, tmp_path, capsys):
     assert "segment 'mse200' is not OBJECTIVE[@DATA][~SEED]:TREES" in capsys.readouterr().err
 
 
+@pytest.mark.heavy
 def test_concatenated_model_says_what_was_trained_and_round_trips_through_mlflow(local_data, tmp_path):
     """A real two-stage model: its metadata names each stage (not a constant rank:ndcg), and
     mlflow.xgboost gives back a model that predicts the same margins and the same final NDCG."""

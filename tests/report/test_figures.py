@@ -160,6 +160,7 @@ def test_forest_plot_colours_follow_the_primary_test(drawn):
     assert ticks == ["MSE-t (continuation)", "MSE-2", "MSE-4", "q_nrel", "q_nrel-2"]  # a heading per strategy
 
 
+@pytest.mark.heavy
 def test_forest_plot_of_27_systems_grows_with_the_rows(drawn):
     many = forest_plot(_grid_comparisons(27), "randomisation", "NDCG@10")
     _is_png_and_pdf(many)
@@ -180,6 +181,7 @@ def test_forest_plot_of_27_systems_grows_with_the_rows(drawn):
     assert drawn[-2].get_size_inches()[1] >= 0.2 * 27
 
 
+@pytest.mark.heavy
 def test_forest_plot_shades_the_median_minimum_detectable_effect(drawn):
     rows = [_comparison(f"MSE-{t}", "mse", t, 0.01, mde=m) for t, m in ((2, 0.002), (4, 0.004), (6, 0.009))]
     rows.append(_comparison("MSE-8", "mse", 8, 0.01, mde=None))
@@ -240,6 +242,7 @@ def test_convergence_figure_one_panel_mean_band_and_switch_points(drawn):
     assert {t.get_text() for t in ax.texts} == {"LambdaMART", "MSE-4", "q_nrel-2"}  # direct labels
 
 
+@pytest.mark.heavy
 def test_convergence_figure_two_panels_beyond_six_systems(drawn):
     chosen = {s: SWITCHES[i % 4] for i, s in enumerate(STRATEGIES)} | {"extra": None}
     recs = _curves() + [record(f, "extra", None, [0.4 + 0.01 * k for k in range(10)]) for f in (1, 2, 3)]
@@ -311,6 +314,7 @@ INTERACTION = {
 }
 
 
+@pytest.mark.heavy
 def test_difficulty_figure_small_multiples_with_the_random_control(drawn):
     table = _by_difficulty()
     chosen = {"mse": 2, "q_nrel": 2, "q_bm25": 4, "random": 2}

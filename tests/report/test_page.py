@@ -203,6 +203,7 @@ def _leaves(tree: Any, path: str = "") -> dict[str, Any]:
     return {path[:-1]: tree} if isinstance(tree, (int, float)) and not isinstance(tree, bool) else {}
 
 
+@pytest.mark.heavy
 def test_the_page_in_chromium(tmp_path):
     md, rep, images = build_page(tmp_path / "report")
     page = (tmp_path / "report" / "report.html").read_text()

@@ -640,6 +640,7 @@ def test_report_of_a_grid_with_missing_folds_and_mixed_code(fake_grid, tmp_path)
     assert "Fold 1 & Fold 2 & Fold 3 & Mean & Folds won" in folds and r"\toprule" in folds
 
 
+@pytest.mark.heavy
 def test_report_json_and_trec_runs_that_trec_eval_reads(fake_grid, tmp_path):
     """report.json holds every comparison under the documented names; trec_eval (pytrec_eval, the C code) on the
     exported runs and qrels gives back each query's NDCG@10 of the report to 1e-9 (gain 2^label-1 from the
@@ -746,6 +747,7 @@ def test_trec_runs_of_a_seeded_system_name_every_seed():
     assert info["runs"]["runs/LambdaMART.fold1.trec"]["system"] == "LambdaMART"
 
 
+@pytest.mark.heavy
 def test_the_report_logs_its_figures_on_the_children_once(fake_grid, tmp_path):
     """MLflow's run comparison can sort by what the tables say: each child gets its final NDCG, best vali
     iteration, trees to target and its system's figures against the baseline; a second report adds nothing."""
@@ -791,6 +793,7 @@ def test_report_on_an_unknown_or_unfinished_grid(fake_grid, tmp_path):
     assert not os.path.exists(tmp_path / "none")
 
 
+@pytest.mark.heavy
 def test_report_reads_the_latest_finished_grid_or_says_it_is_unfinished(fake_grid, tmp_path):
     cfg, tracker, pid = fake_grid
     newer = tracker.client.create_run(tracker.experiment_id, run_name="newer", tags={TAG_KIND: "grid"})
@@ -815,6 +818,7 @@ def test_report_reads_the_latest_finished_grid_or_says_it_is_unfinished(fake_gri
         tracker.client.delete_run(newer.info.run_id)
 
 
+@pytest.mark.heavy
 def test_ltr_report_command(fake_grid, tmp_path, capsys):
     from pipelines.app.cli import main
 
@@ -835,6 +839,7 @@ def test_ltr_report_command(fake_grid, tmp_path, capsys):
     assert "(unfinished grid)" in capsys.readouterr().err
 
 
+@pytest.mark.heavy
 def test_copies_of_one_child_are_reported_once_and_different_results_refused(tmp_path):
     """Two FINISHED runs of one child with the same key (one result logged twice, as a scheduler running units
     at once made them before children were owned) are reported once, the copies named with the command that
