@@ -63,7 +63,7 @@ def test_ingest_shows_tasks_while_running_and_counted_rows_at_the_end(spark, tmp
 def test_difficulty_estimates_rows_from_the_manifest(spark, tmp_path, fast_progress):
     src = _letor(tmp_path)
     ds = tmp_path / "ds"
-    ingest(spark, str(src), str(ds), load_dataset_spec("mslr"), IngestConfig(n_features=6, chunk_bytes=CHUNK))
+    ingest(spark, str(src), str(ds), load_dataset_spec("mslr"), IngestConfig(n_features=6))  # one task: it is the input
     n_before = len(fast_progress())
     cfg = DifficultyConfig(bm25_feature=1, pagerank_feature=2)
     run_difficulty(spark, str(ds), str(tmp_path / "scores"), cfg, NdcgSpec())
