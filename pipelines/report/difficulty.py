@@ -10,6 +10,7 @@ by its fold's test subsets when the dataset's manifest is at hand, else by its q
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -58,7 +59,7 @@ def load_scores(path: str, dataset: str | None, folds: list[int]) -> dict[tuple[
 
     def row(i: int) -> dict[str, float]:
         """The scores of row ``i``."""
-        return {c: float(rows[c][i]) for c in SCORES}
+        return {c: math.nan if rows[c][i] is None else float(rows[c][i]) for c in SCORES}
 
     for f in folds:
         if subsets is not None:
@@ -74,6 +75,12 @@ def load_scores(path: str, dataset: str | None, folds: list[int]) -> dict[tuple[
                 )
             out.update({(f, q): row(i) for q, i in by_qid.items()})
     return out
+
+
+def scores_present(scores: Mapping[tuple[int, int], Mapping[str, float]]) -> dict[str, str]:
+    """The scores of :data:`SCORES` the study has: a dataset without a BM25 or PageRank feature (Istella's and
+    Yahoo!'s are anonymous) leaves that score missing for every query, and it is left out of the breakdowns."""
+    return {c: n for c, n in SCORES.items() if any(not math.isnan(v[c]) for v in scores.values())}
 
 
 def by_difficulty(
@@ -103,7 +110,7 @@ def by_difficulty(
         )
     if not keys:
         return out
-    for col, name in SCORES.items():
+    for col, name in scores_present(scores).items():
         values = pd.Series([scores[k][col] for k in keys], index=pd.MultiIndex.from_tuples(keys))
         if values.nunique() > 1:
             bins, edges = pd.qcut(values, QUARTILES, labels=False, retbins=True, duplicates="drop")

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.report.difficulty import SCORES
+from pipelines.report.difficulty import scores_present
 from pipelines.report.pairing import Paired
 from pipelines.report.records import ReportError, label_of
 from pipelines.report.stats import CONFIDENCE, t_interval
@@ -323,7 +323,7 @@ def difficulty_interaction(
     if not keys:
         return out
     diffs = {key: dict(zip(p.keys, (p.x - p.y).tolist(), strict=True)) for key, p in pairs.items()}
-    for col in SCORES:
+    for col in scores_present(scores):
         rank = dict(zip(keys, difficulty_rank(np.array([scores[k][col] for k in keys])).tolist(), strict=True))
         for key, p in pairs.items():
             s = slope(p.x - p.y, np.array([rank[k] for k in p.keys]))

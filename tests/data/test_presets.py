@@ -143,3 +143,27 @@ def test_ltr_run_refuses_a_shape_read_with_another_preset_and_a_strategy_the_pre
     assert not (tmp_path / "w").exists()
     mslr = load_config(None, ["generate.queries=600", "generate.seed=2018"])
     assert generate_state(load_config(None, base), str(tmp_path)).key != generate_state(mslr, str(tmp_path)).key
+
+
+def test_the_report_leaves_out_the_scores_a_dataset_has_not(tmp_path):
+    """Scores written without a BM25 or PageRank feature are null in Parquet: read as NaN, and only the scores
+    present enter the breakdowns by difficulty."""
+    import pyarrow as pa
+
+    from pipelines.report.difficulty import load_scores, scores_present
+
+    d = tmp_path / "scores"
+    d.mkdir()
+    table = pa.table(
+        {
+            "subset": ["test", "test"],
+            "qid": pa.array([1, 2], pa.int32()),
+            "ndcg_bm25": pa.array([None, None], pa.float64()),
+            "ndcg_pagerank": pa.array([None, 0.5], pa.float64()),
+            "n_rel": pa.array([3, 1], pa.int32()),
+        }
+    )
+    pq.write_table(table, d / "part-0.parquet")
+    scores = load_scores(str(d), None, [1])
+    assert np.isnan(scores[(1, 1)]["ndcg_bm25"]) and scores[(1, 2)]["ndcg_pagerank"] == 0.5
+    assert list(scores_present(scores)) == ["ndcg_pagerank", "n_rel"]
