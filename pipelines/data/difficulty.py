@@ -162,16 +162,15 @@ def run_difficulty(spark: SparkSession, data: str, out: str, cfg: DifficultyConf
                 f"internal error: difficulty covered {summary['rows']} rows, the dataset has {ds.manifest['rows']}"
             )
         tmp.write_json(SUMMARY, summary)
-    means = [
-        f"{role} (f{fid}) {summary[f'mean_ndcg_{role.lower()}']:.4f}" if fid else f"no {role} feature"
-        for role, fid in (("BM25", roles.bm25), ("PageRank", roles.pagerank))
-    ]
+    roles_of = (("BM25", roles.bm25), ("PageRank", roles.pagerank))
+    means = [f"{r} (f{fid}) {summary[f'mean_ndcg_{r.lower()}']:.4f}" for r, fid in roles_of if fid]
+    absent = [r for r, fid in roles_of if not fid]
     log.info(
-        "difficulty of %d queries (%d rows) in %.1f s: mean %s of %s",
+        "difficulty of %d queries (%d rows) in %.1f s%s%s",
         summary["queries"],
         summary["rows"],
         time.perf_counter() - t0,
-        spec.name,
-        ", ".join(means),
+        f": mean {spec.name} of {', '.join(means)}" if means else "",
+        f"; no {' or '.join(absent)} feature" if absent else "",
     )
     return summary

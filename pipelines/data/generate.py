@@ -238,9 +238,7 @@ def format_letor(labels: np.ndarray, qids: np.ndarray, X: np.ndarray) -> memoryv
             txt = pc.cast(pa.array(np.round(col, 6).astype(np.float32)), pa.string())
         args += [pa.scalar(f" {j + 1}:"), txt]
     args.append(pa.scalar("\n"))
-    lines = pc.binary_join_element_wise(*args, "")
-    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32, count=len(lines) + 1, offset=lines.offset * 4)
-    return memoryview(lines.buffers()[2])[offsets[0] : offsets[-1]]
+    return shapes.letor_bytes(pc.binary_join_element_wise(*args, ""))
 
 
 # ------------------------------------------------------------- writing

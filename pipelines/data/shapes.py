@@ -296,7 +296,7 @@ def format_dense(
             txt = pc.if_else(pa.array(overflow[j + 1]), pa.scalar(SENTINEL), txt)
         args += [pa.scalar(f" {j + 1}:"), txt]
     args.append(pa.scalar("\n"))
-    return _buffer(pc.binary_join_element_wise(*args, ""))
+    return letor_bytes(pc.binary_join_element_wise(*args, ""))
 
 
 # -------------------------------------------------------------- Yahoo
@@ -347,10 +347,11 @@ def format_sparse(
         pa.scalar("\n"),
         "",
     )
-    return _buffer(lines)
+    return letor_bytes(lines)
 
 
-def _buffer(lines: pa.Array) -> memoryview:
+def letor_bytes(lines: pa.Array) -> memoryview:
+    """The text of a string array's values, back to back, without a copy (each value ends with its newline)."""
     offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32, count=len(lines) + 1, offset=lines.offset * 4)
     return memoryview(lines.buffers()[2])[offsets[0] : offsets[-1]]
 
