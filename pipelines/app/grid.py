@@ -36,6 +36,7 @@ from pipelines.store.lease import LeaseHeld, LeaseLost
 from pipelines.store.results import PathResult, path_result
 from pipelines.study.design import (
     FoldPlan,
+    check_curricula,
     curricula_needed,
     grid_children,
     plan_fold,
@@ -207,6 +208,9 @@ def _set_up(
     difficulty = Layout.of(cfg).difficulty
     needs = {f: curricula_needed(grid_children(cfg, f)) for f in study}
     build = study if setup_only else run_folds
+    # before the difficulty scores: a curriculum this dataset cannot build (a strategy ranking by a feature its
+    # preset lacks, hrel_labels outside its labels) is refused in one line, not after a Spark job
+    check_curricula(cfg, ds, {n for f in study for n in needs[f]})
     if any(needs[f] for f in build):
         ensure_difficulty(spark, cfg, data, difficulty)
     curricula = {}  # node keys hold the curricula's content: built (or found built) before planning

@@ -3,8 +3,10 @@
 How it runs (DESIGN.md section 5):
 
 1. The fold's train/vali/test rows (and, per curriculum, each train query's
-   first stage) are range-partitioned by qid into one partition per worker and
-   sorted within it, so every worker holds whole queries.
+   first stage) are binned on the fold's cuts by the scan tasks (:func:`binned_frame`:
+   uint16 codes, not float32 features, cross the shuffle) and hash-partitioned by
+   qid into one partition per worker (:func:`arrange_by_qid`), so every worker
+   holds whole queries; it puts them in (qid, doc) order itself.
 2. A Rabit tracker starts on the driver; one barrier task per worker
    (``mapInArrow(..., barrier=True)``) joins XGBoost's collective. Before
    training, the workers exchange their qid sets (``allGather``) and all stop
@@ -45,11 +47,20 @@ from pipelines.data.dataset import Dataset, load_split
 from pipelines.plan.trie import Node
 from pipelines.store.checkpoints import CheckpointStore
 from pipelines.store.cuts import FoldCuts, reference_matrix
-from pipelines.worker.data import SPLIT_COL, SPLITS, WorkerData, from_batches, matrix_cuts
+from pipelines.worker.data import (
+    CODES_COL,
+    SPLIT_COL,
+    SPLITS,
+    WorkerData,
+    codes_batch,
+    from_batches,
+    matrix_cuts,
+)
 from pipelines.worker.env import XgbComm, check_device, returning_freed_memory
 from pipelines.worker.loop import Settings, run_nodes
 from udfs import schema
 from udfs.metrics import NdcgSpec
+from udfs.trees import MISSING
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +195,30 @@ def training_frame(spark: SparkSession, ds: Dataset, fold: int, curricula: list[
         )
         df = df.join(F.broadcast(st), on=[schema.SUBSET, schema.QID], how="left")
     return df
+
+
+def binned_frame(df: DataFrame, n_features: int, cuts: FoldCuts) -> DataFrame:
+    """``df`` (:func:`training_frame`) with its features replaced by their bin codes on the fold's ``cuts``, one
+    binary value a row (:func:`pipelines.worker.data.codes_batch`), binned by the scan tasks, in parallel, before
+    the shuffle to the workers. Before, the shuffle carried the float32 features (twice the bytes) and each
+    worker binned all its rows alone, after the shuffle: on the 0.1x Istella fold (691k training rows x 220
+    features, 2 cores) 23 s of shuffle writing and 25 s of loading before the first tree. The codes are the
+    same (the same function on the same cuts), and so are the trees."""
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    feats = schema.feature_cols(n_features)
+    keep = [c for c in df.columns if c not in {*feats, schema.SUBSET}]  # the subset's name: not needed past here
+    out = StructType([*(df.schema[c] for c in keep), StructField(CODES_COL, BinaryType(), False)])
+    indptr, values = np.asarray(cuts.ptr, np.int64), np.asarray(cuts.values, np.float32)
+    if np.diff(indptr).max(initial=0) >= int(MISSING):
+        raise TrainError(f"a feature has {int(np.diff(indptr).max())} cuts: bin codes hold at most {int(MISSING) - 1}")
+
+    def encode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """One scan task's batches, their features as bin codes (the other columns as they are)."""
+        for b in batches:
+            yield codes_batch(b, feats, keep, (indptr, values))
+
+    return df.mapInArrow(encode, out)
 
 
 def arrange_by_qid(df: DataFrame, workers: int) -> DataFrame:
@@ -365,7 +400,8 @@ def run_nodes_distributed(
         )
 
     t0 = time.perf_counter()
-    out = arrange(df, workers).mapInArrow(run, "rank int, payload string", barrier=True).toArrow().to_pylist()
+    binned = binned_frame(df, n_features, cuts)
+    out = arrange(binned, workers).mapInArrow(run, "rank int, payload string", barrier=True).toArrow().to_pylist()
     wall = time.perf_counter() - t0
     timings = sorted((json.loads(r["payload"]) for r in out), key=lambda t: t["rank"])
     trees = sum(n.trees for n in nodes)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -231,16 +232,23 @@ def check_preset_strategies(cfg: Config) -> None:
     check_roles(sorted({curriculum_config(cfg, n).strategy for n in names}), roles, cfg.dataset)
 
 
+def check_curricula(cfg: Config, ds: Dataset, names: Iterable[str]) -> dict[str, int]:
+    """The curricula ``names`` checked against the dataset, with no Spark work (hrel_labels, shares, the
+    empty-query policy; a strategy that ranks by a feature the dataset lacks is refused in one line naming
+    the preset, :func:`pipelines.data.curriculum.check_roles`): each one's number of stages."""
+    roles = asdict(resolve_roles(ds, cfg.difficulty))
+    names = sorted(names)
+    # all strategies at once first: the refusal names every one the dataset cannot rank by, and the rest to keep
+    check_roles(sorted({curriculum_config(cfg, n).strategy for n in names}), roles, ds.manifest.get("dataset", "?"))
+    return {n: len(check_curriculum(curriculum_config(cfg, n), ds, cfg.difficulty.empty_queries, roles)) for n in names}
+
+
 def plan_fold(cfg: Config, ds: Dataset, fold: int) -> FoldPlan:
     """The plan of one fold from the config, the dataset's manifest and the curricula as built in the work
     directory (:func:`stored_curriculum_keys`): pure reads, no Spark."""
     children = grid_children(cfg, fold)
     names = curricula_needed(children)
-    # checked against the dataset here, before any Spark work (hrel_labels, shares, the empty-query policy)
-    roles = asdict(resolve_roles(ds, cfg.difficulty))  # a strategy needing a feature the dataset lacks: refused
-    stages = {
-        n: len(check_curriculum(curriculum_config(cfg, n), ds, cfg.difficulty.empty_queries, roles)) for n in names
-    }
+    stages = check_curricula(cfg, ds, names)
     paths = [resolve(c.path, stages) for c in children]
     plan = build_plan(
         paths,

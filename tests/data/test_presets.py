@@ -98,6 +98,14 @@ def test_yahoo_ingest_stores_absent_as_missing_and_refuses_bm25_curricula(spark,
     assert not (tmp_path / "c1").exists()
     assert main([*base, "--strategy", "q_nrel", "--out", str(tmp_path / "c2")]) == 0
 
+    # ltr grid: refused before its difficulty scores (none in its work_dir), in one line
+    work = tmp_path / "grid"
+    grid = ["grid", "--data", str(ds), "--set", f"work_dir={work}", "--set", "grid.strategies=[q_nrel,q_pagerank]"]
+    assert main(grid) == 2
+    refusal = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ltr grid: error:")]
+    assert len(refusal) == 1 and "q_pagerank ranks queries by PageRank, and dataset yahoo" in refusal[0], refusal
+    assert "--set grid.strategies=[q_nrel]" in refusal[0] and not (work / "difficulty").exists()
+
 
 def test_istella_ingest_clamps_the_sentinel_and_counts_it(spark, tmp_path):
     ds = tmp_path / "ds"

@@ -257,6 +257,30 @@ def _trees(model: bytes) -> list[dict]:
     return json.loads(model)["learner"]["gradient_booster"]["model"]["trees"]
 
 
+def test_the_cuts_are_the_sketch_of_the_split_in_qid_doc_order_whatever_the_scan_tasks(spark, fine_dataset):
+    """The sample comes to the driver from the scan tasks (no shuffle) and is sketched there: with a sample of
+    the whole split, the cuts are XGBoost's sketch of the split's rows in (qid, doc) order, however many scan
+    tasks read them (the sketch depends on row order)."""
+    from pipelines.store.cuts import compute_cuts, cuts_of
+
+    data, splits = fine_dataset
+    ds = open_dataset(data)
+    want = cuts_of(splits["train"].X, 16)
+    assert want.values.size > 6 * 8  # continuous features: the cuts are quantiles, not every distinct value
+    got = []
+    for part_bytes in ("128MB", "4096"):  # one scan task per file, then many per file
+        old = spark.conf.get("spark.sql.files.maxPartitionBytes")
+        spark.conf.set("spark.sql.files.maxPartitionBytes", part_bytes)
+        try:
+            got.append(compute_cuts(spark, ds, 1, 16, 10**6, "k"))
+        finally:
+            spark.conf.set("spark.sql.files.maxPartitionBytes", old)
+    for c in got:
+        assert c.rows == splits["train"].y.size
+        np.testing.assert_array_equal(c.ptr, want.ptr)
+        np.testing.assert_array_equal(c.values, want.values)
+
+
 def test_one_and_two_workers_build_the_same_trees_on_global_cuts(spark, fine_dataset):
     """Global cuts (pipelines.store.cuts, here from a 1,000-row sample of whole queries) make 1 and 2 workers
     build the same trees: same splits, leaves equal up to the summation order of histograms (3 workers:
