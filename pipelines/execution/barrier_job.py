@@ -3,10 +3,9 @@
 How it runs (DESIGN.md section 5):
 
 1. The fold's train/vali/test rows (and, per curriculum, each train query's
-   first stage) are binned on the fold's cuts by the scan tasks (:func:`binned_frame`:
-   uint16 codes, not float32 features, cross the shuffle) and hash-partitioned by
-   qid into one partition per worker (:func:`arrange_by_qid`), so every worker
-   holds whole queries; it puts them in (qid, doc) order itself.
+   first stage) are hash-partitioned by qid into one partition per worker
+   (:func:`arrange_by_qid`), so every worker holds whole queries; it bins them on
+   the fold's cuts and puts them in (qid, doc) order itself.
 2. A Rabit tracker starts on the driver; one barrier task per worker
    (``mapInArrow(..., barrier=True)``) joins XGBoost's collective. Before
    training, the workers exchange their qid sets (``allGather``) and all stop
@@ -47,20 +46,11 @@ from pipelines.data.dataset import Dataset, load_split
 from pipelines.plan.trie import Node
 from pipelines.store.checkpoints import CheckpointStore
 from pipelines.store.cuts import FoldCuts, reference_matrix
-from pipelines.worker.data import (
-    CODES_COL,
-    SPLIT_COL,
-    SPLITS,
-    WorkerData,
-    codes_batch,
-    from_batches,
-    matrix_cuts,
-)
+from pipelines.worker.data import FEATURES_COL, SPLIT_COL, SPLITS, WorkerData, from_batches, matrix_cuts
 from pipelines.worker.env import XgbComm, check_device, returning_freed_memory
 from pipelines.worker.loop import Settings, run_nodes
 from udfs import schema
 from udfs.metrics import NdcgSpec
-from udfs.trees import MISSING
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +170,8 @@ def resolve_workers(spark: SparkSession, cfg: TrainConfig, parallel: int = 1) ->
 
 # ------------------------------------------------------------ data
 def training_frame(spark: SparkSession, ds: Dataset, fold: int, curricula: list[Curriculum]) -> DataFrame:
-    """Rows of the fold's splits with a split code and, per curriculum, the first stage of train rows."""
+    """Rows of the fold's splits with a split code, their features in one array column (:data:`FEATURES_COL`)
+    and, per curriculum, the first stage of train rows."""
     cols = [schema.SUBSET, schema.QID, schema.DOC, schema.LABEL, *schema.feature_cols(ds.n_features)]
     parts = []
     for code, split in enumerate(SPLITS):
@@ -194,31 +185,11 @@ def training_frame(spark: SparkSession, ds: Dataset, fold: int, curricula: list[
             schema.SUBSET, schema.QID, F.col("first_stage").alias(c.column)
         )
         df = df.join(F.broadcast(st), on=[schema.SUBSET, schema.QID], how="left")
-    return df
-
-
-def binned_frame(df: DataFrame, n_features: int, cuts: FoldCuts) -> DataFrame:
-    """``df`` (:func:`training_frame`) with its features replaced by their bin codes on the fold's ``cuts``, one
-    binary value a row (:func:`pipelines.worker.data.codes_batch`), binned by the scan tasks, in parallel, before
-    the shuffle to the workers. Before, the shuffle carried the float32 features (twice the bytes) and each
-    worker binned all its rows alone, after the shuffle: on the 0.1x Istella fold (691k training rows x 220
-    features, 2 cores) 23 s of shuffle writing and 25 s of loading before the first tree. The codes are the
-    same (the same function on the same cuts), and so are the trees."""
-    from pyspark.sql.types import BinaryType, StructField, StructType
-
-    feats = schema.feature_cols(n_features)
-    keep = [c for c in df.columns if c not in {*feats, schema.SUBSET}]  # the subset's name: not needed past here
-    out = StructType([*(df.schema[c] for c in keep), StructField(CODES_COL, BinaryType(), False)])
-    indptr, values = np.asarray(cuts.ptr, np.int64), np.asarray(cuts.values, np.float32)
-    if np.diff(indptr).max(initial=0) >= int(MISSING):
-        raise TrainError(f"a feature has {int(np.diff(indptr).max())} cuts: bin codes hold at most {int(MISSING) - 1}")
-
-    def encode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """One scan task's batches, their features as bin codes (the other columns as they are)."""
-        for b in batches:
-            yield codes_batch(b, feats, keep, (indptr, values))
-
-    return df.mapInArrow(encode, out)
+    # The features as one array<float> column: Spark hands a worker its rows as Arrow in one thread, and a list
+    # column converts at twice the speed of 220 float columns (0.1x Istella fold, 980k rows, 2 cores: 17-22 s
+    # against 33-39 s for the shuffle and the worker's batches, benchmarks/bench_scale.py)
+    feats = schema.feature_cols(ds.n_features)
+    return df.select(*[c for c in df.columns if c not in {*feats, schema.SUBSET}], F.array(*feats).alias(FEATURES_COL))
 
 
 def arrange_by_qid(df: DataFrame, workers: int) -> DataFrame:
@@ -400,8 +371,7 @@ def run_nodes_distributed(
         )
 
     t0 = time.perf_counter()
-    binned = binned_frame(df, n_features, cuts)
-    out = arrange(binned, workers).mapInArrow(run, "rank int, payload string", barrier=True).toArrow().to_pylist()
+    out = arrange(df, workers).mapInArrow(run, "rank int, payload string", barrier=True).toArrow().to_pylist()
     wall = time.perf_counter() - t0
     timings = sorted((json.loads(r["payload"]) for r in out), key=lambda t: t["rank"])
     trees = sum(n.trees for n in nodes)

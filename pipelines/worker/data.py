@@ -44,7 +44,7 @@ from udfs.trees import MISSING, Cuts, bin_codes
 log = logging.getLogger(__name__)
 
 SPLIT_COL = "_split"
-CODES_COL = "_codes"  # a row's bin codes as one binary value: 2 bytes a feature, little-endian uint16
+FEATURES_COL = "_features"  # a row's features as one array<float> column (pipelines.execution.barrier_job)
 SPLITS = ("train", "vali", "test")
 CHUNK_ROWS = 65_536  # rows decoded to float32 at a time for XGBoost (whole queries; 35 MB at 136 features)
 
@@ -173,14 +173,14 @@ class _Builder:
         DataError
             When a row has no stage in one of the curriculum columns.
         """
-        if CODES_COL in batch.schema.names:  # binned before the shuffle (:func:`codes_batch`)
-            self.parts["codes"].append(codes_of_column(batch.column(CODES_COL), self.n_features))
+        if FEATURES_COL in batch.schema.names:  # one list column: its values are the rows, row after row
+            X = features_of_column(batch.column(FEATURES_COL), self.n_features)
         else:
             X = np.empty((batch.num_rows, len(feats)), np.float32)  # one batch of floats, freed at once
             for j, f in enumerate(feats):
                 X[:, j] = batch.column(f).to_numpy(zero_copy_only=False)
-            self.parts["codes"].append(bin_codes(X, cuts))
-            del X
+        self.parts["codes"].append(bin_codes(X, cuts))
+        del X
         self.parts["y"].append(batch.column(schema.LABEL).to_numpy(zero_copy_only=False).astype(np.float32))
         self.parts["qid"].append(batch.column(schema.QID).to_numpy(zero_copy_only=False).astype(np.int32))
         self.parts["doc"].append(batch.column(schema.DOC).to_numpy(zero_copy_only=False).astype(np.int32))
@@ -249,45 +249,23 @@ def _permute_rows(A, order):  # pragma: no cover - compiled
             j = k
 
 
-def codes_batch(batch: pa.RecordBatch, feats: list[str], keep: list[str], cuts: Cuts) -> pa.RecordBatch:
-    """``batch``'s ``keep`` columns and, in place of its features, their bin codes on ``cuts`` as one binary
-    value a row (:data:`CODES_COL`): what a scan task hands the shuffle to the workers, binned in parallel
-    before it and half the bytes of the float32 features (:func:`pipelines.execution.barrier_job.binned_frame`)."""
-    X = np.empty((batch.num_rows, len(feats)), np.float32)
-    for j, f in enumerate(feats):
-        X[:, j] = batch.column(f).to_numpy(zero_copy_only=False)
-    codes = bin_codes(X, cuts).astype("<u2", copy=False)
-    del X
-    width = 2 * len(feats)
-    offsets = np.arange(0, (batch.num_rows + 1) * width, width, dtype=np.int32)
-    if offsets[-1] != (batch.num_rows * width):  # more than 2 GiB in one batch: int32 offsets would wrap
-        raise DataError(f"a batch of {batch.num_rows} rows x {len(feats)} features is too large to bin in one piece")
-    arr = pa.Array.from_buffers(pa.binary(), batch.num_rows, [None, pa.py_buffer(offsets), pa.py_buffer(codes)])
-    return pa.RecordBatch.from_arrays([*(batch.column(c) for c in keep), arr], names=[*keep, CODES_COL])
-
-
-def codes_of_column(arr: pa.Array, n_features: int) -> np.ndarray:
-    """The uint16 codes [rows, n_features] of a :data:`CODES_COL` column (binary or large binary, as Spark's
-    Arrow hands it back), copied out of Arrow's buffer; a :class:`DataError` when a value is not one row's."""
-    width = 2 * n_features
+def features_of_column(arr: pa.Array, n_features: int) -> np.ndarray:
+    """The float32 rows [rows, n_features] of a :data:`FEATURES_COL` list column (a view of Arrow's values where
+    it can be: no null element); a :class:`DataError` when a row is null or not ``n_features`` long."""
     if arr.null_count:
-        raise DataError(f"{arr.null_count} rows without bin codes in {CODES_COL}")
-    offsets = np.frombuffer(arr.buffers()[1], np.int64 if pa.types.is_large_binary(arr.type) else np.int32)
-    offsets = offsets[arr.offset : arr.offset + len(arr) + 1]
-    if len(arr) and not (np.diff(offsets) == width).all():
-        raise DataError(f"{CODES_COL} values are not {width} bytes ({n_features} features x 2) each")
-    if not len(arr):
-        return np.zeros((0, n_features), np.uint16)
-    raw = np.frombuffer(arr.buffers()[2], np.uint8)[int(offsets[0]) : int(offsets[-1])]
-    return raw.view("<u2").reshape(len(arr), n_features).astype(np.uint16)  # a copy: Arrow's buffer is let go
+        raise DataError(f"{arr.null_count} rows without features in {FEATURES_COL}")
+    if (arr.value_lengths().to_numpy(zero_copy_only=False) != n_features).any():
+        raise DataError(f"{FEATURES_COL} rows are not {n_features} features each")
+    values = arr.flatten()  # the values of this (maybe sliced) array's rows only
+    return values.to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(len(arr), n_features)
 
 
 def from_batches(
     batches: Iterable[pa.RecordBatch], n_features: int, cuts: Cuts, curricula: list[dict[str, Any]]
 ) -> WorkerData:
     """A worker's :class:`WorkerData` from its Arrow batches (columns: the split code ``_split``, qid, doc,
-    label, each curriculum's first-stage column and either the features, binned on ``cuts`` as they stream
-    in, or their codes binned before the shuffle, :data:`CODES_COL`)."""
+    label, the features, one column each or all in :data:`FEATURES_COL`, and each curriculum's first-stage
+    column), binned on ``cuts`` as they stream in."""
     feats = schema.feature_cols(n_features)
     cols = [c["column"] for c in curricula]
     builders = [_Builder(n_features, cols if i == 0 else []) for i in range(len(SPLITS))]

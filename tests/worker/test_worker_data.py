@@ -49,13 +49,12 @@ def test_batches_in_any_order_become_ordered_codes():
             np.testing.assert_array_equal(data.stages["cur"], stage[rows])
 
 
-def test_codes_binned_before_the_shuffle_give_the_same_worker_data():
-    """The scan tasks' binary codes (codes_batch), sliced and filtered as Spark's batches come, load to the same
-    codes, labels, qids and stages as the float features binned by the worker; a value that is not one row's
-    codes is refused."""
+def test_features_in_one_list_column_give_the_same_worker_data():
+    """The features as one array<float> column (what the barrier job hands a worker), in sliced batches as Spark's
+    come, load to the same codes, labels and qids as one column per feature; a row of another length is refused."""
     import pytest
 
-    from pipelines.worker.data import CODES_COL, DataError, codes_batch, codes_of_column
+    from pipelines.worker.data import FEATURES_COL, DataError, features_of_column
 
     rng = np.random.default_rng(5)
     n, f = 900, 5
@@ -65,27 +64,19 @@ def test_codes_binned_before_the_shuffle_give_the_same_worker_data():
         schema.QID: rng.integers(0, 60, n).astype(np.int32),
         schema.DOC: np.arange(n, dtype=np.int32),
         schema.LABEL: rng.integers(0, 5, n).astype(np.int8),
-        "cur_stage": rng.integers(0, 2, n).astype(np.int32),
     }
     X = np.round(rng.normal(size=(n, f)), 1).astype(np.float32)
     X[rng.random(X.shape) < 0.1] = np.nan
-    whole = pa.RecordBatch.from_pydict({**cols, **{c: X[:, j] for j, c in enumerate(feats)}})
     cuts = (np.arange(0, 4 * f + 1, 4, dtype=np.int64), np.tile(np.float32([-1, -0.2, 0.3, 1.1]), f))
-    keep = list(cols)
-    floats = [whole.slice(a, 100) for a in range(0, n, 100)]
-    coded = [codes_batch(b, feats, keep, cuts).slice(7, 93) for b in floats] + [
-        codes_batch(b, feats, keep, cuts).slice(0, 7) for b in floats
-    ]  # sliced: Arrow arrays with an offset into their buffers
-    assert coded[0].schema.names == [*keep, CODES_COL] and coded[0].column(CODES_COL).offset == 7
-    cur = [{"name": "cur", "column": "cur_stage", "label_filters": {}}]
-    a, b = from_batches(floats, f, cuts, cur), from_batches(coded, f, cuts, cur)
+    wide = pa.RecordBatch.from_pydict({**cols, **{c: X[:, j] for j, c in enumerate(feats)}})
+    lists = pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), f).cast(pa.list_(pa.float32()))
+    one = pa.RecordBatch.from_pydict({**cols, FEATURES_COL: lists})
+    sliced = [one.slice(a, 77) for a in range(0, n, 77)]  # list arrays with an offset into their values
+    assert sliced[1].column(FEATURES_COL).offset == 77
+    a, b = from_batches([wide], f, cuts, []), from_batches(sliced, f, cuts, [])
     for x, y in zip((a.train, a.vali, a.test), (b.train, b.vali, b.test), strict=True):
-        assert y.codes.dtype == np.uint16 and (y.codes == 65535).any()  # missing values stay missing
+        assert (y.codes == 65535).any()  # missing values stay missing
         for name in ("codes", "y", "qid", "doc"):
             np.testing.assert_array_equal(getattr(x, name), getattr(y, name))
-    np.testing.assert_array_equal(a.stages["cur"], b.stages["cur"])
-
-    with pytest.raises(DataError, match=r"values are not 10 bytes \(5 features x 2\) each"):
-        codes_of_column(pa.array([b"\x00" * 10, b"\x00" * 8], pa.binary()), f)
-    large = pa.array([b"\x01\x00" * f], pa.large_binary())  # Spark's Arrow may hand large binary
-    np.testing.assert_array_equal(codes_of_column(large, f), np.ones((1, f), np.uint16))
+    with pytest.raises(DataError, match=r"rows are not 5 features each"):
+        features_of_column(pa.array([[1.0] * 5, [1.0] * 4, [1.0] * 6], pa.list_(pa.float32())), f)
