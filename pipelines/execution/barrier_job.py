@@ -187,7 +187,7 @@ def training_frame(spark: SparkSession, ds: Dataset, fold: int, curricula: list[
         df = df.join(F.broadcast(st), on=[schema.SUBSET, schema.QID], how="left")
     # The features as one array<float> column: Spark hands a worker its rows as Arrow in one thread, and a list
     # column converts at twice the speed of 220 float columns (0.1x Istella fold, 980k rows, 2 cores: 17-22 s
-    # against 33-39 s for the shuffle and the worker's batches, benchmarks/bench_scale.py)
+    # against 33-39 s for the shuffle and the worker's batches; benchmarks/RESULTS.md, "The time to the first tree")
     feats = schema.feature_cols(ds.n_features)
     return df.select(*[c for c in df.columns if c not in {*feats, schema.SUBSET}], F.array(*feats).alias(FEATURES_COL))
 
