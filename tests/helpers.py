@@ -61,14 +61,26 @@ def cli_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), **extra}
 
 
-def freeze_if(root: int, ready: Callable[[], bool]) -> set[int] | None:
+def freeze_if(root: int, ready: Callable[[], bool], known: set[int] | None = None) -> set[int] | None:
     """Freeze the process tree of ``root`` whole (SIGSTOP, :func:`pipelines.core.proctree.signal_tree`) and call
     ``ready()``: if true, the tree stays frozen and its pids are returned (the caller kills or resumes it);
     else the tree goes on and None is returned. What ``ready`` reads (checkpoints, leases) is then the state the
     tree is frozen in: a test that acts on it cannot be overtaken by the training, however slowly the test's
     own process is scheduled (a loaded 2-core CI machine once let a unit finish between a test's look at its
-    checkpoints and the kill that followed)."""
+    checkpoints and the kill that followed).
+
+    ``known``: a set the caller keeps from one call to the next; its pids (the tree at the last call) are
+    stopped before the walk, and it is replaced by the tree's pids of this call. A caller that freezes in
+    steps thus stops the processes it knows at once, instead of letting them run on while every process of the
+    machine is read (a CI run once saw a unit go from no checkpoint to its last tree within one step); a pid no
+    longer below ``root`` is let go on."""
+    early = set(known or ())
+    signal_pids(early, signal.SIGSTOP)
     frozen = signal_tree(root, sig=signal.SIGSTOP)
+    signal_pids(early - frozen, signal.SIGCONT)
+    if known is not None:
+        known.clear()
+        known.update(frozen)
     if ready():
         return frozen
     signal_pids(frozen, signal.SIGCONT)
@@ -87,9 +99,9 @@ def wait_for_file(proc: subprocess.Popen, folder: Path, pattern: str, what: str,
 def run_in_steps(root: int, ready: Callable[[], bool], step: float = 0.05, timeout: float = 240.0) -> set[int]:
     """Let the tree of ``root`` run in steps of ``step`` s (:func:`freeze_if` between them) until ``ready()``
     holds in a frozen state: the frozen pids. AssertionError when ``root`` ends or ``timeout`` s pass first."""
-    deadline = time.monotonic() + timeout
+    deadline, known = time.monotonic() + timeout, set[int]()
     while time.monotonic() < deadline:
-        frozen = freeze_if(root, ready)
+        frozen = freeze_if(root, ready, known)
         if frozen is not None:
             return frozen
         if not alive(root):

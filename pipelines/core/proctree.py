@@ -24,6 +24,7 @@ import signal
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 log = logging.getLogger(__name__)
 
@@ -31,22 +32,31 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Proc:
     """One process as ``/proc/<pid>/stat`` shows it: parent, state letter, start time (clock ticks since boot:
-    with the pid, a process's identity), and its command line."""
+    with the pid, a process's identity); its command line is read when first asked for (:attr:`cmdline`)."""
 
     pid: int
     ppid: int
     state: str
     start: int
-    cmdline: str
+
+    @cached_property
+    def cmdline(self) -> str:
+        """The command line, read on first use ("" once the process is gone). Not read by the walks: reading
+        ``/proc/<pid>/cmdline`` takes the process's memory-map lock, which a JVM in a garbage collection can
+        hold for a long while, and a freeze (:func:`signal_tree`) walks every process of the machine, so on a
+        loaded machine the tree ran on while the walk waited."""
+        try:
+            with open(f"/proc/{self.pid}/cmdline", "rb") as f:
+                return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            return ""
 
 
 def _read(pid: int) -> Proc | None:
     try:
         with open(f"/proc/{pid}/stat") as f:
             rest = f.read().rsplit(")", 1)[1].split()
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-        return Proc(pid, int(rest[1]), rest[0], int(rest[19]), cmd)
+        return Proc(pid, int(rest[1]), rest[0], int(rest[19]))
     except (OSError, IndexError, ValueError):
         return None
 
