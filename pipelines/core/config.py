@@ -326,6 +326,9 @@ class TrainConfig:
     then stops with one line naming the owner.
     ``base_margin``: ``auto`` starts paths that begin with a regression
     objective from the mean training label and ranking paths from 0.
+    ``codes_in_memory_gib``: a worker keeps its training rows' bin codes in memory up to this size (GiB), and
+    in a local file beyond it (:class:`pipelines.worker.data.SpilledCodes`; 0: always in a file); the trees
+    are the same either way.
     """
 
     path: str = "mse:40,lambdamart:60"
@@ -357,8 +360,11 @@ class TrainConfig:
     blend_schedule: str = "linear"
     blend_at: int = 40
     blend_width: int = 40
+    codes_in_memory_gib: float = 1.0
 
     def __post_init__(self) -> None:
+        if not self.codes_in_memory_gib >= 0:
+            raise ConfigError(f"train.codes_in_memory_gib must be >= 0, got {self.codes_in_memory_gib}")
         for name in ("eval_every", "cuts_sample_rows", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"train.{name} must be >= 1, got {getattr(self, name)}")

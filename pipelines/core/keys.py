@@ -82,6 +82,7 @@ TRAIN_NOT_IN_KEY = (
     "job_retries",
     "lease_ttl",
     "lease_wait",
+    "codes_in_memory_gib",
 )
 
 #: Libraries whose arithmetic a result depends on (their versions are part of the code identity).

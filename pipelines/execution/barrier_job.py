@@ -46,7 +46,7 @@ from pipelines.data.dataset import Dataset, load_split
 from pipelines.plan.trie import Node
 from pipelines.store.checkpoints import CheckpointStore
 from pipelines.store.cuts import FoldCuts, reference_matrix
-from pipelines.worker.data import FEATURES_COL, SPLIT_COL, SPLITS, WorkerData, from_batches, matrix_cuts
+from pipelines.worker.data import FEATURES_COL, SPLIT_COL, SPLITS, WorkerData, from_batches, local_dir, matrix_cuts
 from pipelines.worker.env import XgbComm, check_device, returning_freed_memory
 from pipelines.worker.loop import Settings, run_nodes
 from udfs import schema
@@ -352,7 +352,14 @@ def run_nodes_distributed(
         with returning_freed_memory():  # the batches' buffers, once joined, leave the process
             ref = reference_matrix(cuts, int(settings.params.get("nthread") or 0))  # outside the collective
             # rows stream in as Arrow batches and are kept as bin codes (pipelines.worker.data)
-            data = from_batches(batches, n_features, matrix_cuts(ref), cur_meta)
+            data = from_batches(
+                batches,
+                n_features,
+                matrix_cuts(ref),
+                cur_meta,
+                spill_over=settings.train.codes_in_memory_gib * 2**30,
+                where=local_dir(),
+            )
         _check_queries(ctx, data)
         load = time.perf_counter() - t0
         client = EventClient(*events) if events and ctx.partitionId() == 0 else None

@@ -80,3 +80,99 @@ def test_features_in_one_list_column_give_the_same_worker_data():
             np.testing.assert_array_equal(getattr(x, name), getattr(y, name))
     with pytest.raises(DataError, match=r"rows are not 5 features each"):
         features_of_column(pa.array([[1.0] * 5, [1.0] * 4, [1.0] * 6], pa.list_(pa.float32())), f)
+
+
+def test_spilled_codes_read_back_what_was_written_and_leave_no_file(tmp_path, monkeypatch):
+    """A split's codes in a local file (pipelines.worker.data.SpilledCodes): blocks and sparse rows read back as
+    written, across several read windows; the file is unlinked at once, and a closed one is refused."""
+    import pytest
+
+    from pipelines.worker.data import DataError, SpilledCodes, codes_of_rows, spill
+
+    rng = np.random.default_rng(11)
+    codes = rng.integers(0, 300, size=(1000, 9)).astype(np.uint16)
+    codes[rng.random(codes.shape) < 0.05] = 65535
+    monkeypatch.setattr(SpilledCodes, "WINDOW", 37)
+    f = spill(codes, str(tmp_path), chunk_rows=128)
+    assert not list(tmp_path.iterdir())  # unlinked: nothing left behind, whatever ends the worker
+    np.testing.assert_array_equal(f.read(0, 1000), codes)
+    np.testing.assert_array_equal(f.read(517, 519), codes[517:519])
+    rows = np.sort(rng.choice(1000, 230, replace=False)).astype(np.int64)
+    block, at = codes_of_rows(f, rows)
+    np.testing.assert_array_equal(block[at], codes[rows])
+    same, at = codes_of_rows(codes, rows)  # in memory: the array itself, no copy
+    assert same is codes and at is rows
+    with pytest.raises(DataError, match="ended at byte"):
+        f.read(990, 1001)
+    f.close()
+    with pytest.raises(DataError, match="closed"):
+        f.read(0, 1)
+
+
+def test_training_codes_in_a_local_file_give_the_same_trees_and_curves(tmp_path, monkeypatch):
+    """``train.codes_in_memory_gib: 0`` (the training split's codes in a file, read a chunk at a time for the
+    matrices and for the complement of a curriculum subset) trains byte-identical models and curves to codes in
+    memory, on a path with subset nodes; small read windows and chunks, so that every read spans several."""
+    from pipelines.core.config import TrainConfig
+    from pipelines.plan.paths import parse_path, resolve
+    from pipelines.plan.trie import build_plan
+    from pipelines.store.checkpoints import CheckpointStore
+    from pipelines.store.cuts import cuts_of, reference_matrix
+    from pipelines.store.results import path_result
+    from pipelines.worker import loop
+    from pipelines.worker.data import SpilledCodes, matrix_cuts
+    from pipelines.worker.loop import Settings, run_nodes
+    from udfs.metrics import NdcgSpec
+
+    monkeypatch.setattr(SpilledCodes, "WINDOW", 29)
+    monkeypatch.setattr(loop, "CHUNK_ROWS", 41)
+    rng = np.random.default_rng(4)
+    nq, f = 90, 6
+    sizes = rng.integers(2, 25, nq)
+    qid = np.repeat(np.arange(nq), sizes).astype(np.int32)
+    n = qid.size
+    X = np.round(rng.normal(size=(n, f)), 2).astype(np.float32)
+    X[rng.random(X.shape) < 0.03] = np.nan
+    y = np.clip(np.round(np.nan_to_num(X[:, 0]) + rng.normal(size=n)), 0, 4).astype(np.int8)
+    split = np.repeat(rng.choice(3, nq, p=[0.6, 0.2, 0.2]), sizes).astype(np.int8)
+    stage = np.repeat(rng.integers(0, 2, nq), sizes).astype(np.int32)
+    perm = rng.permutation(n)
+    batch = pa.RecordBatch.from_pydict(
+        {
+            SPLIT_COL: split[perm],
+            schema.QID: qid[perm],
+            schema.DOC: np.arange(n, dtype=np.int32)[perm],
+            schema.LABEL: y[perm],
+            "cur_stage": stage[perm],
+            **{c: X[perm, j] for j, c in enumerate(schema.feature_cols(f))},
+        }
+    )
+    train = split == 0
+    ref = reference_matrix(cuts_of(X[train][np.lexsort((np.arange(n)[train], qid[train]))], 16))
+    settings = Settings(
+        train=TrainConfig(leaves=8, eta=0.1, max_bin=16, score_dist_trees=[3]),
+        metric=NdcgSpec(),
+        labels=(0, 4),
+        nthread=1,
+    )
+    path = resolve(parse_path("mse@cur.*:4,lambdamart:5", "p"), {"cur": 2})
+    plan = build_plan([path], fold=1)
+    results = []
+    for spill_over in (float("inf"), 0.0):
+        data = from_batches(
+            [batch],
+            f,
+            matrix_cuts(ref),
+            [{"name": "cur", "column": "cur_stage", "label_filters": {}}],
+            spill_over=spill_over,
+            where=str(tmp_path),
+        )
+        assert isinstance(data.train.codes, SpilledCodes) == (spill_over == 0.0)
+        assert data.vali is not None and isinstance(data.vali.codes, np.ndarray)  # vali and test stay in memory
+        store = CheckpointStore(str(tmp_path / f"ckpt-{spill_over}"))
+        run_nodes(data, plan.nodes, settings, store, ref=ref)
+        results.append(path_result(store, "p", plan.chains["p"]))
+    a, b = results
+    assert a.model == b.model
+    assert a.test == b.test and a.vali == b.vali and len(a.test) == 9
+    assert all(p.name.startswith("ckpt-") for p in tmp_path.iterdir())  # no codes' file left behind
