@@ -5,7 +5,10 @@ This module is the whole data path of a training worker, and where its memory go
 1. :func:`from_batches`: the barrier task's Arrow batches (any order) are binned on the fold's
    cuts as they arrive (:func:`udfs.trees.bin_codes`, one batch of float32 at a time): each split
    is kept as uint16 bin codes (half of float32) plus labels, qids and positions; no split is
-   ever held as float32. Each split's rows are then put in (qid, doc) order in place.
+   ever held as float32. Each split's rows are then put in (qid, doc) order in place, and the
+   training split's codes go to a local file when they are more than ``train.codes_in_memory_gib``
+   (:class:`SpilledCodes`: XGBoost's matrix holds its own bin indexes, so the codes are only read
+   again when a matrix is built or a subset's complement is walked).
 2. :func:`training_matrix`: XGBoost's ``QuantileDMatrix`` on the fold's cuts (``ref=``), fed
    by a ``DataIter`` that decodes one chunk of whole queries at a time into each bin's
    representative value (a value that falls in that bin: the cut below it). The matrix's bins,
@@ -17,9 +20,10 @@ This module is the whole data path of a training worker, and where its memory go
    exactly; a tree with a split that is not a cut (not ``hist``, other cuts) cannot be walked
    without the floats, and :func:`walkable` raises instead of guessing.
 
-After loading, a worker holds: the codes of its three splits (2 bytes a value), XGBoost's
-quantised training matrix of the node it trains, all rows or a subset's (about 2 bytes a value
-with at most 256 bins: a row-wise and a column-wise bin index), labels, qids, offsets and margins.
+After loading, a worker holds: the codes of its three splits (2 bytes a value; the training split's in a
+local file beyond ``train.codes_in_memory_gib``), XGBoost's quantised training matrix of the node it trains,
+all rows or a subset's (about 2 bytes a value with at most 256 bins: a row-wise and a column-wise bin index),
+labels, qids, offsets and margins.
 The buffers freed while loading and while a matrix is built go back to the OS: both run inside
 :func:`pipelines.worker.env.returning_freed_memory`. RESULTS.md ("Memory") has the measured figures.
 """
