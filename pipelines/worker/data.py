@@ -81,9 +81,10 @@ class SpilledCodes:
     WINDOW = 65_536
 
     def __init__(self, n_rows: int, n_features: int, where: str | None = None) -> None:
+        self.fd: int | None = None  # before mkstemp, which may fail: __del__ then has nothing to close
         fd, path = tempfile.mkstemp(prefix="ltr-codes-", suffix=".u16", dir=where)
         os.unlink(path)
-        self.fd: int | None = fd
+        self.fd = fd
         self.shape = (n_rows, n_features)
         self.dtype = np.dtype(np.uint16)
         self.row_bytes = n_features * self.dtype.itemsize
@@ -137,9 +138,16 @@ class SpilledCodes:
 
 def spill(codes: np.ndarray, where: str | None = None, chunk_rows: int = 65_536) -> SpilledCodes:
     """``codes`` written to a :class:`SpilledCodes` file, ``chunk_rows`` rows at a time."""
-    out = SpilledCodes(codes.shape[0], codes.shape[1], where)
-    for a in range(0, codes.shape[0], chunk_rows):
-        out.write(a, codes[a : a + chunk_rows])
+    try:
+        out = SpilledCodes(codes.shape[0], codes.shape[1], where)
+        for a in range(0, codes.shape[0], chunk_rows):
+            out.write(a, codes[a : a + chunk_rows])
+    except OSError as e:  # a full or read-only local directory: say which, how much, and the way out
+        raise DataError(
+            f"could not write the training rows' bin codes ({codes.nbytes / 2**30:.2f} GiB) to a local file in "
+            f"{where or tempfile.gettempdir()}: {e.strerror or e}; free space there (spark.local.dir), or keep "
+            f"them in memory with --set train.codes_in_memory_gib={codes.nbytes / 2**30 + 1:.0f}"
+        ) from None
     return out
 
 

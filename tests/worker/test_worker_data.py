@@ -176,3 +176,13 @@ def test_training_codes_in_a_local_file_give_the_same_trees_and_curves(tmp_path,
     assert a.model == b.model
     assert a.test == b.test and a.vali == b.vali and len(a.test) == 9
     assert all(p.name.startswith("ckpt-") for p in tmp_path.iterdir())  # no codes' file left behind
+
+
+def test_codes_that_cannot_be_written_are_refused_naming_the_directory_and_the_setting(tmp_path):
+    import pytest
+
+    from pipelines.worker.data import DataError, spill
+
+    missing = tmp_path / "gone"  # not a directory: the file cannot be made
+    with pytest.raises(DataError, match=r"in .*gone: .*train\.codes_in_memory_gib="):
+        spill(np.zeros((10, 3), np.uint16), str(missing))
