@@ -45,7 +45,7 @@ import xgboost as xgb
 from pipelines.core.errors import UserError, crosses_tasks
 from udfs import schema
 from udfs.metrics import offsets_from_qids
-from udfs.trees import MISSING, Cuts, bin_codes
+from udfs.trees import MISSING, Cuts, add_tree, bin_codes
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +157,24 @@ def codes_of_rows(codes: np.ndarray | SpilledCodes, rows: np.ndarray) -> tuple[n
     if isinstance(codes, SpilledCodes):
         return codes.take(rows), np.arange(rows.size, dtype=np.int64)
     return codes, rows
+
+
+def add_trees_to_rows(
+    codes: np.ndarray | SpilledCodes, trees: list[tuple[np.ndarray, ...]], out: np.ndarray, rows: np.ndarray
+) -> None:
+    """``out[rows] += tree(codes[rows])`` for each of ``trees`` in order (``rows`` ascending): in place where the
+    codes are in memory; a chunk of rows at a time where they are in a file, every tree on a chunk (each row gets
+    the same sums in the same order)."""
+    if not isinstance(codes, SpilledCodes):
+        for tree in trees:
+            add_tree(codes, tree, out, rows, codes=codes)
+        return
+    for a in range(0, rows.size, CHUNK_ROWS):
+        idx = rows[a : a + CHUNK_ROWS]
+        block, part = codes.take(idx), out[idx]
+        for tree in trees:
+            add_tree(block, tree, part, codes=block)
+        out[idx] = part
 
 
 def local_dir() -> str | None:

@@ -36,11 +36,10 @@ from pipelines.plan.trie import Node
 from pipelines.store.checkpoints import CheckpointStore, take_rows
 from pipelines.store.cuts import cuts_of, reference_matrix
 from pipelines.worker.data import (
-    CHUNK_ROWS,
     DataError,
-    SpilledCodes,
     SplitData,
     WorkerData,
+    add_trees_to_rows,
     encode,
     matrix_cuts,
     representatives,
@@ -493,19 +492,9 @@ class _Worker:
         else:  # the subset's rows from the cache; the others see the segment's trees for the first time
             train = st.train.copy()
             train[rows] = booster.predict(dtrain, output_margin=True)
-            codes = self.data.train.codes_or_file()
-            if isinstance(codes, SpilledCodes):  # a chunk of rows at a time, every tree on it: the same sums
-                if comp is None:
-                    raise RuntimeError("a subset's matrix without its complement rows")
-                for a in range(0, comp.size, CHUNK_ROWS):
-                    idx = comp[a : a + CHUNK_ROWS]
-                    block, part = codes.take(idx), train[idx]
-                    for tree in trees:
-                        add_tree(block, tree, part, codes=block)
-                    train[idx] = part
-            else:
-                for tree in trees:
-                    add_tree(codes, tree, train, comp, codes=codes)
+            if comp is None:
+                raise RuntimeError("a subset's matrix without its complement rows")
+            add_trees_to_rows(self.data.train.codes_or_file(), trees, train, comp)
         del booster  # before the next segment resets the DMatrix's base margin
         self.timing["checkpoint"] += time.perf_counter() - t0
         cost = {

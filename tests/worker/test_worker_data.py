@@ -119,13 +119,13 @@ def test_training_codes_in_a_local_file_give_the_same_trees_and_curves(tmp_path,
     from pipelines.store.checkpoints import CheckpointStore
     from pipelines.store.cuts import cuts_of, reference_matrix
     from pipelines.store.results import path_result
-    from pipelines.worker import loop
+    from pipelines.worker import data as worker_data
     from pipelines.worker.data import SpilledCodes, matrix_cuts
     from pipelines.worker.loop import Settings, run_nodes
     from udfs.metrics import NdcgSpec
 
     monkeypatch.setattr(SpilledCodes, "WINDOW", 29)
-    monkeypatch.setattr(loop, "CHUNK_ROWS", 41)
+    monkeypatch.setattr(worker_data, "CHUNK_ROWS", 41)  # the complement walk's chunks
     rng = np.random.default_rng(4)
     nq, f = 90, 6
     sizes = rng.integers(2, 25, nq)
