@@ -11,7 +11,6 @@ title and the metric's name (``NDCG@10``) passed in.
 
 from __future__ import annotations
 
-import io
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -19,12 +18,12 @@ from typing import Any
 import numpy as np
 
 from pipelines.core.config import STRATEGIES
+from pipelines.core.plots import figure_bytes, pyplot
 from pipelines.report.headline import significance as holm_significance
 from pipelines.report.pairing import groups
 from pipelines.report.records import Record, ReportError, label_of, order_systems
 from pipelines.report.stats import kl_divergence
 from pipelines.study.design import BASELINE, MSE
-from pipelines.tracking.runs import png_bytes, pyplot
 
 log = logging.getLogger(__name__)
 
@@ -44,22 +43,13 @@ TEST_NAMES = {"randomisation": "randomisation test", "t": "paired t-test"}
 ALPHA = 0.05
 #: Systems beyond which :func:`convergence_figure` splits into two panels (continuation, curricula).
 MAX_PANEL_SYSTEMS = 6
-PNG_DPI = 110
 
 
 def figure_files(fig: Any) -> dict[str, bytes]:
     """The matplotlib figure ``fig`` as ``{"png": ..., "pdf": ...}`` (PNG at 110 dpi for the page, PDF vector for a
-    paper, both cropped to what is drawn); the figure is closed."""
-    try:
-        out = {"png": png_bytes(fig)}
-        buf = io.BytesIO()
-        # TrueType fonts (publishers' checks reject Type 3); no creation date: the same figure, the same bytes
-        with pyplot().rc_context({"pdf.fonttype": 42}):
-            fig.savefig(buf, format="pdf", bbox_inches="tight", metadata={"CreationDate": None})
-        out["pdf"] = buf.getvalue()
-    finally:
-        pyplot().close(fig)
-    return out
+    paper, both cropped to what is drawn, :func:`pipelines.core.plots.figure_bytes`: in the report's background
+    process where it has one); the figure is closed."""
+    return figure_bytes(fig)
 
 
 def _style(ax: Any) -> None:
