@@ -19,7 +19,7 @@ from pipelines.plan.trie import build_plan
 from pipelines.testing.processes import ROOT
 from udfs.metrics import NdcgSpec
 
-pytestmark = pytest.mark.slow(minutes=3)  # ltr train in a copy of the repository, four times
+pytestmark = pytest.mark.slow(minutes=2.5)  # ltr train in a copy of the repository, three times
 
 CODE = {"sources": "s0", "xgboost": "3.2.0", "pyspark": "4.1.0", "numpy": "2.3.0", "numba": "0.62", "pyarrow": "21"}
 
@@ -218,9 +218,11 @@ def _train(repo: Path, data: str, work: Path) -> dict:
 def test_a_docs_commit_resumes_and_every_edit_of_the_computing_code_retrains(small_dataset, tmp_path):
     """In a git copy of the repository: train; commit a README change, a statement of the report and one of the CLI
     (outside the code identity's closure), edit a comment and a docstring of udfs/ without committing -> nothing
-    retrained; edit a statement of udfs/ without committing -> retrained;
-    edit it again -> retrained again (git HEAD, the old key, saw neither the README commit as harmless nor the
-    second uncommitted edit as a change)."""
+    retrained; edit a statement of udfs/ without committing -> retrained (git HEAD, the old key, saw neither the
+    README commit as harmless nor an uncommitted edit after another as a change: the tree was already dirty).
+
+    A fourth training (a second uncommitted statement, retrained again) was dropped: it showed what the third
+    shows, at 43 s of CI; ``test_code_identity_changes_with_what_computes`` covers each kind of edit."""
     repo = tmp_path / "repo"
     repo.mkdir()
     for name in ("pipelines", "udfs", "conf"):
@@ -245,8 +247,6 @@ def test_a_docs_commit_resumes_and_every_edit_of_the_computing_code_retrains(sma
     target.write_text(text.replace('"""', '"""A docstring edited. ', 1) + "\n# a comment, not committed\n")
     assert trees_built() == 0  # documentation only: same code identity, the checkpoints are reused
     target.write_text(target.read_text() + "\n_EDITED = 1  # a statement, not committed\n")
-    assert trees_built() == 4
-    target.write_text(target.read_text() + "_EDITED_AGAIN = 2\n")
     assert trees_built() == 4
 
 

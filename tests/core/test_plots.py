@@ -21,7 +21,15 @@ def _figure(title: str, formatter: object = None) -> object:
     return fig
 
 
-def test_background_figures_are_the_bytes_drawn_here_and_unpicklable_ones_are_drawn_here():
+class _Unplottable:
+    """Pickles, but fails to be drawn (in the background process)."""
+
+    def __call__(self, y: float, pos: object) -> str:
+        raise RuntimeError("cannot format the tick")
+
+
+def test_background_figures_are_the_bytes_drawn_here_unpicklable_ones_drawn_here_and_errors_raised():
+    """One background process (a spawn costs seconds on a loaded machine) for the three cases."""
     here = [figure_bytes(_figure(f"figure {i}")) for i in range(2)]
     assert all(f["png"].startswith(b"\x89PNG") and f["pdf"].startswith(b"%PDF") for f in here)
     with BackgroundFigures() as bg:
@@ -30,25 +38,15 @@ def test_background_figures_are_the_bytes_drawn_here_and_unpicklable_ones_are_dr
         # a local function cannot be pickled: that figure is drawn at once, in this process
         lam = figure_bytes(_figure("lambda", pyplot().FuncFormatter(lambda y, _: f"{y:.2f}")))
         assert lam["png"].startswith(b"\x89PNG") and lam["pdf"].startswith(b"%PDF")
+        # drawing fails in the background process: raised where its files are asked for, not before
+        bad = figure_bytes(_figure("bad", pyplot().FuncFormatter(_Unplottable())))
         files = {f"f{i}.{ext}": v for i, f in enumerate(pending) for ext, v in f.items()}
         files["table.json"] = b"{}"
         got = bg.resolve(files)
+        with pytest.raises(RuntimeError, match="cannot format the tick"):
+            bg.resolve(bad)
     assert got["table.json"] == b"{}"
     for i in range(2):
         assert got[f"f{i}.png"] == here[i]["png"] and got[f"f{i}.pdf"] == here[i]["pdf"]
     assert not pyplot().get_fignums()  # every figure closed, here and there
-    assert not figure_bytes(_figure("after")).get("png", b"").startswith(PENDING)  # the block is over
-
-
-class _Unplottable:
-    """Pickles, but fails to be drawn (in the background process)."""
-
-    def __call__(self, y: float, pos: object) -> str:
-        raise RuntimeError("cannot format the tick")
-
-
-def test_an_error_in_the_background_process_is_raised_where_the_files_are_asked_for():
-    with BackgroundFigures() as bg:
-        files = figure_bytes(_figure("bad", pyplot().FuncFormatter(_Unplottable())))
-        with pytest.raises(RuntimeError, match="cannot format the tick"):
-            bg.resolve(files)
+    assert not figure_bytes(_figure("after"))["png"].startswith(PENDING)  # the block is over: drawn here
