@@ -7,18 +7,32 @@ and embedding its TrueType fonts with fontTools: 0.4-1.1 s a PDF). The report wr
 of its 38 s on the five-fold study, while it also replays models and writes TREC runs; on two cores the figures
 can be drawn beside that work. A figure pickles in about 20 ms.
 
-This module imports nothing of ours (it is what the background process imports) and matplotlib only when a
-figure is drawn.
+Why not ``multiprocessing``: its ``spawn`` start imports the caller's ``__main__`` again in the child, so a
+user's script that calls the report without an ``if __name__ == "__main__":`` guard would run again there
+(and log to MLflow twice); ``fork`` would copy this process's threads' locks (Spark's, MLflow's, OpenMP's).
+The process here is ``python -m pipelines.core.plots`` with this process's ``sys.path``, reading pickled
+figures on its stdin and writing the files on its stdout.
+
+This module imports nothing of ours but ``core.errors`` (it is what the background process imports) and
+matplotlib only when a figure is drawn.
 """
 
 from __future__ import annotations
 
 import io
 import logging
+import os
 import pickle
-from concurrent.futures import Future, ProcessPoolExecutor
+import queue
+import struct
+import subprocess
+import sys
+import threading
+from concurrent.futures import Future
 from contextvars import ContextVar
-from typing import Any
+from typing import IO, Any
+
+from pipelines.core.errors import LtrError
 
 log = logging.getLogger(__name__)
 
@@ -55,16 +69,27 @@ def pdf_bytes(fig: Any) -> bytes:
     return buf.getvalue()
 
 
-def _draw(fig: Any) -> dict[str, bytes]:
+def _draw(fig: Any, blob: bytes | None = None) -> dict[str, bytes]:
+    """PNG and PDF of ``fig``, the PDF drawn from a copy that was never drawn (``blob``: ``fig`` pickled; made
+    here when not given); the figures are closed.
+
+    Why a copy: the same figure saved as PNG (110 dpi) and then as PDF (72 dpi) now and then kept a clip
+    rectangle of the PNG's pass in the PDF (the errorbars' clip box in 110-dpi units: matplotlib's transform
+    invalidation did not reach a cached box). Seen in about one of ten runs of tests/core/test_plots.py; a
+    figure never drawn at another dpi has nothing cached."""
+    if blob is None:
+        try:
+            blob = pickle.dumps(fig)
+        except Exception:  # an unpicklable artist (a lambda formatter...): the figure itself
+            blob = None
+    plt = pyplot()
+    copy = None if blob is None else pickle.loads(blob)
     try:
-        return {"png": png_bytes(fig), "pdf": pdf_bytes(fig)}
+        return {"png": png_bytes(fig), "pdf": pdf_bytes(fig if copy is None else copy)}
     finally:
-        pyplot().close(fig)
-
-
-def _draw_pickled(blob: bytes) -> dict[str, bytes]:
-    """:func:`figure_bytes` of a pickled figure (what the background process runs)."""
-    return _draw(pickle.loads(blob))
+        plt.close(fig)
+        if copy is not None:
+            plt.close(copy)
 
 
 def figure_bytes(fig: Any) -> dict[str, bytes]:
@@ -77,19 +102,67 @@ def figure_bytes(fig: Any) -> dict[str, bytes]:
     return _draw(fig)
 
 
+# ---------------------------------------------------------------- the pipe: 8-byte length, then a pickle
+def _send(f: IO[bytes], obj: Any) -> None:
+    data = pickle.dumps(obj)
+    f.write(struct.pack("<Q", len(data)) + data)
+    f.flush()
+
+
+def _receive(f: IO[bytes]) -> Any:
+    """The next object, or raise EOFError when the other side closed the pipe."""
+    head = f.read(8)
+    if len(head) < 8:
+        raise EOFError
+    (n,) = struct.unpack("<Q", head)
+    data = f.read(n)
+    if len(data) < n:
+        raise EOFError
+    return pickle.loads(data)
+
+
+def _serve() -> None:
+    """The background process: a pickled figure in, ``("ok", files)`` or ``("error", exception)`` out, until
+    its stdin closes."""
+    pipe_in, pipe_out = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing printed may get into the pipe
+    while True:
+        try:
+            blob = _receive(pipe_in)
+        except EOFError:
+            return
+        try:
+            reply: tuple[str, Any] = ("ok", _draw(pickle.loads(blob), blob))
+        except Exception as e:  # the caller raises it where it asks for the files
+            try:
+                pickle.dumps(e)
+                reply = ("error", e)
+            except Exception:
+                reply = ("error", RuntimeError(f"{type(e).__name__}: {e}"))
+        _send(pipe_out, reply)
+
+
 class BackgroundFigures:
     """A second process that draws the figures :func:`figure_bytes` is given while this object is entered.
 
     ``figure_bytes`` then returns placeholders (bytes that start with :data:`PENDING`) at once; :meth:`resolve`
     swaps them for the files, waiting for those not drawn yet. A figure that cannot be pickled is drawn at once,
-    here. The process starts with the first figure (``spawn``: no copy of this process's threads or locks) and
-    ends when the ``with`` block does; an error in it is raised again by :meth:`resolve`.
+    here; if the process cannot be started or dies, the figures it owed are drawn here (one warning). An error
+    in drawing a figure is raised again by :meth:`resolve`. The process starts with the first figure and ends
+    with the ``with`` block.
     """
 
     def __init__(self) -> None:
-        self._pool: ProcessPoolExecutor | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
+        self._writer: threading.Thread | None = None
+        self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._blobs: list[bytes] = []
         self._futures: list[Future[dict[str, bytes]]] = []
+        self._lock = threading.Lock()
         self._token: Any = None
+        self._broken = False
+        self._warned = False
 
     def __enter__(self) -> BackgroundFigures:
         self._token = _background.set(self)
@@ -97,9 +170,71 @@ class BackgroundFigures:
 
     def __exit__(self, *exc: object) -> None:
         _background.reset(self._token)
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            self._outbox.put(None)  # the writer closes the process's input after what it was given
+            if exc and exc[0] is not None:  # the caller failed: nobody will ask for the figures
+                proc.kill()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for t in (self._writer, self._reader):
+            if t is not None:
+                t.join(timeout=30)
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from pipelines.core.plots import _serve; _serve()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+        self._reader = threading.Thread(target=self._read, args=(proc,), name="figures-reader", daemon=True)
+        self._writer = threading.Thread(target=self._write, args=(proc,), name="figures-writer", daemon=True)
+        self._reader.start()
+        self._writer.start()
+        return proc
+
+    def _write(self, proc: subprocess.Popen[bytes]) -> None:
+        """Send the figures handed to :meth:`submit`, in order, until None; then close the process's input. A
+        thread of its own: a figure (about 300 kB) does not fit in a pipe, and :meth:`submit` must not wait for
+        the process to start or to finish the figure before."""
+        assert proc.stdin is not None
+        try:
+            while (blob := self._outbox.get()) is not None:
+                _send(proc.stdin, blob)
+        except OSError:  # the process died: its reader fails what it owed
+            pass
+        finally:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+
+    def _read(self, proc: subprocess.Popen[bytes]) -> None:
+        """Hand each reply to its figure's future, in order; at the end of the pipe, fail what is still owed."""
+        assert proc.stdout is not None
+        i = 0
+        while True:
+            try:
+                status, value = _receive(proc.stdout)
+            except Exception as e:  # EOF (the process ended or died) or a broken reply
+                with self._lock:
+                    self._broken = True
+                    owed = self._futures[i:]
+                for f in owed:
+                    f.set_exception(_ProcessLost(f"the figures' process ended ({e or 'end of its output'})"))
+                return
+            with self._lock:
+                f = self._futures[i]
+            if status == "ok":
+                f.set_result(value)
+            else:
+                f.set_exception(value)
+            i += 1
 
     def submit(self, fig: Any) -> dict[str, bytes]:
         """Placeholders for ``fig``'s PNG and PDF; the figure is closed here."""
@@ -107,14 +242,25 @@ class BackgroundFigures:
             blob = pickle.dumps(fig)
         except Exception as e:  # an unpicklable artist (a lambda formatter...): drawn here
             log.debug("figure drawn in this process (%s)", e)
-            return _draw(fig)
+            return _draw(fig, None)
         pyplot().close(fig)
-        if self._pool is None:
-            import multiprocessing
-
-            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-        self._futures.append(self._pool.submit(_draw_pickled, blob))
-        i = len(self._futures) - 1
+        future: Future[dict[str, bytes]] = Future()
+        with self._lock:
+            i = len(self._futures)
+            self._futures.append(future)
+            self._blobs.append(blob)
+            broken = self._broken
+        if broken:
+            future.set_exception(_ProcessLost("the figures' process ended"))
+        else:
+            try:
+                if self._proc is None:
+                    self._proc = self._start()
+                self._outbox.put(blob)
+            except OSError as e:  # could not start
+                with self._lock:
+                    self._broken = True
+                future.set_exception(_ProcessLost(f"the figures' process cannot be started ({e})"))
         return {ext: PENDING + f"{i}.{ext}".encode() for ext in ("png", "pdf")}
 
     def resolve(self, files: dict[str, bytes]) -> dict[str, bytes]:
@@ -123,6 +269,22 @@ class BackgroundFigures:
         for name, data in files.items():
             if data.startswith(PENDING):
                 i, ext = data[len(PENDING) :].decode().split(".")
-                data = self._futures[int(i)].result()[ext]
+                data = self._files(int(i))[ext]
             out[name] = data
         return out
+
+    def _files(self, i: int) -> dict[str, bytes]:
+        try:
+            return self._futures[i].result()
+        except _ProcessLost as e:
+            if not self._warned:
+                self._warned = True
+                log.warning("%s: drawing its figures here", e)
+            files = _draw(pickle.loads(self._blobs[i]), self._blobs[i])
+            self._futures[i] = Future()
+            self._futures[i].set_result(files)
+            return files
+
+
+class _ProcessLost(LtrError):
+    """The background process could not draw a figure it was given (it could not start, or it ended)."""

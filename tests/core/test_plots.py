@@ -1,8 +1,11 @@
 """Figures as files (``pipelines.core.plots``): drawn in a background process, a figure's PNG and PDF are the
 bytes drawn in this one; a figure that cannot be pickled is drawn here; an error in the background process is
-raised where the files are asked for."""
+raised where the files are asked for; a process that dies costs time, not figures."""
 
 from __future__ import annotations
+
+import logging
+import signal
 
 import pytest
 
@@ -28,8 +31,10 @@ class _Unplottable:
         raise RuntimeError("cannot format the tick")
 
 
-def test_background_figures_are_the_bytes_drawn_here_unpicklable_ones_drawn_here_and_errors_raised():
-    """One background process (a spawn costs seconds on a loaded machine) for the three cases."""
+def test_background_figures_are_the_bytes_drawn_here_unpicklable_ones_drawn_here_and_errors_raised(caplog):
+    """One background process (its start costs seconds on a loaded machine) for the four cases: the same bytes,
+    an unpicklable figure, an error in drawing, the process killed."""
+    already = pyplot().get_fignums()  # figures other tests of this process left open
     here = [figure_bytes(_figure(f"figure {i}")) for i in range(2)]
     assert all(f["png"].startswith(b"\x89PNG") and f["pdf"].startswith(b"%PDF") for f in here)
     with BackgroundFigures() as bg:
@@ -45,8 +50,43 @@ def test_background_figures_are_the_bytes_drawn_here_unpicklable_ones_drawn_here
         got = bg.resolve(files)
         with pytest.raises(RuntimeError, match="cannot format the tick"):
             bg.resolve(bad)
+        # the process dies: the figures it owed, and those given after, are drawn here (one warning)
+        assert bg._proc is not None
+        owed = figure_bytes(_figure("figure 0"))
+        bg._proc.send_signal(signal.SIGKILL)
+        bg._proc.wait()
+        later = figure_bytes(_figure("figure 1"))
+        with caplog.at_level(logging.WARNING, logger="pipelines.core.plots"):
+            assert bg.resolve(owed) == here[0] and bg.resolve(later) == here[1]
+        ours = [r for r in caplog.records if r.name == "pipelines.core.plots" and r.levelno >= logging.WARNING]
+        assert len(ours) == 1 and "drawing its figures here" in ours[0].message, ours
     assert got["table.json"] == b"{}"
     for i in range(2):
         assert got[f"f{i}.png"] == here[i]["png"] and got[f"f{i}.pdf"] == here[i]["pdf"]
-    assert not pyplot().get_fignums()  # every figure closed, here and there
+    assert pyplot().get_fignums() == already  # every figure of this test closed, here and there
     assert not figure_bytes(_figure("after"))["png"].startswith(PENDING)  # the block is over: drawn here
+
+
+def test_the_background_process_does_not_import_the_callers_main(tmp_path):
+    """A script without an ``if __name__ == "__main__":`` guard that draws in the background runs once: the
+    process is ``python -c`` of this module, not a ``multiprocessing`` child that imports the script again."""
+    import subprocess
+    import sys
+
+    from pipelines.testing.processes import ROOT
+
+    marks = tmp_path / "runs.txt"
+    script = tmp_path / "user_script.py"
+    script.write_text(
+        "import os\n"
+        f"open({str(marks)!r}, 'a').write(str(os.getpid()) + '\\n')\n"
+        "from pipelines.core.plots import BackgroundFigures, figure_bytes, pyplot\n"
+        "fig, ax = pyplot().subplots()\n"
+        "ax.plot([0, 1], [1, 0])\n"
+        "with BackgroundFigures() as bg:\n"
+        "    files = bg.resolve(figure_bytes(fig))\n"
+        "assert files['pdf'].startswith(b'%PDF') and files['png'].startswith(b'\\x89PNG')\n"
+    )
+    r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env={"PYTHONPATH": str(ROOT)}, timeout=120)
+    assert r.returncode == 0
+    assert len(marks.read_text().split()) == 1
