@@ -19,6 +19,7 @@ matplotlib only when a figure is drawn.
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import os
@@ -28,9 +29,10 @@ import struct
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from contextvars import ContextVar
-from typing import IO, Any
+from typing import IO, Any, ParamSpec, TypeVar
 
 from pipelines.core.errors import LtrError
 
@@ -39,6 +41,9 @@ log = logging.getLogger(__name__)
 PNG_DPI = 110
 #: The first bytes of a file that :class:`BackgroundFigures` still draws (:meth:`BackgroundFigures.resolve`).
 PENDING = b"\0ltr-pending-figure:"
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _background: ContextVar[BackgroundFigures | None] = ContextVar("background_figures", default=None)
 
@@ -100,6 +105,25 @@ def figure_bytes(fig: Any) -> dict[str, bytes]:
     if bg is not None:
         return bg.submit(fig)
     return _draw(fig)
+
+
+def drawn_in_background(func: Callable[P, R]) -> Callable[P, R]:
+    """``func`` run inside ``with BackgroundFigures():`` (its figures drawn in a second process; it swaps the
+    placeholders for the files with :func:`resolve`)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        with BackgroundFigures():
+            return func(*args, **kwargs)
+
+    return wrapper
+
+
+def resolve(files: dict[str, bytes]) -> dict[str, bytes]:
+    """``files`` with the placeholders of the :class:`BackgroundFigures` block this runs in swapped for the files
+    (:meth:`BackgroundFigures.resolve`); outside one, ``files`` as they are."""
+    bg = _background.get()
+    return files if bg is None else bg.resolve(files)
 
 
 # ---------------------------------------------------------------- the pipe: 8-byte length, then a pickle

@@ -9,7 +9,8 @@ import time
 from typing import Any
 
 from pipelines.core.config import ReportConfig
-from pipelines.core.plots import BackgroundFigures
+from pipelines.core.plots import drawn_in_background
+from pipelines.core.plots import resolve as resolve_figures
 from pipelines.report.answer import RANDOM, Answer, answer
 from pipelines.report.difficulty import by_difficulty, load_scores
 from pipelines.report.export import comparisons, load_test_scores, report_json, trec_files
@@ -43,6 +44,7 @@ def named(stem: str, fig: dict[str, bytes]) -> dict[str, bytes]:
     return {f"{stem}.{ext}": data for ext, data in fig.items()}
 
 
+@drawn_in_background  # the figures are drawn in a second process meanwhile
 def build_report(
     tracker: Tracker,
     out: str,
@@ -80,22 +82,6 @@ def build_report(
         The report's summary: ``out``, ``parent``, its ``status`` and ``problems``, the tables and figures'
         data, ``records`` (children read) and ``seeds``.
     """
-    with BackgroundFigures() as figures:  # the figures are drawn in a second process meanwhile
-        return _build_report(
-            tracker, out, parent, report=report, metric_name=metric_name, difficulty=difficulty, figures=figures
-        )
-
-
-def _build_report(
-    tracker: Tracker,
-    out: str,
-    parent: str | None,
-    *,
-    report: ReportConfig,
-    metric_name: str,
-    difficulty: str | None,
-    figures: BackgroundFigures,
-) -> dict[str, Any]:
     n_perm, seed, n_boot = report.permutations, report.seed, report.bootstrap
     table2_sizes, risk_alphas, target_fraction = report.table2_sizes, report.risk_alphas, report.target_fraction
     trec_depth = report.trec_depth
@@ -221,7 +207,7 @@ def _build_report(
         if trec["without_scores"]:
             log.warning("no TREC run for %s: their ltr logged no test scores", ", ".join(trec["without_scores"]))
     lap("TREC runs")
-    files = figures.resolve(files)
+    files = resolve_figures(files)
     lap("figures drawn (in the background)")
     meta["trec"] = trec
     meta["seeds"] = seed_rows

@@ -45,11 +45,9 @@ ALPHA = 0.05
 MAX_PANEL_SYSTEMS = 6
 
 
-def figure_files(fig: Any) -> dict[str, bytes]:
-    """The matplotlib figure ``fig`` as ``{"png": ..., "pdf": ...}`` (PNG at 110 dpi for the page, PDF vector for a
-    paper, both cropped to what is drawn, :func:`pipelines.core.plots.figure_bytes`: in the report's background
-    process where it has one); the figure is closed."""
-    return figure_bytes(fig)
+#: A figure as ``{"png": ..., "pdf": ...}`` (PNG at 110 dpi for the page, PDF vector for a paper, both cropped to
+#: what is drawn; in the report's background process where it has one); the figure is closed.
+figure_files = figure_bytes
 
 
 def _style(ax: Any) -> None:

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pipelines.core.keys import code_identity
+from pipelines.core.plots import png_bytes, pyplot
 from pipelines.core.provenance import code_version
 from pipelines.plan.paths import TrainingPath
 from pipelines.plan.trie import DONE, states_of
@@ -34,8 +35,6 @@ from pipelines.tracking.runs import (
     TAG_STRATEGY,
     TAG_SWITCH,
     Tracker,
-    png_bytes,
-    pyplot,
 )
 
 if TYPE_CHECKING:  # types only (the training side is not imported by the MLflow side)

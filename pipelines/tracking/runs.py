@@ -34,7 +34,6 @@ from typing import Any
 
 from pipelines.core.errors import UserError
 from pipelines.core.layout import Layout
-from pipelines.core.plots import png_bytes, pyplot  # noqa: F401 (where the live figures and tests import them)
 
 log = logging.getLogger(__name__)
 

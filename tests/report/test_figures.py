@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from pipelines.core.plots import pyplot
 from pipelines.report import figures
 from pipelines.report.difficulty import SCORES, by_difficulty
 from pipelines.report.figures import (
@@ -22,7 +23,6 @@ from pipelines.report.figures import (
     significance,
 )
 from pipelines.report.records import ReportError, label_of
-from pipelines.tracking.runs import pyplot
 from tests.helpers import record
 
 STRATEGIES = ["mse", "q_nrel", "q_bm25", "q_pagerank", "l_hrel", "random"]
