@@ -143,37 +143,84 @@ def _train(model: Path, t0: float, trees: int) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ references
-def _train_rows(data: Path) -> tuple[Any, Any, Any]:
-    """Fold 1's training rows of the ingested dataset in (qid, doc) order: float32 features, labels, group sizes."""
-    import numpy as np
-    import pyarrow.dataset as pads
+class _FoldFiles:
+    """Fold 1's training rows streamed from the ingested Parquet, one file decoded at a time.
 
-    m = json.loads((data / "_manifest.json").read_text())
-    parts = m["folds"]["1"]["train"]
-    feats = [f"f{j}" for j in range(1, m["n_features"] + 1)]
-    t = pads.dataset(str(data), format="parquet", partitioning="hive").to_table(
-        columns=["qid", "doc", "label", *feats], filter=pads.field("subset").isin(parts)
-    )
-    t = t.sort_by([("qid", "ascending"), ("doc", "ascending")])
-    X = np.empty((t.num_rows, len(feats)), np.float32)
-    for j, f in enumerate(feats):
-        X[:, j] = t[f].to_numpy()
-    qid = t["qid"].to_numpy()
-    label = t["label"].to_numpy().astype(np.float32)
-    starts = np.flatnonzero(np.r_[True, qid[1:] != qid[:-1]])
-    group = np.diff(np.r_[starts, qid.size])
-    return X, label, group
+    The references must run where the float32 rows do not fit (1x Istella: 7.2M x 220 = 6.3 GB, and LightGBM and
+    XGBoost each want a copy beside their own binned matrix), so they read the rows as LightGBM's ``Sequence`` and
+    XGBoost's ``DataIter`` ask for them: their peak is their binned matrix plus one file. Both need each query's
+    rows together; the ingested files are written in the text's order, so the fold's files in part order hold
+    every query in one run (checked: one run per qid, and (qid, doc) increasing inside each file).
+    """
+
+    def __init__(self, data: Path) -> None:
+        import numpy as np
+        import pyarrow.parquet as pq
+
+        m = json.loads((data / "_manifest.json").read_text())
+        self.feats = [f"f{j}" for j in range(1, m["n_features"] + 1)]
+
+        def part(p: Path) -> int:
+            digits = "".join(c for c in p.stem if c.isdigit())
+            return int(digits) if digits else -1
+
+        self.files = [
+            f for sub in m["folds"]["1"]["train"] for f in sorted((data / f"subset={sub}").glob("*.parquet"), key=part)
+        ]
+        qids, labels, counts = [], [], []
+        for f in self.files:
+            t = pq.read_table(f, columns=["qid", "doc", "label"])
+            q, d = t["qid"].to_numpy(), t["doc"].to_numpy()
+            if q.size > 1 and not np.all((q[1:] > q[:-1]) | ((q[1:] == q[:-1]) & (d[1:] > d[:-1]))):
+                raise SystemExit(f"{f}: rows not in (qid, doc) order; the streamed references need the ingest's order")
+            qids.append(q)
+            labels.append(t["label"].to_numpy().astype(np.float32))
+            counts.append(q.size)
+        qid = np.concatenate(qids)
+        starts = np.flatnonzero(np.r_[True, qid[1:] != qid[:-1]])
+        if starts.size != np.unique(qid).size:
+            raise SystemExit(f"{data}: a query's rows lie in non-adjacent files; the references need them together")
+        self.label = np.concatenate(labels)
+        self.group = np.diff(np.r_[starts, qid.size])
+        self.qid = np.repeat(np.arange(self.group.size, dtype=np.int32), self.group)  # 0.. in stream order
+        self.counts = counts
+        self.offsets = np.r_[0, np.cumsum(counts)]
+        self._cached: tuple[int, Any] = (-1, None)
+
+    def matrix(self, i: int) -> Any:
+        """File ``i``'s features as a C-ordered float32 matrix (the last one asked for is kept)."""
+        import numpy as np
+        import pyarrow.parquet as pq
+
+        if self._cached[0] != i:
+            t = pq.read_table(self.files[i], columns=self.feats)
+            X = np.empty((t.num_rows, len(self.feats)), np.float32)
+            for j, f in enumerate(self.feats):
+                X[:, j] = t[f].to_numpy()
+            self._cached = (i, X)
+        return self._cached[1]
 
 
 def reference(kind: str, data: Path, trees: int, out: Path) -> None:
-    """One reference run in this process; its figures to ``out`` (JSON)."""
-    import numpy as np
-
+    """One reference run in this process, its matrix built from the fold's files streamed; figures to ``out``."""
     t0 = time.perf_counter()
-    X, y, group = _train_rows(data)
-    t_load = time.perf_counter() - t0
+    rows = _FoldFiles(data)
+    t_load = time.perf_counter() - t0  # labels and query ids (the features are read while the matrix is built)
     if kind == "lightgbm":
         import lightgbm as lgb
+
+        class FileSeq(lgb.Sequence):
+            def __init__(self, i: int) -> None:
+                self.i, self.batch_size = i, rows.counts[i]
+
+            def __len__(self) -> int:
+                return int(rows.counts[self.i])
+
+            def __getitem__(self, idx: Any) -> Any:
+                # LightGBM samples its bins' rows one at a time and wants them in float64; the batches it pushes
+                # after may stay float32
+                r = rows.matrix(self.i)[idx]
+                return r.astype("float64") if r.ndim == 1 else r
 
         params = {
             "objective": "lambdarank",
@@ -187,19 +234,46 @@ def reference(kind: str, data: Path, trees: int, out: Path) -> None:
             "deterministic": True,
         }
         t1 = time.perf_counter()
-        dtrain = lgb.Dataset(X, y, group=group, params=params, free_raw_data=True).construct()
+        seqs = [FileSeq(i) for i in range(len(rows.files))]
+        dtrain = lgb.Dataset(seqs, rows.label, group=rows.group, params=params, free_raw_data=True).construct()
         t_matrix = time.perf_counter() - t1
-        del X
+        rows._cached = (-1, None)
         t2 = time.perf_counter()
         lgb.train(params, dtrain, num_boost_round=trees)
     else:
         import xgboost as xgb
 
+        class FileIter(xgb.DataIter):
+            """A batch of files at a time (about 100 MB of float32): XGBoost passes over it several times."""
+
+            per = 8
+
+            def __init__(self) -> None:
+                self.at = 0
+                super().__init__(cache_prefix=None)
+
+            def next(self, input_data: Any) -> bool:
+                import numpy as np
+
+                if self.at >= len(rows.files):
+                    return False
+                ids = range(self.at, min(self.at + self.per, len(rows.files)))
+                lo, hi = rows.offsets[ids[0]], rows.offsets[ids[-1] + 1]
+                input_data(
+                    data=np.concatenate([rows.matrix(i) for i in ids]),
+                    label=rows.label[lo:hi],
+                    qid=rows.qid[lo:hi],
+                )
+                self.at = ids[-1] + 1
+                return True
+
+            def reset(self) -> None:
+                self.at = 0
+
         t1 = time.perf_counter()
-        qid = np.repeat(np.arange(group.size), group)
-        dmat = xgb.QuantileDMatrix(X, y, qid=qid, max_bin=256, nthread=2)
+        dmat = xgb.QuantileDMatrix(FileIter(), max_bin=256, nthread=2)
         t_matrix = time.perf_counter() - t1
-        del X
+        rows._cached = (-1, None)
         params = {
             "objective": "rank:ndcg",
             "eta": 0.05,
@@ -219,7 +293,8 @@ def reference(kind: str, data: Path, trees: int, out: Path) -> None:
     out.write_text(
         json.dumps(
             {
-                "rows": int(y.size),
+                "rows": int(rows.label.size),
+                "streamed": True,
                 "load_s": round(t_load, 2),
                 "matrix_s": round(t_matrix, 2),
                 "trees_s": round(t_trees, 2),
