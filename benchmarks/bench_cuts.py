@@ -66,7 +66,7 @@ def main() -> int:
     full = None
     for rows in sorted(samples, reverse=True):  # the whole split first: the others are compared with it
         t0 = time.perf_counter()
-        cuts = compute_cuts(spark, ds, 1, 256, rows, "bench", threads)
+        cuts = compute_cuts(ds, 1, 256, rows, "bench", threads)
         cut_seconds = time.perf_counter() - t0
         full = full or cuts
         same_layout = np.array_equal(cuts.ptr, full.ptr)

@@ -310,6 +310,10 @@ class ExtraCurriculum(dict[str, Any]):
         return f"ExtraCurriculum({dict.__repr__(self)})"
 
 
+#: ``train.read``: who reads a training worker's rows (:class:`TrainConfig`).
+READS = ("auto", "worker", "spark")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Distributed XGBoost training (:mod:`pipelines.app.train`).
@@ -329,6 +333,9 @@ class TrainConfig:
     ``codes_in_memory_gib``: a worker keeps its training rows' bin codes in memory up to this size (GiB), and
     in a local file beyond it (:class:`pipelines.worker.data.SpilledCodes`; 0: always in a file); the trees
     are the same either way.
+    ``read``: how a training worker gets its rows: ``worker`` (each barrier task reads the fold's Parquet
+    with pyarrow, :mod:`pipelines.worker.rows`), ``spark`` (the driver's job shuffles them to the tasks), or
+    ``auto`` (``worker`` for a local dataset path, ``spark`` for other URIs); the trees are the same.
     """
 
     path: str = "mse:40,lambdamart:60"
@@ -361,8 +368,11 @@ class TrainConfig:
     blend_at: int = 40
     blend_width: int = 40
     codes_in_memory_gib: float = 1.0
+    read: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.read not in READS:
+            raise ConfigError(f"train.read must be one of {', '.join(READS)}, got {self.read!r}")
         if not self.codes_in_memory_gib >= 0:
             raise ConfigError(f"train.codes_in_memory_gib must be >= 0, got {self.codes_in_memory_gib}")
         for name in ("eval_every", "cuts_sample_rows", "checkpoint_every"):

@@ -83,6 +83,7 @@ TRAIN_NOT_IN_KEY = (
     "lease_ttl",
     "lease_wait",
     "codes_in_memory_gib",
+    "read",
 )
 
 #: Libraries whose arithmetic a result depends on (their versions are part of the code identity).

@@ -49,6 +49,7 @@ from pipelines.store.cuts import FoldCuts, reference_matrix
 from pipelines.worker.data import FEATURES_COL, SPLIT_COL, SPLITS, WorkerData, from_batches, local_dir, matrix_cuts
 from pipelines.worker.env import XgbComm, check_device, returning_freed_memory
 from pipelines.worker.loop import Settings, run_nodes
+from pipelines.worker.rows import FoldRows
 from udfs import schema
 from udfs.metrics import NdcgSpec
 
@@ -192,6 +193,20 @@ def training_frame(spark: SparkSession, ds: Dataset, fold: int, curricula: list[
     return df.select(*[c for c in df.columns if c not in {*feats, schema.SUBSET}], F.array(*feats).alias(FEATURES_COL))
 
 
+def fold_rows(ds: Dataset, fold: int, curricula: list[Curriculum]) -> FoldRows:
+    """What the barrier tasks need to read the fold's rows themselves (``train.read: worker``): the same rows,
+    split codes and curriculum stages as :func:`training_frame`."""
+    splits = tuple(
+        (code, tuple(ds.subsets(fold, split))) for code, split in enumerate(SPLITS) if ds.folds[fold].get(split)
+    )
+    return FoldRows(ds.path, ds.n_features, splits, tuple((c.column, f"{c.path}/{QUERIES}") for c in curricula))
+
+
+def reads_in_workers(read: str, path: str) -> bool:
+    """Whether the barrier tasks read their rows themselves (``train.read``; ``auto``: a local dataset path)."""
+    return read == "worker" or (read == "auto" and ("://" not in path or path.startswith("file://")))
+
+
 def arrange_by_qid(df: DataFrame, workers: int) -> DataFrame:
     """One partition per worker, whole queries in each; which worker holds a query depends on its qid
     alone (Spark's Murmur3 hash of it), so a multi-worker model is the same in any application.
@@ -275,7 +290,7 @@ def _start_tracker(spark: SparkSession, workers: int, timeout: int = 0) -> dict[
 
 def run_nodes_distributed(
     spark: SparkSession,
-    df: DataFrame,
+    rows: DataFrame | FoldRows,
     n_features: int,
     nodes: list[Node],
     settings: Settings,
@@ -288,7 +303,9 @@ def run_nodes_distributed(
     tracker_timeout: int = 0,
     lease_token: str | None = None,
 ) -> dict[str, Any]:
-    """Train ``nodes`` (plan order) on ``df`` (see :func:`training_frame`) with ``workers`` barrier tasks.
+    """Train ``nodes`` (plan order) on ``rows`` with ``workers`` barrier tasks: a frame of the fold's rows
+    (:func:`training_frame`), which ``arrange`` hands out to the tasks, or where each task reads its own
+    (:func:`fold_rows`, :mod:`pipelines.worker.rows`: the same rows, no shuffle).
 
     Every worker builds its training matrix on the fold's global ``cuts`` (:mod:`pipelines.store.cuts`), so
     the trees do not depend on ``workers``. ``lease_token``: the driver's lease on the nodes
@@ -309,6 +326,8 @@ def run_nodes_distributed(
         {"name": c.name, "column": c.column, "label_filters": {str(k): v for k, v in c.label_filters().items()}}
         for c in curricula
     ]
+
+    source = rows if isinstance(rows, FoldRows) else None  # the closure must not hold a DataFrame
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """One barrier task: load this worker's rows, join XGBoost's collective and train ``nodes``.
@@ -349,6 +368,10 @@ def run_nodes_distributed(
             )
         check_same_code(driver_code)
         t0 = time.perf_counter()
+        if source is not None:
+            for _ in batches:  # this task's placeholder row
+                pass
+            batches = source.batches(ctx.partitionId(), workers)
         with returning_freed_memory():  # the batches' buffers, once joined, leave the process
             ref = reference_matrix(cuts, int(settings.params.get("nthread") or 0))  # outside the collective
             # rows stream in as Arrow batches and are kept as bin codes (pipelines.worker.data)
@@ -378,7 +401,9 @@ def run_nodes_distributed(
         )
 
     t0 = time.perf_counter()
-    out = arrange(df, workers).mapInArrow(run, "rank int, payload string", barrier=True).toArrow().to_pylist()
+    # one placeholder row per barrier task when the tasks read their rows themselves
+    frame = spark.range(0, workers, 1, workers) if isinstance(rows, FoldRows) else arrange(rows, workers)
+    out = frame.mapInArrow(run, "rank int, payload string", barrier=True).toArrow().to_pylist()
     wall = time.perf_counter() - t0
     timings = sorted((json.loads(r["payload"]) for r in out), key=lambda t: t["rank"])
     trees = sum(n.trees for n in nodes)

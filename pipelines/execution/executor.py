@@ -26,7 +26,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.core.config import TrainConfig
 from pipelines.core.errors import LtrError, UserError, relay
@@ -34,6 +34,8 @@ from pipelines.data.curriculum import Curriculum
 from pipelines.data.dataset import Dataset, DatasetError
 from pipelines.execution.barrier_job import (
     driver_host,
+    fold_rows,
+    reads_in_workers,
     run_nodes_distributed,
     training_frame,
 )
@@ -43,6 +45,7 @@ from pipelines.store.checkpoints import CheckpointStore
 from pipelines.store.cuts import FoldCuts, fold_cuts
 from pipelines.store.lease import hold
 from pipelines.worker.loop import Settings
+from pipelines.worker.rows import FoldRows
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +160,6 @@ def execute_plan(
             on_event(ev)
 
     cuts = fold_cuts(
-        spark,
         store.root,
         ds,
         plan.fold,
@@ -252,7 +254,10 @@ def _run_unit(
     if missing:
         raise DatasetError(f"fold {plan.fold}: no curriculum {missing} for nodes of the plan")
     curs = [curricula[c] for c in names]
-    df = training_frame(spark, ds, plan.fold, curs)
+    if reads_in_workers(settings.train.read, ds.path):
+        rows: DataFrame | FoldRows = fold_rows(ds, plan.fold, curs)  # each barrier task reads its own
+    else:
+        rows = training_frame(spark, ds, plan.fold, curs)
     s = replace(settings, nthread=how.nthread)
     owner = f"fold {plan.fold}: {how.resume_hint}"
     # one writer per node: the leases are held across the retries, renewed by a heartbeat, released at the end
@@ -272,7 +277,7 @@ def _run_unit(
             try:
                 return run_nodes_distributed(
                     spark,
-                    df,
+                    rows,
                     ds.n_features,
                     todo,
                     s,

@@ -13,8 +13,8 @@ The sample: every training query whose ``xxhash64(qid)`` falls under a threshold
 chosen so that about ``sample_rows`` rows are kept (whole queries, like
 LightGBM's 200,000-row bin sample, but chosen by qid so that it does not depend
 on the input's partitioning); all rows when the split has no more than
-``sample_rows``. It is read by the split's scan tasks into the driver (no shuffle) and
-sketched there, rows sorted by (qid, doc) (XGBoost's sketch depends on row order, not on its thread count), so the cuts
+``sample_rows``. The driver reads it from the split's Parquet with pyarrow (no Spark job) and
+sketches it, rows sorted by (qid, doc) (XGBoost's sketch depends on row order, not on its thread count), so the cuts
 are a function of the data alone. They are stored under their key
 (:func:`pipelines.core.keys.cuts_key`) in the checkpoint store, ``ROOT/_cuts/<key>.npz``
 (:meth:`pipelines.store.checkpoints.CheckpointStore.cuts_path`), and reused by every later job of the fold.
@@ -148,7 +148,45 @@ def reference_matrix(cuts: FoldCuts, nthread: int = 0) -> Any:
     return ref
 
 
-# ------------------------------------------------------------ Spark: the sample and its cuts
+# ------------------------------------------------------------ the sample and its cuts
+#: xxHash64's primes (Spark's ``XXH64``) and the seed of Spark SQL's ``xxhash64`` function.
+_P1, _P2, _P3, _P5 = (
+    np.uint64(0x9E3779B185EBCA87),
+    np.uint64(0xC2B2AE3D27D4EB4F),
+    np.uint64(0x165667B19E3779F9),
+    np.uint64(0x27D4EB2F165667C5),
+)
+_SEED = 42
+#: The sample keeps a query when its hash modulo 2**30 is under ``fraction * 2**30``.
+_SCALE = 1 << 30
+
+
+def qid_hash(qid: np.ndarray) -> np.ndarray:
+    """Spark SQL's ``xxhash64(qid)`` of int32 query ids, as uint64 (``XXH64.hashInt(qid, 42)``, vectorised).
+
+    The sample was chosen by that expression in a Spark job when the cuts were computed there; computed here
+    the same way, the sample and so the cuts are the ones stored before (and checked against Spark in
+    tests/execution/test_train.py)."""
+    with np.errstate(over="ignore"):  # 64-bit arithmetic wraps, as Java's long does
+        x = qid.astype(np.int64).astype(np.uint64) & np.uint64(0xFFFFFFFF)  # the int's 32 bits, unsigned
+        h = np.uint64((_SEED + int(_P5) + 4) % (1 << 64)) ^ (x * _P1)
+        h = ((h << np.uint64(23)) | (h >> np.uint64(41))) * _P2 + _P3
+        h ^= h >> np.uint64(33)
+        h *= _P2
+        h ^= h >> np.uint64(29)
+        h *= _P3
+        h ^= h >> np.uint64(32)
+    return h
+
+
+def in_sample(qid: np.ndarray, fraction: float) -> np.ndarray:
+    """Which rows the cuts' sample keeps: whole queries, by a hash of the qid alone (the same sample whatever
+    the files' layout), ``pmod(xxhash64(qid), 2**30) < int(fraction * 2**30)``."""
+    if fraction >= 1.0:
+        return np.ones(qid.shape, bool)
+    return (qid_hash(qid) & np.uint64(_SCALE - 1)) < np.uint64(int(fraction * _SCALE))
+
+
 def sample_fraction(train_rows: int, sample_rows: int) -> float:
     """Share of the training queries the sample keeps (1.0: all of them)."""
     if sample_rows < 1:
@@ -156,36 +194,49 @@ def sample_fraction(train_rows: int, sample_rows: int) -> float:
     return 1.0 if train_rows <= sample_rows else sample_rows / train_rows
 
 
-def compute_cuts(
-    spark: Any, ds: Any, fold: int, max_bin: int, sample_rows: int, key: str, nthread: int = 0
-) -> FoldCuts:
-    """The cuts of ``fold``'s training split from its deterministic sample, sketched on the driver."""
-    from pyspark.sql import functions as F
+def sample_rows_of(ds: Any, fold: int, fraction: float) -> tuple[np.ndarray, int]:
+    """The sampled training rows of ``fold`` in (qid, doc) order as a float32 matrix, and the split's rows read.
 
-    from pipelines.data.dataset import load_split
+    Read on the driver with pyarrow (any URI it understands, as the manifest is), a record batch at a time,
+    each batch filtered to the sampled queries at once: the driver holds one batch and the sample. Before, a
+    Spark job read the split and sent the sample to the driver as Arrow: at paper scale (2.27M training rows x
+    136) 22 s of a 133 s wait for the first tree, most of it the job and the JVM's row-to-Arrow conversion of
+    rows thrown away after.
+    """
+    from pipelines.data.dataset import scan_subsets
     from udfs import schema
 
     feats = schema.feature_cols(ds.n_features)
-    df = load_split(spark, ds, fold, "train", [schema.QID, schema.DOC, *feats])
-    train_rows = sum(int(ds.manifest["subsets"][s]["rows"]) for s in ds.subsets(fold, "train"))
-    frac = sample_fraction(train_rows, sample_rows)
-    if frac < 1.0:
-        # whole queries, by a hash of the qid alone: the same sample whatever the partitioning
-        df = df.where(F.pmod(F.xxhash64(F.col(schema.QID)), F.lit(1 << 30)) < F.lit(int(frac * (1 << 30))))
-    t0 = time.perf_counter()
-    # The sample comes to the driver as Arrow, read by the split's parallel scan tasks: no shuffle, no one task
-    # reading the whole split (it is bounded: about sample_rows rows, 200,000 x 220 features are 176 MB of
-    # float32). Before, one Spark task sketched it after a shuffle of the sampled rows into it: 34 s against
-    # 20 s now on the 0.1x Istella fold (206k of 692k rows x 220 features, 2 cores). The rows are put in
-    # (qid, doc) order here: XGBoost's sketch depends on row order, so these are the cuts that task computed,
-    # and the ones stored before under the same key.
-    table = df.toArrow()
+    columns = [schema.QID, schema.DOC, *feats]
+    kept, seen = [], 0
+    for batch in scan_subsets(ds.path, ds.subsets(fold, "train"), columns):
+        seen += batch.num_rows
+        mask = in_sample(batch.column(0).to_numpy(zero_copy_only=False), fraction)
+        if mask.any():
+            kept.append(batch.filter(pa.array(mask)))
+    table = pa.Table.from_batches(kept) if kept else None
+    if table is None:
+        return np.empty((0, len(feats)), np.float32), seen
     order = np.lexsort((table.column(schema.DOC).to_numpy(), table.column(schema.QID).to_numpy()))
     X = np.empty((table.num_rows, len(feats)), np.float32)
     for j, f in enumerate(feats):
         X[:, j] = table.column(f).to_numpy()[order]
-    del table
+    return X, seen
+
+
+def compute_cuts(ds: Any, fold: int, max_bin: int, sample_rows: int, key: str, nthread: int = 0) -> FoldCuts:
+    """The cuts of ``fold``'s training split from its deterministic sample (:func:`sample_rows_of`), rows in
+    (qid, doc) order: XGBoost's sketch depends on row order, not on its thread count."""
+    train_rows = sum(int(ds.manifest["subsets"][s]["rows"]) for s in ds.subsets(fold, "train"))
+    t0 = time.perf_counter()
+    X, seen = sample_rows_of(ds, fold, sample_fraction(train_rows, sample_rows))
+    if seen != train_rows:
+        raise CutsError(
+            f"{ds.path}: fold {fold}'s training split holds {seen} rows, its manifest says {train_rows}; "
+            "the dataset changed after it was ingested: ingest it again"
+        )
     pa.default_memory_pool().release_unused()
+    t_read = time.perf_counter() - t0
     cuts = cuts_of(X, max_bin, key, nthread)
     del X
     if cuts.rows == 0:
@@ -194,12 +245,13 @@ def compute_cuts(
             f"{train_rows} training rows: its queries are few and large); raise train.cuts_sample_rows"
         )
     log.info(
-        "fold %d: histogram cuts from %d of %d training rows (%d bins at most) in %.1f s",
+        "fold %d: histogram cuts from %d of %d training rows (%d bins at most) in %.1f s (%.1f s reading)",
         fold,
         cuts.rows,
         train_rows,
         max_bin,
         time.perf_counter() - t0,
+        t_read,
     )
     return cuts
 
@@ -235,7 +287,7 @@ def save_cuts(root: str, cuts: FoldCuts) -> None:
     store.put(store.cuts_path(cuts.key), cuts.to_bytes(), replace=False)
 
 
-def fold_cuts(spark: Any, root: str, ds: Any, fold: int, max_bin: int, sample_rows: int, nthread: int = 0) -> FoldCuts:
+def fold_cuts(root: str, ds: Any, fold: int, max_bin: int, sample_rows: int, nthread: int = 0) -> FoldCuts:
     """The fold's cuts from the store under their key (:func:`pipelines.core.keys.cuts_key`, the one every node
     key of the fold holds), else computed (:func:`compute_cuts`) and stored."""
     from pipelines.core.keys import cuts_key
@@ -243,7 +295,7 @@ def fold_cuts(spark: Any, root: str, ds: Any, fold: int, max_bin: int, sample_ro
     key = cuts_key(ds.fingerprint, fold, max_bin, sample_rows)
     cuts = load_cuts(root, key)
     if cuts is None:
-        cuts = compute_cuts(spark, ds, fold, max_bin, sample_rows, key, nthread)
+        cuts = compute_cuts(ds, fold, max_bin, sample_rows, key, nthread)
         save_cuts(root, cuts)
     reference_matrix(cuts)  # on the driver too: a CutsError here is one line, not a failed barrier job
     return cuts

@@ -208,6 +208,9 @@ def test_overrides():
         load_config(None, ["work_dir.x=1"])
     with pytest.raises(ConfigError, match=r"generate.queries: expected an integer, got 'many'"):
         load_config(None, ["generate.queries=many"])
+    assert load_config(None, ["train.read=spark"]).train.read == "spark"
+    with pytest.raises(ConfigError, match=r"train.read must be one of auto, worker, spark, got 'workers'"):
+        load_config(None, ["train.read=workers"])
 
 
 def test_dataset_specs():

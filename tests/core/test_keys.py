@@ -58,6 +58,8 @@ NODE_CASES = [
     ("checkpoint interval", dict(train=TrainConfig(checkpoint_every=3)), False),
     ("retries, timeouts", dict(train=TrainConfig(job_retries=4, tracker_timeout=5)), False),
     ("the train command's own path", dict(train=TrainConfig(path="mse:1")), False),
+    ("codes in a file", dict(train=TrainConfig(codes_in_memory_gib=0)), False),
+    ("who reads the rows", dict(train=TrainConfig(read="spark")), False),
 ]
 
 

@@ -184,6 +184,8 @@ def _train(spark, data, paths, workers, curricula=(), arrange=None, cfg=None):
 
     ds = open_dataset(data)
     cfg = cfg or _cfg(workers=workers, nthread=1)
+    if arrange is not None:  # a partitioning of the driver's frame: the workers must not read their own rows
+        cfg = replace(cfg, read="spark")
     curs = load_curricula(list(curricula), ds, 1)
     settings = make_settings(cfg, NdcgSpec(), ds, 1)
     tps = [resolve(parse_path(p, p), {c.name: c.n_stages for c in curs}) for p in paths]
@@ -257,28 +259,47 @@ def _trees(model: bytes) -> list[dict]:
     return json.loads(model)["learner"]["gradient_booster"]["model"]["trees"]
 
 
-def test_the_cuts_are_the_sketch_of_the_split_in_qid_doc_order_whatever_the_scan_tasks(spark, fine_dataset):
-    """The sample comes to the driver from the scan tasks (no shuffle) and is sketched there: with a sample of
-    the whole split, the cuts are XGBoost's sketch of the split's rows in (qid, doc) order, however many scan
-    tasks read them (the sketch depends on row order)."""
+def test_the_cuts_are_the_sketch_of_the_split_in_qid_doc_order(fine_dataset):
+    """With a sample of the whole split, the cuts are XGBoost's sketch of the split's rows in (qid, doc) order
+    (the sketch depends on row order), read on the driver without Spark, whatever the batches."""
     from pipelines.store.cuts import compute_cuts, cuts_of
 
     data, splits = fine_dataset
     ds = open_dataset(data)
     want = cuts_of(splits["train"].X, 16)
     assert want.values.size > 6 * 8  # continuous features: the cuts are quantiles, not every distinct value
-    got = []
-    for part_bytes in ("128MB", "4096"):  # one scan task per file, then many per file
-        old = spark.conf.get("spark.sql.files.maxPartitionBytes")
-        spark.conf.set("spark.sql.files.maxPartitionBytes", part_bytes)
-        try:
-            got.append(compute_cuts(spark, ds, 1, 16, 10**6, "k"))
-        finally:
-            spark.conf.set("spark.sql.files.maxPartitionBytes", old)
-    for c in got:
-        assert c.rows == splits["train"].y.size
-        np.testing.assert_array_equal(c.ptr, want.ptr)
-        np.testing.assert_array_equal(c.values, want.values)
+    c = compute_cuts(ds, 1, 16, 10**6, "k")
+    assert c.rows == splits["train"].y.size
+    np.testing.assert_array_equal(c.ptr, want.ptr)
+    np.testing.assert_array_equal(c.values, want.values)
+
+
+def test_the_sample_is_the_one_spark_xxhash64_chose(spark, fine_dataset):
+    """The oracle for the driver's sample (pipelines.store.cuts.sample_rows_of): Spark SQL's
+    ``pmod(xxhash64(qid), 2**30) < fraction * 2**30``, which chose it when a Spark job computed the cuts. The
+    same hashes for int32 ids at the edges and at random, and the same sampled rows of the split in the same
+    (qid, doc) order: so the cuts stored before are the cuts computed now."""
+    from pipelines.data.dataset import load_split
+    from pipelines.store.cuts import qid_hash, sample_rows_of
+
+    rng = np.random.default_rng(3)
+    ids = np.r_[0, 1, 2, 255, 256, 65535, 2**31 - 1, 2**31 - 2, rng.integers(0, 2**31 - 1, 300)].astype(np.int32)
+    df = spark.createDataFrame([(int(i),) for i in ids], "qid int").select("qid", F.xxhash64("qid").alias("h"))
+    theirs = {int(r.qid): int(r.h) for r in df.collect()}
+    ours = qid_hash(ids).view(np.int64)
+    assert {int(i): int(h) for i, h in zip(ids, ours, strict=True)} == theirs
+
+    data, _ = fine_dataset
+    ds = open_dataset(data)
+    frac = 0.4
+    X, seen = sample_rows_of(ds, 1, frac)
+    feats = schema.feature_cols(ds.n_features)
+    sdf = load_split(spark, ds, 1, "train", [schema.QID, schema.DOC, *feats])
+    sdf = sdf.where(F.pmod(F.xxhash64(F.col(schema.QID)), F.lit(1 << 30)) < F.lit(int(frac * (1 << 30))))
+    rows = sorted(sdf.select(schema.QID, schema.DOC, *feats).collect(), key=lambda r: (r[0], r[1]))
+    assert seen == sum(int(ds.manifest["subsets"][s]["rows"]) for s in ds.subsets(1, "train"))
+    assert 0 < X.shape[0] < seen  # a sample: some queries kept, some not
+    np.testing.assert_array_equal(X, np.array([r[2:] for r in rows], np.float32))
 
 
 def test_one_and_two_workers_build_the_same_trees_on_global_cuts(spark, fine_dataset):
@@ -397,13 +418,25 @@ def test_barrier_constraints_checked_up_front():
     assert not is_local("local-cluster[2,1,1024]") and not is_local("spark://h:7077") and not is_local("yarn")
 
 
-def test_curriculum_paths(spark, small_dataset, small_difficulty, tmp_path):
+def test_curriculum_paths_and_workers_reading_their_rows_train_what_the_shuffle_gives(
+    spark, small_dataset, small_difficulty, tmp_path
+):
+    """A curriculum path on 2 workers; and the oracle of ``train.read``: the barrier tasks reading the fold's
+    Parquet themselves (``worker``, pipelines.worker.rows) train byte for byte the model of the driver's
+    shuffle (``spark``), each worker on the same rows (the curriculum's stages joined the same way)."""
     cur = tmp_path / "c"
     s = build_curriculum(spark, small_dataset, small_difficulty, 1, CurriculumConfig(strategy="l_hrel"), str(cur))
-    res, _ = _train(spark, small_dataset, ["lambdamart@l_hrel:3,lambdamart:3"], workers=2, curricula=[str(cur)])
-    runs = res["lambdamart@l_hrel:3,lambdamart:3"].runs
+    path = "lambdamart@l_hrel:3,lambdamart:3"
+    got = {
+        read: _train(spark, small_dataset, [path], 2, [str(cur)], cfg=_cfg(workers=2, nthread=1, read=read))
+        for read in ("worker", "spark")
+    }
+    runs = got["worker"][0][path].runs
     assert runs[0]["data"] == "l_hrel.0" and runs[1]["data"] == "all"
     assert runs[0]["rows"] == s["stages"][0]["documents"]  # the label filter, as the curriculum counted it
+    assert got["worker"][0][path].model == got["spark"][0][path].model
+    rows = {r: sorted((t["rank"], t["rows"]) for t in got[r][1]["worker_timings"]) for r in got}
+    assert rows["worker"] == rows["spark"] and all(n > 0 for _, n in rows["worker"])
 
 
 def test_ltr_train_cli(spark, coarse_dataset, tmp_path, capsys):
