@@ -109,7 +109,7 @@ def load_split(spark: SparkSession, ds: Dataset, fold: int, split: str, columns:
 
 
 def scan_subsets(
-    path: str, subsets: list[str], columns: list[str], batch_rows: int = 1 << 16
+    path: str, subsets: list[str], columns: list[str], batch_rows: int = 1 << 16, threads: bool = True
 ) -> Iterator[pa.RecordBatch]:
     """Rows of ``subsets`` of the dataset at ``path`` read with pyarrow, without Spark, a record batch at a time
     (``columns`` only; ``subset`` may be one of them). For a process that is not a Spark job and reads a split
@@ -131,5 +131,6 @@ def scan_subsets(
         batch_size=batch_rows,
         batch_readahead=4,
         fragment_readahead=2,
+        use_threads=threads,
     )
     yield from scan.to_batches()

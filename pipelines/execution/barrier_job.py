@@ -2,10 +2,12 @@
 
 How it runs (DESIGN.md section 5):
 
-1. The fold's train/vali/test rows (and, per curriculum, each train query's
-   first stage) are hash-partitioned by qid into one partition per worker
-   (:func:`arrange_by_qid`), so every worker holds whole queries; it bins them on
-   the fold's cuts and puts them in (qid, doc) order itself.
+1. Every worker holds whole queries, chosen by a hash of the qid: it reads the fold's
+   train/vali/test rows (and, per curriculum, each train query's first stage) from the
+   dataset's Parquet itself and keeps its queries (:func:`fold_rows`,
+   :mod:`pipelines.worker.rows`; ``train.read: worker``), or the driver's frame of them is
+   hash-partitioned into one partition per worker (:func:`arrange_by_qid`; ``spark``): the
+   same rows either way. It bins them on the fold's cuts and puts them in (qid, doc) order itself.
 2. A Rabit tracker starts on the driver; one barrier task per worker
    (``mapInArrow(..., barrier=True)``) joins XGBoost's collective. Before
    training, the workers exchange their qid sets (``allGather``) and all stop

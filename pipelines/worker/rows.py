@@ -81,7 +81,7 @@ class FoldRows:
         cols = [schema.SUBSET, schema.QID, schema.DOC, schema.LABEL, *feats]
         stages = [(column, _first_stages(table)) for column, table in self.curricula]
         for code, subsets in self.splits:
-            for batch in scan_subsets(self.path, list(subsets), cols):
+            for batch in scan_subsets(self.path, list(subsets), cols, threads=False):
                 if workers > 1:
                     mine = spark_partition(batch.column(schema.QID).to_numpy(zero_copy_only=False), workers) == rank
                     if not mine.any():
