@@ -40,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipelines.core.errors import UserError
+from udfs.spark_hashes import xxhash64
 
 if TYPE_CHECKING:
     from pipelines.store.checkpoints import CheckpointStore
@@ -149,34 +150,8 @@ def reference_matrix(cuts: FoldCuts, nthread: int = 0) -> Any:
 
 
 # ------------------------------------------------------------ the sample and its cuts
-#: xxHash64's primes (Spark's ``XXH64``) and the seed of Spark SQL's ``xxhash64`` function.
-_P1, _P2, _P3, _P5 = (
-    np.uint64(0x9E3779B185EBCA87),
-    np.uint64(0xC2B2AE3D27D4EB4F),
-    np.uint64(0x165667B19E3779F9),
-    np.uint64(0x27D4EB2F165667C5),
-)
-_SEED = 42
 #: The sample keeps a query when its hash modulo 2**30 is under ``fraction * 2**30``.
 _SCALE = 1 << 30
-
-
-def qid_hash(qid: np.ndarray) -> np.ndarray:
-    """Spark SQL's ``xxhash64(qid)`` of int32 query ids, as uint64 (``XXH64.hashInt(qid, 42)``, vectorised).
-
-    The sample was chosen by that expression in a Spark job when the cuts were computed there; computed here
-    the same way, the sample and so the cuts are the ones stored before (and checked against Spark in
-    tests/execution/test_train.py)."""
-    with np.errstate(over="ignore"):  # 64-bit arithmetic wraps, as Java's long does
-        x = qid.astype(np.int64).astype(np.uint64) & np.uint64(0xFFFFFFFF)  # the int's 32 bits, unsigned
-        h = np.uint64((_SEED + int(_P5) + 4) % (1 << 64)) ^ (x * _P1)
-        h = ((h << np.uint64(23)) | (h >> np.uint64(41))) * _P2 + _P3
-        h ^= h >> np.uint64(33)
-        h *= _P2
-        h ^= h >> np.uint64(29)
-        h *= _P3
-        h ^= h >> np.uint64(32)
-    return h
 
 
 def in_sample(qid: np.ndarray, fraction: float) -> np.ndarray:
@@ -184,7 +159,8 @@ def in_sample(qid: np.ndarray, fraction: float) -> np.ndarray:
     the files' layout), ``pmod(xxhash64(qid), 2**30) < int(fraction * 2**30)``."""
     if fraction >= 1.0:
         return np.ones(qid.shape, bool)
-    return (qid_hash(qid) & np.uint64(_SCALE - 1)) < np.uint64(int(fraction * _SCALE))
+    # Spark's xxhash64, in numpy (udfs.spark_hashes): the sample a Spark job chose when it computed the cuts
+    return (xxhash64(qid) & np.uint64(_SCALE - 1)) < np.uint64(int(fraction * _SCALE))
 
 
 def sample_fraction(train_rows: int, sample_rows: int) -> float:
@@ -212,7 +188,9 @@ def sample_rows_of(ds: Any, fold: int, fraction: float) -> tuple[np.ndarray, int
     for batch in scan_subsets(ds.path, ds.subsets(fold, "train"), columns):
         seen += batch.num_rows
         mask = in_sample(batch.column(0).to_numpy(zero_copy_only=False), fraction)
-        if mask.any():
+        if mask.all():  # a split no larger than the sample: every row, no copy
+            kept.append(batch)
+        elif mask.any():
             kept.append(batch.filter(pa.array(mask)))
     table = pa.Table.from_batches(kept) if kept else None
     if table is None:

@@ -8,7 +8,7 @@ through the JVM's rows, a shuffle file and Arrow again.
 
 Here each barrier task reads the fold's splits from the dataset's files with pyarrow
 (:func:`pipelines.data.dataset.scan_subsets`) and keeps the queries that Spark's ``repartition(workers, qid)``
-would have given its partition: ``pmod(hash(qid), workers)`` with Spark's Murmur3 (:func:`spark_partition`,
+would have given its partition: ``pmod(hash(qid), workers)`` with Spark's Murmur3 (:func:`udfs.spark_hashes.partition`,
 checked against Spark in tests/worker/test_rows.py). So a worker holds the same rows either way, and the trees
 are the same (byte for byte: tested). With more than one worker each one reads every file and keeps its share
 (the files hold the queries in the text's order, not by hash): reading is cheaper than shuffling, but a
@@ -31,36 +31,9 @@ import pyarrow as pa
 from pipelines.data.dataset import scan_subsets
 from pipelines.worker.data import SPLIT_COL
 from udfs import schema
+from udfs.spark_hashes import partition
 
 log = logging.getLogger(__name__)
-
-#: Murmur3 (x86, 32 bits): Spark's ``hash`` and ``HashPartitioning`` (``Murmur3_x86_32``, seed 42).
-_C1, _C2 = np.uint32(0xCC9E2D51), np.uint32(0x1B873593)
-_SEED = np.uint32(42)
-
-
-def _rotl(x: np.ndarray, r: int) -> np.ndarray:
-    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
-
-
-def spark_hash(qid: np.ndarray) -> np.ndarray:
-    """Spark SQL's ``hash(qid)`` of int32 ids (``Murmur3_x86_32.hashInt(qid, 42)``), as int32."""
-    with np.errstate(over="ignore"):  # 32-bit arithmetic wraps, as Java's int does
-        k = np.ascontiguousarray(qid, np.int32).view(np.uint32) * _C1
-        k = _rotl(k, 15) * _C2
-        h = _rotl(_SEED ^ k, 13) * np.uint32(5) + np.uint32(0xE6546B64)
-        h ^= np.uint32(4)  # the input's length in bytes
-        h ^= h >> np.uint32(16)
-        h *= np.uint32(0x85EBCA6B)
-        h ^= h >> np.uint32(13)
-        h *= np.uint32(0xC2B2AE35)
-        h ^= h >> np.uint32(16)
-    return h.view(np.int32)
-
-
-def spark_partition(qid: np.ndarray, workers: int) -> np.ndarray:
-    """The partition ``repartition(workers, qid)`` puts each row in: ``pmod(hash(qid), workers)``."""
-    return spark_hash(qid).astype(np.int64) % workers
 
 
 @dataclass(frozen=True)
@@ -83,7 +56,7 @@ class FoldRows:
         for code, subsets in self.splits:
             for batch in scan_subsets(self.path, list(subsets), cols, threads=False):
                 if workers > 1:
-                    mine = spark_partition(batch.column(schema.QID).to_numpy(zero_copy_only=False), workers) == rank
+                    mine = partition(batch.column(schema.QID).to_numpy(zero_copy_only=False), workers) == rank
                     if not mine.any():
                         continue
                     batch = batch.filter(pa.array(mine))

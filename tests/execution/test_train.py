@@ -280,13 +280,14 @@ def test_the_sample_is_the_one_spark_xxhash64_chose(spark, fine_dataset):
     same hashes for int32 ids at the edges and at random, and the same sampled rows of the split in the same
     (qid, doc) order: so the cuts stored before are the cuts computed now."""
     from pipelines.data.dataset import load_split
-    from pipelines.store.cuts import qid_hash, sample_rows_of
+    from pipelines.store.cuts import sample_rows_of
+    from udfs.spark_hashes import xxhash64
 
     rng = np.random.default_rng(3)
     ids = np.r_[0, 1, 2, 255, 256, 65535, 2**31 - 1, 2**31 - 2, rng.integers(0, 2**31 - 1, 300)].astype(np.int32)
     df = spark.createDataFrame([(int(i),) for i in ids], "qid int").select("qid", F.xxhash64("qid").alias("h"))
     theirs = {int(r.qid): int(r.h) for r in df.collect()}
-    ours = qid_hash(ids).view(np.int64)
+    ours = xxhash64(ids).view(np.int64)
     assert {int(i): int(h) for i, h in zip(ids, ours, strict=True)} == theirs
 
     data, _ = fine_dataset

@@ -1,4 +1,5 @@
-"""A worker's rows read by the worker (pipelines.worker.rows): Spark's hash partitioning reproduced."""
+"""A worker's rows read by the worker (pipelines.worker.rows): Spark's hash partitioning reproduced
+(udfs.spark_hashes)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from pipelines.execution.barrier_job import arrange_by_qid
-from pipelines.worker.rows import spark_hash, spark_partition
 from udfs import schema
+from udfs.spark_hashes import murmur3, partition
 
 pytestmark = pytest.mark.spark
 
@@ -21,9 +22,9 @@ def test_the_hash_and_the_partition_are_sparks(spark):
     ids = np.r_[0, 1, 2, 255, 256, 65535, 2**31 - 1, 2**31 - 2, rng.integers(0, 2**31 - 1, 400)].astype(np.int32)
     df = spark.createDataFrame([(int(i),) for i in ids], f"{schema.QID} int")
     theirs = {int(r[0]): int(r[1]) for r in df.select(schema.QID, F.hash(schema.QID)).collect()}
-    assert dict(zip(ids.tolist(), spark_hash(ids).tolist(), strict=True)) == theirs
+    assert dict(zip(ids.tolist(), murmur3(ids).tolist(), strict=True)) == theirs
     for workers in (2, 3):
         got = arrange_by_qid(df, workers).select(schema.QID, F.spark_partition_id()).collect()
-        want = dict(zip(ids.tolist(), spark_partition(ids, workers).tolist(), strict=True))
+        want = dict(zip(ids.tolist(), partition(ids, workers).tolist(), strict=True))
         assert {int(r[0]): int(r[1]) for r in got} == want
         assert len(set(want.values())) == workers
