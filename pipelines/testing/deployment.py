@@ -183,9 +183,8 @@ class Deployment:
                 cur.execute(f"CREATE DATABASE {db}")
         con.close()
 
-    def start_mlflow(self) -> None:
-        import urllib.request
-
+    def start_mlflow(self, wait: bool = True) -> None:
+        """``mlflow server`` on PostgreSQL; ``wait``: until it answers (else :meth:`wait_mlflow` later)."""
         self.artifacts.mkdir(exist_ok=True)
         self._spawn(
             "mlflow",
@@ -205,6 +204,12 @@ class Deployment:
                 "2",
             ],
         )
+        if wait:
+            self.wait_mlflow()
+
+    def wait_mlflow(self) -> None:
+        """Until the MLflow server answers its health check (it migrates its database first)."""
+        import urllib.request
 
         def ready() -> bool:
             try:
@@ -287,9 +292,12 @@ class Deployment:
         self._wait("api-server", api_ready, 120, "api-server")
 
     def start(self) -> Deployment:
+        """PostgreSQL, then the MLflow server and Airflow side by side: the server migrates its database while
+        ``airflow db migrate`` migrates Airflow's."""
         self.start_postgres()
-        self.start_mlflow()
+        self.start_mlflow(wait=False)
         self.start_airflow()
+        self.wait_mlflow()
         return self
 
     # ---------------------------------------------------------------- the study
