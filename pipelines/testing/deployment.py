@@ -183,8 +183,8 @@ class Deployment:
                 cur.execute(f"CREATE DATABASE {db}")
         con.close()
 
-    def start_mlflow(self, wait: bool = True) -> None:
-        """``mlflow server`` on PostgreSQL; ``wait``: until it answers (else :meth:`wait_mlflow` later)."""
+    def start_mlflow(self) -> None:
+        """``mlflow server`` on PostgreSQL, not waited for (:meth:`wait_mlflow`)."""
         self.artifacts.mkdir(exist_ok=True)
         self._spawn(
             "mlflow",
@@ -204,8 +204,6 @@ class Deployment:
                 "2",
             ],
         )
-        if wait:
-            self.wait_mlflow()
 
     def wait_mlflow(self) -> None:
         """Until the MLflow server answers its health check (it migrates its database first)."""
@@ -295,7 +293,7 @@ class Deployment:
         """PostgreSQL, then the MLflow server and Airflow side by side: the server migrates its database while
         ``airflow db migrate`` migrates Airflow's."""
         self.start_postgres()
-        self.start_mlflow(wait=False)
+        self.start_mlflow()
         self.start_airflow()
         self.wait_mlflow()
         return self

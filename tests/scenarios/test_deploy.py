@@ -18,6 +18,7 @@ import json
 import re
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -105,15 +106,15 @@ class Killer:
     2026-11-27 a run on a busy machine still saw the unit run its 200 trees between two steps, this thread
     waiting for a core the unit had; at nice 19 the unit yields the core to this thread as it wakes. A try that
     ends by itself (a loaded machine can fail one) is not the process to freeze any more: the killer looks for
-    the next try's (``tries``), instead of freezing a dead tree while the retry trains unwatched. What every step
+    the next try's (``tasks``), instead of freezing a dead tree while the retry trains unwatched. What every step
     saw is kept (``trace``) and is in the error if the unit still gets away."""
 
     def __init__(self, work: Path) -> None:
         self.work, self.node, self.done_at, self.killed, self.unit, self.task = work, None, None, 0, None, None
         self.known: set[int] = set()  # the task's tree at the last step: stopped first at the next one
         self.lowered: set[int] = set()  # the task's processes given the lowest CPU priority (nice 19)
-        self.trace: list[str] = []  # what each step saw (in the error when the unit finished within one)
-        self.tries = 0  # the unit's task processes seen: its tries (one, unless a try failed before the kill)
+        self.trace: deque[str] = deque(maxlen=30)  # what the last steps saw (in the error if the unit gets away)
+        self.tasks: list[int] = []  # the unit's task processes seen, one a try (one, unless a try failed by itself)
         self.t0 = time.monotonic()
 
     def __call__(self) -> None:
@@ -159,8 +160,8 @@ class Killer:
                     except psutil.NoSuchProcess:  # a subshell ended meanwhile: the next poll
                         return
                     self.task = p.pid if p is not None else None  # the Airflow task process
-                    self.tries += 1
-                    self.trace.append(f"{time.monotonic() - self.t0:.3f}s try {self.tries}: task process {self.task}")
+                    self.tasks.append(self.task)
+                    self.trace.append(f"{time.monotonic() - self.t0:.3f}s try {len(self.tasks)}: process {self.task}")
                     return
             return
         lease, seen = read_lease(self.store, self.node), self.store.latest(self.node)
@@ -175,7 +176,7 @@ class Killer:
             kill_tree(self.task)
             raise AssertionError(
                 "fold 1's LambdaMART unit finished within one step of the killer; its last steps:\n"
-                + "\n".join(self.trace[-30:])
+                + "\n".join(self.trace)
             )
         killed = kill_tree(self.task)
         if not killed:  # the task process ended meanwhile: the next poll finds the next try's
@@ -237,8 +238,8 @@ def test_concurrent_units_one_run_per_child_and_a_killed_task_resumed_by_airflow
     # (c) the killed task was retried by Airflow and continued from its checkpoints
     killed = next(t for t in trains if t["rendered_map_index"] == f"fold 1: lambdamart 0..{TREES} -> lambdamart")
     # the try after the killed one (the second, unless an earlier try failed by itself: the killer's trace says)
-    assert killed["try_number"] == killer.tries + 1, (killed, killer.trace[:5])
-    retry_log = d.task_log("study", "train", killed["map_index"], killer.tries + 1)
+    assert killed["try_number"] == len(killer.tasks) + 1, (killed, killer.tasks)
+    retry_log = d.task_log("study", "train", killed["map_index"], len(killer.tasks) + 1)
     built = [int(n) for n in re.findall(r"trained 1 nodes \((\d+) trees\)", retry_log)]
     # from the checkpoint seen before the kill, or a later one committed before the kill landed
     assert len(built) == 1 and 0 < built[0] <= TREES - killer.done_at, (built, killer.done_at)
