@@ -254,6 +254,24 @@ def sources_hash(roots: tuple[str, ...] = IDENTITY_ROOTS, base: Path | None = No
     return hash_sources(list(identity_modules(roots, base).values()))
 
 
+def source_files(roots: tuple[str, ...] = IDENTITY_ROOTS) -> dict[str, tuple[str, str]]:
+    """The modules of :func:`identity_modules`: module name -> (relative path, sha256 of the file's bytes), for
+    another process to compare with its own files (:func:`has_source_files`)."""
+    return {name: (rel, hashlib.sha256(data).hexdigest()) for name, (rel, data) in identity_modules(roots).items()}
+
+
+def has_source_files(files: Mapping[str, tuple[str, str]]) -> bool:
+    """Whether every module of ``files`` (another process's :func:`source_files`) is here the same file with the
+    same bytes: then the closure that process hashed runs here as it is, and nothing needs to be parsed (a
+    barrier task's check of the driver's code: 10 ms instead of the 0.45 s :func:`sources_hash` takes). False
+    says only that the bytes differ somewhere: :func:`code_identity` decides then (a comment may be all)."""
+    for name, (rel, sha) in files.items():
+        found = _module_source(name)
+        if found is None or found[0] != rel or hashlib.sha256(found[1]).hexdigest() != sha:
+            return False
+    return True
+
+
 def library_versions() -> dict[str, str]:
     """Versions of :data:`LIBRARIES` as installed ('' where one is not: planning works without Spark)."""
     from importlib.metadata import PackageNotFoundError, version

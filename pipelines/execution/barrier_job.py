@@ -10,7 +10,7 @@ How it runs (DESIGN.md section 5):
    same rows either way. It bins them on the fold's cuts and puts them in (qid, doc) order itself.
 2. A Rabit tracker starts on the driver; one barrier task per worker
    (``mapInArrow(..., barrier=True)``) joins XGBoost's collective. Before
-   training, the workers exchange their qid sets (``allGather``) and all stop
+   training, the workers exchange their qid sets over it (:func:`check_queries`) and all stop
    with :class:`SplitQueryError` if any query is on two workers, or with a
    clear error if a worker got no training query.
 3. Each worker runs :func:`pipelines.worker.loop.run_nodes`: XGBoost all-reduces
@@ -25,7 +25,6 @@ must all run at once; Spark would otherwise wait for ever).
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import threading
@@ -49,7 +48,7 @@ from pipelines.plan.trie import Node
 from pipelines.store.checkpoints import CheckpointStore
 from pipelines.store.cuts import FoldCuts, reference_matrix
 from pipelines.worker.data import FEATURES_COL, SPLIT_COL, SPLITS, WorkerData, from_batches, local_dir, matrix_cuts
-from pipelines.worker.env import XgbComm, check_device, returning_freed_memory
+from pipelines.worker.env import Comm, XgbComm, check_device, returning_freed_memory
 from pipelines.worker.loop import Settings, run_nodes
 from pipelines.worker.rows import FoldRows
 from udfs import schema
@@ -223,14 +222,19 @@ def arrange_by_qid(df: DataFrame, workers: int) -> DataFrame:
     return df.repartition(workers, F.col(schema.QID))
 
 
-def check_same_code(driver: dict[str, str]) -> None:
+def check_same_code(driver: dict[str, str], files: dict[str, tuple[str, str]] | None = None) -> None:
     """Refuse to train on an executor whose code identity (:func:`pipelines.core.keys.code_identity`) is not the
     driver's: the node keys, computed on the driver, would name trees that other code built (a stale
-    ``--archives`` environment, another XGBoost on some machines)."""
+    ``--archives`` environment, another XGBoost on some machines). ``files``: the driver's
+    :func:`~pipelines.core.keys.source_files`; when this executor has the same bytes and library versions, that
+    settles it without parsing the sources again."""
     import socket
 
-    from pipelines.core.keys import code_identity, code_label
+    from pipelines.core.keys import code_identity, code_label, has_source_files, library_versions
 
+    if files is not None and library_versions() == {k: v for k, v in driver.items() if k != "sources"}:
+        if has_source_files(files):
+            return
     here = dict(code_identity())
     if here != driver:
         other = sorted(k for k in set(here) | set(driver) if here.get(k) != driver.get(k))
@@ -242,14 +246,11 @@ def check_same_code(driver: dict[str, str]) -> None:
         )
 
 
-def _check_queries(ctx, data: WorkerData) -> None:
-    """Every worker sends its qid sets; every worker raises the same error if one is split."""
-    mine = {
-        name: base64.b64encode(np.unique(getattr(data, name).qid).astype(np.int32).tobytes()).decode()
-        for name in SPLITS
-    }
-    msgs = [json.loads(m) for m in ctx.allGather(json.dumps({"rank": ctx.partitionId(), "qids": mine}))]
-    sets = {m["rank"]: {s: np.frombuffer(base64.b64decode(q), np.int32) for s, q in m["qids"].items()} for m in msgs}
+def check_queries(comm: Comm, data: WorkerData) -> None:
+    """Every worker sends its qid sets over ``comm``; every worker raises the same error if a query is on two
+    workers (:class:`SplitQueryError`) or a worker has no training query (:class:`TrainError`)."""
+    mine = {name: np.unique(getattr(data, name).qid).astype(np.int32) for name in SPLITS}
+    sets = dict(enumerate(comm.gather(mine)))
     ranks = sorted(sets)
     for name in SPLITS:
         for i, a in enumerate(ranks):
@@ -319,11 +320,12 @@ def run_nodes_distributed(
     stopped (its Rabit tracker is spent): the caller starts a new job, which
     resumes from the checkpoints. Returns timings.
     """
-    from pipelines.core.keys import code_identity
+    from pipelines.core.keys import code_identity, source_files
 
     args = _start_tracker(spark, workers, tracker_timeout)
     job = uuid.uuid4().hex  # this job's token: its tasks check in once with the driver
     driver_code = dict(code_identity())
+    driver_files = source_files()
     cur_meta = [
         {"name": c.name, "column": c.column, "label_filters": {str(k): v for k, v in c.label_filters().items()}}
         for c in curricula
@@ -368,7 +370,7 @@ def run_nodes_distributed(
                 "Spark retried the barrier stage, whose XGBoost tracker is spent: "
                 "the driver restarts the job from the last checkpoints instead"
             )
-        check_same_code(driver_code)
+        check_same_code(driver_code, driver_files)
         t0 = time.perf_counter()
         if source is not None:
             for _ in batches:  # this task's placeholder row
@@ -385,14 +387,14 @@ def run_nodes_distributed(
                 spill_over=settings.train.codes_in_memory_gib * 2**30,
                 where=local_dir(),
             )
-        _check_queries(ctx, data)
         load = time.perf_counter() - t0
         client = EventClient(*events) if events and ctx.partitionId() == 0 else None
         try:
             with CommunicatorContext(dmlc_task_id=str(ctx.partitionId()), **args):
-                timing = run_nodes(
-                    data, nodes, settings, store, XgbComm(), client.send if client else None, ref, lease_token
-                )
+                comm = XgbComm()
+                check_queries(comm, data)
+                events_to = client.send if client else None
+                timing = run_nodes(data, nodes, settings, store, comm, events_to, ref, lease_token)
         finally:
             if client:
                 client.close()

@@ -32,6 +32,10 @@ class Comm(Protocol):
         """``data`` reduced element-wise over every worker (``op``: ``"sum"`` or ``"max"``), the same on all."""
         ...
 
+    def gather(self, obj: Any) -> list[Any]:
+        """Every worker's ``obj`` (picklable), in rank order, the same list on all."""
+        ...
+
 
 class LocalComm:
     """A world of one worker."""
@@ -42,6 +46,10 @@ class LocalComm:
     def allreduce(self, data: np.ndarray, op: str) -> np.ndarray:
         """``data`` itself (as an array): the reduction over one worker, whatever ``op``."""
         return np.asarray(data)
+
+    def gather(self, obj: Any) -> list[Any]:
+        """``[obj]``: the one worker's."""
+        return [obj]
 
 
 class XgbComm:
@@ -77,6 +85,13 @@ class XgbComm:
         ops = {"sum": self._c.Op.SUM, "max": self._c.Op.MAX}
         arr = np.ascontiguousarray(data, dtype=np.float64)
         return np.asarray(self._c.allreduce(arr, ops[op])).reshape(arr.shape)  # it returns a flat array
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every worker's ``obj``, in rank order: one broadcast from each rank (XGBoost's collective has no
+        all-gather of objects). Not Spark's ``BarrierTaskContext.allGather``: each of its calls polls for the
+        answer once a second (Spark's ``BarrierTaskContext.runBarrier`` sleeps 1 s between looks), so it cost
+        every barrier job a second (benchmarks/RESULTS.md, "A small barrier job's fixed cost")."""
+        return [self._c.broadcast(obj if r == self.rank else None, r) for r in range(self.world)]
 
 
 # ------------------------------------------------------------ threads

@@ -379,6 +379,35 @@ def test_split_query_guard_fires(spark, coarse_dataset):
         _train(spark, data, ["xgb_mse:2"], workers=2, arrange=by_doc)
 
 
+def test_the_query_guard_sees_every_workers_queries():
+    """What each worker checks once the workers have gathered their qid sets (rank 0's view of two workers; the
+    distributed path is the test above): a query on two workers and a worker with no training query are
+    refused with the same message on every worker."""
+    from types import SimpleNamespace
+
+    from pipelines.execution.barrier_job import SplitQueryError, check_queries
+    from pipelines.worker.data import SPLITS
+    from pipelines.worker.env import LocalComm
+
+    def held(train, vali=(), test=()):  # a worker's rows: 3 documents of each query
+        qids = (np.repeat(np.asarray(q, np.int32), 3) for q in (train, vali, test))
+        return SimpleNamespace(**{name: SimpleNamespace(qid=q) for name, q in zip(SPLITS, qids, strict=True)})
+
+    class Two:  # rank 0 of a world of two, whose rank 1 holds `other`
+        def __init__(self, other):
+            self.other = other
+
+        def gather(self, obj):
+            return [obj, {name: np.unique(getattr(self.other, name).qid) for name in SPLITS}]
+
+    check_queries(Two(held([3, 4], [9], [7])), held([1, 2], [8], [6]))
+    check_queries(LocalComm(), held([1]))
+    with pytest.raises(SplitQueryError, match=r"^query 9 of the vali split is on workers 0 and 1 \(1 queries split\)"):
+        check_queries(Two(held([3], [9])), held([1], [8, 9]))
+    with pytest.raises(TrainError, match=r"^workers \[1\] received no training query; use fewer --workers$"):
+        check_queries(Two(held([], [5])), held([1, 2]))
+
+
 def test_too_many_workers_refused(spark):
     with pytest.raises(
         TrainError,
@@ -393,18 +422,28 @@ def test_too_many_workers_refused(spark):
 
 def test_an_executor_with_other_code_is_refused_in_one_line():
     """The barrier tasks compare their code identity with the driver's (every distributed test passes the
-    equal case); another identity names what differs and the fix."""
-    from pipelines.core.keys import code_identity
+    equal case, by the files' bytes); another identity names what differs and the fix, and bytes that differ
+    where the identity does not (a comment) are not refused."""
+    from pipelines.core.keys import code_identity, has_source_files, source_files
     from pipelines.execution.barrier_job import check_same_code
 
-    check_same_code(dict(code_identity()))
-    with pytest.raises(
-        TrainError,
-        match=r"executor \S+ runs other code than the driver \(sources, xgboost: "
-        r"sources \w+ \(xgboost .+\) here, sources 000000000000 \(xgboost 0.1\) on "
-        r"the driver\); ship the driver's environment",
-    ):
+    files = source_files()
+    assert "pipelines.execution.barrier_job" in files and has_source_files(files)
+    other_bytes = {**files, "pipelines.worker.loop": (files["pipelines.worker.loop"][0], "0" * 64)}
+    moved = {**files, "pipelines.worker.loop": ("pipelines/worker/loop/__init__.py", files["pipelines.worker.loop"][1])}
+    assert not has_source_files(other_bytes) and not has_source_files(moved)
+    for driver_files in (None, files, other_bytes):
+        check_same_code(dict(code_identity()), driver_files)
+    refused = (
+        r"executor \S+ runs other code than the driver \({}: "
+        r"sources \w+ \(xgboost .+\) here, sources {} \(xgboost .+\) on the driver\); ship the driver's environment"
+    )
+    with pytest.raises(TrainError, match=refused.format("sources, xgboost", "000000000000")):
         check_same_code({**code_identity(), "sources": "0" * 20, "xgboost": "0.1"})
+    with pytest.raises(TrainError, match=refused.format("sources", "000000000000")):
+        check_same_code({**code_identity(), "sources": "0" * 20}, other_bytes)
+    with pytest.raises(TrainError, match=refused.format("xgboost", r"\w+")):  # the same files, another XGBoost
+        check_same_code({**code_identity(), "xgboost": "0.1"}, files)
 
 
 def test_barrier_constraints_checked_up_front():
