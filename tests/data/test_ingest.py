@@ -135,9 +135,10 @@ def test_source_errors(tmp_path):
         discover(str(tmp_path / "f"))
 
 
-def test_mslr_rotation_each_row_once_and_equal_to_local_parse(spark, tmp_path, small_letor):
-    out = tmp_path / "ds"
-    m = ingest(spark, str(small_letor), str(out), MSLR, IngestConfig(chunk_bytes=200_000))
+def test_mslr_rotation_each_row_once_and_equal_to_local_parse(spark, small_letor, small_dataset):
+    """``small_dataset`` is ``small_letor`` ingested (tests/conftest.py), in chunks of 300 kB: several a file."""
+    ds = open_dataset(small_dataset)
+    m = ds.manifest
     assert m["layout"] == "mslr_rotation" and m["rotation"]["verified"]
     assert sorted(m["subsets"]) == ["S1", "S2", "S3", "S4", "S5"]
     lines = {
@@ -146,8 +147,8 @@ def test_mslr_rotation_each_row_once_and_equal_to_local_parse(spark, tmp_path, s
         for s in ("train", "vali", "test")
     }
     assert m["rows"] == sum(lines[f"Fold{f}/test.txt"] for f in range(1, 6))
-    ds = open_dataset(str(out))
-    counts = spark.read.parquet(str(out)).groupBy(schema.SUBSET).count().collect()
+    assert min((small_letor / f"Fold{f}" / "test.txt").stat().st_size for f in range(1, 6)) > 2 * 300_000  # chunks
+    counts = spark.read.parquet(small_dataset).groupBy(schema.SUBSET).count().collect()
     per_subset = {r[schema.SUBSET]: r["count"] for r in counts}
     for f in range(1, 6):
         for split in ("train", "vali", "test"):
@@ -155,17 +156,13 @@ def test_mslr_rotation_each_row_once_and_equal_to_local_parse(spark, tmp_path, s
             assert m["splits"][str(f)][split]["rows"] == lines[f"Fold{f}/{split}.txt"]
     for split in ("train", "vali", "test"):
         assert load_split(spark, ds, 1, split).count() == lines[f"Fold1/{split}.txt"]
-    # Spark result == local parse of the same file, bit for bit
+    # Spark result == local parse of the same file, bit for bit (the five test subsets are every row: one read)
+    every = spark.read.parquet(small_dataset).orderBy(schema.SUBSET, schema.QID, schema.DOC).toPandas()
     spec = LineSpec(136)
     for f, d in MSLR_ROTATION.items():
         block = parse_block(np.fromfile(small_letor / f"Fold{f}" / "test.txt", dtype=np.uint8), spec)
         q, lab, doc, X = sorted_rows(block)
-        pdf = (
-            spark.read.parquet(str(out))
-            .where(F.col(schema.SUBSET) == d["test"][0])
-            .orderBy(schema.QID, schema.DOC)
-            .toPandas()
-        )
+        pdf = every[every[schema.SUBSET] == d["test"][0]]
         np.testing.assert_array_equal(pdf[schema.QID].to_numpy(), q)
         np.testing.assert_array_equal(pdf[schema.DOC].to_numpy(), doc)
         np.testing.assert_array_equal(pdf[schema.LABEL].to_numpy(), lab)
@@ -173,7 +170,7 @@ def test_mslr_rotation_each_row_once_and_equal_to_local_parse(spark, tmp_path, s
         assert np.array_equal(got.view(np.uint32), np.ascontiguousarray(X).view(np.uint32))
     # the schema Spark reads back is the declared one
     assert (
-        spark.read.parquet(str(out)).schema.simpleString()
+        spark.read.parquet(small_dataset).schema.simpleString()
         == "struct<" + schema.spark_ddl(136).replace(" ", ":").replace(",:", ",") + ">"
     )
 
