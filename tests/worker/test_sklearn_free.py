@@ -11,6 +11,9 @@ import pytest
 
 from pipelines.testing.processes import ROOT
 
+#: fresh interpreters, one per case, run at once
+pytestmark = [pytest.mark.processes]
+
 #: Run in a fresh interpreter: what a process has imported once the worker package is imported.
 PROBE = """
 import json, sys
@@ -22,29 +25,30 @@ seen = {{"xgboost_sees_sklearn": xgboost.compat.SKLEARN_INSTALLED, "sklearn_impo
 print(json.dumps(seen))
 """
 
-
-def _probe(before: str, **env: str) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-c", PROBE.format(before=before)],
-        cwd=ROOT,
-        env={**{k: v for k, v in os.environ.items() if k != "LTR_XGBOOST_SKLEARN"}, **env},
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+#: (case, code run before, environment added, whether XGBoost sees scikit-learn)
+CASES = [
+    ("a Spark worker", "import pyspark.worker", {}, False),
+    ("a Spark worker that keeps scikit-learn", "import pyspark.worker", {"LTR_XGBOOST_SKLEARN": "1"}, True),
+    ("a Spark worker that imported scikit-learn first", "import pyspark.worker, sklearn", {}, True),
+    ("a driver, a notebook, a test", "", {}, True),
+]
 
 
-@pytest.mark.parametrize(
-    ("case", "before", "env", "sees"),
-    [
-        ("a Spark worker", "import pyspark.worker", {}, False),
-        ("a Spark worker that keeps scikit-learn", "import pyspark.worker", {"LTR_XGBOOST_SKLEARN": "1"}, True),
-        ("a Spark worker that imported scikit-learn first", "import pyspark.worker, sklearn", {}, True),
-        ("a driver, a notebook, a test", "", {}, True),
-    ],
-)
-def test_xgboost_skips_sklearn_only_in_a_spark_worker(case, before, env, sees):
-    got = _probe(before, **env)
-    assert got == {"xgboost_sees_sklearn": sees, "sklearn_imports": True}, case  # scikit-learn itself still imports
+def test_xgboost_skips_sklearn_only_in_a_spark_worker():
+    base = {k: v for k, v in os.environ.items() if k != "LTR_XGBOOST_SKLEARN"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", PROBE.format(before=before)],
+            cwd=ROOT,
+            env={**base, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _, before, env, _ in CASES
+    ]
+    for (case, _, _, sees), proc in zip(CASES, procs, strict=True):
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, f"{case}: {err[-3000:]}"
+        got = json.loads(out.strip().splitlines()[-1])
+        assert got == {"xgboost_sees_sklearn": sees, "sklearn_imports": True}, case  # scikit-learn still imports
