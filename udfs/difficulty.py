@@ -6,7 +6,7 @@ of ranking its documents by one feature: BM25 and PageRank in the paper (the
 ``q_bm25`` / ``q_pagerank`` curricula treat queries whose feature ranking is
 good as easy); a dataset without such a feature (``None``: Istella's and Yahoo's are anonymous) gets
 NaN there. Conventions (cutoff, gain, empty queries, ties) come from the
-:class:`~udfs.metrics.NdcgSpec`; ties in a feature (PageRank has many) follow
+:class:`~udfs.conventions.NdcgSpec`; ties in a feature (PageRank has many) follow
 ``spec.ties`` over the rows' input order, which is ``doc`` order here.
 """
 

@@ -30,50 +30,11 @@ over documents or queries.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numba
 import numpy as np
 
-GAINS = ("exp2", "linear")
-TIES = ("input", "worst", "average")
-
-
-@dataclass(frozen=True)
-class NdcgSpec:
-    """Conventions of an NDCG computation (see the module docstring)."""
-
-    k: int = 10
-    gain: str = "exp2"
-    empty: float = 1.0
-    ties: str = "input"
-
-    def __post_init__(self) -> None:
-        if self.k < 1:
-            raise ValueError(f"NDCG cutoff k must be >= 1, got {self.k}")
-        if self.gain not in GAINS:
-            raise ValueError(f"unknown NDCG gain {self.gain!r}; expected one of {GAINS}")
-        if self.ties not in TIES:
-            raise ValueError(f"unknown NDCG tie policy {self.ties!r}; expected one of {TIES}")
-        if not 0.0 <= self.empty <= 1.0:
-            raise ValueError(f"NDCG value for queries without relevant documents must be in [0, 1], got {self.empty}")
-
-    @property
-    def name(self) -> str:
-        """A metric name MLflow accepts, e.g. ``ndcg_at_10``."""
-        return f"ndcg_at_{self.k}"
-
-    def describe(self) -> str:
-        """One line stating the conventions, printed next to every reported number."""
-        g = "2^label-1" if self.gain == "exp2" else "label"
-        return (
-            f"NDCG@{self.k}: gain {g}, discount 1/log2(rank+1), queries without relevant "
-            f"documents = {self.empty:g}, ties: {self.ties}"
-        )
-
-    def to_dict(self) -> dict[str, object]:
-        """The conventions as a dict (``k``, ``gain``, ``empty``, ``ties``): ``NdcgSpec(**d)`` makes them again."""
-        return {"k": self.k, "gain": self.gain, "empty": self.empty, "ties": self.ties}
+from udfs.conventions import NdcgSpec
 
 
 def offsets_from_qids(qid: np.ndarray) -> np.ndarray:

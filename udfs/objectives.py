@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from udfs.conventions import BlendSchedule
 from udfs.metrics import NdcgSpec, inverse_idcg
 
 _EPS64 = 1e-16
@@ -337,39 +338,6 @@ def stochastic_ndcg_grad(
 
 
 # ---------------------------------------------------------------- schedules
-SCHEDULES = ("step", "linear", "sigmoid")
-
-
-@dataclass(frozen=True)
-class BlendSchedule:
-    """γ(tree) for :func:`blend`: 0 = pure MSE, 1 = pure LambdaMART.
-
-    * ``step``: 0 before tree ``at``, 1 from it on (= MSE-``at``);
-    * ``linear``: 0 up to ``at - width/2``, 1 from ``at + width/2``, linear between;
-    * ``sigmoid``: ``1 / (1 + exp(-(tree - at) / (width / 8)))`` (so γ goes from
-      about 0.02 to 0.98 over ``width`` trees).
-    """
-
-    kind: str = "step"
-    at: int = 200
-    width: int = 100
-
-    def __post_init__(self) -> None:
-        if self.kind not in SCHEDULES:
-            raise ValueError(f"unknown blend schedule {self.kind!r}; expected one of {', '.join(SCHEDULES)}")
-        if self.kind != "step" and self.width <= 0:
-            raise ValueError(f"blend schedule width must be > 0, got {self.width}")
-
-    def gamma(self, tree: int) -> float:
-        """γ for the tree with global (0-based) index ``tree``."""
-        if self.kind == "step":
-            return 0.0 if tree < self.at else 1.0
-        if self.kind == "linear":
-            lo = self.at - self.width / 2
-            return float(min(1.0, max(0.0, (tree - lo) / self.width)))
-        return float(1.0 / (1.0 + math.exp(-(tree - self.at) / (self.width / 8.0))))
-
-
 def blend(
     gamma: float, mse: tuple[np.ndarray, np.ndarray], rank: tuple[np.ndarray, np.ndarray]
 ) -> tuple[np.ndarray, np.ndarray]:

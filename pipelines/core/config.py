@@ -33,9 +33,8 @@ from typing import Any, NoReturn, TypeVar, cast
 import yaml
 
 from pipelines.core.errors import UserError
+from udfs.conventions import BlendSchedule, NdcgSpec
 from udfs.curriculum import PACINGS
-from udfs.metrics import NdcgSpec
-from udfs.objectives import BlendSchedule
 
 T = TypeVar("T")
 
