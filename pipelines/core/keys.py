@@ -254,9 +254,11 @@ def sources_hash(roots: tuple[str, ...] = IDENTITY_ROOTS, base: Path | None = No
     return hash_sources(list(identity_modules(roots, base).values()))
 
 
+@functools.lru_cache(maxsize=1)
 def source_files(roots: tuple[str, ...] = IDENTITY_ROOTS) -> dict[str, tuple[str, str]]:
     """The modules of :func:`identity_modules`: module name -> (relative path, sha256 of the file's bytes), for
-    another process to compare with its own files (:func:`has_source_files`)."""
+    another process to compare with its own files (:func:`has_source_files`). Read once a process, as
+    :func:`code_identity` is (the driver sends both with every barrier job)."""
     return {name: (rel, hashlib.sha256(data).hexdigest()) for name, (rel, data) in identity_modules(roots).items()}
 
 
