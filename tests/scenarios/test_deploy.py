@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.core.proctree import alive, kill_tree
+from pipelines.core.proctree import alive, kill_tree, tree_pids
 from pipelines.store.lease import read_lease
 from pipelines.testing.deployment import Deployment, missing
-from tests.helpers import freeze_if, tiny_study
+from tests.helpers import freeze_if, lower_priority, tiny_study
 
 #: spark: the DAG's spark-submits; deployment: PostgreSQL, an MLflow server, Airflow; slow: minutes. Started after
 #: the other slow modules (the lowest rank), so that it runs beside the light tests: beside the standalone-cluster
@@ -93,24 +93,31 @@ class Killer:
     everything below it (spark-submit's JVM, the Python driver, PySpark's daemon and workers, in process
     groups of their own; :mod:`pipelines.core.proctree`), and remember the checkpoint it stopped at.
 
-    Called every 50 ms by a thread of its own (:meth:`watch`). The task process is found as soon as its
-    spark-submit runs; once its driver holds the node's lease, the unit runs in steps: each call freezes the
-    whole tree, reads the node's checkpoints (:func:`tests.helpers.freeze_if`), and either kills it (a
-    checkpoint, not the last tree) or lets it go on until the next call. So "a checkpoint committed and the
-    unit not finished" is seen in one frozen state, however slowly this thread is scheduled. (Before, the
-    killer froze the unit once it saw a checkpoint: on a loaded CI machine the unit finished in between, at
-    21 of 30 trees, then 9, then 27.) Each step stops the processes of the last one first (``known``): on
-    2026-11-27 a CI run saw the unit go from no checkpoint to its 60th tree within one step, the unit running on
-    while the step read every process of the loaded machine (about 2 s from the first checkpoint to the last
-    here, quiet). And the unit's processes get the lowest CPU priority at the first step (``lowered``): on
-    2026-11-27 a run on a busy machine still saw the unit run its 200 trees between two steps, this thread
-    waiting for a core the unit had; at nice 19 the unit yields the core to this thread as it wakes. A try that
-    ends by itself (a loaded machine can fail one) is not the process to freeze any more: the killer looks for
-    the next try's (``tasks``), instead of freezing a dead tree while the retry trains unwatched. What every step
-    saw is kept (``trace``) and is in the error if the unit still gets away."""
+    Called every 50 ms by a thread of its own (:meth:`watch`). The task process is found as soon as its spark-submit
+    runs; once its workers have built a tree (the try's progress line, :meth:`training`) or committed a checkpoint,
+    the unit runs in steps: each call freezes the whole tree, reads the node's checkpoints
+    (:func:`tests.helpers.freeze_if`), and either kills it (a checkpoint, not the last tree) or lets it go on until
+    the next call. So "a checkpoint committed and the unit not finished" is seen in one frozen state, however slowly
+    this thread is scheduled. (Before, the killer froze the unit once it saw a checkpoint: on a loaded CI machine
+    the unit finished in between, at 21 of 30 trees, then 9, then 27.) Each step stops the processes of the last one
+    first (``known``): on 2026-11-27 a CI run saw the unit go from no checkpoint to its 60th tree within one step,
+    the unit running on while the step read every process of the loaded machine (about 2 s from the first checkpoint
+    to the last here, quiet). And the unit's processes get the lowest CPU priority once its driver holds the lease
+    (``lowered``): on 2026-11-27 a run on a busy machine still saw the unit run its 200 trees between two steps,
+    this thread waiting for a core the unit had; at nice 19 the unit yields the core to this thread as it wakes. A
+    try that ends by itself (a loaded machine can fail one) is not the process to freeze any more: the killer looks
+    for the next try's (``tasks``), instead of freezing a dead tree while the retry trains unwatched. What every
+    step saw is kept (``trace``) and is in the error if the unit still gets away.
 
-    def __init__(self, work: Path) -> None:
+    Not before the first tree: a stop and continue while XGBoost's workers join their tracker fails their
+    ``recv`` with EINTR (Linux does not restart a socket call with a timeout after SIGSTOP/SIGCONT, signal(7)),
+    and XGBoost gives up ("Failed to bootstrap the communication group ... recv Interrupted system call"). On
+    2026-11-27 the steps from the lease on failed the unit's first try that way, and its job-level retry too: the
+    test then killed the second try, and the study took 40 s longer."""
+
+    def __init__(self, work: Path, logs: Path) -> None:
         self.work, self.node, self.done_at, self.killed, self.unit, self.task = work, None, None, 0, None, None
+        self.logs = logs  # Airflow's logs of the train task (map_index=*/attempt=N.log)
         self.known: set[int] = set()  # the task's tree at the last step: stopped first at the next one
         self.lowered: set[int] = set()  # the task's processes given the lowest CPU priority (nice 19)
         self.trace: deque[str] = deque(maxlen=30)  # what the last steps saw (in the error if the unit gets away)
@@ -165,9 +172,12 @@ class Killer:
                     return
             return
         lease, seen = read_lease(self.store, self.node), self.store.latest(self.node)
-        self.trace.append(f"{time.monotonic() - self.t0:.3f}s lease={lease is not None} latest={seen}")
-        if lease is None and not seen:
-            return  # the unit's driver has not taken the node yet: it runs freely
+        trees = self.training()
+        self.trace.append(f"{time.monotonic() - self.t0:.3f}s lease={lease is not None} latest={seen} trees={trees}")
+        if lease is not None:  # nice 19 from here on (a priority is no stop: it breaks nothing)
+            lower_priority(tree_pids(self.task), self.lowered)
+        if not trees and not seen:
+            return  # no tree built yet (a stop would break its workers' start, see above): it runs freely
         if freeze_if(self.task, lambda: self.store.latest(self.node) is not None, self.known, self.lowered) is None:
             self.trace.append(f"{time.monotonic() - self.t0:.3f}s frozen {len(self.known)}, no checkpoint: let go")
             return  # no checkpoint yet: the unit goes on until the next call
@@ -182,6 +192,19 @@ class Killer:
         if not killed:  # the task process ended meanwhile: the next poll finds the next try's
             return
         self.killed, self.done_at = len(killed), latest
+
+    def training(self) -> bool:
+        """Whether this try of the unit has built a tree: its driver's first progress line (``fold 1: k/TREES
+        trees``, logged at the first tree) is in the try's Airflow log. Only the LambdaMART unit trains TREES trees;
+        the try's attempt number is the count of its task processes seen (as the test asserts)."""
+        pattern = re.compile(rf"fold 1: \d+/{TREES} trees")
+        for log in self.logs.glob(f"map_index=*/attempt={len(self.tasks)}.log"):
+            try:
+                if pattern.search(log.read_text(errors="replace")):
+                    return True
+            except OSError:
+                continue
+        return False
 
     def watch(self, stop: threading.Event) -> threading.Thread:
         """Call this killer every 50 ms until it has killed or ``stop`` is set; an error it raises is kept in
@@ -213,7 +236,8 @@ def test_concurrent_units_one_run_per_child_and_a_killed_task_resumed_by_airflow
     work = d.root / "work"
     study = [f"work_dir={work}", *STUDY, "grid.experiment=deploy", f"tracking.uri={d.mlflow_uri}"]
     d.trigger("study", {"set": study})
-    killer, stop = Killer(work), threading.Event()
+    logs = d.airflow_home / "logs" / "dag_id=ltr_study" / "run_id=study" / "task_id=train"
+    killer, stop = Killer(work, logs), threading.Event()
     watcher = killer.watch(stop)
     try:
         state = d.wait_run("study", 900)
