@@ -122,37 +122,8 @@ def pytest_collection_modifyitems(session, config, items):
     items.sort(key=_start_rank)  # stable: the rest keep their order
 
 
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config, log):
-    """README's ``--dist loadfile``, with one change: a worker is sent its next module only once it runs the last test
-    of the modules it has (xdist sends it when two tests are left). A worker must know the test after the one it
-    runs (pytest's teardown needs ``nextitem``), so it gets the next module then, not later; but not sooner: the
-    deployment module has two tests, so xdist sent the module after it at once, and on 2026-11-27 that module
-    (test_grid.py, 46 s) waited behind the deployment's first test (265 s) while the other worker ran out of work,
-    then ran alone at the end. Other ``--dist`` modes: xdist's own scheduler."""
-    if config.getvalue("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class OneModuleAhead(LoadFileScheduling):
-        def _reschedule(self, node) -> None:  # xdist 3.x's LoadScopeScheduling._reschedule, "> 2" made "> 1"
-            if node.shutting_down:
-                return
-            if not self.workqueue:
-                node.shutdown()
-                return
-            if self._pending_of(self.assigned_work[node]) > 1:
-                return
-            self._assign_work_unit(node)
-
-    return OneModuleAhead(config, log)
-
-
 def _start_rank(item: pytest.Item) -> float:
     """Longest first: ``slow(minutes=N)`` (what the module takes here, roughly) orders the slow modules, so that the
-    two xdist workers end together; the rest come after, in collection order. The deployment module (0.5, about
-    five minutes) starts after the other slow ones, beside lighter work; the modules of 20-50 s carry ranks below
-    it (0.25-0.45, longest first), so that they come right after it and the short modules end the run (before,
-    in collection order, 30-s modules such as test_tracking.py were among the last)."""
+    two xdist workers end together; the rest come after, in collection order."""
     slow = item.get_closest_marker("slow")
     return 0.0 if slow is None else -float(slow.kwargs.get("minutes", 1))

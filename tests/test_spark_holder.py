@@ -12,7 +12,7 @@ import pytest
 
 from pipelines.testing.processes import ROOT
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow(minutes=0.25)]  # an inner pytest run starts its own sessions
+pytestmark = pytest.mark.spark  # an inner pytest run starts its own sessions
 
 INNER = """
 import os

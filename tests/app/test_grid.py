@@ -24,8 +24,6 @@ from pipelines.study.design import grid_children, plan_fold, unfinished_units
 from pipelines.tracking.runs import TAG_FOLD, TAG_PARENT, TAG_STRATEGY, TAG_SWITCH, Tracker
 from tests.helpers import record, tiny_study
 
-pytestmark = pytest.mark.slow(minutes=0.45)  # under a minute: ordered after the deployment (conftest)
-
 
 def _report(tracker: Tracker, out: str, parent: str | None = None, **report: Any) -> dict[str, Any]:
     """:func:`build_report` of the grid ``parent`` (None: the latest finished) with the metric ``ndcg_at_10``, no

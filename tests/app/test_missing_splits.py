@@ -16,8 +16,6 @@ from pipelines.report import build_report
 from pipelines.tracking.runs import Tracker
 from tests.helpers import tiny_study
 
-pytestmark = pytest.mark.slow(minutes=0.4)  # under a minute: ordered after the deployment (conftest)
-
 
 def _report(tracker: Tracker, out: str, parent: str | None = None, **report: Any) -> dict[str, Any]:
     """:func:`build_report` of the grid ``parent`` (None: the latest finished) with the metric ``ndcg_at_10``, no

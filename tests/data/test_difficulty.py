@@ -21,8 +21,6 @@ from udfs.difficulty import DIFFICULTY_DDL, difficulty_frame, difficulty_one_que
 from udfs.metrics import NdcgSpec
 from udfs.per_query import QueryOrderError, map_queries, whole_query_batches
 
-pytestmark = pytest.mark.slow(minutes=0.3)  # under a minute: ordered after the deployment (conftest)
-
 COLS = [c.split()[0] for c in DIFFICULTY_DDL.split(", ")]
 
 

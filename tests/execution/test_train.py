@@ -31,8 +31,6 @@ from tests.helpers import XGB_PARAMS
 from udfs import schema
 from udfs.metrics import NdcgSpec, ndcg
 
-pytestmark = pytest.mark.slow(minutes=0.35)  # under a minute: ordered after the deployment (conftest)
-
 PARAMS = XGB_PARAMS
 
 

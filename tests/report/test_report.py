@@ -32,8 +32,6 @@ from pipelines.tracking.runs import TAG_FOLD, TAG_KIND, TAG_PARENT, TAG_STRATEGY
 from tests.helpers import record
 from udfs import metrics
 
-pytestmark = pytest.mark.slow(minutes=0.3)  # under a minute: ordered after the deployment (conftest)
-
 
 def _report(tracker: Tracker, out: str, parent: str | None = None, **report: Any) -> dict[str, Any]:
     """:func:`build_report` of the grid ``parent`` (None: the latest finished) with the metric ``ndcg_at_10``, no

@@ -16,8 +16,6 @@ from pipelines.data.difficulty import SUMMARY
 from pipelines.tracking.runs import TAG_STUDY_KEY, Tracker
 from tests.helpers import tiny_study
 
-pytestmark = pytest.mark.slow(minutes=0.25)  # under a minute: ordered after the deployment (conftest)
-
 
 def _cfg(tmp_path, *over):
     return load_config(

@@ -18,7 +18,7 @@ from pipelines.core.layout import mlflow_uri
 from pipelines.tracking.runs import TAG_CHILD_KEY, TAG_PARENT, Tracker, sqlite_path, tracking_uri
 
 #: several writer processes, no Spark (.ci/run leaves these out on the other Pythons)
-pytestmark = [pytest.mark.processes, pytest.mark.slow(minutes=0.3)]
+pytestmark = pytest.mark.processes
 
 WRITERS = 3
 CHECKPOINTS = 8
