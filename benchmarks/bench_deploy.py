@@ -8,7 +8,10 @@ the units, the report). Reported per P: the DAG run's wall time (trigger to end)
 memory of everything started (services and their task processes, spark-submits, Spark's Python workers),
 sampled every 0.5 s, and its peak during training.
 
-    python -m benchmarks.bench_deploy [--parallelism 1,2,3] [--queries 200] [--folds 1] [--trees 30]
+    python -m benchmarks.bench_deploy [--parallelism 1,2,3] [--queries 200] [--folds 1] [--trees 30] [--timeline]
+
+``--timeline`` adds every task try's queued, start and end seconds (:meth:`Deployment.timeline`): where a run's
+time goes, one step after the other.
 
 Baseline: P = 1 (units one after another) on the same machine in the same run. Needs what
 ``tests/scenarios/test_deploy.py`` needs (PostgreSQL's binaries, the [airflow,deploy] extras).
@@ -26,7 +29,7 @@ from pipelines.core.proctree import tree_rss
 from pipelines.testing.deployment import Deployment, missing
 
 
-def one(p: int, queries: int, folds: list[int], trees: int) -> dict:
+def one(p: int, queries: int, folds: list[int], trees: int, timeline: bool = False) -> dict:
     d = Deployment(
         parallelism=p,
         env={"LTR_TRAINING_SLOTS": str(p), "LTR_TASK_RETRIES": "0", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
@@ -89,6 +92,7 @@ def one(p: int, queries: int, folds: list[int], trees: int) -> dict:
             "at_once": at_once,
             "peak_rss_gib": round(peak["all"] / 2**30, 2),
             "peak_rss_training_gib": round(peak["training"] / 2**30, 2),
+            **({"timeline": d.timeline("bench")} if timeline else {}),
         }
     finally:
         stop.set()
@@ -101,12 +105,14 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--folds", default="1")
     ap.add_argument("--trees", type=int, default=30)
+    ap.add_argument("--timeline", action="store_true", help="every task try's queued/start/end seconds")
     args = ap.parse_args()
     why = missing()
     if why:
         sys.exit(f"cannot start a deployment here: {why}")
     for p in (int(x) for x in args.parallelism.split(",")):
-        print(json.dumps(one(p, args.queries, [int(f) for f in args.folds.split(",")], args.trees)), flush=True)
+        result = one(p, args.queries, [int(f) for f in args.folds.split(",")], args.trees, args.timeline)
+        print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

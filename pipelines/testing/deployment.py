@@ -344,6 +344,36 @@ class Deployment:
         )
         return [dict(zip(cols, r)) for r in rows]
 
+    def timeline(self, run_id: str) -> list[dict[str, Any]]:
+        """Every try of every task of the DAG run, in the order they started: ``task`` (with ``[map index]``),
+        ``try``, ``state``, and ``queued``, ``start``, ``end`` in seconds from the run's start (None where
+        Airflow has none, e.g. a skipped task's queue time). Earlier tries come from Airflow's
+        ``task_instance_history``: where a study's time goes, a retried try included."""
+        cols = "task_id, map_index, try_number, state, queued_dttm, start_date, end_date"
+        where = "WHERE dag_id = 'ltr_study' AND run_id = %s"
+        rows = self.query(f"SELECT {cols} FROM task_instance {where}", run_id)
+        rows += self.query(f"SELECT {cols} FROM task_instance_history {where}", run_id)
+        started = self.query(f"SELECT start_date FROM dag_run {where}", run_id)
+        if not started or started[0][0] is None:
+            return []
+        t0 = started[0][0]
+
+        def at(t: Any) -> float | None:
+            return None if t is None else round((t - t0).total_seconds(), 1)
+
+        out = [
+            {
+                "task": task + (f"[{m}]" if m >= 0 else ""),
+                "try": n,
+                "state": str(state),
+                "queued": at(q),
+                "start": at(s),
+                "end": at(e),
+            }
+            for task, m, n, state, q, s, e in rows
+        ]
+        return sorted(out, key=lambda r: (r["start"] is None, r["start"] or 0.0, r["task"]))
+
     def task_log(self, run_id: str, task_id: str, map_index: int, attempt: int) -> str:
         base = self.airflow_home / "logs" / "dag_id=ltr_study" / f"run_id={run_id}" / f"task_id={task_id}"
         if map_index >= 0:

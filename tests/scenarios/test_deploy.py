@@ -263,6 +263,10 @@ def test_concurrent_units_one_run_per_child_and_a_killed_task_resumed_by_airflow
     killed = next(t for t in trains if t["rendered_map_index"] == f"fold 1: lambdamart 0..{TREES} -> lambdamart")
     # the try after the killed one (the second, unless an earlier try failed by itself: the killer's trace says)
     assert killed["try_number"] == len(killer.tasks) + 1, (killed, killer.tasks)
+    # every try of it, in Airflow's history, one after the other (the timeline bench_deploy --timeline prints)
+    tries = [t for t in d.timeline("study") if t["task"] == f"train[{killed['map_index']}]"]
+    assert [t["try"] for t in tries] == list(range(1, killed["try_number"] + 1)), tries
+    assert all(a["end"] <= b["start"] for a, b in zip(tries, tries[1:])) and tries[-1]["state"] == "success", tries
     retry_log = d.task_log("study", "train", killed["map_index"], len(killer.tasks) + 1)
     built = [int(n) for n in re.findall(r"trained 1 nodes \((\d+) trees\)", retry_log)]
     # from the checkpoint seen before the kill, or a later one committed before the kill landed
