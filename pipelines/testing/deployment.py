@@ -374,8 +374,12 @@ class Deployment:
         ]
         return sorted(out, key=lambda r: (r["start"] is None, r["start"] or 0.0, r["task"]))
 
+    def task_log_dir(self, run_id: str, task_id: str) -> Path:
+        """The folder of a task's Airflow logs in the DAG run (``map_index=M/attempt=N.log`` below it when mapped)."""
+        return self.airflow_home / "logs" / "dag_id=ltr_study" / f"run_id={run_id}" / f"task_id={task_id}"
+
     def task_log(self, run_id: str, task_id: str, map_index: int, attempt: int) -> str:
-        base = self.airflow_home / "logs" / "dag_id=ltr_study" / f"run_id={run_id}" / f"task_id={task_id}"
+        base = self.task_log_dir(run_id, task_id)
         if map_index >= 0:
             base = base / f"map_index={map_index}"
         path = base / f"attempt={attempt}.log"

@@ -88,6 +88,10 @@ def _overlapping(tis: list[dict]) -> int:
     return max(sum(1 for a, b in spans if a <= s < b) for s, _ in spans)
 
 
+#: The LambdaMART unit's progress line, logged at its first tree (only that unit trains TREES trees).
+FIRST_TREE = re.compile(rf"fold 1: \d+/{TREES} trees")
+
+
 class Killer:
     """Once fold 1's LambdaMART unit has committed a checkpoint and is not done, kill its task process and
     everything below it (spark-submit's JVM, the Python driver, PySpark's daemon and workers, in process
@@ -118,6 +122,7 @@ class Killer:
     def __init__(self, work: Path, logs: Path) -> None:
         self.work, self.node, self.done_at, self.killed, self.unit, self.task = work, None, None, 0, None, None
         self.logs = logs  # Airflow's logs of the train task (map_index=*/attempt=N.log)
+        self.trained = -1  # the try (its number) whose first tree was seen in its log: read no more then
         self.known: set[int] = set()  # the task's tree at the last step: stopped first at the next one
         self.lowered: set[int] = set()  # the task's processes given the lowest CPU priority (nice 19)
         self.trace: deque[str] = deque(maxlen=30)  # what the last steps saw (in the error if the unit gets away)
@@ -174,9 +179,9 @@ class Killer:
         lease, seen = read_lease(self.store, self.node), self.store.latest(self.node)
         trees = self.training()
         self.trace.append(f"{time.monotonic() - self.t0:.3f}s lease={lease is not None} latest={seen} trees={trees}")
-        if lease is not None:  # nice 19 from here on (a priority is no stop: it breaks nothing)
-            lower_priority(tree_pids(self.task), self.lowered)
         if not trees and not seen:
+            if lease is not None:  # nice 19 from here on (a priority is no stop: it breaks nothing)
+                lower_priority(tree_pids(self.task), self.lowered)
             return  # no tree built yet (a stop would break its workers' start, see above): it runs freely
         if freeze_if(self.task, lambda: self.store.latest(self.node) is not None, self.known, self.lowered) is None:
             self.trace.append(f"{time.monotonic() - self.t0:.3f}s frozen {len(self.known)}, no checkpoint: let go")
@@ -197,10 +202,12 @@ class Killer:
         """Whether this try of the unit has built a tree: its driver's first progress line (``fold 1: k/TREES
         trees``, logged at the first tree) is in the try's Airflow log. Only the LambdaMART unit trains TREES trees;
         the try's attempt number is the count of its task processes seen (as the test asserts)."""
-        pattern = re.compile(rf"fold 1: \d+/{TREES} trees")
+        if self.trained == len(self.tasks):
+            return True
         for log in self.logs.glob(f"map_index=*/attempt={len(self.tasks)}.log"):
             try:
-                if pattern.search(log.read_text(errors="replace")):
+                if FIRST_TREE.search(log.read_text(errors="replace")):
+                    self.trained = len(self.tasks)
                     return True
             except OSError:
                 continue
@@ -236,8 +243,7 @@ def test_concurrent_units_one_run_per_child_and_a_killed_task_resumed_by_airflow
     work = d.root / "work"
     study = [f"work_dir={work}", *STUDY, "grid.experiment=deploy", f"tracking.uri={d.mlflow_uri}"]
     d.trigger("study", {"set": study})
-    logs = d.airflow_home / "logs" / "dag_id=ltr_study" / "run_id=study" / "task_id=train"
-    killer, stop = Killer(work, logs), threading.Event()
+    killer, stop = Killer(work, d.task_log_dir("study", "train")), threading.Event()
     watcher = killer.watch(stop)
     try:
         state = d.wait_run("study", 900)
