@@ -27,6 +27,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipelines.app.jvm import java_option
 from pipelines.core.proctree import kill_tree
 from pipelines.testing.processes import QUICK_JVM, ROOT
 
@@ -42,6 +43,7 @@ def jvm_options(log_dir: Path, tag: str) -> str:
     return " ".join(
         [
             QUICK_JVM,
+            java_option(),  # Spark's class archive, where it exists (pipelines.app.jvm)
             f"-Dlog4j2.configurationFile={TEST_LOG4J.as_uri()}",
             f"-XX:ErrorFile={log_dir}/hs_err-{tag}-pid%p.log",  # a crash of the JVM itself (signal, abort)
             "-XX:+HeapDumpOnOutOfMemoryError",
@@ -176,12 +178,16 @@ class SparkHolder:
         from pyspark import SparkConf, SparkContext
         from pyspark.java_gateway import launch_gateway
 
+        from pipelines.app.jvm import start_background_build
         from pipelines.core.config import SparkConfig
         from pipelines.core.session import build_session, external_properties, session_properties
 
         new_jvm = SparkContext._gateway is None  # noqa: SLF001
         if new_jvm:
             self.generation += 1
+            # Spark's class archive, for the JVMs started later (SPARK_SUBMIT_OPTS, tests/conftest.py): written
+            # once, by whichever test process gets here first, while the tests go on
+            start_background_build()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         cfg = SparkConfig(
             master=MASTER,

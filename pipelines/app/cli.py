@@ -282,8 +282,10 @@ def resolve_config(args: argparse.Namespace, mapping: dict[str, str]) -> Config:
 
 
 def _session(cfg: Config):
-    from pipelines.core.session import build_session
+    from pipelines.app.jvm import use_class_archive
+    from pipelines.core.session import build_session, resolve_master
 
+    use_class_archive(resolve_master(cfg.spark))
     return build_session(cfg.spark)
 
 

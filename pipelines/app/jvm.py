@@ -1,0 +1,305 @@
+"""A class-data sharing archive of Spark's classes, so that a driver JVM starts in about half the time.
+
+A Spark driver JVM loads and verifies some 10,000 classes from Spark's 280 jars before the first job runs:
+on a 2-core machine a ``local[2]`` session took 5.7 s and its first job 2.9 s, with ``-XX:TieredStopAtLevel=1
+-XX:+UseSerialGC``. HotSpot can map those classes, already parsed and verified, from an archive written by an
+earlier JVM (application class-data sharing, JEP 350): 3.1-3.5 s and 1.4-1.5 s with the archive, the same
+machine (``benchmarks/bench_session.py``). Every step of a study is a Spark application (``ltr run`` one,
+the Airflow DAG one per step and unit), so each pays this once.
+
+Java 19+ writes such an archive by itself (``-XX:+AutoCreateSharedArchive``); Spark 4 runs on Java 17, so
+:func:`build_class_archive` writes it: one ``spark-submit`` of a small job (a DataFrame, Parquet, a pandas UDF)
+whose driver dumps the classes it loaded at exit (``-XX:ArchiveClassesAtExit``) to a temporary file, renamed
+into place once that JVM has exited with status 0 (a reader never maps a half-written archive). A JVM given
+an archive it cannot use (another Java build, another class path) ignores it silently and starts as
+before (``-Xshare:auto``, HotSpot's default): the archive makes starts faster, never different.
+
+The archive lies in ``$LTR_JVM_CACHE`` (default ``$XDG_CACHE_HOME/ltr/jvm``, else ``~/.cache/ltr/jvm``),
+named by the Java binary and the jars it was made from (:func:`class_archive`), about 150 MB. ``ltr
+jvm-archive`` writes it; a local session ``ltr`` starts uses it when it exists and otherwise starts writing
+it in the background (:func:`use_class_archive`). ``LTR_CLASS_ARCHIVE=off`` turns both off.
+
+Where it does not reach: a driver started by ``spark-submit`` (the Airflow DAG's steps, a cluster) gets the
+option from its submitter (``--driver-java-options`` or ``SPARK_SUBMIT_OPTS``, :func:`java_option`); executors
+and standalone daemons have class paths of their own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pipelines.core.errors import LtrError
+
+log = logging.getLogger(__name__)
+
+#: ``LTR_CLASS_ARCHIVE=off`` (or 0, false, no): no archive used, none built.
+SWITCH = "LTR_CLASS_ARCHIVE"
+#: The JVM options of the job that writes the archive, besides the dump itself.
+QUIET = "-Xlog:cds=off,cds+dynamic=off -XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+#: The job whose loaded classes the archive holds: what a step's first seconds load (a session, a DataFrame
+#: with an Arrow-backed pandas UDF, Parquet written and read, a shuffle).
+_JOB = """
+import sys, tempfile
+import pandas as pd
+from pyspark.sql import SparkSession, functions as F
+spark = SparkSession.builder.getOrCreate()
+df = spark.range(64).withColumn("q", F.col("id") % 4).withColumn("x", F.rand(seed=1).cast("float"))
+def per_query(p: pd.DataFrame) -> pd.DataFrame:
+    return p.assign(x=p["x"] - p["x"].mean())
+out = df.groupBy("q").applyInPandas(per_query, "id long, q long, x float")
+with tempfile.TemporaryDirectory() as d:
+    out.write.mode("overwrite").parquet(d + "/t")
+    n = spark.read.parquet(d + "/t").groupBy("q").agg(F.count("*"), F.sum("x")).count()
+spark.stop()
+sys.exit(0 if n == 4 else 3)
+"""
+
+
+class JvmArchiveError(LtrError):
+    """The class archive could not be written (the job's output says why)."""
+
+
+def enabled() -> bool:
+    return os.environ.get(SWITCH, "").strip().lower() not in ("off", "0", "false", "no")
+
+
+def spark_home() -> Path:
+    """The Spark installation ``pyspark`` launches (``$SPARK_HOME``, else the pip package's)."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    return Path(_find_spark_home())
+
+
+def java_binary() -> Path | None:
+    """The ``java`` that Spark's launcher runs (``$JAVA_HOME/bin/java``, else the one on ``PATH``), resolved."""
+    home = os.environ.get("JAVA_HOME")
+    found = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    return Path(os.path.realpath(found)) if found and os.path.exists(found) else None
+
+
+def cache_dir() -> Path:
+    if os.environ.get("LTR_JVM_CACHE"):
+        return Path(os.environ["LTR_JVM_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "ltr" / "jvm"
+
+
+def class_archive(home: Path | None = None) -> Path | None:
+    """Where the archive for this Java and these Spark jars lies (it may not exist yet); None without Java.
+
+    Named by what HotSpot checks before it maps an archive: the JVM build (the binary's path, size and time)
+    and the class path (``$SPARK_CONF_DIR`` and every jar's name and size). Another Java or another Spark
+    gets another file instead of one that every JVM would ignore."""
+    java = java_binary()
+    if java is None:
+        return None
+    home = home or spark_home()
+    jars = home / "jars"
+    st = java.stat()
+    h = hashlib.sha256()
+    conf = os.path.realpath(os.environ.get("SPARK_CONF_DIR") or home / "conf")  # spark-submit's default, exported
+    h.update(f"{java}\0{st.st_size}\0{st.st_mtime_ns}\0{conf}\0".encode())
+    try:
+        entries = sorted((e.name, e.stat().st_size) for e in os.scandir(jars) if e.name.endswith(".jar"))
+    except OSError:
+        return None
+    for name, size in entries:
+        h.update(f"{name}\0{size}\0".encode())
+    core = [n for n, _ in entries if n.startswith("spark-core_")]  # spark-core_2.13-4.3.0.jar
+    version = core[0].rsplit("-", 1)[-1][: -len(".jar")] if core else "unknown"
+    return cache_dir() / f"spark-{version}-{h.hexdigest()[:16]}.jsa"
+
+
+def java_option(archive: Path | None = None) -> str:
+    """``-XX:SharedArchiveFile=<archive>`` for a driver JVM's options; empty when switched off or without
+    Java. Given whether or not the file exists yet: a JVM ignores a missing archive without a word."""
+    if not enabled():
+        return ""
+    archive = archive or class_archive()
+    return f"-XX:SharedArchiveFile={archive}" if archive is not None else ""
+
+
+def build_class_archive(archive: Path | None = None, timeout: float = 600.0, job: str = _JOB) -> Path:
+    """Write the archive (:func:`class_archive`) with one small ``spark-submit`` of ``job`` (Python source) on
+    ``local[1]``, into a temporary file renamed into place after that JVM exited with status 0; returns its path.
+
+    Raises
+    ------
+    JvmArchiveError
+        No Java, or the job failed or wrote nothing (its output's last lines in the message).
+    """
+    archive = archive or class_archive()
+    if archive is None:
+        raise JvmArchiveError("no java found (JAVA_HOME, PATH): Spark needs Java 17+")
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=archive.name + ".", suffix=".tmp", dir=archive.parent)
+    os.close(fd)
+    os.unlink(tmp)  # HotSpot creates it
+    with tempfile.TemporaryDirectory(prefix="ltr-jvm-") as d:
+        script = Path(d) / "classes.py"
+        script.write_text(job)
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # not SPARK_SUBMIT_OPTS: it may hold the caller's -XX:SharedArchiveFile, which cannot go with a dump
+        env.pop("SPARK_SUBMIT_OPTS", None)
+        cmd = [
+            str(spark_home() / "bin" / "spark-submit"),
+            "--master",
+            "local[1]",
+            "--driver-java-options",
+            f"-XX:ArchiveClassesAtExit={tmp} {QUIET}",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--conf",
+            "spark.ui.showConsoleProgress=false",
+            str(script),
+        ]
+        t0 = time.perf_counter()
+        try:
+            r = subprocess.run(cmd, env=env, cwd=d, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _remove(tmp)
+            raise JvmArchiveError(f"the class archive's job ran past {timeout:.0f} s") from None
+        if r.returncode != 0 or not os.path.isfile(tmp) or os.path.getsize(tmp) == 0:
+            _remove(tmp)
+            tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-15:])
+            raise JvmArchiveError(f"the class archive's job exited {r.returncode} and wrote no archive:\n{tail}")
+    os.replace(tmp, archive)
+    log.info("class archive %s: %.0f MB in %.1f s", archive, archive.stat().st_size / 1e6, time.perf_counter() - t0)
+    return archive
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _lock(archive: Path) -> Path:
+    return archive.with_name(archive.name + ".building")
+
+
+def start_background_build(archive: Path | None = None) -> subprocess.Popen[bytes] | None:
+    """Start ``python -m pipelines.app.jvm`` writing the archive, detached and at low priority, unless it
+    exists, is switched off, or another process is writing it (a lock file holding its pid, taken over
+    when that process is gone); returns the process, or None."""
+    if not enabled():
+        return None
+    archive = archive or class_archive()
+    if archive is None or archive.exists():
+        return None
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    lock = _lock(archive)
+    if not _take(lock):
+        return None
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipelines.app.jvm", "--out", str(archive), "--lock", str(lock)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=lambda: os.nice(10),
+    )
+    lock.write_text(str(proc.pid))
+    log.info("writing Spark's class archive %s in the background (pid %d): later JVMs start faster", archive, proc.pid)
+    return proc
+
+
+def _take(lock: Path) -> bool:
+    """Create ``lock`` (True), or False while the process named in it lives."""
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                pid = int(lock.read_text().strip() or 0)
+            except (OSError, ValueError):
+                pid = 0
+            if pid and _alive(pid):
+                return False
+            if not pid and time.time() - _mtime(lock) < 30:  # being written by its taker
+                return False
+            _remove(str(lock))
+            continue
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        return True
+    return False
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def use_class_archive(master: str) -> None:
+    """Before a local session's JVM starts: give it the archive (``SPARK_SUBMIT_OPTS``, which ``pyspark``'s
+    launcher passes to the driver JVM) and, when there is none yet, start writing it in the background.
+    Nothing for other masters (the driver may run elsewhere) nor when switched off."""
+    if not master.startswith("local") or not enabled():
+        return
+    try:
+        archive = class_archive()
+    except Exception as e:  # pyspark's home not found...: the session starts as before
+        log.debug("no class archive: %s", e)
+        return
+    if archive is None:
+        return
+    opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    if "SharedArchiveFile" not in opts and "ArchiveClassesAtExit" not in opts:
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{opts} {java_option(archive)}".strip()
+    if not archive.exists():
+        try:
+            start_background_build(archive)
+        except OSError as e:
+            log.debug("class archive not started: %s", e)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pipelines.app.jvm [--out PATH] [--lock PATH]``: write the archive (what ``ltr jvm-archive``
+    and the background build run); prints ``{"archive": ..., "bytes": ...}``."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m pipelines.app.jvm")
+    p.add_argument("--out", default=None)
+    p.add_argument("--lock", default=None)
+    a = p.parse_args(argv)
+    try:
+        path = build_class_archive(Path(a.out) if a.out else None)
+    except JvmArchiveError as e:
+        print(f"class archive: {e}", file=sys.stderr)
+        return 1
+    finally:
+        if a.lock:
+            _remove(a.lock)
+    print(json.dumps({"archive": str(path), "bytes": path.stat().st_size}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

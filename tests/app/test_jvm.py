@@ -1,0 +1,119 @@
+"""Spark's class archive (``pipelines.app.jvm``): named by the Java and the jars it was made from, given to local
+sessions only, written once (a lock), renamed into place only after a job that succeeded, and mapped by the JVM
+that Spark's launcher starts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pipelines.app import jvm
+
+
+def _fake_spark(root: Path, jars: dict[str, bytes]) -> Path:
+    (root / "jars").mkdir(parents=True)
+    for name, data in jars.items():
+        (root / "jars" / name).write_bytes(data)
+    return root
+
+
+@pytest.fixture
+def fake_java(tmp_path, monkeypatch) -> Path:
+    java = tmp_path / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_bytes(b"#!/bin/sh\n")
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
+    monkeypatch.setenv("LTR_JVM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    return java
+
+
+def test_the_archive_is_named_by_the_java_and_the_jars(tmp_path, fake_java, monkeypatch):
+    home = _fake_spark(tmp_path / "spark", {"spark-core_2.13-4.3.0.jar": b"a", "other.jar": b"bb", "notes.txt": b""})
+    first = jvm.class_archive(home)
+    assert first is not None and first.parent == tmp_path / "cache"
+    assert first.name.startswith("spark-4.3.0-") and first.suffix == ".jsa"
+    assert jvm.class_archive(home) == first  # the same inputs, the same file
+    (home / "jars" / "notes.txt").write_bytes(b"not a jar")
+    assert jvm.class_archive(home) == first  # only jars are on the class path
+    (home / "jars" / "other.jar").write_bytes(b"bbb")  # another build of a jar
+    second = jvm.class_archive(home)
+    assert second != first
+    (home / "jars" / "extra.jar").write_bytes(b"c")
+    assert jvm.class_archive(home) not in (first, second)
+    (home / "jars" / "extra.jar").unlink()
+    fake_java.write_bytes(b"#!/bin/sh\n# another java\n")
+    third = jvm.class_archive(home)
+    assert third != second
+    monkeypatch.setenv("SPARK_CONF_DIR", str(home / "conf"))  # what spark-submit exports: the default
+    assert jvm.class_archive(home) == third
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))  # another directory on the class path
+    assert jvm.class_archive(home) not in (first, second, third)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nowhere"))
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert jvm.class_archive(home) is None and jvm.java_option() == ""
+
+
+def test_a_local_session_gets_the_archive_and_starts_writing_it_once(tmp_path, fake_java, monkeypatch):
+    home = _fake_spark(tmp_path / "spark", {"spark-core_2.13-4.3.0.jar": b"a"})
+    monkeypatch.setattr(jvm, "spark_home", lambda: home)
+    started: list[Path] = []
+    monkeypatch.setattr(jvm, "start_background_build", lambda archive=None: started.append(archive))
+    archive = jvm.class_archive(home)
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", "-XX:+UseSerialGC")
+    jvm.use_class_archive("spark://master:7077")  # the driver may run elsewhere: nothing
+    jvm.use_class_archive("yarn")
+    assert os.environ["SPARK_SUBMIT_OPTS"] == "-XX:+UseSerialGC" and not started
+    monkeypatch.setenv(jvm.SWITCH, "off")
+    jvm.use_class_archive("local[2]")
+    assert os.environ["SPARK_SUBMIT_OPTS"] == "-XX:+UseSerialGC" and not started
+    monkeypatch.delenv(jvm.SWITCH)
+    jvm.use_class_archive("local[2]")
+    assert os.environ["SPARK_SUBMIT_OPTS"] == f"-XX:+UseSerialGC -XX:SharedArchiveFile={archive}"
+    assert started == [archive]  # missing: written in the background
+    jvm.use_class_archive("local[*]")  # a second session: the option once
+    assert os.environ["SPARK_SUBMIT_OPTS"].count("SharedArchiveFile") == 1
+    archive.parent.mkdir(parents=True)
+    archive.write_bytes(b"x")
+    jvm.use_class_archive("local")
+    assert len(started) == 2  # asked again while missing (the real one finds its lock), not once present
+    archive.unlink()
+
+
+def test_one_writer_at_a_time_and_a_dead_writers_lock_is_taken_over(tmp_path):
+    lock = tmp_path / "a.jsa.building"
+    assert jvm._take(lock)
+    assert not jvm._take(lock)  # this process holds it
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    lock.write_text(str(dead.pid))
+    assert jvm._take(lock) and lock.read_text() == str(os.getpid())
+
+
+@pytest.mark.spark
+def test_an_archive_is_renamed_into_place_only_after_its_job_succeeded_and_the_launcher_maps_it(tmp_path):
+    """Small jobs (no session: the launcher's and SparkSubmit's classes) keep it to seconds; the real job's
+    archive is the one the tests' JVMs use (tests/conftest.py)."""
+    archive = tmp_path / "cache" / "spark.jsa"
+    with pytest.raises(jvm.JvmArchiveError, match="exited 3 and wrote no archive"):
+        jvm.build_class_archive(archive, job="import sys\nsys.exit(3)\n")
+    assert not archive.parent.exists() or not list(archive.parent.iterdir())  # nothing half-written left
+    assert jvm.build_class_archive(archive, job="import sys\nsys.exit(0)\n") == archive
+    assert [p.name for p in archive.parent.iterdir()] == ["spark.jsa"]
+    # -Xshare:on: the JVM that spark-submit starts fails instead of running without it
+    log = tmp_path / "classes.log"
+    env = {
+        **os.environ,
+        "SPARK_SUBMIT_OPTS": f"-Xshare:on -XX:SharedArchiveFile={archive} -Xlog:class+load=info:file={log}",
+    }
+    env.pop("SPARK_CONF_DIR", None)
+    r = subprocess.run(
+        [str(jvm.spark_home() / "bin" / "spark-submit"), "--version"], env=env, capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    shared = [line for line in log.read_text().splitlines() if "source: shared objects file (top)" in line]
+    assert len(shared) > 1000  # Spark's classes, from the archive (the JDK's own come from its base archive)
+    assert any("org.apache.spark.deploy.SparkSubmit " in line for line in shared)
