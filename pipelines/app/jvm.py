@@ -1,6 +1,7 @@
 """A class-data sharing archive of Spark's classes, so that a driver JVM starts in about half the time.
 
-A Spark driver JVM loads and verifies some 10,000 classes from Spark's 280 jars before the first job runs:
+A Spark driver JVM loads and verifies some 17,000 classes (the JDK's and Spark's 280 jars') before and during its
+first job:
 on a 2-core machine a ``local[2]`` session took 5.7 s and its first job 2.9 s, with ``-XX:TieredStopAtLevel=1
 -XX:+UseSerialGC``. HotSpot can map those classes, already parsed and verified, from an archive written by an
 earlier JVM (application class-data sharing, JEP 350): 3.1-3.5 s and 1.4-1.5 s with the archive, the same
@@ -15,9 +16,11 @@ an archive it cannot use (another Java build, another class path) ignores it sil
 before (``-Xshare:auto``, HotSpot's default): the archive makes starts faster, never different.
 
 The archive lies in ``$LTR_JVM_CACHE`` (default ``$XDG_CACHE_HOME/ltr/jvm``, else ``~/.cache/ltr/jvm``),
-named by the Java binary and the jars it was made from (:func:`class_archive`), about 150 MB. ``ltr
+named by the Java binary and the jars it was made from (:func:`class_archive`), about 190 MB. ``ltr
 jvm-archive`` writes it; a local session ``ltr`` starts uses it when it exists and otherwise starts writing
-it in the background (:func:`use_class_archive`). ``LTR_CLASS_ARCHIVE=off`` turns both off.
+it in the background at nice 10 (:func:`use_class_archive`). ``LTR_CLASS_ARCHIVE=off`` turns both off. Writing
+it takes 40-50 s on 2 cores: the job runs in dump mode (about 20 s) and the JVM then verifies and writes some 17,000
+classes at exit; a static archive from a class list (``-Xshare:dump``) took as long.
 
 Where it does not reach: a driver started by ``spark-submit`` (the Airflow DAG's steps, a cluster) gets the
 option from its submitter (``--driver-java-options`` or ``SPARK_SUBMIT_OPTS``, :func:`java_option`); executors
@@ -37,14 +40,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from pipelines.core.errors import LtrError
+from pipelines.core.errors import LtrError, UserError
 
 log = logging.getLogger(__name__)
 
 #: ``LTR_CLASS_ARCHIVE=off`` (or 0, false, no): no archive used, none built.
 SWITCH = "LTR_CLASS_ARCHIVE"
-#: The JVM options of the job that writes the archive, besides the dump itself.
-QUIET = "-Xlog:cds=off,cds+dynamic=off -XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: The options of the JVM that writes the archive, besides the dump itself: no notes on the classes it cannot
+#: archive (signed jars'), no C2 compiler and serial GC (46 s instead of 52 here; the archive serves JVMs of
+#: other GCs and compilers alike).
+DUMP_OPTIONS = "-Xlog:cds=off,cds+dynamic=off -XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 #: The job whose loaded classes the archive holds: what a step's first seconds load (a session, a DataFrame
 #: with an Arrow-backed pandas UDF, Parquet written and read, a shuffle).
@@ -67,6 +72,13 @@ sys.exit(0 if n == 4 else 3)
 
 class JvmArchiveError(LtrError):
     """The class archive could not be written (the job's output says why)."""
+
+
+class NoJavaError(UserError):
+    """No ``java`` where Spark's launcher looks (``$JAVA_HOME``, ``PATH``): exit 2."""
+
+    def __init__(self) -> None:
+        super().__init__("no java found (JAVA_HOME, PATH): Spark needs Java 17+")
 
 
 def enabled() -> bool:
@@ -135,12 +147,14 @@ def build_class_archive(archive: Path | None = None, timeout: float = 600.0, job
 
     Raises
     ------
+    NoJavaError
+        No Java.
     JvmArchiveError
-        No Java, or the job failed or wrote nothing (its output's last lines in the message).
+        The job failed or wrote nothing (its output's last lines in the message).
     """
     archive = archive or class_archive()
     if archive is None:
-        raise JvmArchiveError("no java found (JAVA_HOME, PATH): Spark needs Java 17+")
+        raise NoJavaError()
     archive.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=archive.name + ".", suffix=".tmp", dir=archive.parent)
     os.close(fd)
@@ -157,7 +171,7 @@ def build_class_archive(archive: Path | None = None, timeout: float = 600.0, job
             "--master",
             "local[1]",
             "--driver-java-options",
-            f"-XX:ArchiveClassesAtExit={tmp} {QUIET}",
+            f"-XX:ArchiveClassesAtExit={tmp} {DUMP_OPTIONS}",
             "--conf",
             "spark.ui.enabled=false",
             "--conf",

@@ -117,3 +117,25 @@ def test_an_archive_is_renamed_into_place_only_after_its_job_succeeded_and_the_l
     shared = [line for line in log.read_text().splitlines() if "source: shared objects file (top)" in line]
     assert len(shared) > 1000  # Spark's classes, from the archive (the JDK's own come from its base archive)
     assert any("org.apache.spark.deploy.SparkSubmit " in line for line in shared)
+
+
+def test_ltr_jvm_archive_prints_the_option_and_leaves_an_archive_that_exists(tmp_path, monkeypatch, capsys):
+    import json
+
+    from pipelines.app.cli import main
+
+    monkeypatch.setenv("LTR_JVM_CACHE", str(tmp_path / "cache"))
+    archive = jvm.class_archive()
+    assert archive is not None
+    archive.parent.mkdir(parents=True)
+    archive.write_bytes(b"an archive")
+    assert main(["jvm-archive"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["archive"] == str(archive) and out["written"] is False and out["bytes"] == len(b"an archive")
+    assert out["java_option"] == f"-XX:SharedArchiveFile={archive}"
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nowhere"))
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert main(["jvm-archive"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "ltr jvm-archive: error: no java found (JAVA_HOME, PATH): Spark needs Java 17+"
+    )
