@@ -128,6 +128,10 @@ class LtrSubmitOperator(SparkSubmitOperator):
             Any other exception of the submit, re-raised unchanged after the kill.
         """
         self.apply_params(context["params"])
+        from pipelines.app.jvm import with_archive
+
+        # the JVM spark-submit starts here (in client mode the driver's): Spark's class archive where it exists
+        os.environ["SPARK_SUBMIT_OPTS"] = with_archive(os.environ.get("SPARK_SUBMIT_OPTS", ""))
         self._tree = ProcessTree.from_now_on(os.getpid())  # what this task process starts now: spark-submit
         stop = threading.Event()
         watcher = threading.Thread(target=self._remember, args=(stop,), name="ltr-process-tree", daemon=True)

@@ -22,8 +22,10 @@ it in the background at nice 10 (:func:`use_class_archive`). ``LTR_CLASS_ARCHIVE
 it takes 40-50 s on 2 cores: the job runs in dump mode (about 20 s) and the JVM then verifies and writes some 17,000
 classes at exit; a static archive from a class list (``-Xshare:dump``) took as long.
 
-Where it does not reach: a driver started by ``spark-submit`` (the Airflow DAG's steps, a cluster) gets the
-option from its submitter (``--driver-java-options`` or ``SPARK_SUBMIT_OPTS``, :func:`java_option`); executors
+The Airflow DAG's steps (``pipelines.app.airflow.LtrSubmitOperator``) give their spark-submit's JVM the archive
+when it exists on the Airflow worker (:func:`with_archive`; they never write it: ``ltr jvm-archive`` there once).
+Where it does not reach: another driver started by ``spark-submit`` gets the option from its submitter
+(``--driver-java-options`` or ``SPARK_SUBMIT_OPTS``, :func:`java_option`); executors
 and standalone daemons have class paths of their own.
 """
 
@@ -133,12 +135,15 @@ def class_archive(home: Path | None = None) -> Path | None:
 
 
 def java_option(archive: Path | None = None) -> str:
-    """``-XX:SharedArchiveFile=<archive>`` for a driver JVM's options; empty when switched off or without
-    Java. Given whether or not the file exists yet: a JVM ignores a missing archive without a word."""
+    """``-XX:SharedArchiveFile=<archive>`` for a driver JVM's options; empty when switched off, without Java, or
+    where the path holds white space (``SPARK_SUBMIT_OPTS`` is split on it). Given whether or not the file exists
+    yet: a JVM ignores a missing archive without a word."""
     if not enabled():
         return ""
     archive = archive or class_archive()
-    return f"-XX:SharedArchiveFile={archive}" if archive is not None else ""
+    if archive is None or any(c.isspace() for c in str(archive)):  # JVM options are split on white space
+        return ""
+    return f"-XX:SharedArchiveFile={archive}"
 
 
 def build_class_archive(archive: Path | None = None, timeout: float = 600.0, job: str = _JOB) -> Path:
@@ -271,6 +276,21 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def with_archive(opts: str, archive: Path | None = None) -> str:
+    """JVM options ``opts`` with the archive's option added when the archive exists, is switched on and
+    ``opts`` names no archive yet (for a submitter's ``SPARK_SUBMIT_OPTS``: writes nothing, starts nothing)."""
+    if not enabled() or "SharedArchiveFile" in opts or "ArchiveClassesAtExit" in opts:
+        return opts
+    try:
+        archive = archive or class_archive()
+    except Exception as e:  # pyspark's home not found...: as before
+        log.debug("no class archive: %s", e)
+        return opts
+    if archive is None or not archive.exists():
+        return opts
+    return f"{opts} {java_option(archive)}".strip()
+
+
 def use_class_archive(master: str) -> None:
     """Before a local session's JVM starts: give it the archive (``SPARK_SUBMIT_OPTS``, which ``pyspark``'s
     launcher passes to the driver JVM) and, when there is none yet, start writing it in the background.
@@ -282,10 +302,11 @@ def use_class_archive(master: str) -> None:
     except Exception as e:  # pyspark's home not found...: the session starts as before
         log.debug("no class archive: %s", e)
         return
-    if archive is None:
+    if archive is None or not java_option(archive):
         return
     opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
     if "SharedArchiveFile" not in opts and "ArchiveClassesAtExit" not in opts:
+        # given even while missing: the JVM ignores it then, and this process may start another one later
         os.environ["SPARK_SUBMIT_OPTS"] = f"{opts} {java_option(archive)}".strip()
     if not archive.exists():
         try:

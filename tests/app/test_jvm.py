@@ -83,6 +83,27 @@ def test_a_local_session_gets_the_archive_and_starts_writing_it_once(tmp_path, f
     archive.unlink()
 
 
+def test_a_submitter_adds_the_archive_only_where_it_exists(tmp_path, fake_java, monkeypatch):
+    archive = tmp_path / "cache" / "a.jsa"
+    assert jvm.with_archive("-Xmx1g", archive) == "-Xmx1g"  # missing: nothing
+    archive.parent.mkdir()
+    archive.write_bytes(b"x")
+    assert jvm.with_archive("-Xmx1g", archive) == f"-Xmx1g -XX:SharedArchiveFile={archive}"
+    assert jvm.with_archive("", archive) == f"-XX:SharedArchiveFile={archive}"
+    assert jvm.with_archive("-XX:SharedArchiveFile=/elsewhere.jsa", archive) == "-XX:SharedArchiveFile=/elsewhere.jsa"
+    spaced = tmp_path / "my cache" / "a.jsa"
+    spaced.parent.mkdir()
+    spaced.write_bytes(b"x")
+    assert jvm.with_archive("-Xmx1g", spaced) == "-Xmx1g"  # SPARK_SUBMIT_OPTS is split on white space
+    monkeypatch.setenv(jvm.SWITCH, "off")
+    assert jvm.with_archive("-Xmx1g", archive) == "-Xmx1g"
+    assert not _lock_files(tmp_path / "cache")  # it starts nothing
+
+
+def _lock_files(folder: Path) -> list[Path]:
+    return list(folder.glob("*.building"))
+
+
 def test_one_writer_at_a_time_and_a_dead_writers_lock_is_taken_over(tmp_path):
     lock = tmp_path / "a.jsa.building"
     assert jvm._take(lock)
