@@ -15,15 +15,20 @@ import pytest
 # starts (ltr, spark-submit, Spark's Python workers, Airflow's tasks).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from pipelines.app.jvm import java_option  # noqa: E402
+from pipelines.app.jvm import with_archive  # noqa: E402
 from pipelines.testing.processes import QUICK_JVM  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "golden"
 
-# every driver JVM a test's subprocess starts; with Spark's class archive (pipelines.app.jvm), which the first
-# shared session starts writing in the background (tests/spark_holder.py): the JVMs started after it is written
-# map Spark's classes from it, those before start as they did (a missing archive is ignored without a word)
-os.environ.setdefault("SPARK_SUBMIT_OPTS", f"{QUICK_JVM} {java_option()}".strip())
+os.environ.setdefault("SPARK_SUBMIT_OPTS", QUICK_JVM)  # every driver JVM a test's subprocess starts
+
+
+def pytest_runtest_setup(item):
+    """From the test after Spark's class archive is written on (the first shared session starts writing it,
+    tests/spark_holder.py), the driver JVMs of the tests' subprocesses map Spark's classes from it
+    (pipelines.app.jvm). Not before: a JVM told of an archive that does not exist yet runs without any class
+    archive, the JDK's own included (Java 17)."""
+    os.environ["SPARK_SUBMIT_OPTS"] = with_archive(os.environ.get("SPARK_SUBMIT_OPTS", ""))
 
 
 def golden(name: str) -> tuple[Path, dict]:

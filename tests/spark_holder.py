@@ -27,7 +27,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipelines.app.jvm import java_option
+from pipelines.app.jvm import with_archive
 from pipelines.core.proctree import kill_tree
 from pipelines.testing.processes import QUICK_JVM, ROOT
 
@@ -42,8 +42,7 @@ def jvm_options(log_dir: Path, tag: str) -> str:
     """Driver JVM options that leave evidence in ``log_dir`` when the JVM dies (``tag`` names the JVM)."""
     return " ".join(
         [
-            QUICK_JVM,
-            java_option(),  # Spark's class archive, where it exists (pipelines.app.jvm)
+            with_archive(QUICK_JVM),  # Spark's class archive, once it exists (pipelines.app.jvm)
             f"-Dlog4j2.configurationFile={TEST_LOG4J.as_uri()}",
             f"-XX:ErrorFile={log_dir}/hs_err-{tag}-pid%p.log",  # a crash of the JVM itself (signal, abort)
             "-XX:+HeapDumpOnOutOfMemoryError",

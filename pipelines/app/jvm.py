@@ -13,7 +13,9 @@ Java 19+ writes such an archive by itself (``-XX:+AutoCreateSharedArchive``); Sp
 whose driver dumps the classes it loaded at exit (``-XX:ArchiveClassesAtExit``) to a temporary file, renamed
 into place once that JVM has exited with status 0 (a reader never maps a half-written archive). A JVM given
 an archive it cannot use (another Java build, another class path) ignores it silently and starts as
-before (``-Xshare:auto``, HotSpot's default): the archive makes starts faster, never different.
+before (``-Xshare:auto``, HotSpot's default): the archive makes starts faster, never different. A missing one
+is not ignored as cheaply: Java 17 then maps no archive at all, the JDK's own default one included, so the option
+is given only once the file exists (:func:`with_archive`).
 
 The archive lies in ``$LTR_JVM_CACHE`` (default ``$XDG_CACHE_HOME/ltr/jvm``, else ``~/.cache/ltr/jvm``),
 named by the Java binary and the jars it was made from (:func:`class_archive`), about 190 MB. ``ltr
@@ -136,8 +138,9 @@ def class_archive(home: Path | None = None) -> Path | None:
 
 def java_option(archive: Path | None = None) -> str:
     """``-XX:SharedArchiveFile=<archive>`` for a driver JVM's options; empty when switched off, without Java, or
-    where the path holds white space (``SPARK_SUBMIT_OPTS`` is split on it). Given whether or not the file exists
-    yet: a JVM ignores a missing archive without a word."""
+    where the path holds white space (``SPARK_SUBMIT_OPTS`` is split on it). Whether or not the file exists: give
+    it only once it does (:func:`with_archive`). A Java 17 JVM told of a missing archive starts without a word,
+    but without any class archive, the JDK's own included."""
     if not enabled():
         return ""
     archive = archive or class_archive()
@@ -292,8 +295,8 @@ def with_archive(opts: str, archive: Path | None = None) -> str:
 
 
 def use_class_archive(master: str) -> None:
-    """Before a local session's JVM starts: give it the archive (``SPARK_SUBMIT_OPTS``, which ``pyspark``'s
-    launcher passes to the driver JVM) and, when there is none yet, start writing it in the background.
+    """Before a local session's JVM starts: give it the archive if it exists (``SPARK_SUBMIT_OPTS``, which
+    ``pyspark``'s launcher passes to the driver JVM), else start writing it in the background.
     Nothing for other masters (the driver may run elsewhere) nor when switched off."""
     if not master.startswith("local") or not enabled():
         return
@@ -304,10 +307,7 @@ def use_class_archive(master: str) -> None:
         return
     if archive is None or not java_option(archive):
         return
-    opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
-    if "SharedArchiveFile" not in opts and "ArchiveClassesAtExit" not in opts:
-        # given even while missing: the JVM ignores it then, and this process may start another one later
-        os.environ["SPARK_SUBMIT_OPTS"] = f"{opts} {java_option(archive)}".strip()
+    os.environ["SPARK_SUBMIT_OPTS"] = with_archive(os.environ.get("SPARK_SUBMIT_OPTS", ""), archive)
     if not archive.exists():
         try:
             start_background_build(archive)

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipelines.app.jvm import java_option
+from pipelines.app.jvm import with_archive
 from pipelines.core.proctree import kill_tree, tree_pids
 from pipelines.testing.processes import QUICK_JVM, ROOT, free_port
 
@@ -240,7 +240,7 @@ class Deployment:
                 "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
                 "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[1]"}),
                 "PATH": self.venv_bin + os.pathsep + env.get("PATH", ""),
-                "SPARK_SUBMIT_OPTS": f"{QUICK_JVM} {java_option()}".strip(),  # the jobs' driver JVMs
+                "SPARK_SUBMIT_OPTS": with_archive(QUICK_JVM),  # the jobs' driver JVMs
                 "PYTHONUNBUFFERED": "1",
             }
         )
