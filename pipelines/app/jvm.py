@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 from pipelines.core.errors import LtrError, UserError
+from pipelines.core.proctree import alive
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +251,7 @@ def _take(lock: Path) -> bool:
                 pid = int(lock.read_text().strip() or 0)
             except (OSError, ValueError):
                 pid = 0
-            if pid and _alive(pid):
+            if pid and alive(pid):
                 return False
             if not pid and time.time() - _mtime(lock) < 30:  # being written by its taker
                 return False
@@ -267,16 +268,6 @@ def _mtime(path: Path) -> float:
         return path.stat().st_mtime
     except OSError:
         return 0.0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def with_archive(opts: str, archive: Path | None = None) -> str:
