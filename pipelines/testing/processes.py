@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -123,7 +124,20 @@ class StandaloneCluster:
         self.logs: list[Path] = []
         conf = root / "conf"
         conf.mkdir(parents=True)  # an empty SPARK_CONF_DIR: no spark-defaults.conf of this machine
+        #: Every JVM's temporary files (``java.io.tmpdir``) and the workers' local dirs (``SPARK_LOCAL_DIRS``:
+        #: shuffle files, the fetched-files cache) stay under ``root``, removed by :meth:`stop`. An application's
+        #: ``--archives`` are copied into a ``spark-*`` temporary folder by the driver and by every executor, and
+        #: an executor the worker kills at the application's end leaves its copy behind: in ``/tmp`` that was
+        #: a gigabyte a run, kept until the machine is wiped (pass :attr:`tmp_option` to the executors).
+        self.tmp, self.local = root / "tmp", root / "local"
+        self.tmp.mkdir()
+        self.local.mkdir()
+        self.tmp_option = f"-Djava.io.tmpdir={self.tmp}"
+        self._daemons_tmp: set[str] = set()
         self.env = isolated_env(conf) if env is None else {**env, "SPARK_CONF_DIR": str(conf)}
+        self.env["SPARK_LOCAL_DIRS"] = str(self.local)
+        for k in ("SPARK_DAEMON_JAVA_OPTS", "SPARK_SUBMIT_OPTS"):
+            self.env[k] = f"{self.env.get(k, '')} {self.tmp_option}".strip()
         # port 0: the master picks free ports and logs them (no race with other processes for a port)
         self._start(
             "master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", "0", "--webui-port", "0"
@@ -194,6 +208,7 @@ class StandaloneCluster:
             try:
                 alive = [w for w in self.state().get("workers", []) if w.get("state") == "ALIVE"]
                 if len(alive) >= n:
+                    self._daemons_tmp = set(os.listdir(self.tmp))
                     return
             except OSError:  # the master's web UI is not up yet
                 pass
@@ -203,6 +218,25 @@ class StandaloneCluster:
     def tail(self, chars: int = 3000) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-chars:]}" for p in self.logs if p.exists())
 
+    def clean(self) -> None:
+        """Remove what finished applications left on disk: executors' folders (each holds its unpacked
+        ``--archives``) and temporary files; not what the daemons had made by :meth:`wait_for_workers` (the
+        workers remove an application's local dirs themselves). Run it between applications."""
+        for wd in self.work_dirs:
+            for app in wd.glob("app-*"):
+                shutil.rmtree(app, ignore_errors=True)
+        for child in self.tmp.iterdir():
+            if child.name in self._daemons_tmp:
+                continue
+            if child.is_dir():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+
     def stop(self) -> None:
-        for p in reversed(self.procs):  # workers (and their executors) first, then the master
+        """Stop every process tree, workers (and their executors) first, then the master; then remove the
+        work, temporary and local folders (the logs and ``conf`` stay for :meth:`tail`)."""
+        for p in reversed(self.procs):
             stop_process(p)
+        for d in (*self.work_dirs, self.tmp, self.local):
+            shutil.rmtree(d, ignore_errors=True)
