@@ -56,6 +56,11 @@ SWITCH = "LTR_CLASS_ARCHIVE"
 #: other GCs and compilers alike).
 DUMP_OPTIONS = "-Xlog:cds=off,cds+dynamic=off -XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
+#: An archive of another Java or Spark (another name in the same folder) not used for this many days is removed
+#: when an archive is written: each is about 190 MB, and an upgrade of either leaves the old one behind. "Used":
+#: its time stamp, which :func:`with_archive` renews whenever it gives the option.
+STALE_DAYS = 14
+
 #: The job whose loaded classes the archive holds: what a step's first seconds load (a session, a DataFrame
 #: with an Arrow-backed pandas UDF, Parquet written and read, a shuffle).
 _JOB = """
@@ -199,7 +204,25 @@ def build_class_archive(archive: Path | None = None, timeout: float = 600.0, job
             raise JvmArchiveError(f"the class archive's job exited {r.returncode} and wrote no archive:\n{tail}")
     os.replace(tmp, archive)
     log.info("class archive %s: %.0f MB in %.1f s", archive, archive.stat().st_size / 1e6, time.perf_counter() - t0)
+    remove_stale(archive)
     return archive
+
+
+def remove_stale(keep: Path, days: float = STALE_DAYS) -> list[Path]:
+    """Remove the other archives in ``keep``'s folder unused for ``days`` (:data:`STALE_DAYS`), and temporary
+    files of dumps that died more than a day ago; returns what was removed. Another Spark on this machine whose
+    archive was removed writes it again on its next local session."""
+    now, removed = time.time(), []
+    for p in keep.parent.iterdir():
+        if p == keep:
+            continue
+        limit = days * 86400 if p.suffix == ".jsa" else 86400 if p.name.endswith(".tmp") else None
+        if limit is not None and now - _mtime(p) > limit:
+            _remove(str(p))
+            removed.append(p)
+    if removed:
+        log.info("removed %d class archive file(s) unused for %g days or more: %s", len(removed), days, removed)
+    return removed
 
 
 def _remove(path: str) -> None:
@@ -272,7 +295,8 @@ def _mtime(path: Path) -> float:
 
 def with_archive(opts: str, archive: Path | None = None) -> str:
     """JVM options ``opts`` with the archive's option added when the archive exists, is switched on and
-    ``opts`` names no archive yet (for a submitter's ``SPARK_SUBMIT_OPTS``: writes nothing, starts nothing)."""
+    ``opts`` names no archive yet (for a submitter's ``SPARK_SUBMIT_OPTS``: builds nothing, starts nothing).
+    Giving the option renews the archive's time stamp, which :func:`remove_stale` reads as its last use."""
     if not enabled() or "SharedArchiveFile" in opts or "ArchiveClassesAtExit" in opts:
         return opts
     try:
@@ -282,7 +306,13 @@ def with_archive(opts: str, archive: Path | None = None) -> str:
         return opts
     if archive is None or not archive.exists():
         return opts
-    return f"{opts} {java_option(archive)}".strip()
+    option = java_option(archive)
+    if option:
+        try:
+            os.utime(archive)
+        except OSError:  # another user's archive: used all the same
+            pass
+    return f"{opts} {option}".strip()
 
 
 def use_class_archive(master: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,30 @@ def test_a_submitter_adds_the_archive_only_where_it_exists(tmp_path, fake_java, 
     assert not _lock_files(tmp_path / "cache")  # it starts nothing
 
 
+def test_giving_the_archive_marks_it_used_and_a_new_archive_removes_stale_ones(tmp_path, fake_java):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    day = 86400
+    now = time.time()
+
+    def made(name: str, age_days: float) -> Path:
+        p = cache / name
+        p.write_bytes(b"x")
+        os.utime(p, (now - age_days * day, now - age_days * day))
+        return p
+
+    current = made("spark-4.3.0-new.jsa", 30)
+    jvm.with_archive("-Xmx1g", current)  # a JVM was given it: used now
+    assert now - current.stat().st_mtime < 60
+    old = made("spark-4.2.0-old.jsa", jvm.STALE_DAYS + 1)
+    recent = made("spark-4.2.0-other.jsa", jvm.STALE_DAYS - 1)  # another Spark here, used lately
+    dead_dump = made("spark-4.3.0-new.jsa.abc.tmp", 2)
+    running_dump = made("spark-4.3.0-new.jsa.def.tmp", 0.01)
+    lock = made("spark-4.3.0-new.jsa.building", 40)  # locks are _take's
+    assert sorted(jvm.remove_stale(current)) == sorted([old, dead_dump])
+    assert sorted(cache.iterdir()) == sorted([current, recent, running_dump, lock])
+
+
 def _lock_files(folder: Path) -> list[Path]:
     return list(folder.glob("*.building"))
 
@@ -122,8 +147,11 @@ def test_an_archive_is_renamed_into_place_only_after_its_job_succeeded_and_the_l
     with pytest.raises(jvm.JvmArchiveError, match="exited 3 and wrote no archive"):
         jvm.build_class_archive(archive, job="import sys\nsys.exit(3)\n")
     assert not archive.parent.exists() or not list(archive.parent.iterdir())  # nothing half-written left
+    stale = archive.with_name("spark-of-an-old-java.jsa")  # an upgrade's leftover
+    stale.write_bytes(b"x")
+    os.utime(stale, (0, 0))
     assert jvm.build_class_archive(archive, job="import sys\nsys.exit(0)\n") == archive
-    assert [p.name for p in archive.parent.iterdir()] == ["spark.jsa"]
+    assert [p.name for p in archive.parent.iterdir()] == ["spark.jsa"]  # and the stale one removed
     # -Xshare:on: the JVM that spark-submit starts fails instead of running without it
     log = tmp_path / "classes.log"
     env = {
