@@ -107,7 +107,8 @@ def packed_env(tmp_path_factory):
     gzip level 1 (the command's default is 4): 0.40 GiB, against 1.07 GiB at level 0 (stored blocks), which
     was 14 s faster to write and had nothing to inflate. Disk decides: an application copies the archive
     into a temporary folder on the driver and on each executor, and unpacks it three times (1.07 GiB each),
-    so at level 0 the module peaked at +9.9 GB of disk, enough to fill a CI machine (stop 47)."""
+    so at level 0 the module peaked at +12 GB of disk here (+7.3 GB at level 1), enough to fill a CI machine
+    (stop 47; RESULTS.md, "The cluster test's disk")."""
     out = tmp_path_factory.mktemp("pack") / "ltr-env.tar.gz"
     t0 = time.perf_counter()
     proc = subprocess.run(
