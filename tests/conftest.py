@@ -91,14 +91,20 @@ def small_letor(tmp_path_factory) -> Path:
     return out
 
 
+#: ``small_dataset``'s ingest chunk size (bytes)
+CHUNK_BYTES = 600_000
+
+
 @pytest.fixture(scope="session")
 def small_dataset(spark_holder, small_letor, tmp_path_factory) -> str:
-    """``small_letor`` ingested (MSLR rotation, subsets S1..S5)."""
+    """``small_letor`` ingested (MSLR rotation, subsets S1..S5), in chunks of 600 kB: 79 Spark tasks, two or more a
+    file (300 kB gave 149 tasks and cost 5 s more here, in each xdist worker: a Python task's fixed cost)."""
     from pipelines.core.config import IngestConfig, load_dataset_spec
     from pipelines.data.ingest import ingest
 
     out = tmp_path_factory.mktemp("ds") / "dataset"
-    ingest(spark_holder.get(), str(small_letor), str(out), load_dataset_spec("mslr"), IngestConfig(chunk_bytes=300_000))
+    spec = load_dataset_spec("mslr")
+    ingest(spark_holder.get(), str(small_letor), str(out), spec, IngestConfig(chunk_bytes=CHUNK_BYTES))
     return str(out)
 
 

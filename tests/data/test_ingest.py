@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from pipelines.core.config import ConfigError, IngestConfig, load_dataset_spec
 from pipelines.data.dataset import MSLR_ROTATION, load_split, open_dataset
 from pipelines.data.ingest import IngestError, discover, ingest, line_spec
-from tests.conftest import GOLDEN, golden
+from tests.conftest import CHUNK_BYTES, GOLDEN, golden
 from udfs import schema
 from udfs.letor_chunks import sorted_rows
 from udfs.letor_parse import LineSpec, parse_block
@@ -136,7 +136,7 @@ def test_source_errors(tmp_path):
 
 
 def test_mslr_rotation_each_row_once_and_equal_to_local_parse(spark, small_letor, small_dataset):
-    """``small_dataset`` is ``small_letor`` ingested (tests/conftest.py), in chunks of 300 kB: several a file."""
+    """``small_dataset`` is ``small_letor`` ingested (tests/conftest.py), in ``CHUNK_BYTES`` chunks: several a file."""
     ds = open_dataset(small_dataset)
     m = ds.manifest
     assert m["layout"] == "mslr_rotation" and m["rotation"]["verified"]
@@ -147,7 +147,7 @@ def test_mslr_rotation_each_row_once_and_equal_to_local_parse(spark, small_letor
         for s in ("train", "vali", "test")
     }
     assert m["rows"] == sum(lines[f"Fold{f}/test.txt"] for f in range(1, 6))
-    assert min((small_letor / f"Fold{f}" / "test.txt").stat().st_size for f in range(1, 6)) > 2 * 300_000  # chunks
+    assert min((small_letor / f"Fold{f}" / "test.txt").stat().st_size for f in range(1, 6)) > 2 * CHUNK_BYTES  # chunks
     counts = spark.read.parquet(small_dataset).groupBy(schema.SUBSET).count().collect()
     per_subset = {r[schema.SUBSET]: r["count"] for r in counts}
     for f in range(1, 6):
