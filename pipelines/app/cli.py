@@ -439,7 +439,7 @@ def cmd_curriculum(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     """``ltr train``: one training path on one fold, distributed over barrier workers, from its checkpoints; exit 0."""
-    from pipelines.app.train import run_train
+    from pipelines.app.train import cuts_ahead, run_train
 
     cfg = resolve_config(
         args,
@@ -453,23 +453,18 @@ def cmd_train(args: argparse.Namespace) -> int:
             "k": "train.k",
         },
     )
-    run_train(
-        _session(cfg),
-        args.data,
-        args.fold,
-        cfg.train.path,
-        args.curriculum,
-        cfg.train,
-        cfg.metric,
-        args.out,
-        Layout.of(cfg).checkpoints,
-    )
+    checkpoints = Layout.of(cfg).checkpoints
+    with cuts_ahead(args.data, [args.fold], cfg.train, checkpoints):  # while the JVM starts
+        spark = _session(cfg)
+    train = cfg.train
+    run_train(spark, args.data, args.fold, train.path, args.curriculum, train, cfg.metric, args.out, checkpoints)
     return 0
 
 
 def cmd_grid(args: argparse.Namespace) -> int:
     """``ltr grid``: the study (every fold, path and child run), or ``--plan``, ``--setup-only`` or one unit; exit 0."""
     from pipelines.app.grid import run_grid
+    from pipelines.app.train import cuts_ahead
 
     overrides = []
     if args.folds:
@@ -499,8 +494,10 @@ def cmd_grid(args: argparse.Namespace) -> int:
             raise UsageError(f"--unit {text!r}: expected FOLD:INDEX, e.g. 1:0") from None
         units.append((fold, index))
     folds = list(dict.fromkeys([*args.fold, *(f for f, _ in units)]))
+    with cuts_ahead(cfg.grid.data, folds or list(cfg.grid.folds), cfg.train, Layout.of(cfg).checkpoints):
+        spark = _session(cfg)  # the folds' cuts meanwhile (a scheduler's grid_setup: ready for its units)
     g = run_grid(
-        _session(cfg),
+        spark,
         cfg,
         folds=folds or None,
         parallel=args.parallel,

@@ -272,6 +272,48 @@ def test_the_cuts_are_the_sketch_of_the_split_in_qid_doc_order(fine_dataset):
     assert c.rows == splits["train"].y.size
     np.testing.assert_array_equal(c.ptr, want.ptr)
     np.testing.assert_array_equal(c.values, want.values)
+    # ... on any thread count: the cuts' key has none (``ltr train`` computes them ahead on all cores, while Spark
+    # starts, before it knows its workers' threads)
+    for nthread in (1, 2, 3):
+        other = compute_cuts(ds, 1, 16, 10**6, "k", nthread)
+        np.testing.assert_array_equal(other.ptr, want.ptr)
+        np.testing.assert_array_equal(other.values, want.values)
+
+
+def test_cuts_ahead_stores_the_cuts_the_training_reads_and_leaves_errors_to_it(fine_dataset, tmp_path, caplog):
+    """``ltr train``'s cuts while its Spark session starts (:func:`pipelines.app.train.cuts_ahead`): stored under the
+    key the executor's :func:`~pipelines.store.cuts.fold_cuts` looks for, equal to what it computes; a dataset or a
+    fold that is not there raises nothing there (the training reports it); the block's own error goes through."""
+    import logging
+
+    from pipelines.app.train import cuts_ahead
+    from pipelines.core.config import TrainConfig
+    from pipelines.core.keys import cuts_key
+    from pipelines.store.cuts import compute_cuts, fold_cuts, load_cuts
+
+    data, _ = fine_dataset
+    ds = open_dataset(data)
+    cfg = TrainConfig(max_bin=16, cuts_sample_rows=100)  # a sample: 100 rows of a split of more
+    root = str(tmp_path / "ckpt")
+    key = cuts_key(ds.fingerprint, 1, 16, 100)
+    with cuts_ahead(data, [1], cfg, root):
+        pass  # the session's start
+    ahead = load_cuts(root, key)
+    assert ahead is not None and 0 < ahead.rows < ds.manifest["rows"]
+    fresh = compute_cuts(ds, 1, 16, 100, key, 1)  # the executor's, with a worker's thread count
+    np.testing.assert_array_equal(ahead.ptr, fresh.ptr)
+    np.testing.assert_array_equal(ahead.values, fresh.values)
+    with caplog.at_level(logging.INFO, logger="pipelines.store.cuts"):
+        got = fold_cuts(root, ds, 1, 16, 100, 1)  # what the training calls: read, not computed again
+    assert not [r for r in caplog.records if "histogram cuts from" in r.getMessage()]
+    np.testing.assert_array_equal(got.values, ahead.values)
+
+    other = str(tmp_path / "other")
+    with cuts_ahead(data, [7], cfg, other), cuts_ahead(str(tmp_path / "missing"), [1], cfg, other):
+        pass  # no fold 7, no dataset: nothing raised here, nothing stored
+    assert load_cuts(other, cuts_key(ds.fingerprint, 7, 16, 100)) is None
+    with pytest.raises(RuntimeError, match="the session failed"), cuts_ahead(data, [1], cfg, other):
+        raise RuntimeError("the session failed")
 
 
 def test_the_sample_is_the_one_spark_xxhash64_chose(spark, fine_dataset):
