@@ -35,9 +35,10 @@ SUMMARY = "_train.json"
 def cuts_ahead(data: str | None, folds: list[int], cfg: TrainConfig, checkpoints: str) -> Iterator[None]:
     """Load or compute the ``folds``' histogram cuts of ``data`` (:func:`pipelines.store.cuts.fold_cuts`, stored
     under their key in ``checkpoints``), one fold after the other, on a thread of their own while the caller's block
-    runs (the Spark session's start: a JVM, seconds); when the block ends, wait for the fold under way and start no
-    other. The training finds them stored when it needs them (its executor calls the same function, with the same
-    key) instead of sampling the fold after the session was up: the first tree comes that much sooner.
+    runs (the Spark session's start: a JVM, seconds); when the block ends, wait for the first fold and for the fold
+    under way, and start no other (when the block raises: for the fold under way only). The training finds them
+    stored when it needs them (its executor calls the same function, with the same key) instead of sampling the
+    fold after the session was up: the first tree comes that much sooner.
 
     Only an earlier start of what the training does anyway: the cuts depend on the fold's rows in (qid, doc) order,
     ``max_bin`` and the sample's size, not on the thread count (XGBoost sketches each feature on one thread, all
@@ -47,7 +48,7 @@ def cuts_ahead(data: str | None, folds: list[int], cfg: TrainConfig, checkpoints
     if not data or not folds:
         yield
         return
-    stop = threading.Event()
+    ended, failed = threading.Event(), threading.Event()  # the block ended; it raised
 
     def work() -> None:
         from pipelines.store.cuts import fold_cuts
@@ -56,8 +57,8 @@ def cuts_ahead(data: str | None, folds: list[int], cfg: TrainConfig, checkpoints
         try:
             ds = open_dataset(data)
             root = CheckpointStore(checkpoints).root
-            for fold in folds:
-                if stop.is_set():
+            for i, fold in enumerate(folds):
+                if failed.is_set() or (i and ended.is_set()):
                     break
                 fold_cuts(root, ds, fold, cfg.max_bin, cfg.cuts_sample_rows)
                 done.append(fold)
@@ -69,8 +70,11 @@ def cuts_ahead(data: str | None, folds: list[int], cfg: TrainConfig, checkpoints
     thread.start()
     try:
         yield
+    except BaseException:
+        failed.set()  # no fold not under way: the error is what the caller waits for
+        raise
     finally:
-        stop.set()  # no fold after the one under way: the rest come when their training needs them
+        ended.set()  # the first fold (its training comes next) and the one under way, no other
         thread.join()
 
 

@@ -303,6 +303,7 @@ def test_cuts_ahead_stores_the_cuts_the_training_reads_and_leaves_errors_to_it(f
     fresh = compute_cuts(ds, 1, 16, 100, key, 1)  # the executor's, with a worker's thread count
     np.testing.assert_array_equal(ahead.ptr, fresh.ptr)
     np.testing.assert_array_equal(ahead.values, fresh.values)
+    caplog.clear()  # (compute_cuts just logged its line, when another test left the logger at INFO)
     with caplog.at_level(logging.INFO, logger="pipelines.store.cuts"):
         got = fold_cuts(root, ds, 1, 16, 100, 1)  # what the training calls: read, not computed again
     assert not [r for r in caplog.records if "histogram cuts from" in r.getMessage()]
