@@ -58,7 +58,8 @@ class Deployment:
     """PostgreSQL + ``mlflow server`` + Airflow (api-server, scheduler, dag-processor, LocalExecutor).
 
     ``parallelism``: Airflow's ``core.parallelism`` (task slots of the LocalExecutor); ``env``: more
-    environment for every Airflow process (e.g. ``LTR_TRAINING_SLOTS``)."""
+    environment for every Airflow process (e.g. ``LTR_TRAINING_SLOTS``) and for the MLflow server (e.g.
+    ``MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false``: without it the server starts 8 job-runner processes that idle)."""
 
     def __init__(self, parallelism: int = 3, env: dict[str, str] | None = None, root: str | None = None) -> None:
         # world-readable: the postgres user (when we are root) must reach its data folder
@@ -204,6 +205,7 @@ class Deployment:
                 "--workers",
                 "2",
             ],
+            {**os.environ, **self.extra_env},  # before 2026-11-28 the server did not get it: its job runners ran
         )
 
     def wait_mlflow(self) -> None:
