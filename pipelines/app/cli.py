@@ -494,7 +494,8 @@ def cmd_grid(args: argparse.Namespace) -> int:
             raise UsageError(f"--unit {text!r}: expected FOLD:INDEX, e.g. 1:0") from None
         units.append((fold, index))
     folds = list(dict.fromkeys([*args.fold, *(f for f, _ in units)]))
-    with cuts_ahead(cfg.grid.data, folds or list(cfg.grid.folds), cfg.train, Layout.of(cfg).checkpoints):
+    layout = Layout.of(cfg)  # its data: grid.data, else <work_dir>/dataset, as the grid reads it
+    with cuts_ahead(layout.data, folds or list(cfg.grid.folds), cfg.train, layout.checkpoints):
         spark = _session(cfg)  # the folds' cuts meanwhile (a scheduler's grid_setup: ready for its units)
     g = run_grid(
         spark,
