@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from udfs import schema
 from udfs.atomic import atomic_stream
+from udfs.compile_once import compiled_once
 from udfs.letor_parse import (
     REASON_KEYS,
     LineSpec,
@@ -106,6 +107,13 @@ def _first_new_qid_line(buf, prev, at_eof) -> int:
     return -1
 
 
+#: The kernels called from Python, each compiled once per machine (:mod:`udfs.compile_once`): an ingest's first
+#: tasks reach them together in every Python worker.
+_LAST_QID = compiled_once(_last_qid)
+_FIRST_NEW_QID_LINE = compiled_once(_first_new_qid_line)
+_SCAN_LINE_QIDS = compiled_once(scan_line_qids)
+
+
 def _line_start_at_or_after(src: ByteSource, p: int) -> int:
     if src.read(p - 1, 1)[0] == 10:
         return p
@@ -124,7 +132,7 @@ def _prev_qid(src: ByteSource, line_start: int) -> int:
     w = _WINDOW
     while True:
         lo = max(0, line_start - w)
-        q = _last_qid(src.read(lo, line_start - lo), lo == 0)
+        q = _LAST_QID(src.read(lo, line_start - lo), lo == 0)
         if q >= 0 or lo == 0:
             return int(q) if q >= 0 else -2  # -2: no line with a qid before
         w *= 4
@@ -144,7 +152,7 @@ def first_boundary(src: ByteSource, p: int) -> int:
     while True:
         buf = src.read(start, w)
         at_eof = start + buf.size >= src.size
-        off = _first_new_qid_line(buf, prev, at_eof)
+        off = _FIRST_NEW_QID_LINE(buf, prev, at_eof)
         if off >= 0:
             return start + int(off)
         if at_eof:
@@ -309,7 +317,7 @@ def run_chunk(task: ChunkTask) -> dict:
     }
     if task.mode == "scan":
         line_qid = np.full(max(buf.size, 1), -1, dtype=np.int64)
-        n_lines = int(scan_line_qids(buf, line_qid))
+        n_lines = int(_SCAN_LINE_QIDS(buf, line_qid))
         line_qid = line_qid[:n_lines]
         res["n_lines"] = n_lines
     elif task.mode == "parse":

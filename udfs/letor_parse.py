@@ -40,6 +40,8 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from udfs.compile_once import compiled_once
+
 # ---------------------------------------------------------------- error codes
 E_LABEL_SYNTAX = 1
 E_LABEL_RANGE = 2
@@ -521,7 +523,7 @@ def row_hashes_sum(qids: np.ndarray, labels: np.ndarray, docs: np.ndarray, X: np
     ``X`` is ``[rows, n_features]`` float32 in any memory order.
     """
     bitsT = np.asarray(X, dtype=np.float32).T.view(np.uint32)
-    return int(_row_hashes_sum(qids, labels, docs, bitsT))
+    return int(_ROW_HASHES_SUM(qids, labels, docs, bitsT))
 
 
 # ------------------------------------------------------- reference parser
@@ -642,11 +644,18 @@ def _count_newlines(buf) -> int:
     return n
 
 
+#: The kernels called from Python, each compiled once per machine, not once per Python worker that reaches it first
+#: (:mod:`udfs.compile_once`): an ingest's first tasks reach them together.
+_PARSE_LINES = compiled_once(parse_lines)
+_COUNT_NEWLINES = compiled_once(_count_newlines)
+_ROW_HASHES_SUM = compiled_once(_row_hashes_sum)
+
+
 def count_lines(buf: np.ndarray) -> int:
     """Number of lines in ``buf``: newlines, plus one for a last line without one."""
     if buf.size == 0:
         return 0
-    return int(_count_newlines(buf)) + (0 if buf[-1] == 10 else 1)
+    return int(_COUNT_NEWLINES(buf)) + (0 if buf[-1] == 10 else 1)
 
 
 def parse_block(buf: np.ndarray, spec: LineSpec, strict: bool = False) -> ParsedBlock:
@@ -676,7 +685,7 @@ def parse_block(buf: np.ndarray, spec: LineSpec, strict: bool = False) -> Parsed
     bad_slow = np.zeros(cap, dtype=np.bool_)
     slow_row = np.zeros(cap, dtype=np.int64)
     counts = np.zeros(6, dtype=np.int64)
-    rows = parse_lines(
+    rows = _PARSE_LINES(
         buf,
         spec.n_features,
         spec.min_label,
