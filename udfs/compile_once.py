@@ -6,13 +6,13 @@ compiles it too, at the same time. That is how an ingest starts: the Python work
 ``local[N]``) take the first chunks together, and each compiled the LETOR parser's kernels. On this project's
 2-core machine, from a fresh install: 7 s of CPU for ``parse_lines`` alone, 13-16 s each with two compiling at
 once, and the suite's first ingests compiled it three times (``.ci/run`` on 2026-11-28, numba's compilations
-logged: 53 of the parser's 74 CPU-s were compilations of something another process was compiling).
+logged: 74 CPU-s compiling the parser's kernels, where one compilation of each took 21 s; 32 CPU-s with this).
 
-:func:`compiled_once` wraps a kernel so that a process's first call holds a lock file per kernel (``flock`` in
-the temporary folder, keyed by the kernel's source file, name and Python version) while numba compiles it or loads
-it from the cache: the first process compiles and writes the cache, the others wait, then load it. Only the
-compilation is under the lock, never a run of the kernel, and later calls go straight to the kernel. Where no
-lock can be had (no ``fcntl``, a temporary folder that cannot be written, a holder past :data:`WAIT_S`) the
+:func:`compiled_once` wraps a kernel so that a process's first call holds a lock file per kernel (``flock``,
+beside numba's cache of the kernel, one per Python version) while numba compiles it or loads it from the cache:
+the first process compiles and writes the cache, the others wait, then load it. Only the compilation is under the
+lock, never a run of the kernel, and later calls go straight to the kernel. Where no lock can be had (no
+``fcntl``, a folder that cannot be written, a file system without ``flock``, a holder past :data:`WAIT_S`) the
 process compiles as before. Nothing here changes what a kernel computes.
 
 What it saves is CPU, not time on an idle machine: N workers compiling at once on N free cores take as long as one.
@@ -26,8 +26,6 @@ idle: 20.2 s before, 18.8-20.4 s after. The kernels wrapped are the ingest's (``
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import inspect
 import logging
 import os
 import sys
@@ -43,16 +41,18 @@ WAIT_S = 300.0
 
 
 def lock_path(kernel: Any) -> str:
-    """The lock file of ``kernel`` (a numba dispatcher) on this machine, for this user and Python."""
+    """The lock file of ``kernel`` (a numba dispatcher): beside numba's cache of it (the source's ``__pycache__``, or
+    where ``NUMBA_CACHE_DIR`` or numba's fallback puts it), so that it is shared by exactly the processes that share
+    that cache, and goes with it (an unpacked ``ltr pack`` archive's executor folder, say). A plain function
+    (``NUMBA_DISABLE_JIT``) gets one in the temporary folder."""
     func = getattr(kernel, "py_func", kernel)
+    name = f"{func.__module__.rsplit('.', 1)[-1]}.{func.__qualname__}.py{sys.version_info[0]}{sys.version_info[1]}"
     try:
-        source = os.path.realpath(inspect.getsourcefile(func) or "")
-    except TypeError:
-        source = ""
-    key = f"{source}:{func.__module__}.{func.__qualname__}:py{sys.version_info[0]}{sys.version_info[1]}"
-    uid = os.getuid() if hasattr(os, "getuid") else 0
-    name = hashlib.sha1(key.encode()).hexdigest()[:20]
-    return os.path.join(tempfile.gettempdir(), f"ltr-numba-{uid}", f"{name}.lock")
+        folder = kernel.stats.cache_path
+    except AttributeError:
+        uid = os.getuid() if hasattr(os, "getuid") else 0
+        folder = os.path.join(tempfile.gettempdir(), f"ltr-numba-{uid}")
+    return os.path.join(folder, f"{name}.compile-lock")
 
 
 @contextlib.contextmanager
@@ -86,6 +86,9 @@ def host_lock(path: str, wait_s: float = WAIT_S) -> Iterator[bool]:
                     log.debug("compile lock %s still held after %.0f s: compiling without it", path, wait_s)
                     break
                 time.sleep(0.05)
+            except OSError as e:  # a file system without flock (some network mounts)
+                log.debug("no compile lock %s: %s", path, e)
+                break
         yield held
     finally:
         os.close(fd)  # releases the lock

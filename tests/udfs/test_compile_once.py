@@ -63,7 +63,7 @@ def kernel_dir(tmp_path) -> Path:
 
 def _start(kernel_dir: Path, go: str = "", wait_s: float = 300.0) -> subprocess.Popen:
     """A process that imports the kernel, says so, and calls it through :class:`CompiledOnce` once ``go`` exists."""
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}  # numba's cache beside kern.py
+    env = dict(os.environ)  # NUMBA_CACHE_DIR, where set, as in this process: the same cache and lock
     proc = subprocess.Popen(
         [sys.executable, str(kernel_dir.parent / "child.py"), str(kernel_dir), str(ROOT), go, str(wait_s)],
         stdout=subprocess.PIPE,
@@ -128,6 +128,19 @@ def test_a_lock_held_past_the_wait_lets_the_process_compile_on_its_own(kernel_di
         assert held
         r = _result(_start(kernel_dir, wait_s=0.5))
     assert (r["out"], r["misses"], r["hits"]) == (12.0, 1, 0), r
+
+
+def test_the_lock_lies_beside_numbas_cache_of_the_kernel(kernel_dir):
+    sys.path.insert(0, str(kernel_dir))
+    try:
+        import kern
+
+        path = lock_path(kern.weighted)
+        assert os.path.dirname(path) == kern.weighted.stats.cache_path
+        assert os.path.basename(path) == f"kern.weighted.py{sys.version_info[0]}{sys.version_info[1]}.compile-lock"
+    finally:
+        sys.path.remove(str(kernel_dir))
+        sys.modules.pop("kern", None)
 
 
 def test_an_unwritable_lock_folder_compiles_without_a_lock(tmp_path):
