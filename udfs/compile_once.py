@@ -8,7 +8,7 @@ compiles it too, at the same time. That is how an ingest starts: the Python work
 once, and the suite's first ingests compiled it three times (``.ci/run`` on 2026-11-28, numba's compilations
 logged: 74 CPU-s compiling the parser's kernels, where one compilation of each took 21 s; 32 CPU-s with this).
 
-:func:`compiled_once` wraps a kernel so that a process's first call holds a lock file per kernel (``flock``,
+:class:`CompiledOnce` wraps a kernel so that a process's first call holds a lock file per kernel (``flock``,
 beside numba's cache of the kernel, one per Python version) while numba compiles it or loads it from the cache:
 the first process compiles and writes the cache, the others wait, then load it. Only the compilation is under the
 lock, never a run of the kernel, and later calls go straight to the kernel. Where no lock can be had (no
@@ -29,7 +29,6 @@ import contextlib
 import logging
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -43,16 +42,10 @@ WAIT_S = 300.0
 def lock_path(kernel: Any) -> str:
     """The lock file of ``kernel`` (a numba dispatcher): beside numba's cache of it (the source's ``__pycache__``, or
     where ``NUMBA_CACHE_DIR`` or numba's fallback puts it), so that it is shared by exactly the processes that share
-    that cache, and goes with it (an unpacked ``ltr pack`` archive's executor folder, say). A plain function
-    (``NUMBA_DISABLE_JIT``) gets one in the temporary folder."""
-    func = getattr(kernel, "py_func", kernel)
+    that cache, and goes with it (an unpacked ``ltr pack`` archive's executor folder, say)."""
+    func = kernel.py_func
     name = f"{func.__module__.rsplit('.', 1)[-1]}.{func.__qualname__}.py{sys.version_info[0]}{sys.version_info[1]}"
-    try:
-        folder = kernel.stats.cache_path
-    except AttributeError:
-        uid = os.getuid() if hasattr(os, "getuid") else 0
-        folder = os.path.join(tempfile.gettempdir(), f"ltr-numba-{uid}")
-    return os.path.join(folder, f"{name}.compile-lock")
+    return os.path.join(kernel.stats.cache_path, f"{name}.compile-lock")
 
 
 @contextlib.contextmanager
@@ -100,7 +93,6 @@ class CompiledOnce:
     def __init__(self, kernel: Callable[..., Any], wait_s: float = WAIT_S) -> None:
         self.kernel = kernel
         self.wait_s = wait_s
-        self.lock_path = lock_path(kernel)
         # a plain function (NUMBA_DISABLE_JIT) has nothing to compile
         self._ready = not hasattr(kernel, "typeof_pyval")
 
@@ -113,11 +105,6 @@ class CompiledOnce:
         """Compile (or load from numba's cache) the kernel for these arguments' types, under the lock. The types are
         those numba's own dispatch gives these arguments (``typeof_pyval``), so the call finds what was compiled."""
         sig = tuple(self.kernel.typeof_pyval(a) for a in args)  # type: ignore[attr-defined]
-        with host_lock(self.lock_path, self.wait_s):
+        with host_lock(lock_path(self.kernel), self.wait_s):
             self.kernel.compile(sig)  # type: ignore[attr-defined]
         self._ready = True
-
-
-def compiled_once(kernel: Callable[..., Any]) -> CompiledOnce:
-    """``kernel`` compiled once per machine by whichever process reaches it first (:class:`CompiledOnce`)."""
-    return CompiledOnce(kernel)

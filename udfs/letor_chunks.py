@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from udfs import schema
 from udfs.atomic import atomic_stream
-from udfs.compile_once import compiled_once
+from udfs.compile_once import CompiledOnce
 from udfs.letor_parse import (
     REASON_KEYS,
     LineSpec,
@@ -109,9 +109,9 @@ def _first_new_qid_line(buf, prev, at_eof) -> int:
 
 #: The kernels called from Python, each compiled once per machine (:mod:`udfs.compile_once`): an ingest's first
 #: tasks reach them together in every Python worker.
-_LAST_QID = compiled_once(_last_qid)
-_FIRST_NEW_QID_LINE = compiled_once(_first_new_qid_line)
-_SCAN_LINE_QIDS = compiled_once(scan_line_qids)
+_LAST_QID = CompiledOnce(_last_qid)
+_FIRST_NEW_QID_LINE = CompiledOnce(_first_new_qid_line)
+_SCAN_LINE_QIDS = CompiledOnce(scan_line_qids)
 
 
 def _line_start_at_or_after(src: ByteSource, p: int) -> int:

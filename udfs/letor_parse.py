@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from udfs.compile_once import compiled_once
+from udfs.compile_once import CompiledOnce
 
 # ---------------------------------------------------------------- error codes
 E_LABEL_SYNTAX = 1
@@ -646,9 +646,9 @@ def _count_newlines(buf) -> int:
 
 #: The kernels called from Python, each compiled once per machine, not once per Python worker that reaches it first
 #: (:mod:`udfs.compile_once`): an ingest's first tasks reach them together.
-_PARSE_LINES = compiled_once(parse_lines)
-_COUNT_NEWLINES = compiled_once(_count_newlines)
-_ROW_HASHES_SUM = compiled_once(_row_hashes_sum)
+_PARSE_LINES = CompiledOnce(parse_lines)
+_COUNT_NEWLINES = CompiledOnce(_count_newlines)
+_ROW_HASHES_SUM = CompiledOnce(_row_hashes_sum)
 
 
 def count_lines(buf: np.ndarray) -> int:
