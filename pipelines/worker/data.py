@@ -3,7 +3,7 @@
 This module is the whole data path of a training worker, and where its memory goes:
 
 1. :func:`from_batches`: the barrier task's Arrow batches (any order) are binned on the fold's
-   cuts as they arrive (:func:`udfs.trees.bin_codes`, one batch of float32 at a time): each split
+   cuts as they arrive (:class:`udfs.trees.Binner`, one batch of float32 at a time): each split
    is kept as uint16 bin codes (half of float32) plus labels, qids and positions; no split is
    ever held as float32. Each split's rows are then put in (qid, doc) order in place, and the
    training split's codes go to a local file when they are more than ``train.codes_in_memory_gib``
@@ -43,9 +43,10 @@ import pyarrow as pa
 import xgboost as xgb
 
 from pipelines.core.errors import UserError, crosses_tasks
+from pipelines.worker.env import without_huge_pages
 from udfs import schema
 from udfs.metrics import offsets_from_qids
-from udfs.trees import MISSING, Cuts, add_tree, bin_codes
+from udfs.trees import MISSING, Binner, Cuts, add_tree
 
 log = logging.getLogger(__name__)
 
@@ -275,8 +276,9 @@ def encode(data: WorkerData, cuts: Cuts) -> WorkerData:
         """``sp`` as codes: a new :class:`SplitData` without ``X``; ``sp`` itself when already coded."""
         if sp.codes is not None:
             return sp
-        return SplitData(None, sp.y, sp.qid, sp.doc, bin_codes(np.asarray(sp.X, np.float32), cuts))
+        return SplitData(None, sp.y, sp.qid, sp.doc, binner(np.asarray(sp.X, np.float32)))
 
+    binner = Binner(cuts)
     return replace(
         data,
         train=one(data.train),
@@ -286,15 +288,37 @@ def encode(data: WorkerData, cuts: Cuts) -> WorkerData:
 
 
 # ------------------------------------------------------------ Arrow batches -> codes
+class _Columns:
+    """A batch's feature columns, one after the other ([features, rows] float32), in one buffer kept for every
+    batch: copying a column is then one contiguous copy, and the buffer's pages are touched once, not once a
+    batch (:class:`udfs.trees.Binner` bins it column by column)."""
+
+    def __init__(self, n_features: int) -> None:
+        self.n_features = n_features
+        self.buf = np.empty(0, np.float32)
+
+    def of(self, batch: pa.RecordBatch, feats: list[str]) -> np.ndarray:
+        """``batch``'s features as [rows, features] (a column-order view of the buffer, valid until the next
+        call)."""
+        n = batch.num_rows * self.n_features
+        if self.buf.size < n:
+            self.buf = np.empty(n, np.float32)
+        XT = self.buf[:n].reshape(self.n_features, batch.num_rows)
+        for j, f in enumerate(feats):
+            XT[j] = batch.column(f).to_numpy(zero_copy_only=False)
+        return XT.T
+
+
 class _Builder:
     """One split's rows as they stream in: lists of per-batch arrays, joined once at the end."""
 
-    def __init__(self, n_features: int, curricula: list[str]) -> None:
+    def __init__(self, n_features: int, curricula: list[str], columns: _Columns | None = None) -> None:
         self.n_features = n_features
+        self.columns = columns or _Columns(n_features)
         self.parts: dict[str, list[np.ndarray]] = {k: [] for k in ("codes", "y", "qid", "doc", *curricula)}
         self.curricula = curricula
 
-    def add(self, batch: pa.RecordBatch, feats: list[str], cuts: Cuts) -> None:
+    def add(self, batch: pa.RecordBatch, feats: list[str], binner: Binner) -> None:
         """Keep the rows of ``batch`` (all of this split): their bin codes on ``cuts``, labels, qids, positions
         and curriculum stages.
 
@@ -304,7 +328,7 @@ class _Builder:
             Rows of this split.
         feats : list[str]
             The feature columns, in feature order.
-        cuts : Cuts
+        binner : Binner
             The fold's cuts the features are binned on.
 
         Raises
@@ -315,10 +339,8 @@ class _Builder:
         if FEATURES_COL in batch.schema.names:  # one list column: its values are the rows, row after row
             X = features_of_column(batch.column(FEATURES_COL), self.n_features)
         else:
-            X = np.empty((batch.num_rows, len(feats)), np.float32)  # one batch of floats, freed at once
-            for j, f in enumerate(feats):
-                X[:, j] = batch.column(f).to_numpy(zero_copy_only=False)
-        self.parts["codes"].append(bin_codes(X, cuts))
+            X = self.columns.of(batch, feats)
+        self.parts["codes"].append(binner(X))
         del X
         self.parts["y"].append(batch.column(schema.LABEL).to_numpy(zero_copy_only=False).astype(np.float32))
         self.parts["qid"].append(batch.column(schema.QID).to_numpy(zero_copy_only=False).astype(np.int32))
@@ -427,15 +449,18 @@ def from_batches(
     when they are more than ``spill_over`` bytes (:class:`SpilledCodes`); vali's and test's stay in memory."""
     feats = schema.feature_cols(n_features)
     cols = [c["column"] for c in curricula]
-    builders = [_Builder(n_features, cols if i == 0 else []) for i in range(len(SPLITS))]
-    for batch in batches:
-        if not batch.num_rows:
-            continue
-        split = batch.column(SPLIT_COL).to_numpy(zero_copy_only=False)
-        for code in np.unique(split):
-            part = batch if (split == code).all() else batch.filter(pa.array(split == code))
-            builders[int(code)].add(part, feats, cuts)
-    out = [b.finish(spill_over if i == 0 else float("inf"), where) for i, b in enumerate(builders)]
+    columns = _Columns(n_features)
+    builders = [_Builder(n_features, cols if i == 0 else [], columns) for i in range(len(SPLITS))]
+    binner = Binner(cuts)  # its tables built once for every batch
+    with without_huge_pages():  # arrays written once here: no wait for the kernel's compaction
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            split = batch.column(SPLIT_COL).to_numpy(zero_copy_only=False)
+            for code in np.unique(split):
+                part = batch if (split == code).all() else batch.filter(pa.array(split == code))
+                builders[int(code)].add(part, feats, binner)
+        out = [b.finish(spill_over if i == 0 else float("inf"), where) for i, b in enumerate(builders)]
     stages = {c["name"]: out[0][1][c["column"]] for c in curricula}
     return WorkerData(
         train=out[0][0],

@@ -144,6 +144,42 @@ def _glibc() -> Any:
 
 
 @contextmanager
+def without_huge_pages() -> Iterator[bool]:
+    """Inside: numpy's new arrays do not ask the kernel for transparent huge pages. Yields whether numpy's switch
+    was found (False, and nothing changes, where this numpy has none).
+
+    numpy marks every large new array ``madvise(MADV_HUGEPAGE)``. Where the kernel's THP ``defrag`` setting is
+    ``madvise`` (common) and memory is fragmented (a node whose page cache is full of the data it read), the first
+    touch of each 2 MiB page waits for the kernel to compact memory. A worker's load writes its codes once, a
+    gigabyte at paper scale: joining them took 2.3-2.8 s with huge pages and 0.6 s without on a 2-core machine
+    with a full page cache, and walking them every tree took the same time both ways (benchmarks/RESULTS.md,
+    "The worker's binning")."""
+    switch = _numpy_huge_page_switch()
+    if switch is None:
+        yield False
+        return
+    before = switch(False)
+    try:
+        yield True
+    finally:
+        switch(before)
+
+
+def _numpy_huge_page_switch() -> Any:
+    """numpy's ``_set_madvise_hugepage`` (numpy 2's ``numpy._core``, numpy 1's ``numpy.core``), or None."""
+    import importlib
+
+    for module in ("numpy._core.multiarray", "numpy.core.multiarray"):
+        try:
+            switch = getattr(importlib.import_module(module), "_set_madvise_hugepage", None)
+        except ImportError:
+            continue
+        if switch is not None:
+            return switch
+    return None
+
+
+@contextmanager
 def returning_freed_memory(threshold: int = MMAP_THRESHOLD) -> Iterator[bool]:
     """Inside: glibc's malloc gives every freed buffer of ``threshold`` bytes or more back to the OS at once.
     After: what is free is given back (``malloc_trim``) and large buffers are reused from the heap again.

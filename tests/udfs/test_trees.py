@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import xgboost as xgb
 
-from udfs.trees import MISSING, add_tree, bin_codes, quantile_cuts, tree_arrays
+from udfs.trees import MISSING, Binner, add_tree, bin_codes, quantile_cuts, tree_arrays
 
 
 def test_tree_by_tree_equals_xgboost_with_missing_values_and_deep_trees():
@@ -110,6 +111,84 @@ def test_a_split_that_is_not_a_cut_walks_the_floats():
     out = np.zeros(2000, np.float32)
     add_tree(X, tree, out, codes=bin_codes(X, other))
     np.testing.assert_array_equal(out, b.predict(xgb.DMatrix(X), output_margin=True))
+
+
+def _searchsorted_codes(X: np.ndarray, indptr: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The bin codes by their definition: per feature, numpy's count of cuts <= x; NaN: MISSING."""
+    out = np.full(X.shape, MISSING, np.uint16)
+    for j in range(X.shape[1]):
+        ok = ~np.isnan(X[:, j])
+        out[ok, j] = np.searchsorted(values[indptr[j] : indptr[j + 1]], X[ok, j], side="right")
+    return out
+
+
+def _awkward_cuts() -> list[np.ndarray]:
+    """Cuts of features that exercise every path of the bucket tables."""
+    f32 = np.float32
+    tiny = np.finfo(f32).tiny
+    return [
+        np.array([], f32),  # no cut: every value is code 0
+        np.array([0.0], f32),  # one cut at zero (-0.0 <= 0.0)
+        np.array([-0.0, 1.0], f32),  # a cut at -0.0 (0.0 <= -0.0)
+        np.array([-3e38, -1.0, -tiny, 0.0, tiny, 1e-30, 1.0, 3e38], f32),  # every magnitude and both signs
+        np.nextafter(f32(1000.0), f32(np.inf)) + np.arange(60, dtype=f32) * f32(2**-4),  # 60 cuts in one bucket
+        np.array([1.0, 1.0000001, 1.0000002, 2.0, 2.0000002], f32),  # neighbours a float apart
+        np.sort(np.random.default_rng(1).normal(size=255)).astype(f32),  # a full feature of 255 cuts
+        np.array([-np.inf, 5.0, np.inf], f32),  # infinite cuts
+        np.array([1.5, 1.5, 2.5], f32),  # a repeated cut: both count
+        np.array([1e-44, 1e-40, 1e-38], f32),  # subnormal cuts
+    ]
+
+
+@pytest.mark.parametrize("max_buckets", [65536, 64, 2])
+def test_binner_counts_the_cuts_at_or_below_each_value_as_searchsorted_does(max_buckets):
+    """Every cut, the floats next to it both ways, both zeros, both infinities, NaN and random values of every
+    magnitude, in row and in column order, against numpy's searchsorted. Few buckets (64, 2) make the tables
+    take fewer bits of each key, so the searches inside a bucket run long."""
+    cols = _awkward_cuts()
+    indptr = np.concatenate([[0], np.cumsum([c.size for c in cols])]).astype(np.int64)
+    values = np.concatenate(cols).astype(np.float32)
+    rng = np.random.default_rng(7)
+    probes = np.concatenate(
+        [
+            values,
+            np.nextafter(values, np.float32(np.inf)),
+            np.nextafter(values, np.float32(-np.inf)),
+            np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 3.4e38, -3.4e38], np.float32),
+            (rng.normal(size=2000) * 10.0 ** rng.integers(-40, 38, 2000)).astype(np.float32),
+            rng.random(1000).astype(np.float32) * 4 + 999,
+        ]
+    )
+    X = np.repeat(probes[:, None], len(cols), axis=1)
+    X[rng.permutation(X.size)[: X.size // 3] // len(cols), 0] = np.nan  # NaN rows scattered in feature 0
+    expected = _searchsorted_codes(X, indptr, values)
+    binner = Binner((indptr, values), max_buckets)
+    np.testing.assert_array_equal(binner(X), expected)  # row order
+    np.testing.assert_array_equal(binner(np.asfortranarray(X)), expected)  # column order, in blocks
+    np.testing.assert_array_equal(binner(np.asfortranarray(X[:1500])), expected[:1500])  # a part block
+    assert binner(X[:0]).shape == (0, len(cols))
+    if max_buckets == 2:
+        assert (binner.params[1:, 0] > 16).any()  # keys took fewer bits: the wide features' buckets hold many cuts
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        (np.array([2.0, 1.0], np.float32), "feature 0 are not ascending"),
+        (np.array([1.0, np.nan], np.float32), "feature 0 are not ascending or hold a NaN"),
+    ],
+)
+def test_binner_refuses_cuts_it_cannot_count(values, message):
+    with pytest.raises(ValueError, match=message):
+        Binner((np.array([0, values.size], np.int64), values))
+
+
+def test_binner_refuses_more_cuts_than_codes_hold_and_rows_of_other_widths():
+    with pytest.raises(ValueError, match="65535 cuts"):
+        Binner((np.array([0, 65535], np.int64), np.arange(65535, dtype=np.float32)))
+    binner = Binner((np.array([0, 1, 2], np.int64), np.array([0.5, 0.5], np.float32)))
+    with pytest.raises(ValueError, match="3 features but cuts of 2"):
+        binner(np.zeros((4, 3), np.float32))
 
 
 def _depth(left, right, n=0):

@@ -7,7 +7,17 @@ import pyarrow as pa
 
 from pipelines.worker.data import SPLIT_COL, from_batches
 from udfs import schema
-from udfs.trees import bin_codes
+from udfs.trees import MISSING
+
+
+def _searchsorted_codes(X: np.ndarray, cuts: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """The bin codes by their definition: per feature, numpy's count of cuts <= x; NaN: MISSING."""
+    indptr, values = cuts
+    out = np.full(X.shape, MISSING, np.uint16)
+    for j in range(X.shape[1]):
+        ok = ~np.isnan(X[:, j])
+        out[ok, j] = np.searchsorted(values[indptr[j] : indptr[j + 1]], X[ok, j], side="right")
+    return out
 
 
 def test_batches_in_any_order_become_ordered_codes():
@@ -41,7 +51,7 @@ def test_batches_in_any_order_become_ordered_codes():
         rows = np.flatnonzero(split == code)
         rows = rows[np.lexsort((doc[rows], qid[rows]))]
         assert sp.codes.dtype == np.uint16
-        np.testing.assert_array_equal(sp.codes, bin_codes(X[rows], cuts))
+        np.testing.assert_array_equal(sp.codes, _searchsorted_codes(X[rows], cuts))
         np.testing.assert_array_equal(sp.qid, qid[rows])
         np.testing.assert_array_equal(sp.doc, doc[rows])
         np.testing.assert_array_equal(sp.y, y[rows])
@@ -186,3 +196,35 @@ def test_codes_that_cannot_be_written_are_refused_naming_the_directory_and_the_s
     missing = tmp_path / "gone"  # not a directory: the file cannot be made
     with pytest.raises(DataError, match=r"in .*gone: .*train\.codes_in_memory_gib="):
         spill(np.zeros((10, 3), np.uint16), str(missing))
+
+
+def test_numpy_asks_for_no_huge_pages_while_the_rows_load_and_does_again_after(monkeypatch):
+    """from_batches runs inside without_huge_pages: numpy's switch is off there and back as it was after."""
+    from pipelines.worker import data as worker_data
+    from pipelines.worker import env
+
+    switch = env._numpy_huge_page_switch()
+    assert switch is not None  # numpy 1 and 2 both have it
+    before = switch(True)
+    seen = []
+    real = worker_data._Builder.add
+
+    def add(self, *args, **kwargs):
+        seen.append(switch(False))  # the state inside (left off)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(worker_data._Builder, "add", add)
+    cuts = (np.array([0, 1], np.int64), np.array([0.5], np.float32))
+    batch = pa.RecordBatch.from_pydict(
+        {
+            SPLIT_COL: np.zeros(3, np.int8),
+            schema.QID: np.ones(3, np.int32),
+            schema.DOC: np.arange(3, dtype=np.int32),
+            schema.LABEL: np.zeros(3, np.int8),
+            schema.feature_cols(1)[0]: np.array([0.0, 0.5, 1.0], np.float32),
+        }
+    )
+    data = from_batches([batch], 1, cuts, [])
+    after = switch(before)
+    assert seen == [False] and after is True
+    np.testing.assert_array_equal(data.train.codes[:, 0], [0, 1, 1])
