@@ -228,3 +228,47 @@ def test_numpy_asks_for_no_huge_pages_while_the_rows_load_and_does_again_after(m
     after = switch(before)
     assert seen == [False] and after is True
     np.testing.assert_array_equal(data.train.codes[:, 0], [0, 1, 1])
+
+
+def test_codes_that_come_in_order_go_to_the_file_batch_by_batch_never_joined(tmp_path, monkeypatch):
+    """A training split whose rows come in (qid, doc) order (one file) is spilled batch by batch: the file holds
+    what the joined codes would, the codes are never joined in memory, and vali stays in memory."""
+    from pipelines.worker import data as worker_data
+    from pipelines.worker.data import SpilledCodes
+
+    rng = np.random.default_rng(8)
+    n, f = 2000, 5
+    qid = np.sort(rng.integers(0, 150, n)).astype(np.int32)
+    doc = np.arange(n, dtype=np.int32)
+    X = rng.normal(size=(n, f)).astype(np.float32)
+    split = np.where(qid < 120, 0, 1).astype(np.int8)  # ordered train rows, then vali
+    cuts = (np.arange(0, 4 * f + 1, 4, dtype=np.int64), np.tile(np.array([-1, 0, 0.5, 1], np.float32), f))
+    feats = schema.feature_cols(f)
+    batches = [
+        pa.RecordBatch.from_pydict(
+            {
+                SPLIT_COL: split[i],
+                schema.QID: qid[i],
+                schema.DOC: doc[i],
+                schema.LABEL: np.zeros(i.size, np.int8),
+                **{c: X[i, j] for j, c in enumerate(feats)},
+            }
+        )
+        for i in np.array_split(np.arange(n), 7)
+    ]
+    joined = []
+    real_join = worker_data._join
+
+    def join(parts, empty, dtype):
+        joined.append(len(empty))
+        return real_join(parts, empty, dtype)
+
+    monkeypatch.setattr(worker_data, "_join", join)
+    data = from_batches(batches, f, cuts, [], spill_over=0.0, where=str(tmp_path))
+    assert isinstance(data.train.codes, SpilledCodes)
+    rows = np.flatnonzero(split == 0)
+    np.testing.assert_array_equal(data.train.codes.read(0, rows.size), _searchsorted_codes(X[rows], cuts))
+    np.testing.assert_array_equal(data.train.qid, qid[rows])
+    assert isinstance(data.vali.codes, np.ndarray)  # vali: joined in memory (2-d parts)
+    assert joined.count(2) == 2  # vali's and test's codes joined; never the training split's
+    assert not list(tmp_path.iterdir())
