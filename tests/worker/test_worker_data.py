@@ -20,6 +20,20 @@ def _searchsorted_codes(X: np.ndarray, cuts: tuple[np.ndarray, np.ndarray]) -> n
     return out
 
 
+def _batch(rows: np.ndarray, split, qid, doc, y, X, **extra: np.ndarray) -> pa.RecordBatch:
+    """The worker's Arrow batch of ``rows``: split code, qid, doc, label, one column a feature and ``extra``."""
+    return pa.RecordBatch.from_pydict(
+        {
+            SPLIT_COL: split[rows],
+            schema.QID: qid[rows],
+            schema.DOC: doc[rows],
+            schema.LABEL: y[rows],
+            **{k: v[rows] for k, v in extra.items()},
+            **{c: X[rows, j] for j, c in enumerate(schema.feature_cols(X.shape[1]))},
+        }
+    )
+
+
 def test_batches_in_any_order_become_ordered_codes():
     rng = np.random.default_rng(3)
     n, f = 3000, 7
@@ -31,21 +45,8 @@ def test_batches_in_any_order_become_ordered_codes():
     y = rng.integers(0, 5, n).astype(np.int8)
     stage = (qid % 3).astype(np.int32)
     cuts = (np.arange(0, 5 * f + 1, 5, dtype=np.int64), np.tile(np.linspace(-1.5, 1.5, 5).astype(np.float32), f))
-    feats = schema.feature_cols(f)
     perm = rng.permutation(n)
-    batches = [
-        pa.RecordBatch.from_pydict(
-            {
-                SPLIT_COL: split[i],
-                schema.QID: qid[i],
-                schema.DOC: doc[i],
-                schema.LABEL: y[i],
-                "cur_stage": stage[i],
-                **{c: X[i, j] for j, c in enumerate(feats)},
-            }
-        )
-        for i in np.array_split(perm, 11)
-    ]
+    batches = [_batch(i, split, qid, doc, y, X, cur_stage=stage) for i in np.array_split(perm, 11)]
     data = from_batches(batches, f, cuts, [{"name": "cur", "column": "cur_stage", "label_filters": {}}])
     for code, sp in enumerate((data.train, data.vali, data.test)):
         rows = np.flatnonzero(split == code)
@@ -243,19 +244,8 @@ def test_codes_that_come_in_order_go_to_the_file_batch_by_batch_never_joined(tmp
     X = rng.normal(size=(n, f)).astype(np.float32)
     split = np.where(qid < 120, 0, 1).astype(np.int8)  # ordered train rows, then vali
     cuts = (np.arange(0, 4 * f + 1, 4, dtype=np.int64), np.tile(np.array([-1, 0, 0.5, 1], np.float32), f))
-    feats = schema.feature_cols(f)
-    batches = [
-        pa.RecordBatch.from_pydict(
-            {
-                SPLIT_COL: split[i],
-                schema.QID: qid[i],
-                schema.DOC: doc[i],
-                schema.LABEL: np.zeros(i.size, np.int8),
-                **{c: X[i, j] for j, c in enumerate(feats)},
-            }
-        )
-        for i in np.array_split(np.arange(n), 7)
-    ]
+    y = np.zeros(n, np.int8)
+    batches = [_batch(i, split, qid, doc, y, X) for i in np.array_split(np.arange(n), 7)]
     joined = []
     real_join = worker_data._join
 
