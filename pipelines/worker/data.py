@@ -8,7 +8,8 @@ This module is the whole data path of a training worker, and where its memory go
    ever held as float32. Each split's rows are then put in (qid, doc) order in place, and the
    training split's codes go to a local file when they are more than ``train.codes_in_memory_gib``
    (:class:`SpilledCodes`: XGBoost's matrix holds its own bin indexes, so the codes are only read
-   again when a matrix is built or a subset's complement is walked).
+   again when a matrix is built or a subset's complement is walked; codes that came in (qid, doc) order go
+   there batch by batch, never joined in memory).
 2. :func:`training_matrix`: XGBoost's ``QuantileDMatrix`` on the fold's cuts (``ref=``), fed
    by a ``DataIter`` that decodes one chunk of whole queries at a time into each bin's
    representative value (a value that falls in that bin: the cut below it). The matrix's bins,
