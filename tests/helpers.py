@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 from pipelines.core.proctree import alive, signal_pids, signal_tree
@@ -30,6 +31,17 @@ XGB_PARAMS = {
 }
 #: The tests' tiny study (:func:`tiny_study`).
 TINY_STUDY = Path(__file__).with_name("tiny_study.yaml")
+
+
+def searchsorted_codes(X: np.ndarray, cuts: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Bin codes by their definition (the oracle of :class:`udfs.trees.Binner`): per feature, numpy's count of the
+    cuts ``<= x``; NaN: ``MISSING`` (65535)."""
+    indptr, values = cuts
+    out = np.full(X.shape, 65535, np.uint16)
+    for j in range(X.shape[1]):
+        ok = ~np.isnan(X[:, j])
+        out[ok, j] = np.searchsorted(values[indptr[j] : indptr[j + 1]], X[ok, j], side="right")
+    return out
 
 
 def set_args(overrides: Iterable[str]) -> list[str]:

@@ -285,13 +285,14 @@ class WorkerData:
 def encode(data: WorkerData, cuts: Cuts) -> WorkerData:
     """``data`` with every split's floats replaced by their bin codes (a new object: the caller's keeps its X)."""
 
+    binner = Binner(cuts)
+
     def one(sp: SplitData) -> SplitData:
         """``sp`` as codes: a new :class:`SplitData` without ``X``; ``sp`` itself when already coded."""
         if sp.codes is not None:
             return sp
         return SplitData(None, sp.y, sp.qid, sp.doc, binner(np.asarray(sp.X, np.float32)))
 
-    binner = Binner(cuts)
     return replace(
         data,
         train=one(data.train),
@@ -325,9 +326,9 @@ class _Columns:
 class _Builder:
     """One split's rows as they stream in: lists of per-batch arrays, joined once at the end."""
 
-    def __init__(self, n_features: int, curricula: list[str], columns: _Columns | None = None) -> None:
+    def __init__(self, n_features: int, curricula: list[str], columns: _Columns) -> None:
         self.n_features = n_features
-        self.columns = columns or _Columns(n_features)
+        self.columns = columns
         self.parts: dict[str, list[np.ndarray]] = {k: [] for k in ("codes", "y", "qid", "doc", *curricula)}
         self.curricula = curricula
 

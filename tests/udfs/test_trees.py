@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import xgboost as xgb
 
+from tests.helpers import searchsorted_codes
 from udfs.trees import MISSING, Binner, add_tree, bin_codes, quantile_cuts, tree_arrays
 
 
@@ -113,15 +114,6 @@ def test_a_split_that_is_not_a_cut_walks_the_floats():
     np.testing.assert_array_equal(out, b.predict(xgb.DMatrix(X), output_margin=True))
 
 
-def _searchsorted_codes(X: np.ndarray, indptr: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """The bin codes by their definition: per feature, numpy's count of cuts <= x; NaN: MISSING."""
-    out = np.full(X.shape, MISSING, np.uint16)
-    for j in range(X.shape[1]):
-        ok = ~np.isnan(X[:, j])
-        out[ok, j] = np.searchsorted(values[indptr[j] : indptr[j + 1]], X[ok, j], side="right")
-    return out
-
-
 def _awkward_cuts() -> list[np.ndarray]:
     """Cuts of features that exercise every path of the bucket tables."""
     f32 = np.float32
@@ -161,7 +153,7 @@ def test_binner_counts_the_cuts_at_or_below_each_value_as_searchsorted_does(max_
     )
     X = np.repeat(probes[:, None], len(cols), axis=1)
     X[rng.permutation(X.size)[: X.size // 3] // len(cols), 0] = np.nan  # NaN rows scattered in feature 0
-    expected = _searchsorted_codes(X, indptr, values)
+    expected = searchsorted_codes(X, (indptr, values))
     binner = Binner((indptr, values), max_buckets)
     np.testing.assert_array_equal(binner(X), expected)  # row order
     np.testing.assert_array_equal(binner(np.asfortranarray(X)), expected)  # column order, in blocks

@@ -6,18 +6,8 @@ import numpy as np
 import pyarrow as pa
 
 from pipelines.worker.data import SPLIT_COL, from_batches
+from tests.helpers import searchsorted_codes
 from udfs import schema
-from udfs.trees import MISSING
-
-
-def _searchsorted_codes(X: np.ndarray, cuts: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """The bin codes by their definition: per feature, numpy's count of cuts <= x; NaN: MISSING."""
-    indptr, values = cuts
-    out = np.full(X.shape, MISSING, np.uint16)
-    for j in range(X.shape[1]):
-        ok = ~np.isnan(X[:, j])
-        out[ok, j] = np.searchsorted(values[indptr[j] : indptr[j + 1]], X[ok, j], side="right")
-    return out
 
 
 def _batch(rows: np.ndarray, split, qid, doc, y, X, **extra: np.ndarray) -> pa.RecordBatch:
@@ -52,7 +42,7 @@ def test_batches_in_any_order_become_ordered_codes():
         rows = np.flatnonzero(split == code)
         rows = rows[np.lexsort((doc[rows], qid[rows]))]
         assert sp.codes.dtype == np.uint16
-        np.testing.assert_array_equal(sp.codes, _searchsorted_codes(X[rows], cuts))
+        np.testing.assert_array_equal(sp.codes, searchsorted_codes(X[rows], cuts))
         np.testing.assert_array_equal(sp.qid, qid[rows])
         np.testing.assert_array_equal(sp.doc, doc[rows])
         np.testing.assert_array_equal(sp.y, y[rows])
@@ -257,7 +247,7 @@ def test_codes_that_come_in_order_go_to_the_file_batch_by_batch_never_joined(tmp
     data = from_batches(batches, f, cuts, [], spill_over=0.0, where=str(tmp_path))
     assert isinstance(data.train.codes, SpilledCodes)
     rows = np.flatnonzero(split == 0)
-    np.testing.assert_array_equal(data.train.codes.read(0, rows.size), _searchsorted_codes(X[rows], cuts))
+    np.testing.assert_array_equal(data.train.codes.read(0, rows.size), searchsorted_codes(X[rows], cuts))
     np.testing.assert_array_equal(data.train.qid, qid[rows])
     assert isinstance(data.vali.codes, np.ndarray)  # vali: joined in memory (2-d parts)
     assert joined.count(2) == 2  # vali's and test's codes joined; never the training split's
