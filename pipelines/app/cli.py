@@ -650,7 +650,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return func(args)
     except LtrError as e:  # one line; exit 2 (the user's to fix), 75 (busy: retry later) or 1 (where the trace is)
-        log.error("%s", e)
+        # The line below is the one the user reads; logged at ERROR as well, the message stood twice on the same
+        # stderr (the log and the print), in a terminal and in an Airflow task's log alike.
+        log.debug("%s: %s", type(e).__name__, e)
         where = f" (full trace: {save_trace(args.command)})" if e.exit_code == 1 else ""
         print(f"ltr {args.command}: error: {e}{where}", file=sys.stderr)
         return e.exit_code

@@ -42,7 +42,9 @@ def test_unknown_dataset_and_bad_override_exit_2(spark, tmp_path, capsys):
 )
 def test_grid_unit_misuse_exits_2_before_any_work(tmp_path, capsys, args, message):
     assert main(["grid", "--set", f"work_dir={tmp_path}", *args]) == 2
-    assert f"ltr grid: error: {message}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"ltr grid: error: {message}" in err
+    assert err.count(message) == 1, err  # once: not also as a log record
 
 
 def test_strict_flag(spark, tmp_path, capsys):
