@@ -30,6 +30,7 @@ the growth exponents of time and peak memory against rows x features (a log-log 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -379,6 +380,9 @@ def main(argv: list[str] | None = None) -> int:
         kind, data, trees, out = args.reference
         reference(kind, Path(data), int(trees), Path(out))
         return 0
+    if not args.no_references and importlib.util.find_spec("lightgbm") is None:
+        # before any stage: the references run after a point's training, minutes into the first point
+        raise SystemExit("LightGBM is not installed: pip install -e '.[bench]' (or run with --no-references)")
     Path(args.work).mkdir(parents=True, exist_ok=True)
     rp = Path(args.work) / "results.json"
     results: dict[str, Any] = json.loads(rp.read_text()) if rp.exists() else {}
