@@ -363,7 +363,7 @@ def table(results: dict[str, Any]) -> str:
             for key in ("seconds", "per_tree_s", "peak_tree_bytes"):
                 e = slope([w for w, _ in ist], [r.get(st, {}).get(key) for _, r in ist])
                 if e is not None:
-                    lines.append(f"- {st} {key}: {e:.2f}")
+                    lines.append(f"- {st} {key}: {e:.2f}".replace("-0.00", "0.00"))  # flat, not "-0.00"
     return "\n".join(lines)
 
 
