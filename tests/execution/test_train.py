@@ -53,6 +53,23 @@ def _split(rng, n_queries: int, coarse: bool = True) -> SplitData:
     return SplitData(X, y, qid)
 
 
+#: the folder of this module's checkpoint stores: under pytest's basetemp (which pytest rotates and .ci/run
+#: removes), not loose in /tmp, where each run of the suite had left about 40 ``ckpt-*`` folders
+_STORES: Path | None = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stores_under_basetemp(tmp_path_factory):
+    global _STORES
+    _STORES = tmp_path_factory.mktemp("stores")
+    yield
+    _STORES = None
+
+
+def _new_store() -> CheckpointStore:
+    return CheckpointStore(tempfile.mkdtemp(prefix="ckpt-", dir=_STORES))
+
+
 @pytest.fixture(scope="module")
 def local_data() -> WorkerData:
     rng = np.random.default_rng(0)
@@ -63,7 +80,7 @@ def train_plan(
     data: WorkerData, plan: Plan, settings: Settings, root: str | None = None
 ) -> tuple[dict[str, PathResult], dict[str, float]]:
     """The local twin: every node of ``plan`` on one worker, checkpoints in a temporary directory."""
-    store = CheckpointStore(root or tempfile.mkdtemp(prefix="ckpt-"))
+    store = CheckpointStore(root) if root else _new_store()
     timing = run_nodes(data, plan.nodes, settings, store)
     return {p: path_result(store, p, c) for p, c in plan.chains.items()}, timing
 
@@ -190,7 +207,7 @@ def _train(spark, data, paths, workers, curricula=(), arrange=None, cfg=None):
     settings = make_settings(cfg, NdcgSpec(), ds, 1)
     tps = [resolve(parse_path(p, p), {c.name: c.n_stages for c in curs}) for p in paths]
     plan = build_plan(tps, fold=1)
-    store = CheckpointStore(tempfile.mkdtemp(prefix="ckpt-"))
+    store = _new_store()
     how = Execution.from_config(
         replace(cfg, job_retries=0), workers=workers, nthread=cfg.nthread or 1, parallel=1, resume_hint="the test"
     )
@@ -377,7 +394,7 @@ def test_one_and_two_workers_build_the_same_trees_on_global_cuts(spark, fine_dat
         build_plan([parse_path(p, p) for p in paths]),
         _settings(max_bin=16, score_dist_trees=[3]),
     )
-    store = CheckpointStore(tempfile.mkdtemp(prefix="ckpt-"))
+    store = _new_store()
     plan = build_plan([parse_path(p, p) for p in paths])
     run_nodes(
         twin,
