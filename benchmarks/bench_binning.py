@@ -23,6 +23,8 @@ import time
 import numba
 import numpy as np
 
+from udfs.trees import MISSING, Binner
+
 
 @numba.njit(nogil=True, parallel=True)
 def _search(X, indptr, values, out):  # pragma: no cover - compiled; the kernel before the bucket tables
@@ -30,7 +32,7 @@ def _search(X, indptr, values, out):  # pragma: no cover - compiled; the kernel 
         for j in range(X.shape[1]):
             v = X[r, j]
             if np.isnan(v):
-                out[r, j] = 65535
+                out[r, j] = MISSING
             else:
                 out[r, j] = np.searchsorted(values[indptr[j] : indptr[j + 1]], v, side="right")
 
@@ -48,7 +50,6 @@ def main(argv: list[str] | None = None) -> None:
     from pipelines.store.cuts import compute_cuts, reference_matrix
     from pipelines.worker.data import matrix_cuts
     from udfs import schema
-    from udfs.trees import Binner
 
     ds = open_dataset(args.data)
     indptr, values = matrix_cuts(reference_matrix(compute_cuts(ds, args.fold, 256, 200_000, "bench")))

@@ -35,9 +35,11 @@ TINY_STUDY = Path(__file__).with_name("tiny_study.yaml")
 
 def searchsorted_codes(X: np.ndarray, cuts: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """Bin codes by their definition (the oracle of :class:`udfs.trees.Binner`): per feature, numpy's count of the
-    cuts ``<= x``; NaN: ``MISSING`` (65535)."""
+    cuts ``<= x``; NaN: ``MISSING``."""
+    from udfs.trees import MISSING  # here: the helpers' other users need no numba
+
     indptr, values = cuts
-    out = np.full(X.shape, 65535, np.uint16)
+    out = np.full(X.shape, MISSING, np.uint16)
     for j in range(X.shape[1]):
         ok = ~np.isnan(X[:, j])
         out[ok, j] = np.searchsorted(values[indptr[j] : indptr[j + 1]], X[ok, j], side="right")
