@@ -8,7 +8,12 @@ from a sample as training does (:func:`pipelines.store.cuts.compute_cuts`, 256 b
 * ``search``: the kernel before (``np.searchsorted`` on the feature's cuts, per value, rows in parallel);
 * ``table, rows``: :class:`~udfs.trees.Binner` on the rows in row order (``encode``, the local twin);
 * ``table, columns``: the same on the rows in column order, as a worker bins a batch's columns
-  (:func:`pipelines.worker.data.from_batches`).
+  (:func:`pipelines.worker.data.from_batches`);
+* ``xgboost``: XGBoost's own ``QuantileDMatrix`` of the same rows on the same cuts (``ref=``, fed in the worker's
+  chunks), which a worker builds after its binning: XGBoost bins every value again (it takes no bin indexes it did
+  not compute). Its three passes over the data are timed apart (``passes_ns_per_value``: counting the values,
+  the bin index with an ``upper_bound`` per value, the column index); it gives no codes to compare
+  (``same_codes`` null).
 
 Prints nanoseconds a value (the best of ``--repeats``), whether each gives the search's codes, and the tables' size.
 The figures of 2026-11-28 are in benchmarks/RESULTS.md ("The worker's binning").
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from typing import Any
 
 import numba
 import numpy as np
@@ -52,7 +58,8 @@ def main(argv: list[str] | None = None) -> None:
     from udfs import schema
 
     ds = open_dataset(args.data)
-    indptr, values = matrix_cuts(reference_matrix(compute_cuts(ds, args.fold, 256, 200_000, "bench")))
+    ref = reference_matrix(compute_cuts(ds, args.fold, 256, 200_000, "bench"))
+    indptr, values = matrix_cuts(ref)
     feats = schema.feature_cols(ds.n_features)
     parts, n = [], 0
     for batch in scan_subsets(ds.path, list(ds.subsets(args.fold, "train")), feats, threads=False):
@@ -88,6 +95,49 @@ def main(argv: list[str] | None = None) -> None:
         if name != "search":
             row["tables_mb"] = round(binner.table.nbytes / 1e6, 1)
         print(json.dumps(row), flush=True)
+    print(json.dumps(_xgboost(X, ref, args.repeats)), flush=True)
+
+
+def _xgboost(X: np.ndarray, ref: Any, repeats: int) -> dict[str, Any]:
+    """XGBoost's quantised matrix of ``X`` on ``ref``'s cuts, fed as a worker feeds it; the best of ``repeats``."""
+    import xgboost as xgb
+
+    from pipelines.worker.data import CHUNK_ROWS
+
+    class Chunks(xgb.DataIter):
+        def __init__(self) -> None:
+            self.i, self.starts = 0, []  # a pass starts at its first chunk
+            super().__init__(release_data=True)
+
+        def next(self, input_data: Any) -> bool:
+            if self.i == 0:
+                self.starts.append(time.perf_counter())
+            if self.i * CHUNK_ROWS >= X.shape[0]:
+                return False
+            input_data(data=X[self.i * CHUNK_ROWS : (self.i + 1) * CHUNK_ROWS])
+            self.i += 1
+            return True
+
+        def reset(self) -> None:
+            self.i = 0
+
+    threads = numba.get_num_threads()
+    best, passes = float("inf"), []
+    for _ in range(repeats):
+        it = Chunks()
+        xgb.QuantileDMatrix(it, ref=ref, max_bin=256, nthread=threads)
+        ends = [*it.starts[1:], time.perf_counter()]
+        if ends[-1] - it.starts[0] < best:
+            best, passes = ends[-1] - it.starts[0], [b - a for a, b in zip(it.starts, ends)]
+    return {
+        "way": "xgboost",
+        "rows": int(X.shape[0]),
+        "features": int(X.shape[1]),
+        "ns_per_value": round(best / X.size * 1e9, 2),
+        "passes_ns_per_value": [round(p / X.size * 1e9, 2) for p in passes],
+        "same_codes": None,
+        "threads": threads,
+    }
 
 
 if __name__ == "__main__":
