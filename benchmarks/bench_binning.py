@@ -106,7 +106,7 @@ def _xgboost(X: np.ndarray, ref: Any, repeats: int) -> dict[str, Any]:
 
     class Chunks(xgb.DataIter):
         def __init__(self) -> None:
-            self.i, self.starts = 0, []  # a pass starts at its first chunk
+            self.i, self.starts = 0, list[float]()  # a pass starts at its first chunk
             super().__init__(release_data=True)
 
         def next(self, input_data: Any) -> bool:

@@ -19,6 +19,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 from pipelines.core.config import (
     GENERATE_SHAPES,
@@ -326,7 +327,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     """``ltr ingest``: LETOR text to the Parquet dataset, bad lines counted or refused (``--strict``); exit code 0."""
+    from pipelines.core.outputs import claim_output
     from pipelines.data.ingest import ingest, line_spec
+    from pipelines.data.ingest.quarantine import quarantine_dir
 
     cfg = resolve_config(
         args,
@@ -341,8 +344,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     )
     spec = _ingest_preset(args, cfg.dataset)
     line_spec(spec, cfg.ingest)  # feature count and label range, checked before Spark starts
-    spark = _session(cfg)
-    m = ingest(spark, args.src, args.out, spec, cfg.ingest)
+    with claim_output(args.out, quarantine_dir(args.out)):  # before the JVM: another ingest there is refused at once
+        m = ingest(_session(cfg), args.src, args.out, spec, cfg.ingest)
     log.info(
         "dataset %s: %d rows, %d queries, %d quarantined lines, layout %s, %s",
         args.out,
@@ -380,6 +383,7 @@ def _ingest_preset(args: argparse.Namespace, configured: str) -> DatasetSpec:
 
 def cmd_difficulty(args: argparse.Namespace) -> int:
     """``ltr difficulty``: one row of difficulty scores per stored query; exit code 0."""
+    from pipelines.core.outputs import claim_output
     from pipelines.data.difficulty import run_difficulty
 
     overrides = []
@@ -393,12 +397,14 @@ def cmd_difficulty(args: argparse.Namespace) -> int:
     cfg = resolve_config(
         args, {"bm25_feature": "difficulty.bm25_feature", "pagerank_feature": "difficulty.pagerank_feature"}
     )
-    run_difficulty(_session(cfg), args.data, args.out, cfg.difficulty, cfg.metric)
+    with claim_output(args.out):
+        run_difficulty(_session(cfg), args.data, args.out, cfg.difficulty, cfg.metric)
     return 0
 
 
 def cmd_curriculum(args: argparse.Namespace) -> int:
     """``ltr curriculum``: the stages of one curriculum for one fold, or ``--check`` of a built one; exit code 0."""
+    from pipelines.core.outputs import claim_output
     from pipelines.data.curriculum import build_curriculum, check_curriculum
     from pipelines.data.dataset import open_dataset
 
@@ -417,15 +423,16 @@ def cmd_curriculum(args: argparse.Namespace) -> int:
     ds = open_dataset(args.data)
     ds.subsets(args.fold, "train")  # settings, fold and labels checked before Spark starts
     check_curriculum(cfg.curriculum, ds, cfg.difficulty.empty_queries)
-    s = build_curriculum(
-        _session(cfg),
-        args.data,
-        args.difficulty,
-        args.fold,
-        cfg.curriculum,
-        args.out,
-        empty_queries=cfg.difficulty.empty_queries,
-    )
+    with claim_output(args.out):
+        s = build_curriculum(
+            _session(cfg),
+            args.data,
+            args.difficulty,
+            args.fold,
+            cfg.curriculum,
+            args.out,
+            empty_queries=cfg.difficulty.empty_queries,
+        )
     for st in s["stages"]:
         log.info(
             "stage %d: %d queries, %d documents%s",
@@ -440,6 +447,7 @@ def cmd_curriculum(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     """``ltr train``: one training path on one fold, distributed over barrier workers, from its checkpoints; exit 0."""
     from pipelines.app.train import cuts_ahead, run_train
+    from pipelines.core.outputs import claim_output
 
     cfg = resolve_config(
         args,
@@ -454,10 +462,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         },
     )
     checkpoints = Layout.of(cfg).checkpoints
-    with cuts_ahead(args.data, [args.fold], cfg.train, checkpoints):  # while the JVM starts
-        spark = _session(cfg)
-    train = cfg.train
-    run_train(spark, args.data, args.fold, train.path, args.curriculum, train, cfg.metric, args.out, checkpoints)
+    with claim_output(args.out):
+        with cuts_ahead(args.data, [args.fold], cfg.train, checkpoints):  # while the JVM starts
+            spark = _session(cfg)
+        train = cfg.train
+        run_train(spark, args.data, args.fold, train.path, args.curriculum, train, cfg.metric, args.out, checkpoints)
     return 0
 
 
@@ -641,14 +650,79 @@ def save_trace(command: str) -> str:
     return path
 
 
+def _active_spark() -> Any:
+    """This process's SparkContext, if PySpark is loaded and one is running (None otherwise)."""
+    pyspark = sys.modules.get("pyspark")
+    return getattr(getattr(pyspark, "SparkContext", None), "_active_spark_context", None)
+
+
+_SIGTERM = {"seen": False}  # set by the handler: PySpark may replace Stopped with its own error on the way out
+
+
+class Stopped(BaseException):
+    """SIGTERM reached ``ltr`` (``kill``, ``timeout``, a scheduler stopping a task): raised in the main thread, so that
+    the output being written is removed on the way out as on an error or Ctrl-C (SIGTERM's default would end the
+    process at once, leaving it)."""
+
+
+def _stop_on_sigterm() -> Callable[[], None]:
+    """On SIGTERM: cancel the Spark jobs (as PySpark does on Ctrl-C) and raise :class:`Stopped`; a second SIGTERM
+    ends the process at once. Only in the main thread (where Python runs signal handlers). Returns what puts the
+    handler before back (``main`` runs inside other programs too: tests, a scheduler's worker)."""
+    import signal
+    import threading
+
+    def stop(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _SIGTERM["seen"] = True
+        sc = _active_spark()
+        if sc is not None:
+            try:
+                sc.cancelAllJobs()
+            except Exception:  # the JVM may be gone already: nothing to cancel
+                log.debug("could not cancel the Spark jobs", exc_info=True)
+        raise Stopped(signum)
+
+    _SIGTERM["seen"] = False
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    before = signal.signal(signal.SIGTERM, stop)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, before)
+
+    return restore
+
+
+def _clean_after_stop() -> None:
+    """After SIGTERM: stop Spark (its cancelled tasks end with it), then take away what they wrote into the
+    temporary folder of an output meanwhile (:func:`pipelines.core.outputs.sweep_failed`)."""
+    from pipelines.core.outputs import sweep_failed
+
+    sc = _active_spark()
+    if sc is not None:
+        try:
+            sc.stop()
+        except Exception:  # the JVM may be gone already
+            log.debug("could not stop Spark", exc_info=True)
+    for path in sweep_failed():
+        log.debug("cleaned %s after the stop", path)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``ltr`` and of every ``jobs/*.py`` script; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
     setup_logging(args.log_level)
     func: Callable[[argparse.Namespace], int] = args.func
+    restore = _stop_on_sigterm()
     try:
-        return func(args)
+        try:
+            return func(args)
+        except BaseException:
+            if _SIGTERM["seen"]:  # whatever the exception became on its way up (a cancelled Spark job's error)
+                raise Stopped() from None
+            raise
     except LtrError as e:  # one line; exit 2 (the user's to fix), 75 (busy: retry later) or 1 (where the trace is)
         # The line below is the one the user reads; logged at ERROR as well, the message stood twice on the same
         # stderr (the log and the print), in a terminal and in an Airflow task's log alike.
@@ -659,9 +733,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         log.error("interrupted")
         return 130
+    except Stopped:
+        _clean_after_stop()
+        print(f"ltr {args.command}: stopped (SIGTERM); the output it was writing was not kept", file=sys.stderr)
+        return 143
     except Exception:
         log.exception("ltr %s failed with an unexpected error", args.command)
         return 1
+    finally:
+        restore()
 
 
 if __name__ == "__main__":  # python -m pipelines.app.cli

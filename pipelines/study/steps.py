@@ -39,6 +39,7 @@ from typing import Any
 from pipelines.core import keys
 from pipelines.core.config import Config, load_dataset_spec
 from pipelines.core.layout import Layout
+from pipelines.core.outputs import claim_output
 from pipelines.core.storage import write_file_atomic
 from pipelines.data.curriculum import Curriculum, build_curriculum, stored_curriculum
 from pipelines.data.dataset import DatasetError, open_dataset
@@ -185,14 +186,17 @@ def record_ingest(record: str, key: str, src: str, data: str) -> dict[str, Any]:
 def run_ingest(spark: Any, cfg: Config, src: str, data: str) -> StepState:
     """Ingest ``src`` into ``data`` unless the dataset there is fresh; the state before."""
     from pipelines.data.ingest import ingest
+    from pipelines.data.ingest.quarantine import quarantine_dir
 
     record = Layout.of(cfg).ingest_key
     state = ingest_state(cfg, src, data, record)
     log.info("%s", state.describe())
     if not state.fresh:
-        forget_ingest(record)
-        ingest(spark, src, data, load_dataset_spec(cfg.dataset), cfg.ingest)
-        record_ingest(record, state.key, src, data)
+        with claim_output(data, quarantine_dir(data), wait=True):
+            if not ingest_state(cfg, src, data, record).fresh:  # not ingested meanwhile by the process waited for
+                forget_ingest(record)
+                ingest(spark, src, data, load_dataset_spec(cfg.dataset), cfg.ingest)
+                record_ingest(record, state.key, src, data)
     return state
 
 
@@ -216,8 +220,12 @@ def ensure_difficulty(spark: Any, cfg: Config, data: str, difficulty: str) -> di
     _, summary = _difficulty(cfg, data, difficulty)
     if summary is not None:
         return summary
-    log.info("computing difficulty scores -> %s (none there, or computed from other inputs)", difficulty)
-    return run_difficulty(spark, data, difficulty, cfg.difficulty, cfg.metric)
+    with claim_output(difficulty, wait=True):
+        _, summary = _difficulty(cfg, data, difficulty)  # computed meanwhile by the process waited for?
+        if summary is not None:
+            return summary
+        log.info("computing difficulty scores -> %s (none there, or computed from other inputs)", difficulty)
+        return run_difficulty(spark, data, difficulty, cfg.difficulty, cfg.metric)
 
 
 # ------------------------------------------------------------ curricula
@@ -252,16 +260,19 @@ def ensure_curricula(
     for name in sorted(names):
         state, summary = _curriculum(cfg, ds, fold, name, scores)
         if summary is None:
-            summary = build_curriculum(
-                spark,
-                data,
-                difficulty,
-                fold,
-                curriculum_config(cfg, name),
-                state.output,
-                name=name,
-                key=state.key,
-                empty_queries=cfg.difficulty.empty_queries,
-            )
+            with claim_output(state.output, wait=True):
+                state, summary = _curriculum(cfg, ds, fold, name, scores)  # built meanwhile by the process waited for?
+                if summary is None:
+                    summary = build_curriculum(
+                        spark,
+                        data,
+                        difficulty,
+                        fold,
+                        curriculum_config(cfg, name),
+                        state.output,
+                        name=name,
+                        key=state.key,
+                        empty_queries=cfg.difficulty.empty_queries,
+                    )
         out.append(Curriculum(to_uri(state.output), summary))
     return out
