@@ -19,8 +19,8 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
 
+from pipelines.app import stop
 from pipelines.core.config import (
     GENERATE_SHAPES,
     Config,
@@ -650,78 +650,19 @@ def save_trace(command: str) -> str:
     return path
 
 
-def _active_spark() -> Any:
-    """This process's SparkContext, if PySpark is loaded and one is running (None otherwise)."""
-    pyspark = sys.modules.get("pyspark")
-    return getattr(getattr(pyspark, "SparkContext", None), "_active_spark_context", None)
-
-
-_SIGTERM = {"seen": False}  # set by the handler: PySpark may replace Stopped with its own error on the way out
-
-
-class Stopped(BaseException):
-    """SIGTERM reached ``ltr`` (``kill``, ``timeout``, a scheduler stopping a task): raised in the main thread, so that
-    the output being written is removed on the way out as on an error or Ctrl-C (SIGTERM's default would end the
-    process at once, leaving it)."""
-
-
-def _stop_on_sigterm() -> Callable[[], None]:
-    """On SIGTERM: cancel the Spark jobs (as PySpark does on Ctrl-C) and raise :class:`Stopped`; a second SIGTERM
-    ends the process at once. Only in the main thread (where Python runs signal handlers). Returns what puts the
-    handler before back (``main`` runs inside other programs too: tests, a scheduler's worker)."""
-    import signal
-    import threading
-
-    def stop(signum: int, frame: object) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        _SIGTERM["seen"] = True
-        sc = _active_spark()
-        if sc is not None:
-            try:
-                sc.cancelAllJobs()
-            except Exception:  # the JVM may be gone already: nothing to cancel
-                log.debug("could not cancel the Spark jobs", exc_info=True)
-        raise Stopped(signum)
-
-    _SIGTERM["seen"] = False
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    before = signal.signal(signal.SIGTERM, stop)
-
-    def restore() -> None:
-        signal.signal(signal.SIGTERM, before)
-
-    return restore
-
-
-def _clean_after_stop() -> None:
-    """After SIGTERM: stop Spark (its cancelled tasks end with it), then take away what they wrote into the
-    temporary folder of an output meanwhile (:func:`pipelines.core.outputs.sweep_failed`)."""
-    from pipelines.core.outputs import sweep_failed
-
-    sc = _active_spark()
-    if sc is not None:
-        try:
-            sc.stop()
-        except Exception:  # the JVM may be gone already
-            log.debug("could not stop Spark", exc_info=True)
-    for path in sweep_failed():
-        log.debug("cleaned %s after the stop", path)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``ltr`` and of every ``jobs/*.py`` script; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
     setup_logging(args.log_level)
     func: Callable[[argparse.Namespace], int] = args.func
-    restore = _stop_on_sigterm()
+    restore = stop.install()
     try:
         try:
             return func(args)
         except BaseException:
-            if _SIGTERM["seen"]:  # whatever the exception became on its way up (a cancelled Spark job's error)
-                raise Stopped() from None
+            if stop.stopping():  # whatever the exception became on its way up (a cancelled Spark job's error)
+                raise stop.Stopped() from None
             raise
     except LtrError as e:  # one line; exit 2 (the user's to fix), 75 (busy: retry later) or 1 (where the trace is)
         # The line below is the one the user reads; logged at ERROR as well, the message stood twice on the same
@@ -733,8 +674,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         log.error("interrupted")
         return 130
-    except Stopped:
-        _clean_after_stop()
+    except stop.Stopped:
+        stop.clean_up()
         print(f"ltr {args.command}: stopped (SIGTERM); the output it was writing was not kept", file=sys.stderr)
         return 143
     except Exception:

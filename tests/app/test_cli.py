@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ import pytest
 from pipelines.app.cli import main
 from pipelines.testing.processes import ROOT
 from tests.conftest import GOLDEN
-from tests.helpers import set_args, tiny_study
+from tests.helpers import cli_env, set_args, tiny_study
 
 #: spark: every test starts Spark (in this process, or a spark-submit); slow: minutes, started first
 pytestmark = [pytest.mark.spark, pytest.mark.slow(minutes=2)]
@@ -157,3 +159,54 @@ def test_spark_submit_job(tmp_path):
     )
     assert bad.returncode == 2
     assert "malformed.txt:2: label is not an integer: token 'x'" in bad.stdout + bad.stderr
+
+
+@pytest.fixture(scope="module")
+def istella_text(tmp_path_factory):
+    """300 Istella-shaped queries as text (200 MB: an ingest of a few seconds, long enough to be stopped)."""
+    from pipelines.data.generate import generate
+
+    out = tmp_path_factory.mktemp("istella") / "letor"
+    generate(str(out), 300, seed=5, workers=1, shape="istella")
+    return out
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("when", ["jvm starting", "writing"])
+def test_sigterm_stops_an_ingest_and_keeps_nothing(tmp_path, istella_text, when):
+    """A real ``ltr ingest`` (its own JVM) sent SIGTERM while PySpark starts its JVM, or while it writes the output:
+    it exits 143 with one line, nothing is left beside ``--out`` but the claim's lock files, and every process of
+    its tree ends. While it writes, it cancels its Spark job and removes the output's temporary folder (SIGTERM's
+    default left it, as large as the output); while the JVM starts, it waits until the JVM is up (stopped there,
+    the new JVM never ended)."""
+    from pipelines.core.outputs import leftovers
+    from pipelines.core.proctree import tree_pids
+
+    out = tmp_path / "ds"
+    cmd = [sys.executable, "-m", "pipelines.app.cli", "ingest", "--src", str(istella_text), "--out", str(out)]
+    proc = subprocess.Popen(
+        [*cmd, "--set", "ingest.chunk_bytes=1048576"],
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def ready() -> bool:
+        return len(tree_pids(proc.pid)) > 1 if when == "jvm starting" else bool(leftovers(str(out)))
+
+    deadline = time.monotonic() + 120
+    while not ready() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    tree = tree_pids(proc.pid)
+    assert proc.poll() is None and ready(), "the ingest ended before it could be stopped"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-3000:]
+    assert "ltr ingest: stopped (SIGTERM); the output it was writing was not kept" in err
+    assert "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".ds.lock", ".ds.quarantine.lock"]
+    deadline = time.monotonic() + 30
+    while any(tree_pids(p) for p in tree) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in tree if tree_pids(p)], "a process of the stopped ingest is still running"

@@ -1,0 +1,136 @@
+"""SIGTERM ends an ``ltr`` command the way an error or Ctrl-C does: its Spark jobs cancelled, the output it was
+writing removed, exit 143.
+
+SIGTERM is how ``kill``, ``timeout``, systemd and schedulers stop a process. Python's default for it ends the
+process at once: no ``finally`` runs, so the hidden temporary folder of the output being written
+(:func:`pipelines.core.storage.atomic_output`), as large as the output, stayed beside it.
+
+How, and why so:
+
+* The handler raises :class:`Stopped` in the main thread, unless that thread is inside a call into the JVM
+  (py4j: a Spark job's action, most often) or PySpark is starting the JVM. Raised in a call, the exception would
+  leave py4j's connection with an answer half read, and every later call on it (stopping Spark) would read the
+  wrong answer; and a call from the handler into the JVM would be a second call on the same connection
+  ("reentrant call"). Raised while the JVM starts, it would leave a JVM that never ends (measured).
+* So a thread of its own cancels every Spark job (as PySpark does on Ctrl-C), on its own py4j connection, every
+  0.2 s: the main thread's call returns with the cancelled job's error, which ``ltr`` reports as :class:`Stopped`
+  (:func:`stopping`). Once the main thread is outside the JVM, the thread raises :class:`Stopped` there
+  (``_thread.interrupt_main``) if nothing else has yet.
+* :func:`clean_up` then stops Spark and, Spark's cancelled tasks being over, removes what they wrote into an
+  output's temporary folder after it was removed (:func:`pipelines.core.outputs.sweep_failed`).
+* Further SIGTERMs while it stops are ignored; SIGKILL ends it at once (what is left then is removed by the next
+  command that writes the same output).
+"""
+
+from __future__ import annotations
+
+import _thread
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class Stopped(BaseException):
+    """SIGTERM reached the command (raised in its main thread)."""
+
+
+_state = {"seen": False, "raised": False, "cleaning": False, "canceller": False}
+_lock = threading.Lock()
+#: Where an exception must not land: a call into the JVM (py4j), or PySpark starting the JVM (raised there, its
+#: ``finally`` removes the folder the new JVM is about to write its address to, and that JVM never ends).
+_JVM_CALLS = (f"{os.sep}py4j{os.sep}", f"{os.sep}pyspark{os.sep}java_gateway.py")
+
+
+def _active_spark() -> Any:
+    """This process's SparkContext, if PySpark is loaded and one is running (None otherwise)."""
+    pyspark = sys.modules.get("pyspark")
+    return getattr(getattr(pyspark, "SparkContext", None), "_active_spark_context", None)
+
+
+def _in_jvm_call(frame: FrameType | None) -> bool:
+    while frame is not None:
+        if any(part in frame.f_code.co_filename for part in _JVM_CALLS):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _cancel_until_out() -> None:
+    """The canceller thread (module docstring)."""
+    main = threading.main_thread()
+    while main.is_alive() and not _state["cleaning"]:
+        sc = _active_spark()
+        if sc is not None:
+            try:
+                sc.cancelAllJobs()
+            except Exception:  # the JVM may be going or gone: nothing to cancel
+                log.debug("could not cancel the Spark jobs", exc_info=True)
+        if not _state["raised"] and not _in_jvm_call(sys._current_frames().get(main.ident or 0)):
+            with _lock:
+                _state["canceller"] = False
+            _thread.interrupt_main(signal.SIGTERM)  # the handler again, now outside the JVM
+            return
+        time.sleep(0.2)
+    with _lock:
+        _state["canceller"] = False
+
+
+def _handler(signum: int, frame: FrameType | None) -> None:
+    if _state["raised"]:
+        return  # already on its way out
+    _state["seen"] = True
+    with _lock:
+        start = not _state["canceller"]
+        _state["canceller"] = True
+    if start:
+        threading.Thread(target=_cancel_until_out, name="ltr-sigterm", daemon=True).start()
+    if not _in_jvm_call(frame):
+        _state["raised"] = True
+        raise Stopped(signum)
+
+
+def install() -> Callable[[], None]:
+    """Handle SIGTERM as above, in the main thread only (where Python runs signal handlers); returns what puts the
+    handler before back (``ltr``'s ``main`` runs inside other programs too: tests, a scheduler's worker)."""
+    _state.update(seen=False, raised=False, cleaning=False, canceller=False)
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    before = signal.signal(signal.SIGTERM, _handler)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, before)
+
+    return restore
+
+
+def stopping() -> bool:
+    """Whether SIGTERM has come: then whatever exception the command ends with (a cancelled Spark job's error, most
+    often) is the stop's doing, and the command is to be reported as stopped (further SIGTERMs are ignored)."""
+    if _state["seen"]:
+        _state["raised"] = True
+    return _state["seen"]
+
+
+def clean_up() -> None:
+    """After the stop reached ``main``: stop Spark (its cancelled tasks end with it), then clean each output whose
+    claim ended with the stop (:func:`pipelines.core.outputs.sweep_failed`)."""
+    from pipelines.core.outputs import sweep_failed
+
+    _state["cleaning"] = True
+    sc = _active_spark()
+    if sc is not None:
+        try:
+            sc.cancelAllJobs()
+            sc.stop()
+        except Exception:  # the JVM may be gone already
+            log.debug("could not stop Spark", exc_info=True)
+    for path in sweep_failed():
+        log.debug("cleaned %s after the stop", path)
