@@ -100,7 +100,10 @@ def _handler(signum: int, frame: FrameType | None) -> None:
 def install() -> Callable[[], None]:
     """Handle SIGTERM as above, in the main thread only (where Python runs signal handlers); returns what puts the
     handler before back (``ltr``'s ``main`` runs inside other programs too: tests, a scheduler's worker)."""
+    from pipelines.core.outputs import forget_failed
+
     _state.update(seen=False, raised=False, cleaning=False, canceller=False)
+    forget_failed()  # main runs more than once in a test's or a scheduler's process
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     before = signal.signal(signal.SIGTERM, _handler)

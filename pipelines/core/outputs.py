@@ -114,6 +114,11 @@ def _claim(out: str, wait: bool) -> Iterator[None]:
             os.close(fd)  # releases the lock
 
 
+def forget_failed() -> None:
+    """Start a command afresh: the outputs of earlier commands in this process are not its to sweep."""
+    _failed.clear()
+
+
 def sweep_failed() -> list[str]:
     """Claim again, and so clean, every output whose claim ended with an exception in this process; the ones
     another process has claimed since are left to it. Returns the paths cleaned.

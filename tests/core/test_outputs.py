@@ -16,7 +16,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from pipelines.core.errors import BusyError
-from pipelines.core.outputs import _warn_remote, claim_output, leftovers, sweep_failed
+from pipelines.core.outputs import _warn_remote, claim_output, forget_failed, leftovers, sweep_failed
 from pipelines.core.storage import atomic_output
 from pipelines.testing.processes import ROOT
 
@@ -123,6 +123,7 @@ def test_sweep_failed_cleans_an_output_whose_claim_ended_with_an_error(tmp_path)
     """A Spark task that was being cancelled may write into the temporary folder after atomic_output removed it;
     ``ltr`` sweeps again once Spark has stopped."""
     out = tmp_path / "ds"
+    forget_failed()  # what earlier tests in this process left (as each ``ltr`` command does at its start)
     with pytest.raises(KeyboardInterrupt), claim_output(str(out)):
         with atomic_output(str(out), "_manifest.json") as tmp:
             raise KeyboardInterrupt
