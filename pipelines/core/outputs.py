@@ -33,6 +33,7 @@ from contextlib import ExitStack, contextmanager
 import pyarrow.fs as pafs
 
 from pipelines.core.errors import BusyError
+from pipelines.core.storage import OutputError
 from udfs.uris import resolve
 
 log = logging.getLogger(__name__)
@@ -139,8 +140,13 @@ def sweep_failed() -> list[str]:
 
 def _lock(path: str, out: str, wait: bool) -> int:
     parent, name = os.path.split(path)
-    os.makedirs(parent, exist_ok=True)
-    fd = os.open(os.path.join(parent, f".{name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    if os.path.exists(parent) and not os.path.isdir(parent):
+        raise OutputError(f"cannot write {out}: {parent} is not a folder")
+    try:
+        os.makedirs(parent, exist_ok=True)
+        fd = os.open(os.path.join(parent, f".{name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:  # a folder that cannot be written: the user's to fix, said before any work
+        raise OutputError(f"cannot write {out}: {e.strerror}: {e.filename}") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -17,7 +17,7 @@ import pytest
 
 from pipelines.core.errors import BusyError
 from pipelines.core.outputs import _warn_remote, claim_output, forget_failed, leftovers, sweep_failed
-from pipelines.core.storage import atomic_output
+from pipelines.core.storage import OutputError, atomic_output
 from pipelines.testing.processes import ROOT
 
 pytestmark = [pytest.mark.processes]
@@ -54,6 +54,13 @@ def test_a_claim_removes_what_stopped_runs_left_and_nothing_else(tmp_path, caplo
     assert (tmp_path / ".ds.lock").read_text().strip() == str(os.getpid())
 
 
+def test_an_output_that_cannot_be_written_is_refused_in_one_line(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OutputError, match=rf"cannot write {tmp_path}/file/ds: {tmp_path}/file is not a folder"):
+        with claim_output(str(tmp_path / "file" / "ds")):
+            pass
+
+
 def test_a_claim_is_reentrant_within_a_process_and_released_after(tmp_path):
     out = str(tmp_path / "sub" / "ds")  # its parent is made
     with claim_output(out), claim_output(out, None):
@@ -68,7 +75,7 @@ def _holder(out: Path, staging: bool) -> subprocess.Popen:
         f"""
         import sys, time
         from pipelines.core.outputs import claim_output
-        from pipelines.core.storage import atomic_output
+        from pipelines.core.storage import OutputError, atomic_output
         with claim_output({str(out)!r}):
             if {staging!r}:
                 with atomic_output({str(out)!r}, "_manifest.json") as tmp:
