@@ -18,6 +18,8 @@ How, and why so:
   (``_thread.interrupt_main``) if nothing else has yet.
 * :func:`clean_up` then stops Spark and, Spark's cancelled tasks being over, removes what they wrote into an
   output's temporary folder after it was removed (:func:`pipelines.core.outputs.sweep_failed`).
+* A SIGTERM to the whole process group stops the JVM at the same time; py4j's traces of the lost connection are
+  then dropped from the log (:class:`_QuietLostJvm`).
 * Further SIGTERMs while it stops are ignored; SIGKILL ends it at once (what is left then is removed by the next
   command that writes the same output).
 """
@@ -97,6 +99,18 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         raise Stopped(signum)
 
 
+class _QuietLostJvm(logging.Filter):
+    """After SIGTERM, py4j's "Exception while sending command." (logged with its trace on the root logger, by
+    ``logging.info``) is the JVM going, which a SIGTERM to the whole process group (systemd, ``kill -TERM -PGID``)
+    stops at the same time: expected, and dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_state["seen"] and record.getMessage().startswith("Exception while sending command"))
+
+
+_quiet = _QuietLostJvm()
+
+
 def install() -> Callable[[], None]:
     """Handle SIGTERM as above, in the main thread only (where Python runs signal handlers); returns what puts the
     handler before back (``ltr``'s ``main`` runs inside other programs too: tests, a scheduler's worker)."""
@@ -107,9 +121,11 @@ def install() -> Callable[[], None]:
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     before = signal.signal(signal.SIGTERM, _handler)
+    logging.getLogger().addFilter(_quiet)
 
     def restore() -> None:
         signal.signal(signal.SIGTERM, before)
+        logging.getLogger().removeFilter(_quiet)
 
     return restore
 

@@ -172,9 +172,11 @@ def istella_text(tmp_path_factory):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("when", ["jvm starting", "writing"])
+@pytest.mark.parametrize("when", ["jvm starting", "writing", "writing, to the whole group"])
 def test_sigterm_stops_an_ingest_and_keeps_nothing(tmp_path, istella_text, when):
-    """A real ``ltr ingest`` (its own JVM) sent SIGTERM while PySpark starts its JVM, or while it writes the output:
+    """A real ``ltr ingest`` (its own JVM) sent SIGTERM while PySpark starts its JVM, or while it writes the output
+    (to ``ltr`` alone, as ``kill`` and ``timeout`` send it, or to its whole process group with the JVM, as systemd
+    does):
     it exits 143 with one line, nothing is left beside ``--out`` but the claim's lock files, and every process of
     its tree ends. While it writes, it cancels its Spark job and removes the output's temporary folder (SIGTERM's
     default left it, as large as the output); while the JVM starts, it waits until the JVM is up (stopped there,
@@ -190,6 +192,7 @@ def test_sigterm_stops_an_ingest_and_keeps_nothing(tmp_path, istella_text, when)
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,
     )
 
     def ready() -> bool:
@@ -200,7 +203,10 @@ def test_sigterm_stops_an_ingest_and_keeps_nothing(tmp_path, istella_text, when)
         time.sleep(0.01)
     tree = tree_pids(proc.pid)
     assert proc.poll() is None and ready(), "the ingest ended before it could be stopped"
-    proc.send_signal(signal.SIGTERM)
+    if when.endswith("group"):
+        os.killpg(proc.pid, signal.SIGTERM)
+    else:
+        proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err[-3000:]
     assert "ltr ingest: stopped (SIGTERM); the output it was writing was not kept" in err
