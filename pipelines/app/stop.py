@@ -37,6 +37,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from pipelines.core.signals import STOP
+
 log = logging.getLogger(__name__)
 
 
@@ -44,7 +46,7 @@ class Stopped(BaseException):
     """SIGTERM reached the command (raised in its main thread)."""
 
 
-_state = {"seen": False, "raised": False, "cleaning": False, "canceller": False}
+_state = {"seen": False, "raised": False, "cleaning": False, "canceller": False, "command": 0}
 _lock = threading.Lock()
 #: Where an exception must not land: a call into the JVM (py4j), or PySpark starting the JVM (raised there, its
 #: ``finally`` removes the folder the new JVM is about to write its address to, and that JVM never ends).
@@ -67,8 +69,9 @@ def _in_jvm_call(frame: FrameType | None) -> bool:
 
 def _cancel_until_out() -> None:
     """The canceller thread (module docstring)."""
-    main = threading.main_thread()
-    while main.is_alive() and not _state["cleaning"]:
+    main, command = threading.main_thread(), _state["command"]
+    # ends with the command: a process that runs ``main`` again (a test's) must not have its jobs cancelled
+    while main.is_alive() and not _state["cleaning"] and _state["command"] == command:
         sc = _active_spark()
         if sc is not None:
             try:
@@ -89,13 +92,16 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     if _state["raised"]:
         return  # already on its way out
     _state["seen"] = True
+    STOP.set()  # a training job the canceller fails is not started again (pipelines.execution.executor)
+    in_call = _in_jvm_call(frame)
+    if not in_call:
+        _state["raised"] = True  # before the canceller starts: it would raise the stop here a second time
     with _lock:
         start = not _state["canceller"]
         _state["canceller"] = True
     if start:
         threading.Thread(target=_cancel_until_out, name="ltr-sigterm", daemon=True).start()
-    if not _in_jvm_call(frame):
-        _state["raised"] = True
+    if not in_call:
         raise Stopped(signum)
 
 
@@ -116,7 +122,8 @@ def install() -> Callable[[], None]:
     handler before back (``ltr``'s ``main`` runs inside other programs too: tests, a scheduler's worker)."""
     from pipelines.core.outputs import forget_failed
 
-    _state.update(seen=False, raised=False, cleaning=False, canceller=False)
+    _state.update(seen=False, raised=False, cleaning=False, canceller=False, command=_state["command"] + 1)
+    STOP.clear()
     forget_failed()  # main runs more than once in a test's or a scheduler's process
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
@@ -124,6 +131,7 @@ def install() -> Callable[[], None]:
     logging.getLogger().addFilter(_quiet)
 
     def restore() -> None:
+        _state["cleaning"] = True  # the canceller, if any, ends
         signal.signal(signal.SIGTERM, before)
         logging.getLogger().removeFilter(_quiet)
 
@@ -135,7 +143,13 @@ def stopping() -> bool:
     often) is the stop's doing, and the command is to be reported as stopped (further SIGTERMs are ignored)."""
     if _state["seen"]:
         _state["raised"] = True
-    return _state["seen"]
+    return bool(_state["seen"])
+
+
+def _running_tasks(sc: Any) -> int:
+    """Tasks still running on the application's executors (a cancelled job ends before its tasks do)."""
+    infos = sc._jsc.sc().statusTracker().getExecutorInfos()
+    return sum(int(i.numRunningTasks()) for i in infos)
 
 
 def clean_up() -> None:
@@ -148,6 +162,11 @@ def clean_up() -> None:
     if sc is not None:
         try:
             sc.cancelAllJobs()
+            # the cancelled jobs' tasks end first: stopped under a running task, Spark logs errors of its own
+            # (a broadcast gone under the task), and the task may still write into an output
+            deadline = time.monotonic() + 10
+            while _running_tasks(sc) and time.monotonic() < deadline:
+                time.sleep(0.1)
             sc.stop()
         except Exception:  # the JVM may be gone already
             log.debug("could not stop Spark", exc_info=True)

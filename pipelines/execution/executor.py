@@ -30,6 +30,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.core.config import TrainConfig
 from pipelines.core.errors import LtrError, UserError, relay
+from pipelines.core.signals import STOP
 from pipelines.data.curriculum import Curriculum
 from pipelines.data.dataset import Dataset, DatasetError
 from pipelines.execution.barrier_job import (
@@ -304,6 +305,8 @@ def _retry_or_raise(
     failed = next((n for n in nodes if states[n.key].state != DONE), nodes[-1])
     if (isinstance(e, LtrError) and e.exit_code != 1) or relay(e) is not None:
         raise e  # the input's or another process's doing: a retry would fail the same way
+    if STOP.is_set():
+        raise e  # the process is stopping (SIGTERM) and cancelled the job itself: nothing to start again
     if attempt < how.retries:
         log.warning(
             "fold %d: training failed at node %s (%s): %s; starting again from the last checkpoints (retry %d of %d)",
