@@ -650,6 +650,10 @@ def save_trace(command: str) -> str:
     return path
 
 
+#: The commands whose training commits checkpoints as it goes: stopped, they keep them, and run again resume.
+RESUMED_FROM_CHECKPOINTS = frozenset({"train", "grid", "run"})
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``ltr`` and of every ``jobs/*.py`` script; returns the exit code."""
     parser = build_parser()
@@ -676,7 +680,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except stop.Stopped:
         stop.clean_up()
-        print(f"ltr {args.command}: stopped (SIGTERM); the output it was writing was not kept", file=sys.stderr)
+        kept = (
+            "the trees it checkpointed are kept, and the same command resumes from them"
+            if args.command in RESUMED_FROM_CHECKPOINTS
+            else "the output it was writing was not kept"
+        )
+        print(f"ltr {args.command}: stopped (SIGTERM); {kept}", file=sys.stderr)
         return 143
     except Exception:
         log.exception("ltr %s failed with an unexpected error", args.command)

@@ -15,11 +15,14 @@ How, and why so:
 * So a thread of its own cancels every Spark job (as PySpark does on Ctrl-C), on its own py4j connection, every
   0.2 s: the main thread's call returns with the cancelled job's error, which ``ltr`` reports as :class:`Stopped`
   (:func:`stopping`). Once the main thread is outside the JVM, the thread raises :class:`Stopped` there
-  (``_thread.interrupt_main``) if nothing else has yet.
+  (``_thread.interrupt_main``) if nothing else has yet, and goes on cancelling until the command ends.
 * :func:`clean_up` then stops Spark and, Spark's cancelled tasks being over, removes what they wrote into an
   output's temporary folder after it was removed (:func:`pipelines.core.outputs.sweep_failed`).
 * A SIGTERM to the whole process group stops the JVM at the same time; py4j's traces of the lost connection are
   then dropped from the log (:class:`_QuietLostJvm`).
+* The kernel hands a SIGTERM to the main thread unless that thread has another signal pending (seen right after
+  a SIGCONT); handed to another thread, the handler runs once the main thread runs Python again, and a main
+  thread waiting for a Spark job's results waits until that job ends.
 * Further SIGTERMs while it stops are ignored; SIGKILL ends it at once (what is left then is removed by the next
   command that writes the same output).
 """
@@ -68,8 +71,14 @@ def _in_jvm_call(frame: FrameType | None) -> bool:
 
 
 def _cancel_until_out() -> None:
-    """The canceller thread (module docstring)."""
+    """The canceller thread (module docstring). It cancels until the command ends, not only until the stop is
+    raised in the main thread: ``interrupt_main`` runs the handler at the main thread's next bytecode, and a main
+    thread blocked in a socket read outside py4j (``DataFrame.toArrow``'s and ``collect``'s results) gets there
+    only once the job it waits for ends. A job submitted after the last cancel (the JVM runs ``toArrow``'s
+    job in a thread of its own, a moment after the call returned) then ran to its end, and with a worker that did
+    not end, ``ltr`` waited for ever."""
     main, command = threading.main_thread(), _state["command"]
+    interrupted = False
     # ends with the command: a process that runs ``main`` again (a test's) must not have its jobs cancelled
     while main.is_alive() and not _state["cleaning"] and _state["command"] == command:
         sc = _active_spark()
@@ -78,11 +87,9 @@ def _cancel_until_out() -> None:
                 sc.cancelAllJobs()
             except Exception:  # the JVM may be going or gone: nothing to cancel
                 log.debug("could not cancel the Spark jobs", exc_info=True)
-        if not _state["raised"] and not _in_jvm_call(sys._current_frames().get(main.ident or 0)):
-            with _lock:
-                _state["canceller"] = False
+        if not (_state["raised"] or interrupted) and not _in_jvm_call(sys._current_frames().get(main.ident or 0)):
+            interrupted = True
             _thread.interrupt_main(signal.SIGTERM)  # the handler again, now outside the JVM
-            return
         time.sleep(0.2)
     with _lock:
         _state["canceller"] = False
@@ -146,10 +153,22 @@ def stopping() -> bool:
     return bool(_state["seen"])
 
 
+#: The name Spark gives an executor's thread while it runs a task ("... for task 0.0 in stage 14.0 (TID 16)").
+_TASK_THREAD = "Executor task launch worker for task "
+
+
 def _running_tasks(sc: Any) -> int:
-    """Tasks still running on the application's executors (a cancelled job ends before its tasks do)."""
-    infos = sc._jsc.sc().statusTracker().getExecutorInfos()
-    return sum(int(i.numRunningTasks()) for i in infos)
+    """Tasks still running (a cancelled job ends before its tasks do): the application's count, or the task threads
+    of this driver's JVM (local masters run their executor there) where those are more. A cancelled task whose
+    Python worker is busy ends when Spark kills that worker, ``spark.python.task.killTimeout`` (2 s) after the
+    cancel, and meanwhile the application's count was 0 (measured on a training task): Spark stopped under it
+    logged ``ERROR TaskContextImpl: Error in TaskCompletionListener ... broadcast_16 does not exist``."""
+    jsc = sc._jsc.sc()
+    counted = sum(int(i.numRunningTasks()) for i in jsc.statusTracker().getExecutorInfos())
+    threads = sum(
+        1 for t in sc._jvm.java.lang.Thread.getAllStackTraces().keySet() if str(t.getName()).startswith(_TASK_THREAD)
+    )
+    return max(counted, threads)
 
 
 def clean_up() -> None:

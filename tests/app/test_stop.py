@@ -32,3 +32,44 @@ def test_sigterm_outside_the_jvm_raises_the_stop_and_marks_it():
     assert not any(t.name == "ltr-sigterm" for t in threading.enumerate())
     stop.install()()  # the next command starts unmarked
     assert not STOP.is_set() and not stop.stopping()
+
+
+def test_sigterm_inside_a_jvm_call_raises_the_stop_after_it_and_cancels_until_the_command_ends(monkeypatch):
+    """SIGTERM while the main thread is in a call into the JVM: not raised there, but once the main thread is out of
+    it; and the jobs are cancelled on until the command ends, not only until then. A main thread reading a job's
+    results from a socket (``toArrow``) runs the raise only when that job ends, and a job submitted after the last
+    cancel ran to its end (with a worker that never ended, ``ltr`` waited for ever)."""
+    cancels: list[float] = []
+
+    class Context:  # counts the canceller's cancels (a stand-in for the SparkContext, which this process has not)
+        def cancelAllJobs(self) -> None:
+            cancels.append(time.monotonic())
+
+    monkeypatch.setattr(stop, "_active_spark", Context)
+    in_call = compile(  # a frame whose file is py4j's, as the handler sees a call into the JVM
+        "def call(handler, sys):\n    handler(15, sys._getframe())\n", f"{os.sep}x{os.sep}py4j{os.sep}java.py", "exec"
+    )
+    namespace: dict = {}
+    exec(in_call, namespace)
+    restore = stop.install()
+    try:
+        import sys
+
+        namespace["call"](stop._handler, sys)  # returns: not raised inside the call
+        assert STOP.is_set()
+        start = time.monotonic()
+        with pytest.raises(stop.Stopped):
+            # raised by the canceller's interrupt once the main thread runs Python again: a blocking call (as a
+            # socket read) is not cut short by it
+            time.sleep(2)
+        end = time.monotonic()
+        assert end - start > 1.9
+        # while the main thread was blocked, the canceller went on cancelling, every 0.2 s
+        assert len([t for t in cancels if start + 0.5 < t < end]) >= 4, (start, end, cancels)
+    finally:
+        restore()
+    deadline = time.monotonic() + 5
+    while any(t.name == "ltr-sigterm" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(t.name == "ltr-sigterm" for t in threading.enumerate())
+    stop.install()()

@@ -19,7 +19,7 @@ import pytest
 from pipelines.app.grid import run_grid
 from pipelines.core.config import load_config
 from pipelines.core.layout import Layout
-from pipelines.core.proctree import kill_tree, python_workers, signal_pids
+from pipelines.core.proctree import alive, kill_tree, python_workers, signal_pids
 from pipelines.execution.executor import states_of
 from pipelines.plan.trie import DONE
 from pipelines.store.checkpoints import CheckpointStore
@@ -79,7 +79,13 @@ def straight(spark_holder, small_dataset, tmp_path_factory):
     return cfg, summary
 
 
-def test_kill_9_mid_node_then_restart_gives_identical_results(spark, small_dataset, straight, tmp_path):
+@pytest.mark.parametrize("how", ["SIGKILL to the tree", "SIGTERM to ltr"])
+def test_kill_9_mid_node_then_restart_gives_identical_results(spark, small_dataset, straight, tmp_path, how):
+    """``ltr grid`` stopped mid-node, then the same grid again (in-process): it resumes the stopped grid's parent
+    run and child runs from their checkpoints, retrains no finished node, and its results and MLflow curves equal
+    an uninterrupted grid's. Stopped by SIGKILL to its whole tree (a lost machine), or by SIGTERM to ``ltr``
+    alone (``kill``, ``timeout``, a scheduler): then it exits 143 with its one line, retries no cancelled job,
+    and every process of its tree ends with it (:mod:`pipelines.app.stop`)."""
     work = tmp_path / "work"
     cfg = _cfg(work)
     cmd = [
@@ -104,11 +110,14 @@ def test_kill_9_mid_node_then_restart_gives_identical_results(spark, small_datas
     ckpt = work / "checkpoints"
     want = random.Random(os.getpid()).randint(3, 8)  # committed checkpoints before the kill
     wait_for_file(proc, ckpt, "*/t*/_checkpoint.json", "the grid")  # the first checkpoint; from there on, in steps
-    run_in_steps(
+    frozen = run_in_steps(
         proc.pid,
         lambda: len(list(ckpt.glob("*/t*/_checkpoint.json"))) + len(list(ckpt.glob("*/trees-*.json"))) >= 2 * want,
     )
-    _kill_tree(proc)  # the driver, its JVM and PySpark's Python workers, mid-node (frozen since the look)
+    if how == "SIGKILL to the tree":
+        _kill_tree(proc)  # the driver, its JVM and PySpark's Python workers, mid-node (frozen since the look)
+    else:
+        _stop_tree(proc, frozen)
     fp, store = _plan(cfg, small_dataset)
     before = states_of(fp.plan, store)
     finished = {k for k, s in before.items() if s.state == DONE}
@@ -196,6 +205,41 @@ def _kill_tree(proc: subprocess.Popen) -> None:
     by a moment and could commit one more checkpoint after the test has read the states), and reap it."""
     kill_tree(proc.pid)
     proc.wait()
+
+
+def _stop_tree(proc: subprocess.Popen, frozen: set[int]) -> None:
+    """SIGTERM to ``proc`` alone, then let its ``frozen`` tree go on but for the Python workers that train: it
+    exits 143 with the stop's one line and no traceback, within 60 s, without retrying the job it cancelled, and
+    no process of its tree is left.
+
+    The workers stay frozen, as a worker in the middle of a long tree would be (2.4 s a tree at Istella's size):
+    Spark kills a cancelled task's Python worker after ``spark.python.task.killTimeout`` (2 s) and not before, and
+    this tiny grid's workers, let go, finished the whole grid in those 2 s (so nothing was left to resume)."""
+    trainers = frozen & set(python_workers(proc.pid))
+    assert trainers, "no Python worker was training"
+    signal_pids(frozen - trainers, signal.SIGCONT)
+    # Sent at once after SIGCONT, the kernel may hand SIGTERM to another thread of the driver than its main thread
+    # (which has the SIGCONT still pending): Python runs its handler only once the main thread runs again, and a
+    # main thread waiting for a job's results does not until the job ends (module docstring of stop).
+    time.sleep(0.3)
+    os.kill(proc.pid, signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=60)
+        err = err.decode()
+        assert proc.returncode == 143, err[-3000:]
+        assert "ltr grid: stopped (SIGTERM)" in err and "starting again" not in err, err
+        # no traceback, and no error of Spark stopped under a task still running (the cancelled task ends
+        # only once Spark has killed its frozen worker, 2 s after the cancel)
+        assert "Traceback" not in err and "ERROR" not in err, err
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(alive(p) for p in frozen):
+            time.sleep(0.05)
+        assert not [p for p in frozen if alive(p)]  # its JVM and Python workers ended with it
+    except subprocess.TimeoutExpired:
+        raise AssertionError("ltr grid did not end within 60 s of SIGTERM") from None
+    finally:
+        signal_pids({p for p in frozen if alive(p)}, signal.SIGKILL)
+        proc.wait()
 
 
 def _all_executors(cores: int, **conf: str) -> str:
