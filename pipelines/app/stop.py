@@ -21,8 +21,10 @@ How, and why so:
 * A SIGTERM to the whole process group stops the JVM at the same time; py4j's traces of the lost connection are
   then dropped from the log (:class:`_QuietLostJvm`).
 * The kernel hands a SIGTERM to the main thread unless that thread has another signal pending (seen right after
-  a SIGCONT); handed to another thread, the handler runs once the main thread runs Python again, and a main
-  thread waiting for a Spark job's results waits until that job ends.
+  a SIGCONT). Handed to another thread, the handler runs only once the main thread runs Python again, and a main
+  thread waiting for a Spark job's results would wait until that job ends: so a thread of its own reads the
+  signal's wakeup byte (``signal.set_wakeup_fd``), which Python writes in any thread, and starts the canceller
+  at once.
 * Further SIGTERMs while it stops are ignored; SIGKILL ends it at once (what is left then is removed by the next
   command that writes the same output).
 """
@@ -30,9 +32,11 @@ How, and why so:
 from __future__ import annotations
 
 import _thread
+import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -95,6 +99,14 @@ def _cancel_until_out() -> None:
         _state["canceller"] = False
 
 
+def _start_canceller() -> None:
+    with _lock:
+        start = not _state["canceller"]
+        _state["canceller"] = True
+    if start:
+        threading.Thread(target=_cancel_until_out, name="ltr-sigterm", daemon=True).start()
+
+
 def _handler(signum: int, frame: FrameType | None) -> None:
     if _state["raised"]:
         return  # already on its way out
@@ -103,13 +115,27 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     in_call = _in_jvm_call(frame)
     if not in_call:
         _state["raised"] = True  # before the canceller starts: it would raise the stop here a second time
-    with _lock:
-        start = not _state["canceller"]
-        _state["canceller"] = True
-    if start:
-        threading.Thread(target=_cancel_until_out, name="ltr-sigterm", daemon=True).start()
+    _start_canceller()
     if not in_call:
         raise Stopped(signum)
+
+
+def _watch(wakeup: socket.socket, command: int) -> None:
+    """The wakeup thread: Python writes each signal's number to ``wakeup`` in whichever thread the kernel handed the
+    signal to, while the handler itself waits for the main thread to run Python again. On SIGTERM it marks the stop
+    and starts the canceller at once (the handler raises it later, in the main thread). Ends when ``wakeup`` is
+    closed."""
+    while True:
+        try:
+            data = wakeup.recv(64)
+        except OSError:
+            return
+        if not data:
+            return
+        if signal.SIGTERM in data and _state["command"] == command and not _state["seen"]:
+            _state["seen"] = True
+            STOP.set()
+            _start_canceller()
 
 
 class _QuietLostJvm(logging.Filter):
@@ -136,10 +162,19 @@ def install() -> Callable[[], None]:
         return lambda: None
     before = signal.signal(signal.SIGTERM, _handler)
     logging.getLogger().addFilter(_quiet)
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    wakeup_before = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    threading.Thread(target=_watch, args=(reader, _state["command"]), name="ltr-sigterm-wakeup", daemon=True).start()
 
     def restore() -> None:
         _state["cleaning"] = True  # the canceller, if any, ends
         signal.signal(signal.SIGTERM, before)
+        signal.set_wakeup_fd(wakeup_before)  # an event loop's own, where ``main`` runs under one
+        writer.close()
+        with contextlib.suppress(OSError):
+            reader.shutdown(socket.SHUT_RDWR)  # the wakeup thread's recv returns
+        reader.close()
         logging.getLogger().removeFilter(_quiet)
 
     return restore

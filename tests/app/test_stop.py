@@ -27,9 +27,9 @@ def test_sigterm_outside_the_jvm_raises_the_stop_and_marks_it():
         restore()
     assert signal.getsignal(signal.SIGTERM) is before
     deadline = time.monotonic() + 5  # the canceller ended with the command: it would cancel a later one's jobs
-    while any(t.name == "ltr-sigterm" for t in threading.enumerate()) and time.monotonic() < deadline:
+    while any(t.name.startswith("ltr-sigterm") for t in threading.enumerate()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not any(t.name == "ltr-sigterm" for t in threading.enumerate())
+    assert not any(t.name.startswith("ltr-sigterm") for t in threading.enumerate())
     stop.install()()  # the next command starts unmarked
     assert not STOP.is_set() and not stop.stopping()
 
@@ -69,7 +69,42 @@ def test_sigterm_inside_a_jvm_call_raises_the_stop_after_it_and_cancels_until_th
     finally:
         restore()
     deadline = time.monotonic() + 5
-    while any(t.name == "ltr-sigterm" for t in threading.enumerate()) and time.monotonic() < deadline:
+    while any(t.name.startswith("ltr-sigterm") for t in threading.enumerate()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not any(t.name == "ltr-sigterm" for t in threading.enumerate())
+    assert not any(t.name.startswith("ltr-sigterm") for t in threading.enumerate())
     stop.install()()
+
+
+def test_sigterm_handed_to_another_thread_starts_the_cancels_at_once(monkeypatch):
+    """The kernel hands a process's SIGTERM to another thread than the main one when the main thread has a signal
+    pending. Python runs the handler only in the main thread, once it runs Python again; a main thread waiting for
+    a job's results waited for the whole job. The signal's wakeup byte now starts the cancels at once, so the job
+    ends, and the stop is raised when the main thread runs again."""
+    cancels: list[float] = []
+
+    class Context:  # counts the canceller's cancels (a stand-in for the SparkContext, which this process has not)
+        def cancelAllJobs(self) -> None:
+            cancels.append(time.monotonic())
+
+    monkeypatch.setattr(stop, "_active_spark", Context)
+
+    def another_thread() -> None:  # gets the SIGTERM 0.3 s into the main thread's wait (its own wait goes on)
+        time.sleep(0.3)
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+        time.sleep(2)
+
+    other = threading.Thread(target=another_thread)
+    restore = stop.install()
+    try:
+        start = time.monotonic()
+        with pytest.raises(stop.Stopped):
+            other.start()
+            time.sleep(2.5)  # the main thread blocked, as in a socket read: not cut short, the signal is not its own
+        end = time.monotonic()
+        assert end - start > 2.4
+        assert len([t for t in cancels if start + 0.8 < t < end]) >= 4, (start, end, cancels)
+    finally:
+        restore()
+        other.join()
+    stop.install()()
+    assert not STOP.is_set()

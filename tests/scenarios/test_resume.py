@@ -218,10 +218,9 @@ def _stop_tree(proc: subprocess.Popen, frozen: set[int]) -> None:
     trainers = frozen & set(python_workers(proc.pid))
     assert trainers, "no Python worker was training"
     signal_pids(frozen - trainers, signal.SIGCONT)
-    # Sent at once after SIGCONT, the kernel may hand SIGTERM to another thread of the driver than its main thread
-    # (which has the SIGCONT still pending): Python runs its handler only once the main thread runs again, and a
-    # main thread waiting for a job's results does not until the job ends (module docstring of stop).
-    time.sleep(0.3)
+    # at once: the kernel may then hand SIGTERM to another thread of the driver than its main thread, which still
+    # has the SIGCONT pending (2 runs of 3 before :func:`pipelines.app.stop._watch`, and the main thread, waiting
+    # for the job's results, waited for ever)
     os.kill(proc.pid, signal.SIGTERM)
     try:
         _, err = proc.communicate(timeout=60)
