@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -12,6 +13,27 @@ import pytest
 
 from pipelines.app import stop
 from pipelines.core.signals import STOP
+
+
+def _count_cancels(monkeypatch) -> list[float]:
+    """The times of the canceller's cancels, from a stand-in for the SparkContext (this process has none)."""
+    cancels: list[float] = []
+
+    class Context:
+        def cancelAllJobs(self) -> None:
+            cancels.append(time.monotonic())
+
+    monkeypatch.setattr(stop, "_active_spark", Context)
+    return cancels
+
+
+def _assert_the_stop_threads_end() -> None:
+    """The canceller and the wakeup thread end with their command (left running, they would cancel a later
+    command's jobs)."""
+    deadline = time.monotonic() + 5
+    while any(t.name.startswith("ltr-sigterm") for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(t.name.startswith("ltr-sigterm") for t in threading.enumerate())
 
 
 def test_sigterm_outside_the_jvm_raises_the_stop_and_marks_it():
@@ -26,10 +48,7 @@ def test_sigterm_outside_the_jvm_raises_the_stop_and_marks_it():
     finally:
         restore()
     assert signal.getsignal(signal.SIGTERM) is before
-    deadline = time.monotonic() + 5  # the canceller ended with the command: it would cancel a later one's jobs
-    while any(t.name.startswith("ltr-sigterm") for t in threading.enumerate()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(t.name.startswith("ltr-sigterm") for t in threading.enumerate())
+    _assert_the_stop_threads_end()
     stop.install()()  # the next command starts unmarked
     assert not STOP.is_set() and not stop.stopping()
 
@@ -39,13 +58,7 @@ def test_sigterm_inside_a_jvm_call_raises_the_stop_after_it_and_cancels_until_th
     it; and the jobs are cancelled on until the command ends, not only until then. A main thread reading a job's
     results from a socket (``toArrow``) runs the raise only when that job ends, and a job submitted after the last
     cancel ran to its end (with a worker that never ended, ``ltr`` waited for ever)."""
-    cancels: list[float] = []
-
-    class Context:  # counts the canceller's cancels (a stand-in for the SparkContext, which this process has not)
-        def cancelAllJobs(self) -> None:
-            cancels.append(time.monotonic())
-
-    monkeypatch.setattr(stop, "_active_spark", Context)
+    cancels = _count_cancels(monkeypatch)
     in_call = compile(  # a frame whose file is py4j's, as the handler sees a call into the JVM
         "def call(handler, sys):\n    handler(15, sys._getframe())\n", f"{os.sep}x{os.sep}py4j{os.sep}java.py", "exec"
     )
@@ -53,8 +66,6 @@ def test_sigterm_inside_a_jvm_call_raises_the_stop_after_it_and_cancels_until_th
     exec(in_call, namespace)
     restore = stop.install()
     try:
-        import sys
-
         namespace["call"](stop._handler, sys)  # returns: not raised inside the call
         assert STOP.is_set()
         start = time.monotonic()
@@ -68,10 +79,7 @@ def test_sigterm_inside_a_jvm_call_raises_the_stop_after_it_and_cancels_until_th
         assert len([t for t in cancels if start + 0.5 < t < end]) >= 4, (start, end, cancels)
     finally:
         restore()
-    deadline = time.monotonic() + 5
-    while any(t.name.startswith("ltr-sigterm") for t in threading.enumerate()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(t.name.startswith("ltr-sigterm") for t in threading.enumerate())
+    _assert_the_stop_threads_end()
     stop.install()()
 
 
@@ -80,13 +88,7 @@ def test_sigterm_handed_to_another_thread_starts_the_cancels_at_once(monkeypatch
     pending. Python runs the handler only in the main thread, once it runs Python again; a main thread waiting for
     a job's results waited for the whole job. The signal's wakeup byte now starts the cancels at once, so the job
     ends, and the stop is raised when the main thread runs again."""
-    cancels: list[float] = []
-
-    class Context:  # counts the canceller's cancels (a stand-in for the SparkContext, which this process has not)
-        def cancelAllJobs(self) -> None:
-            cancels.append(time.monotonic())
-
-    monkeypatch.setattr(stop, "_active_spark", Context)
+    cancels = _count_cancels(monkeypatch)
 
     def another_thread() -> None:  # gets the SIGTERM 0.3 s into the main thread's wait (its own wait goes on)
         time.sleep(0.3)
