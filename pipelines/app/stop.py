@@ -162,6 +162,17 @@ def install() -> Callable[[], None]:
         return lambda: None
     before = signal.signal(signal.SIGTERM, _handler)
     logging.getLogger().addFilter(_quiet)
+    hook_before = threading.excepthook
+
+    def quiet_threads(args: Any) -> None:
+        """A SIGTERM handed to another thread interrupts its system call: XGBoost's tracker thread then raised
+        ``Poll failed ... Interrupted system call`` (seen once in a CI run); after a stop, dropped like py4j's."""
+        if _state["seen"]:
+            log.debug("after the stop, thread %s ended with %r", getattr(args.thread, "name", "?"), args.exc_value)
+            return
+        hook_before(args)
+
+    threading.excepthook = quiet_threads
     reader, writer = socket.socketpair()
     writer.setblocking(False)
     wakeup_before = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
@@ -176,6 +187,7 @@ def install() -> Callable[[], None]:
             reader.shutdown(socket.SHUT_RDWR)  # the wakeup thread's recv returns
         reader.close()
         logging.getLogger().removeFilter(_quiet)
+        threading.excepthook = hook_before
 
     return restore
 
