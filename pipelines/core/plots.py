@@ -74,27 +74,72 @@ def pdf_bytes(fig: Any) -> bytes:
     return buf.getvalue()
 
 
-def _draw(fig: Any, blob: bytes | None = None) -> dict[str, bytes]:
-    """PNG and PDF of ``fig``, the PDF drawn from a copy that was never drawn (``blob``: ``fig`` pickled; made
-    here when not given); the figures are closed.
+def _relink(objects: Any) -> None:
+    """Key each transform's parents among ``objects`` by the parents' own ids, as matplotlib does for a transform
+    it builds.
 
-    Why a copy: the same figure saved as PNG (110 dpi) and then as PDF (72 dpi) now and then kept a clip
-    rectangle of the PNG's pass in the PDF (the errorbars' clip box in 110-dpi units: matplotlib's transform
-    invalidation did not reach a cached box). Seen in about one of ten runs of tests/core/test_plots.py; a
-    figure never drawn at another dpi has nothing cached."""
-    if blob is None:
+    Why: matplotlib's ``TransformNode.__setstate__`` (3.11, and ``__deepcopy__`` through it) keeps the keys its
+    ``_parents`` had in the pickled figure, the ids of the *original* parents. Once the original is freed (a
+    figure is closed after it is pickled), a new transform made while drawing can take one of those addresses
+    and, registering itself as a parent (``set_children``), replace the copy's parent under the same key; the
+    copy's parent then misses invalidations. With ``bbox_inches="tight"`` that left a line's clip box where it
+    was before the figure was cropped, depending on where the allocator put things: the same figure, other bytes.
+    """
+    from matplotlib.transforms import TransformNode
+
+    for node in objects:
+        if isinstance(node, TransformNode):
+            old: dict[int, Any] = vars(node)["_parents"]  # private to matplotlib: what its pickling gets wrong
+            parents = [ref() for ref in old.values()]
+            vars(node)["_parents"] = {}
+            for parent in parents:
+                if parent is not None:
+                    parent.set_children(node)
+
+
+def _unpickle(blob: bytes) -> Any:
+    """A figure from its pickle, its transforms relinked (:func:`_relink`)."""
+    unpickler = pickle.Unpickler(io.BytesIO(blob))
+    fig = unpickler.load()
+    _relink(unpickler.memo.copy().values())  # every object the pickle made (each is memoised)
+    return fig
+
+
+def _deepcopy(fig: Any) -> Any:
+    """A copy of ``fig`` that was never drawn, for a figure that cannot be pickled (its transforms relinked), or
+    None where it cannot be copied either."""
+    import copy
+
+    memo: dict[int, Any] = {}
+    try:
+        out = copy.deepcopy(fig, memo)
+    except Exception:
+        return None
+    _relink(list(memo.values()))
+    return out
+
+
+def _draw(fig: Any, blob: bytes | None = None) -> dict[str, bytes]:
+    """PNG and PDF of the figure, each drawn from a copy that was never drawn (``blob``: the figure pickled, made
+    here when not given; ``fig`` itself, undrawn, serves for the PNG when given); the figures are closed.
+
+    Why a copy per format: the same figure saved as PNG (110 dpi) and then as PDF (72 dpi) now and then kept a
+    clip rectangle of the PNG's pass in the PDF (matplotlib's transform invalidation did not reach a cached box);
+    a figure never drawn has nothing cached. The copies' transforms are relinked (:func:`_relink`)."""
+    plt = pyplot()
+    if blob is None and fig is not None:
         try:
             blob = pickle.dumps(fig)
-        except Exception:  # an unpicklable artist (a lambda formatter...): the figure itself
+        except Exception:  # an unpicklable artist (a lambda formatter...): a deep copy (functions are shared)
             blob = None
-    plt = pyplot()
-    copy = None if blob is None else pickle.loads(blob)
+    first = fig if fig is not None else _unpickle(blob)  # type: ignore[arg-type]
+    second = _unpickle(blob) if blob is not None else _deepcopy(first)
     try:
-        return {"png": png_bytes(fig), "pdf": pdf_bytes(fig if copy is None else copy)}
+        return {"png": png_bytes(first), "pdf": pdf_bytes(first if second is None else second)}
     finally:
-        plt.close(fig)
-        if copy is not None:
-            plt.close(copy)
+        plt.close(first)
+        if second is not None:
+            plt.close(second)
 
 
 def figure_bytes(fig: Any) -> dict[str, bytes]:
@@ -156,7 +201,7 @@ def _serve() -> None:
         except EOFError:
             return
         try:
-            reply: tuple[str, Any] = ("ok", _draw(pickle.loads(blob), blob))
+            reply: tuple[str, Any] = ("ok", _draw(None, blob))
         except Exception as e:  # the caller raises it where it asks for the files
             try:
                 pickle.dumps(e)
@@ -304,7 +349,7 @@ class BackgroundFigures:
             if not self._warned:
                 self._warned = True
                 log.warning("%s: drawing its figures here", e)
-            files = _draw(pickle.loads(self._blobs[i]), self._blobs[i])
+            files = _draw(None, self._blobs[i])
             self._futures[i] = Future()
             self._futures[i].set_result(files)
             return files

@@ -67,6 +67,56 @@ def test_background_figures_are_the_bytes_drawn_here_unpicklable_ones_drawn_here
     assert not figure_bytes(_figure("after"))["png"].startswith(PENDING)  # the block is over: drawn here
 
 
+def test_a_copied_figure_keys_its_transforms_parents_by_their_own_ids():
+    """matplotlib's unpickling keeps the original parents' ids as the keys of a transform's ``_parents``; a new
+    transform that takes a freed original's address then replaces the copy's parent, whose cached boxes go stale
+    (a clip box left uncropped in about one PDF in ten). Every copy :func:`_draw` makes is relinked."""
+    import pickle
+
+    from matplotlib.transforms import TransformNode
+
+    from pipelines.core.plots import _deepcopy, _unpickle
+
+    fig = _figure("keys")
+    blob = pickle.dumps(fig)
+    for copy in (_unpickle(blob), _deepcopy(fig)):
+        nodes = [o for o in _reachable(copy) if isinstance(o, TransformNode)]
+        linked = [(k, ref()) for n in nodes for k, ref in n._parents.items() if ref() is not None]
+        assert len(nodes) > 20 and len(linked) > 20
+        assert all(k == id(parent) for k, parent in linked)
+        pyplot().close(copy)
+    pyplot().close(fig)
+    # what the relinking repairs: a plain unpickled copy keeps the original's ids
+    plain = pickle.loads(blob)
+    stale = [
+        k
+        for n in _reachable(plain)
+        if isinstance(n, TransformNode)
+        for k, r in n._parents.items()
+        if r() is not None and k != id(r())
+    ]
+    assert stale
+    pyplot().close(plain)
+
+
+def _reachable(root: object) -> list[object]:
+    """The objects reachable from ``root`` through instances' attributes, lists, tuples and dicts."""
+    seen: dict[int, object] = {}
+    todo = [root]
+    while todo:
+        o = todo.pop()
+        if id(o) in seen or isinstance(o, (type, str, bytes, int, float)) or callable(o) and not hasattr(o, "__dict__"):
+            continue
+        seen[id(o)] = o
+        if isinstance(o, dict):
+            todo.extend(o.values())
+        elif isinstance(o, (list, tuple, set)):
+            todo.extend(o)
+        elif hasattr(o, "__dict__") and not isinstance(o, type(logging)):
+            todo.extend(vars(o).values())
+    return list(seen.values())
+
+
 def test_the_background_process_does_not_import_the_callers_main(tmp_path):
     """A script without an ``if __name__ == "__main__":`` guard that draws in the background runs once: the
     process is ``python -c`` of this module, not a ``multiprocessing`` child that imports the script again."""
