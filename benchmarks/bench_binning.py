@@ -8,7 +8,7 @@ from a sample as training does (:func:`pipelines.store.cuts.compute_cuts`, 256 b
 * ``search``: the kernel before (``np.searchsorted`` on the feature's cuts, per value, rows in parallel);
 * ``table, rows``: :class:`~udfs.trees.Binner` on the rows in row order (``encode``, the local twin);
 * ``table, columns``: the same on the rows in column order, as a worker bins a batch's columns
-  (:func:`pipelines.worker.data.from_batches`);
+  (:func:`pipelines.kernel.matrices.from_batches`);
 * ``xgboost``: XGBoost's own ``QuantileDMatrix`` of the same rows on the same cuts (``ref=``, fed in the worker's
   chunks), which a worker builds after its binning: XGBoost bins every value again (it takes no bin indexes it did
   not compute). Its three passes over the data are timed apart (``passes_ns_per_value``: counting the values,
@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     from pipelines.data.dataset import open_dataset, scan_subsets
+    from pipelines.kernel.matrices import matrix_cuts
     from pipelines.store.cuts import compute_cuts, reference_matrix
-    from pipelines.worker.data import matrix_cuts
     from udfs import schema
 
     ds = open_dataset(args.data)
@@ -102,7 +102,7 @@ def _xgboost(X: np.ndarray, ref: Any, repeats: int) -> dict[str, Any]:
     """XGBoost's quantised matrix of ``X`` on ``ref``'s cuts, fed as a worker feeds it; the best of ``repeats``."""
     import xgboost as xgb
 
-    from pipelines.worker.data import CHUNK_ROWS
+    from pipelines.kernel.matrices import CHUNK_ROWS
 
     class Chunks(xgb.DataIter):
         def __init__(self) -> None:

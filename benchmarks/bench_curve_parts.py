@@ -25,8 +25,8 @@ def main() -> int:
     import numpy as np
     import xgboost as xgb
 
-    from pipelines.store.cuts import cuts_of, reference_matrix
-    from pipelines.worker.data import matrix_cuts, walkable
+    from pipelines.kernel.cuts import cuts_of, reference_matrix
+    from pipelines.kernel.matrices import matrix_cuts, walkable
     from udfs.metrics import NdcgSpec, inverse_idcg, ndcg_fast
     from udfs.trees import add_tree, bin_codes, tree_arrays
 

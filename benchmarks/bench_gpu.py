@@ -9,8 +9,8 @@
     # on the workplace's lent GPU machine (no XGBoost, PySpark or Java there): benchmarks/gpu_device.sh
 
 No Spark session and no JVM: the data are generated in memory and each run is either in-process
-XGBoost or the project's own worker loop (:func:`pipelines.worker.loop.run_nodes`, the code a
-Spark barrier task runs, here with one worker and :class:`~pipelines.worker.env.LocalComm`).
+XGBoost or the project's own worker loop (:func:`pipelines.kernel.loop.run_nodes`, the code a
+Spark barrier task runs, here with one worker and :class:`~pipelines.kernel.env.LocalComm`).
 The ``pyspark`` package must still be importable (:mod:`pipelines.execution.barrier_job` and
 :mod:`pipelines.data.generate` import it at the top); no JVM is started.
 
@@ -26,7 +26,7 @@ Parameters: the project's (:func:`pipelines.execution.barrier_job.make_settings`
 NDCG@10 (top-10 pairs). Runs, each on every device:
 
 * ``ref_ndcg`` / ``ref_mse``: in-process ``Booster.update`` with ``rank:ndcg`` /
-  ``reg:squarederror`` (:func:`pipelines.worker.loop.booster_params`) on one QuantileDMatrix per size
+  ``reg:squarederror`` (:func:`pipelines.kernel.loop.booster_params`) on one QuantileDMatrix per size
   built from host (numpy) rows; per-tree time of every tree, reported as the mean over trees 2..T
   (the first tree, which on a GPU also uploads the matrix, is reported apart);
 * ``loop_xgb_lambdamart`` / ``loop_lambdamart``: the worker loop with the built-in objective
@@ -36,7 +36,7 @@ NDCG@10 (top-10 pairs). Runs, each on every device:
   objective) / trees, all trees, as bench_train reports it, and the wall time between the tree
   events of trees 2..T (which includes the eval walk).
 
-Before the runs, each device is warmed up (CUDA: :func:`pipelines.worker.env.check_device`, which
+Before the runs, each device is warmed up (CUDA: :func:`pipelines.kernel.env.check_device`, which
 trains one tree on the GPU and refuses a silent CPU fallback; both: a few trees of every run kind on
 a small prefix, which also compiles the numba kernels). NDCG@10 (:func:`udfs.metrics.ndcg`, the
 project's conventions) of every run on the test split; GPU and CPU ``hist`` differ slightly
@@ -67,12 +67,12 @@ from pipelines.core.config import TrainConfig
 from pipelines.data.dataset import Dataset
 from pipelines.data.generate import BATCH_QUERIES, query_plan, simulate_batch
 from pipelines.execution.barrier_job import make_settings
+from pipelines.kernel.env import check_device
+from pipelines.kernel.loop import Settings, SplitData, WorkerData, booster_params, run_nodes
 from pipelines.plan.paths import parse_path
 from pipelines.plan.trie import build_plan
 from pipelines.store.checkpoints import CheckpointStore
 from pipelines.store.results import path_result
-from pipelines.worker.env import check_device
-from pipelines.worker.loop import Settings, SplitData, WorkerData, booster_params, run_nodes
 from udfs.metrics import NdcgSpec, ndcg
 
 ROOT = Path(__file__).resolve().parent.parent

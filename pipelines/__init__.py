@@ -1,7 +1,8 @@
 """The library, one package per question. Imports go one way, top to bottom (``.importlinter``):
 
 ``app`` -> ``report`` -> ``tracking`` -> ``study`` -> ``execution`` -> ``worker`` -> ``store`` ->
-{``plan``, ``data``} -> ``core`` -> ``udfs``.
+{``plan``, ``data``} -> ``kernel`` -> ``core`` -> ``udfs``. ``kernel`` is the code that decides numbers; every
+key's code identity covers part of it and nothing else.
 
 See docs/ARCHITECTURE.md for the map.
 """

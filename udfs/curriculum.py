@@ -97,3 +97,59 @@ def assign_first_stage(order: np.ndarray, sizes: np.ndarray, held_back: np.ndarr
     first = np.full(n, len(sizes) - 1, dtype=np.int32)
     first[kept] = np.searchsorted(sizes, np.arange(kept.size), side="right")
     return first
+
+
+# ------------------------------------------------------------ strategies: which queries come first
+#: The difficulty score (a column of the scores, :data:`udfs.difficulty.DIFFICULTY_DDL`) each ordering strategy
+#: ranks queries by, higher = easier. ``random`` draws a seeded permutation; ``none`` and ``l_hrel`` put every
+#: query in every stage.
+SCORE_OF = {"q_nrel": "n_rel", "q_bm25": "ndcg_bm25", "q_pagerank": "ndcg_pagerank"}
+#: Strategies whose score (an NDCG) is undefined for a query without relevant documents.
+UNDEFINED_WHEN_EMPTY = ("q_bm25", "q_pagerank")
+#: The feature role each strategy's score ranks a query's documents by.
+ROLE_OF = {"q_bm25": "bm25", "q_pagerank": "pagerank"}
+
+
+def stage_shares(strategy: str, pacing: str, stages: int, delta: float, root_n: float, fraction: float) -> np.ndarray:
+    """The share of the queries in each stage: one stage for ``none``, two whole ones for ``l_hrel`` (its first
+    filters documents, not queries), a pacing function's, else two stages with ``fraction`` first."""
+    if strategy == "none":
+        return np.array([1.0])
+    if strategy == "l_hrel":
+        return np.array([1.0, 1.0])
+    if pacing:
+        return pacing_shares(pacing, stages, delta, root_n)
+    return two_stage_shares(fraction)
+
+
+def place_queries(
+    strategy: str,
+    scores: dict[str, np.ndarray],
+    qid: np.ndarray,
+    shares: np.ndarray,
+    empty_queries: str,
+    seed: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The first stage of each query (queries sorted by qid), the score that ordered them (NaN where none did),
+    and the queries held back to the last stage (None: none are).
+
+    ``scores``: columns of the difficulty scores, ``n_rel`` among them; ``empty_queries``: how queries without a
+    relevant document are placed (``last``, ``exclude``, ``as_metric``)."""
+    n = qid.size
+    empty = scores["n_rel"] == 0
+    held = empty if empty_queries == "exclude" and strategy != "none" else None
+    if held is not None and held.all():
+        raise ValueError("every query is held back: none has a relevant document")
+    sizes = stage_sizes(n if held is None else int((~held).sum()), shares)  # held-back queries: last stage
+    if strategy in SCORE_OF:
+        score = np.array(scores[SCORE_OF[strategy]], np.float64)
+        if strategy in UNDEFINED_WHEN_EMPTY and empty_queries != "as_metric":
+            score[empty] = np.nan  # undefined: metric.empty plays no part in the order
+        order = easiest_first(score, qid, last=empty if empty_queries == "last" else None)
+    elif strategy == "random":
+        score = np.full(n, np.nan)
+        order = np.random.default_rng(seed).permutation(n)  # of the qid-sorted queries: reproducible
+    else:  # none, l_hrel: every query in every stage
+        score = np.full(n, np.nan)
+        order = np.arange(n)
+    return assign_first_stage(order, sizes, held_back=held), score, held

@@ -16,10 +16,11 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+from pyspark.sql import DataFrame
 
 from udfs import schema
 from udfs.metrics import NdcgSpec, idcg, ndcg
-from udfs.per_query import run_starts
+from udfs.per_query import map_queries, run_starts
 
 #: Output schema (Spark DDL) of :func:`difficulty_frame`.
 DIFFICULTY_DDL = (
@@ -105,4 +106,22 @@ def difficulty_one_query(pdf: pd.DataFrame, bm25_col: str, pagerank_col: str, sp
             "ndcg_bm25": [by(bm25_col)],
             "ndcg_pagerank": [by(pagerank_col)],
         }
+    )
+
+
+def difficulty_scores(rows: DataFrame, bm25: int, pagerank: int, spec: NdcgSpec) -> DataFrame:
+    """Difficulty rows of every (subset, qid) of ``rows`` (a dataset's rows, every column: the columns scored
+    are chosen here): a lazy DataFrame of :data:`DIFFICULTY_DDL`. ``bm25``, ``pagerank``: feature ids, 0 where
+    the dataset has none (NaN scores)."""
+    bm25_col = schema.feature_col(bm25) if bm25 else None
+    pr_col = schema.feature_col(pagerank) if pagerank else None
+    cols = list(
+        dict.fromkeys([schema.SUBSET, schema.QID, schema.DOC, schema.LABEL, *(c for c in (bm25_col, pr_col) if c)])
+    )
+    return map_queries(
+        rows.select(*cols),
+        lambda pdf: difficulty_frame(pdf, bm25_col, pr_col, spec),
+        DIFFICULTY_DDL,
+        keys=(schema.SUBSET, schema.QID),
+        arranged=True,
     )

@@ -330,7 +330,7 @@ class TrainConfig:
     ``base_margin``: ``auto`` starts paths that begin with a regression
     objective from the mean training label and ranking paths from 0.
     ``codes_in_memory_gib``: a worker keeps its training rows' bin codes in memory up to this size (GiB), and
-    in a local file beyond it (:class:`pipelines.worker.data.SpilledCodes`; 0: always in a file); the trees
+    in a local file beyond it (:class:`pipelines.kernel.matrices.SpilledCodes`; 0: always in a file); the trees
     are the same either way.
     ``read``: how a training worker gets its rows: ``worker`` (each barrier task reads the fold's Parquet
     with pyarrow, :mod:`pipelines.worker.rows`), ``spark`` (the driver's job shuffles them to the tasks), or

@@ -6,19 +6,16 @@ same result, so the second may take the first's. Each kind of result declares in
 with a field more or less than declared, so a key can neither miss an input nor
 pick up something that does not change the result (a path, a worker count).
 
-Code identity (:func:`code_identity`) is the *content* of the code that computes:
-a hash of the sources of every module that the training entry points import, directly or
-not (:data:`IDENTITY_ROOTS`: the barrier task, curriculum building, the histogram cuts;
-:func:`identity_modules` follows their imports, lazy ones inside functions included), read from the
-packages themselves (the same in a checkout, an editable install, a wheel and a
-packed archive), each reduced to its syntax tree without docstrings
-(:func:`canonical_source`: comments, docstrings and formatting do not compute),
-plus the versions of the libraries whose arithmetic the results depend on. A
-documentation-only or formatting-only commit leaves it unchanged; any edit of the
-computing code (a constant, an operator, a statement) changes it, committed or not. Code outside that closure
-(the report, the CLI, the Airflow operator, MLflow tracking, the study's orchestration) is not in it: a fix
-there never retrains a study. The closure may only reach :data:`IDENTITY_PACKAGES` (a test holds it to
-that). The git commit stays provenance
+Code identity (:func:`code_identity`) is the *content* of the code that computes a result, one per kind of result:
+a hash of the sources of the kernel modules that compute it (:data:`IDENTITY_ROOTS`: difficulty scores, curricula,
+cuts, plan nodes) and every module they import, directly or not (:func:`identity_modules`, lazy imports inside
+functions included), read from the packages themselves (the same in a checkout, an editable install, a wheel and a
+packed archive), each reduced to its syntax tree without docstrings (:func:`canonical_source`: comments, docstrings
+and formatting do not compute), plus the versions of the libraries whose arithmetic the results depend on. A
+closure may only reach the kernel (:data:`KERNEL`; :class:`KernelImportError` otherwise), so operations code
+(config loading, storage, leases, progress, the session, process trees, MLflow, the report, the CLI) is in no key:
+a fix there never retrains a study. Each result takes only its own kind's identity: a change to the tree loop
+re-keys nodes, not difficulty scores. The git commit stays provenance
 (:func:`pipelines.core.provenance.code_version`), recorded on MLflow runs, never keyed.
 
 Not in any key, because they do not change a result: where inputs are read
@@ -52,7 +49,7 @@ INPUTS: dict[str, tuple[str, ...]] = {
     # per-query difficulty scores (pipelines.data.difficulty)
     "difficulty": ("dataset", "roles", "settings", "metric", "code"),
     # a curriculum's build: its settings, the fold, the difficulty inputs, and the scores' own content
-    "curriculum": ("settings", "dataset", "fold", "name", "difficulty", "empty_queries", "scores"),
+    "curriculum": ("settings", "dataset", "fold", "name", "difficulty", "empty_queries", "scores", "code"),
     # what a plan node knows of a curriculum: its build key and what it built (stages, queries per stage)
     "curriculum_content": ("build", "stages", "dataset"),
     # an MLflow child run of a grid: its name, its path and the key of its last node
@@ -89,23 +86,36 @@ TRAIN_NOT_IN_KEY = (
 #: Libraries whose arithmetic a result depends on (their versions are part of the code identity).
 LIBRARIES = ("xgboost", "pyspark", "numpy", "numba", "pyarrow")
 
-#: The modules of the entry points whose code makes a trained tree, a curriculum or the histogram cuts: the barrier
-#: task's function and the driver side that feeds it (``execution.barrier_job``), curriculum building
-#: (``data.curriculum``, which imports difficulty), the cuts (``store.cuts``). The code identity hashes these and
-#: every module they import, directly or not (:func:`identity_modules`).
-IDENTITY_ROOTS = ("pipelines.execution.barrier_job", "pipelines.data.curriculum", "pipelines.store.cuts")
+#: What the code identity of each kind of result covers: these modules of the kernel and every module of ours they
+#: import, directly or not (:func:`identity_modules`). Difficulty scores: the per-query scoring; curricula: ordering
+#: and pacing (their key also holds the key of the scores they read); cuts: the sample and XGBoost's sketch; a plan
+#: node: the tree loop, the worker's data path and everything they call (objectives, metrics, tree walks, the cuts
+#: handed to XGBoost). ``ltr keys --explain`` lists each closure.
+IDENTITY_ROOTS: dict[str, tuple[str, ...]] = {
+    "difficulty": ("udfs.difficulty",),
+    "curriculum": ("udfs.curriculum",),
+    "cuts": ("pipelines.kernel.cuts",),
+    "node": ("pipelines.kernel.loop",),
+}
 
-#: The packages that closure may reach. Everything above them (``study``, ``tracking``, ``report``, ``app``)
-#: decides what to train and how to show it, never how a tree is built: its edits keep every key.
-IDENTITY_PACKAGES = (
-    "pipelines.core",
-    "pipelines.data",
-    "pipelines.plan",
-    "pipelines.store",
-    "pipelines.worker",
-    "pipelines.execution",
-    "udfs",
+#: The kernel: the modules whose code decides numbers (:mod:`pipelines.kernel`, and ``udfs``' per-query math).
+#: An identity's closure may reach these, the packages above them (their ``__init__`` runs) and
+#: :data:`KERNEL_SUPPORT`, nothing else: reaching an operations module is an error (:class:`KernelImportError`),
+#: and ``.importlinter``'s contract ``kernel`` forbids the import itself.
+KERNEL = (
+    "pipelines.kernel",
+    "udfs.conventions",
+    "udfs.curriculum",
+    "udfs.difficulty",
+    "udfs.metrics",
+    "udfs.objectives",
+    "udfs.per_query",
+    "udfs.schema",
+    "udfs.spark_hashes",
+    "udfs.trees",
 )
+#: What the kernel may import of the rest: the exceptions (each with its exit code).
+KERNEL_SUPPORT = ("pipelines.core.errors",)
 
 #: The top-level packages whose modules can be in the closure (imports of anything else are libraries).
 _OURS = ("pipelines", "udfs")
@@ -113,6 +123,18 @@ _OURS = ("pipelines", "udfs")
 
 class KeyError_(LtrError, ValueError):
     """A key document that does not hold exactly the declared inputs (a programming error)."""
+
+
+class KernelImportError(LtrError, ImportError):
+    """A module of the kernel that imports a module of ours outside it (a programming error: operations code
+    would then be part of the keys)."""
+
+
+def in_kernel(name: str) -> bool:
+    """Whether module ``name`` may be in a code identity: a kernel module (:data:`KERNEL`), one of
+    :data:`KERNEL_SUPPORT`, or a package above one of them."""
+    allowed = (*KERNEL, *KERNEL_SUPPORT)
+    return any(name == m or name.startswith(m + ".") or m.startswith(name + ".") for m in allowed)
 
 
 def digest(doc: Any, n: int = 20) -> str:
@@ -178,13 +200,18 @@ def _imported(name: str, rel: str, data: bytes) -> frozenset[str]:
     return frozenset(out)
 
 
-def identity_modules(roots: tuple[str, ...] = IDENTITY_ROOTS, base: Path | None = None) -> dict[str, tuple[str, bytes]]:
+def identity_modules(
+    roots: tuple[str, ...] | str | None = None, base: Path | None = None, *, kernel: bool = True
+) -> dict[str, tuple[str, bytes]]:
     """The import closure of ``roots`` within our packages: module name -> (relative path, source bytes).
 
-    Follows every import of a module of ``pipelines`` or ``udfs`` (``from a.b import c`` counts ``a.b.c`` when it is
-    a module, else ``a.b``), and adds each module's parent packages. Read from the installed packages, or from
-    ``base`` (a source tree) in tests.
+    ``roots``: module names, or a kind of result (:data:`IDENTITY_ROOTS`), or None for every kind's. Follows every
+    import of a module of ``pipelines`` or ``udfs`` (``from a.b import c`` counts ``a.b.c`` when it is a module,
+    else ``a.b``), and adds each module's parent packages. Read from the installed packages, or from ``base`` (a
+    source tree) in tests. ``kernel``: refuse a closure that leaves the kernel (:func:`in_kernel`), naming the
+    import (:class:`KernelImportError`).
     """
+    roots = _roots(roots)
     seen: dict[str, tuple[str, bytes]] = {}
     todo = [r for root in roots for r in (".".join(root.split(".")[: i + 1]) for i in range(root.count(".") + 1))]
     while todo:
@@ -195,8 +222,25 @@ def identity_modules(roots: tuple[str, ...] = IDENTITY_ROOTS, base: Path | None 
         if found is None:
             continue  # ``from pipelines.core.keys import digest``: ``...keys.digest`` is not a module
         seen[name] = found
-        todo.extend(sorted(_imported(name, *found) - set(seen)))
+        imported = _imported(name, *found)
+        if kernel:
+            outside = sorted(m for m in imported if not in_kernel(m) and _module_source(m, base) is not None)
+            if outside:
+                raise KernelImportError(
+                    f"{name} ({found[0]}) is in the kernel and imports {outside[0]}, which is not: operations code "
+                    "reaches the kernel as arguments, never as imports (pipelines.core.keys.KERNEL)"
+                )
+        todo.extend(sorted(imported - set(seen)))
     return seen
+
+
+def _roots(roots: tuple[str, ...] | str | None) -> tuple[str, ...]:
+    """Module names of ``roots`` (a kind of result, every kind's for None, or the names themselves)."""
+    if roots is None:
+        return tuple(dict.fromkeys(m for ms in IDENTITY_ROOTS.values() for m in ms))
+    if isinstance(roots, str):
+        return IDENTITY_ROOTS[roots]
+    return roots
 
 
 def _canonical(node: Any) -> Any:
@@ -249,13 +293,14 @@ def hash_sources(files: list[tuple[str, bytes]]) -> str:
     return h.hexdigest()[:20]
 
 
-def sources_hash(roots: tuple[str, ...] = IDENTITY_ROOTS, base: Path | None = None) -> str:
-    """:func:`hash_sources` over the modules of :func:`identity_modules` (the training entry points' closure)."""
+def sources_hash(roots: tuple[str, ...] | str | None = None, base: Path | None = None) -> str:
+    """:func:`hash_sources` over the modules of :func:`identity_modules` (``roots``: a kind of result, its modules,
+    or None for every kind's)."""
     return hash_sources(list(identity_modules(roots, base).values()))
 
 
-@functools.lru_cache(maxsize=1)
-def source_files(roots: tuple[str, ...] = IDENTITY_ROOTS) -> dict[str, tuple[str, str]]:
+@functools.lru_cache(maxsize=8)
+def source_files(roots: tuple[str, ...] | str = "node") -> dict[str, tuple[str, str]]:
     """The modules of :func:`identity_modules`: module name -> (relative path, sha256 of the file's bytes), for
     another process to compare with its own files (:func:`has_source_files`). Read once a process, as
     :func:`code_identity` is (the driver sends both with every barrier job)."""
@@ -291,11 +336,16 @@ def library_versions() -> dict[str, str]:
     return out
 
 
-@functools.lru_cache(maxsize=1)
-def code_identity() -> dict[str, str]:
-    """The content of the code that makes trees, curricula and cuts: ``sources`` (:func:`sources_hash` of the
-    training entry points' import closure) and library versions."""
-    return {"sources": sources_hash(), **library_versions()}
+@functools.lru_cache(maxsize=8)
+def code_identity(kind: str | None = None) -> dict[str, str]:
+    """The content of the code that computes results of ``kind`` (:data:`IDENTITY_ROOTS`; None: of every kind, what
+    a grid's parent run records): ``sources`` (:func:`sources_hash` of its kernel closure) and library versions."""
+    return {"sources": sources_hash(kind), **library_versions()}
+
+
+def explain() -> dict[str, list[str]]:
+    """Kind of result -> the modules its code identity covers (what ``ltr keys --explain`` prints)."""
+    return {kind: sorted(identity_modules(kind)) for kind in IDENTITY_ROOTS}
 
 
 def code_label(code: Mapping[str, str]) -> str:
@@ -325,23 +375,28 @@ def cuts_key(dataset: str, fold: int, max_bin: int, sample_rows: int, code: Mapp
             "fold": fold,
             "max_bin": int(max_bin),
             "sample_rows": int(sample_rows),
-            "code": dict(code or code_identity()),
+            "code": dict(code or code_identity("cuts")),
         },
     )
 
 
 def plan_context(
-    train: Any, metric: Any, fingerprint: str, fold: int, code: Mapping[str, str] | None = None
+    train: Any,
+    metric: Any,
+    fingerprint: str,
+    fold: int,
+    code: Mapping[str, str] | None = None,
+    cuts_code: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """What besides a path determines its trees: every node key of the fold holds it."""
-    code = dict(code or code_identity())
+    """What besides a path determines its trees: every node key of the fold holds it (``code``: the nodes' code
+    identity, ``cuts_code``: the cuts', each the installed one when not given)."""
     doc = {
         "train": train_inputs(train),
         "metric": metric.to_dict(),
         "dataset": fingerprint,
         "fold": fold,
-        "cuts": cuts_key(fingerprint, fold, train.max_bin, train.cuts_sample_rows, code),
-        "code": code,
+        "cuts": cuts_key(fingerprint, fold, train.max_bin, train.cuts_sample_rows, cuts_code),
+        "code": dict(code or code_identity("node")),
     }
     make_key("context", doc)  # checks the fields
     return doc
@@ -388,9 +443,17 @@ def curriculum_content_key(summary: Mapping[str, Any]) -> str:
 
 
 def curriculum_key(
-    settings: Mapping[str, Any], dataset: str, fold: int, name: str, difficulty: str, empty_queries: str, scores: str
+    settings: Mapping[str, Any],
+    dataset: str,
+    fold: int,
+    name: str,
+    difficulty: str,
+    empty_queries: str,
+    scores: str,
+    code: Mapping[str, str] | None = None,
 ) -> str:
-    """A curriculum's build: settings, dataset, fold, name, the difficulty key and the scores' fingerprint."""
+    """A curriculum's build: settings, dataset, fold, name, the difficulty key, the scores' fingerprint and the
+    ordering and pacing code (:func:`code_identity` of ``curriculum``)."""
     return make_key(
         "curriculum",
         {
@@ -401,6 +464,7 @@ def curriculum_key(
             "difficulty": difficulty,
             "empty_queries": empty_queries,
             "scores": scores,
+            "code": dict(code or code_identity("curriculum")),
         },
         16,
     )
@@ -421,7 +485,7 @@ def difficulty_key(
             "roles": dict(roles),
             "settings": dict(settings),
             "metric": dict(metric),
-            "code": dict(code or code_identity()),
+            "code": dict(code or code_identity("difficulty")),
         },
         16,
     )

@@ -60,16 +60,13 @@ from pipelines.core.storage import atomic_output, read_json
 from pipelines.data.dataset import MANIFEST, Dataset, DatasetError, load_split, open_dataset
 from pipelines.data.difficulty import SUMMARY as DIFFICULTY_SUMMARY
 from udfs import schema
-from udfs.curriculum import assign_first_stage, easiest_first, pacing_shares, stage_sizes, two_stage_shares
+from udfs.curriculum import ROLE_OF, SCORE_OF, place_queries, stage_shares
 from udfs.uris import to_uri
 
 log = logging.getLogger(__name__)
 
 SUMMARY = "_curriculum.json"
 QUERIES = "queries.parquet"
-SCORE_OF = {"q_nrel": "n_rel", "q_bm25": "ndcg_bm25", "q_pagerank": "ndcg_pagerank"}
-#: Strategies whose score (an NDCG) is undefined for a query without relevant documents.
-UNDEFINED_WHEN_EMPTY = ("q_bm25", "q_pagerank")
 
 
 def _read_json(path: str, name: str) -> dict[str, Any]:
@@ -82,13 +79,7 @@ def _read_json(path: str, name: str) -> dict[str, Any]:
 def shares_for(cfg: CurriculumConfig) -> np.ndarray:
     """Stage shares for the configured strategy and pacing (the settings were checked when ``cfg`` was made:
     :class:`pipelines.core.config.CurriculumConfig`)."""
-    if cfg.strategy == "none":
-        return np.array([1.0])
-    if cfg.strategy == "l_hrel":
-        return np.array([1.0, 1.0])
-    if cfg.pacing:
-        return pacing_shares(cfg.pacing, cfg.stages, cfg.delta, cfg.root_n)
-    return two_stage_shares(cfg.fraction)
+    return stage_shares(cfg.strategy, cfg.pacing, cfg.stages, cfg.delta, cfg.root_n, cfg.fraction)
 
 
 def check_hrel_labels(labels: list[int], ds: Dataset) -> None:
@@ -106,8 +97,6 @@ def check_hrel_labels(labels: list[int], ds: Dataset) -> None:
         )
 
 
-#: The feature role (``Dataset.feature_roles``) each strategy ranks queries by.
-ROLE_OF = {"q_bm25": "bm25", "q_pagerank": "pagerank"}
 _ROLE_NAME = {"bm25": "BM25", "pagerank": "PageRank"}
 
 
@@ -193,26 +182,14 @@ def build_curriculum(
         raise DatasetError(f"fold {fold}: the training split has no queries in {difficulty}")
     qid = pdf[schema.QID].to_numpy()
     empty = pdf["n_rel"].to_numpy() == 0
-    held = empty if empty_queries == "exclude" and cfg.strategy != "none" else None
-    if held is not None and held.all():
+    if empty_queries == "exclude" and cfg.strategy != "none" and empty.all():
         raise DatasetError(
             f"fold {fold}: none of the {n} training queries has a relevant document, so with "
             "difficulty.empty_queries=exclude every stage but the last would be empty; "
             "use last or as_metric"
         )
-    sizes = stage_sizes(n if held is None else int((~held).sum()), shares)  # held-back queries: last stage
-    if cfg.strategy in SCORE_OF:
-        score = pdf[SCORE_OF[cfg.strategy]].to_numpy(np.float64)
-        if cfg.strategy in UNDEFINED_WHEN_EMPTY and empty_queries != "as_metric":
-            score[empty] = np.nan  # undefined: metric.empty plays no part in the order
-        order = easiest_first(score, qid, last=empty if empty_queries == "last" else None)
-    elif cfg.strategy == "random":
-        score = np.full(n, np.nan)
-        order = np.random.default_rng(cfg.seed).permutation(n)  # of the qid-sorted queries: reproducible
-    else:  # none, l_hrel: every query in every stage
-        score = np.full(n, np.nan)
-        order = np.arange(n)
-    first = assign_first_stage(order, sizes, held_back=held)
+    columns = {c: pdf[c].to_numpy() for c in ("n_rel", *SCORE_OF.values())}
+    first, score, _ = place_queries(cfg.strategy, columns, qid, shares, empty_queries, cfg.seed)
     label_filter = list(cfg.hrel_labels) if cfg.strategy == "l_hrel" else None
     stages = _stage_summaries(spark, ds, fold, pdf, first, score, empty, shares, label_filter)
     summary = {

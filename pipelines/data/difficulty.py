@@ -30,9 +30,9 @@ from pipelines.core.progress import spark_progress
 from pipelines.core.storage import atomic_output
 from pipelines.data.dataset import Dataset, DatasetError, open_dataset
 from udfs import schema
-from udfs.difficulty import DIFFICULTY_DDL, difficulty_frame
+from udfs.difficulty import DIFFICULTY_DDL
+from udfs.difficulty import difficulty_scores as scores_of_rows
 from udfs.metrics import NdcgSpec
-from udfs.per_query import map_queries
 
 log = logging.getLogger(__name__)
 
@@ -108,18 +108,8 @@ def content_fingerprint(scores: DataFrame) -> str:
 
 
 def difficulty_scores(spark: SparkSession, ds: Dataset, roles: Roles, spec: NdcgSpec) -> DataFrame:
-    """Difficulty rows of every stored (subset, qid): a lazy DataFrame."""
-    bm25 = schema.feature_col(roles.bm25) if roles.bm25 else None
-    pr = schema.feature_col(roles.pagerank) if roles.pagerank else None
-    cols = list(dict.fromkeys([schema.SUBSET, schema.QID, schema.DOC, schema.LABEL, *(c for c in (bm25, pr) if c)]))
-    df = spark.read.parquet(ds.path).select(*cols)
-    return map_queries(
-        df,
-        lambda pdf: difficulty_frame(pdf, bm25, pr, spec),
-        DIFFICULTY_DDL,
-        keys=(schema.SUBSET, schema.QID),
-        arranged=True,
-    )
+    """Difficulty rows of every stored (subset, qid): a lazy DataFrame (:func:`udfs.difficulty.difficulty_scores`)."""
+    return scores_of_rows(spark.read.parquet(ds.path), roles.bm25, roles.pagerank, spec)
 
 
 def run_difficulty(spark: SparkSession, data: str, out: str, cfg: DifficultyConfig, spec: NdcgSpec) -> dict[str, Any]:

@@ -13,7 +13,7 @@ How it runs (DESIGN.md section 5):
    training, the workers exchange their qid sets over it (:func:`check_queries`) and all stop
    with :class:`SplitQueryError` if any query is on two workers, or with a
    clear error if a worker got no training query.
-3. Each worker runs :func:`pipelines.worker.loop.run_nodes`: XGBoost all-reduces
+3. Each worker runs :func:`pipelines.kernel.loop.run_nodes`: XGBoost all-reduces
    the histograms, gradients of Python objectives are computed locally (whole
    queries), evaluation sums are all-reduced. Outputs go to the checkpoint
    store (:mod:`pipelines.store.checkpoints`); rank 0 reports progress and curves to
@@ -39,17 +39,18 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+import pipelines.worker  # noqa: F401  (first: in a Spark worker it imports XGBoost without scikit-learn)
 from pipelines.core.config import ConfigError, TrainConfig
 from pipelines.core.errors import LtrError, UserError, crosses_tasks, relay
 from pipelines.core.session import task_slots
 from pipelines.data.curriculum import QUERIES, Curriculum
 from pipelines.data.dataset import Dataset, load_split
+from pipelines.kernel.cuts import FoldCuts, reference_matrix
+from pipelines.kernel.env import Comm, XgbComm, check_device, returning_freed_memory
+from pipelines.kernel.loop import Settings, run_nodes
+from pipelines.kernel.matrices import FEATURES_COL, SPLIT_COL, SPLITS, WorkerData, from_batches, local_dir, matrix_cuts
 from pipelines.plan.trie import Node
 from pipelines.store.checkpoints import CheckpointStore
-from pipelines.store.cuts import FoldCuts, reference_matrix
-from pipelines.worker.data import FEATURES_COL, SPLIT_COL, SPLITS, WorkerData, from_batches, local_dir, matrix_cuts
-from pipelines.worker.env import Comm, XgbComm, check_device, returning_freed_memory
-from pipelines.worker.loop import Settings, run_nodes
 from pipelines.worker.rows import FoldRows
 from udfs import schema
 from udfs.metrics import NdcgSpec
@@ -73,8 +74,8 @@ class SplitQueryError(UserError, RuntimeError):
 
 # ------------------------------------------------------------ settings
 def make_settings(cfg: TrainConfig, metric: NdcgSpec, ds: Dataset, nthread: int) -> Settings:
-    """The workers' :class:`~pipelines.worker.loop.Settings` of a training run, built on the driver from the
-    config's sections (the booster params are :attr:`~pipelines.worker.loop.Settings.params`). Logs a warning
+    """The workers' :class:`~pipelines.kernel.loop.Settings` of a training run, built on the driver from the
+    config's sections (the booster params are :attr:`~pipelines.kernel.loop.Settings.params`). Logs a warning
     when row or column subsampling is on (a resumed run may then draw other samples).
 
     Parameters
@@ -214,7 +215,7 @@ def arrange_by_qid(df: DataFrame, workers: int) -> DataFrame:
 
     Not sorted here: a sort of the wide rows was the driver JVM's largest memory (it spills, or
     needs gigabytes of heap at paper scale); the worker puts its rows, binned, in (qid, doc) order
-    itself (:func:`pipelines.worker.data.from_batches`).
+    itself (:func:`pipelines.kernel.matrices.from_batches`).
 
     Not ``repartitionByRange``: it samples qid bounds with the RDD id as seed, so the split of the
     queries among workers (and with it the trees, through the merged quantile sketches) depended on
@@ -223,9 +224,9 @@ def arrange_by_qid(df: DataFrame, workers: int) -> DataFrame:
 
 
 def check_same_code(driver: dict[str, str], files: dict[str, tuple[str, str]] | None = None) -> None:
-    """Refuse to train on an executor whose code identity (:func:`pipelines.core.keys.code_identity`) is not the
-    driver's: the node keys, computed on the driver, would name trees that other code built (a stale
-    ``--archives`` environment, another XGBoost on some machines). ``files``: the driver's
+    """Refuse to train on an executor whose code identity of nodes (:func:`pipelines.core.keys.code_identity` of
+    ``node``) is not the driver's: the node keys, computed on the driver, would name trees that other code built
+    (a stale ``--archives`` environment, another XGBoost on some machines). ``files``: the driver's
     :func:`~pipelines.core.keys.source_files`; when this executor has the same bytes and library versions, that
     settles it without parsing the sources again."""
     import socket
@@ -235,7 +236,7 @@ def check_same_code(driver: dict[str, str], files: dict[str, tuple[str, str]] | 
     if files is not None and library_versions() == {k: v for k, v in driver.items() if k != "sources"}:
         if has_source_files(files):
             return
-    here = dict(code_identity())
+    here = dict(code_identity("node"))
     if here != driver:
         other = sorted(k for k in set(here) | set(driver) if here.get(k) != driver.get(k))
         raise TrainError(
@@ -324,8 +325,8 @@ def run_nodes_distributed(
 
     args = _start_tracker(spark, workers, tracker_timeout)
     job = uuid.uuid4().hex  # this job's token: its tasks check in once with the driver
-    driver_code = dict(code_identity())
-    driver_files = source_files()
+    driver_code = dict(code_identity("node"))
+    driver_files = source_files("node")
     cur_meta = [
         {"name": c.name, "column": c.column, "label_filters": {str(k): v for k, v in c.label_filters().items()}}
         for c in curricula
@@ -345,7 +346,7 @@ def run_nodes_distributed(
         ------
         pa.RecordBatch
             One row: the worker's rank and its timings as JSON (``load``, ``rows``, ``rank`` and those of
-            :func:`pipelines.worker.loop.run_nodes`).
+            :func:`pipelines.kernel.loop.run_nodes`).
 
         Raises
         ------
@@ -378,7 +379,7 @@ def run_nodes_distributed(
             batches = source.batches(ctx.partitionId(), workers)
         with returning_freed_memory():  # the batches' buffers, once joined, leave the process
             ref = reference_matrix(cuts, int(settings.params.get("nthread") or 0))  # outside the collective
-            # rows stream in as Arrow batches and are kept as bin codes (pipelines.worker.data)
+            # rows stream in as Arrow batches and are kept as bin codes (pipelines.kernel.matrices)
             data = from_batches(
                 batches,
                 n_features,

@@ -41,11 +41,12 @@ from pipelines.execution.barrier_job import (
     training_frame,
 )
 from pipelines.execution.progress import EventServer, ProgressDisplay
+from pipelines.kernel.cuts import FoldCuts
+from pipelines.kernel.loop import Settings
 from pipelines.plan.trie import DONE, Node, Plan, pending, states_of
 from pipelines.store.checkpoints import CheckpointStore
-from pipelines.store.cuts import FoldCuts, fold_cuts
+from pipelines.store.cuts import fold_cuts
 from pipelines.store.lease import hold
-from pipelines.worker.loop import Settings
 from pipelines.worker.rows import FoldRows
 
 log = logging.getLogger(__name__)

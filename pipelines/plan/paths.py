@@ -27,23 +27,7 @@ import re
 from dataclasses import dataclass
 
 from pipelines.core.errors import UserError
-
-#: Objective name -> XGBoost objective for the built-in fast path, or None (Python).
-OBJECTIVES: dict[str, str | None] = {
-    "mse": None,
-    "lambdamart": None,
-    "ranknet": None,
-    "sigmoid_pairwise": None,
-    "stochastic_ndcg": None,
-    "blend": None,
-    "xgb_mse": "reg:squarederror",
-    "xgb_lambdamart": "rank:ndcg",
-    "xgb_ranknet": "rank:pairwise",
-}
-#: Objectives whose natural starting score is the mean label.
-REGRESSION = {"mse", "xgb_mse", "blend"}
-#: Objectives whose trees depend on a seed (the noise of stochastic_ndcg): ``grid.seeds`` repeats their paths.
-SEEDED = {"stochastic_ndcg"}
+from pipelines.kernel.registry import OBJECTIVES
 
 _SEGMENT = re.compile(
     r"(?P<obj>[a-z_]+)(?:@(?P<data>[A-Za-z0-9_]+(?:\.(?:\d+|\*))?))?(?:~(?P<seed>\d+))?:(?P<trees>\d+)"

@@ -32,7 +32,7 @@ node's lease (``lease_token=``): a writer whose lease was taken over cannot comm
 Shards hold, per split, the qids of the worker's rows (queries contiguous, in
 stored document order) and their float32 margins, so that a run with another
 number of workers can take each of its queries' rows from whichever shard has
-them (:func:`take_rows`).
+them (:func:`pipelines.kernel.matrices.margins_of_rows`).
 """
 
 from __future__ import annotations
@@ -285,26 +285,3 @@ class CheckpointStore:
                     f"checkpoint {self._where(key, tree)}: shard-{r:05d}.npz is unreadable: {e}"
                 ) from None
         return out
-
-
-def take_rows(shards: list[dict[str, np.ndarray]], split: str, qid: np.ndarray) -> np.ndarray:
-    """Margins of ``split`` for this worker's rows (``qid``: its rows' qids, queries contiguous).
-
-    Shards hold whole queries in stored document order, as workers do, so each of
-    this worker's queries takes the rows of that query from the shards in order.
-    """
-    if len(shards) == 1 and np.array_equal(shards[0][f"{split}_qid"], qid):  # same worker layout
-        return shards[0][f"{split}_margin"]
-    all_q = np.concatenate([s[f"{split}_qid"] for s in shards]) if shards else np.empty(0, np.int32)
-    all_m = np.concatenate([s[f"{split}_margin"] for s in shards]) if shards else np.empty(0, np.float32)
-    mine = np.isin(all_q, np.unique(qid))
-    got_q = all_q[mine]
-    if got_q.size != qid.size:
-        raise CheckpointError(
-            f"the checkpoint holds {got_q.size} {split} rows of this worker's queries, the data "
-            f"{qid.size}: it was written for other data"
-        )
-    order = np.argsort(got_q, kind="stable")  # shards are qid ranges; a worker's queries are sorted by qid
-    if not np.array_equal(got_q[order], qid):
-        raise CheckpointError(f"the checkpoint's {split} rows do not match this worker's queries")
-    return all_m[mine][order]

@@ -1,7 +1,7 @@
 """A finished path's results and model, assembled on the driver from its nodes' checkpoints.
 
 :func:`path_result` reads the curve points, score distributions, stages and per-query test NDCG
-that :mod:`pipelines.worker.loop` committed for each node of a path; :func:`concat_models` joins the
+that :mod:`pipelines.kernel.loop` committed for each node of a path; :func:`concat_models` joins the
 nodes' segments into one XGBoost JSON model that says what was trained.
 """
 

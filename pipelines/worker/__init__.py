@@ -1,10 +1,10 @@
-"""Inside a barrier task: the worker's environment (threads, tracker), its data path (Arrow -> bin codes
--> QuantileDMatrix) and the boosting loop (objectives, curves, checkpoints).
+"""Inside a barrier task, around the kernel (:mod:`pipelines.kernel`: the data path and the boosting loop): how
+a task reads its fold's rows itself (:mod:`~pipelines.worker.rows`), and XGBoost imported without scikit-learn.
 
-May import: ``pipelines.store`` and below (``plan``, ``data``, ``core``) and ``udfs``.
+May import: ``pipelines.store`` and below (``plan``, ``data``, ``kernel``, ``core``) and ``udfs``.
 
-Imported first in a barrier task's Python worker (unpickling the task imports this package before any module
-of it that imports XGBoost), where it imports XGBoost without scikit-learn: see :func:`in_a_spark_worker`.
+Imported first in a barrier task's Python worker (:mod:`pipelines.execution.barrier_job` imports it before any
+module that imports XGBoost), where it imports XGBoost without scikit-learn: see :func:`in_a_spark_worker`.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipelines.data.dataset import scan_subsets
-from pipelines.worker.data import SPLIT_COL
+from pipelines.kernel.matrices import SPLIT_COL
 from udfs import schema
 from udfs.spark_hashes import partition
 
@@ -49,7 +49,7 @@ class FoldRows:
     def batches(self, rank: int, workers: int) -> Iterator[pa.RecordBatch]:
         """This worker's rows as Arrow batches: ``_split``, qid, doc, label, the features, one column each,
         and (training rows) each curriculum's first stage (null where the curriculum lacks the query, as
-        Spark's left join gives; :func:`pipelines.worker.data.from_batches` refuses those)."""
+        Spark's left join gives; :func:`pipelines.kernel.matrices.from_batches` refuses those)."""
         feats = schema.feature_cols(self.n_features)
         cols = [schema.SUBSET, schema.QID, schema.DOC, schema.LABEL, *feats]
         stages = [(column, _first_stages(table)) for column, table in self.curricula]

@@ -70,9 +70,9 @@ def test_no_module_defines_an_exception_outside_the_model_by_source():
         ("pipelines.core.config.ConfigError", 2),
         ("pipelines.data.dataset.DatasetError", 2),
         ("pipelines.app.cli.UsageError", 2),
-        ("pipelines.store.cuts.CutsError", 2),
+        ("pipelines.kernel.cuts.CutsError", 2),
         ("pipelines.execution.barrier_job.SplitQueryError", 2),
-        ("pipelines.worker.data.DataError", 2),
+        ("pipelines.kernel.matrices.DataError", 2),
         ("pipelines.store.lease.LeaseHeld", 75),
         ("pipelines.store.lease.LeaseLost", 75),
         ("pipelines.execution.executor.NodeFailed", 1),
@@ -92,12 +92,12 @@ def test_the_registry_is_the_one_list_that_crosses_tasks():
 
 
 def test_relay_makes_the_task_error_again_from_its_first_line():
+    from pipelines.kernel.matrices import DataError
     from pipelines.store.lease import LeaseLost
-    from pipelines.worker.data import DataError
 
     wrapped = RuntimeError(
         "An exception was thrown from the Python worker.\nTraceback (most recent call last):\n"
-        '  File "x.py", line 1\npipelines.worker.data.DataError: worker 1 got no training query\nmore text'
+        '  File "x.py", line 1\npipelines.kernel.matrices.DataError: worker 1 got no training query\nmore text'
     )
     got = relay(wrapped)
     assert type(got) is DataError and str(got) == "worker 1 got no training query"

@@ -218,8 +218,8 @@ def _train(repo: Path, data: str, work: Path) -> dict:
 
 
 def test_a_docs_commit_resumes_and_every_edit_of_the_computing_code_retrains(small_dataset, tmp_path):
-    """In a git copy of the repository: train; commit a README change, a statement of the report and one of the CLI
-    (outside the code identity's closure), edit a comment and a docstring of udfs/ without committing -> nothing
+    """In a git copy of the repository: train; commit a README change, a statement of the report, of the CLI and of
+    operations modules (outside the kernel), edit a comment and a docstring of udfs/ without committing -> nothing
     retrained; edit a statement of udfs/ without committing -> retrained (git HEAD, the old key, saw neither the
     README commit as harmless nor an uncommitted edit after another as a change: the tree was already dirty).
 
@@ -243,9 +243,20 @@ def test_a_docs_commit_resumes_and_every_edit_of_the_computing_code_retrains(sma
 
     assert trees_built() == 4
     (repo / "README.md").write_text((repo / "README.md").read_text() + "\nA typo fixed.\n")
-    for rel in ("pipelines/report/render.py", "pipelines/app/cli.py"):  # a report fix, a CLI fix: outside the closure
+    # a report fix, a CLI fix, and fixes to operations code the kernel is handed (progress, session, storage,
+    # leases, the barrier job, config loading): none is in a key
+    for rel in (
+        "pipelines/report/render.py",
+        "pipelines/app/cli.py",
+        "pipelines/core/progress.py",
+        "pipelines/core/session.py",
+        "pipelines/core/storage.py",
+        "pipelines/core/config.py",
+        "pipelines/store/lease.py",
+        "pipelines/execution/barrier_job.py",
+    ):
         (repo / rel).write_text((repo / rel).read_text() + "\n_A_FIX = 1\n")
-    _git(repo, "commit", "-q", "-am", "docs, a report fix, a CLI fix")
+    _git(repo, "commit", "-q", "-am", "docs, a report fix, a CLI fix, operations fixes")
     target = repo / "udfs" / "metrics.py"
     text = target.read_text()
     assert '"""' in text and "\n#" in text
@@ -310,56 +321,104 @@ def test_code_identity_reads_the_closure_s_python_sources_only(tmp_path):
     (pkg / "m.py").write_text(BASE)
     (pkg / "root.py").write_text("from udfs.m import f\n")
     (pkg / "unused.py").write_text("X = 1\n")
-    base = keys.sources_hash(("udfs.root",), tmp_path)
-    assert set(keys.identity_modules(("udfs.root",), tmp_path)) == {"udfs", "udfs.root", "udfs.m"}
+
+    def ident() -> str:
+        return keys.hash_sources(list(keys.identity_modules(("udfs.root",), tmp_path, kernel=False).values()))
+
+    base = ident()
+    assert set(keys.identity_modules(("udfs.root",), tmp_path, kernel=False)) == {"udfs", "udfs.root", "udfs.m"}
     (pkg / "README.md").write_text("# notes")
     (pkg / "m.py").write_text(SAME["a docstring"])
     (pkg / "unused.py").write_text("X = 2\n")
-    assert keys.sources_hash(("udfs.root",), tmp_path) == base
+    assert ident() == base
     (pkg / "m.py").rename(pkg / "n.py")
     (pkg / "root.py").write_text("from udfs.n import f\n")
-    assert keys.sources_hash(("udfs.root",), tmp_path) != base
+    assert ident() != base
 
 
-def test_the_identity_closure_stays_in_the_packages_that_make_trees():
-    """Derived from the training entry points' imports, the closure must not reach the study, tracking, report or
-    app packages: if it did, an edit of those would re-key every study (move the import, or widen the set with a
-    reason)."""
-    closure = set(keys.identity_modules())
-    allowed = keys.IDENTITY_PACKAGES
-    outside = sorted(m for m in closure if not any(m == p or m.startswith(p + ".") for p in allowed))
-    assert outside == ["pipelines"]  # the top package's __init__ (a docstring) is the only parent outside
-    for must in (
-        "pipelines.execution.barrier_job",
-        "pipelines.worker.loop",
-        "pipelines.store.cuts",
-        "pipelines.data.curriculum",
-        "pipelines.data.difficulty",
+def test_a_kernel_module_that_imports_operations_code_is_refused(tmp_path):
+    """A closure that leaves the kernel would put operations code in the keys: it is an error naming the import
+    (the import contract ``kernel`` of .importlinter refuses the same import before any test runs)."""
+    pkg = tmp_path / "udfs"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "uris.py").write_text("X = 1\n")
+    (pkg / "metrics.py").write_text("import numpy as np\nfrom udfs.conventions import NdcgSpec\n")
+    (pkg / "conventions.py").write_text("class NdcgSpec:\n    pass\n")
+    assert set(keys.identity_modules(("udfs.metrics",), tmp_path)) == {"udfs", "udfs.metrics", "udfs.conventions"}
+    (pkg / "conventions.py").write_text("from udfs.uris import X\n")
+    with pytest.raises(keys.KernelImportError, match=r"udfs.conventions \(udfs/conventions.py\).* imports udfs.uris"):
+        keys.identity_modules(("udfs.metrics",), tmp_path)
+
+
+#: What each kind of result's identity must cover (a subset: the closures are derived from imports).
+MUST_COVER = {
+    "difficulty": {"udfs.difficulty", "udfs.metrics", "udfs.per_query"},
+    "curriculum": {"udfs.curriculum"},
+    "cuts": {"pipelines.kernel.cuts", "udfs.spark_hashes"},
+    "node": {
+        "pipelines.kernel.loop",
+        "pipelines.kernel.matrices",
+        "pipelines.kernel.cuts",
+        "pipelines.kernel.registry",
         "udfs.objectives",
         "udfs.metrics",
         "udfs.trees",
-    ):
-        assert must in closure, must
+    },
+}
 
 
-#: (file, expected: does an edited statement there change the code identity?)
+def test_each_kind_of_result_is_keyed_by_its_own_kernel_code():
+    """Each closure stays in the kernel (identity_modules raises otherwise) and covers what computes that kind of
+    result; the closures differ, so an edit of one kind's code keeps the others' keys."""
+    explained = keys.explain()
+    assert set(explained) == set(MUST_COVER) == set(keys.IDENTITY_ROOTS)
+    for kind, must in MUST_COVER.items():
+        assert must <= set(explained[kind]), (kind, must - set(explained[kind]))
+        assert all(keys.in_kernel(m) for m in explained[kind]), kind
+    assert "udfs.objectives" not in explained["difficulty"] and "udfs.difficulty" not in explained["node"]
+    assert len({keys.code_identity(kind)["sources"] for kind in explained}) == len(explained)
+
+
+#: (file, the kinds of result whose key an edited statement there changes). Operations code first: a fix there
+#: keeps every key (it used to re-key every result: config, progress, session, storage, leases, the barrier job).
 IDENTITY_TABLE = [
-    ("pipelines/report/render.py", False),
-    ("pipelines/report/stats.py", False),
-    ("pipelines/app/cli.py", False),
-    ("pipelines/app/airflow.py", False),
-    ("pipelines/app/grid.py", False),
-    ("pipelines/tracking/runs.py", False),
-    ("pipelines/study/design.py", False),
-    ("pipelines/core/provenance.py", False),
-    ("pipelines/data/ingest/job.py", False),  # ingest changes the dataset's content fingerprint, which is keyed
-    ("pipelines/worker/loop.py", True),
-    ("udfs/objectives.py", True),
-    ("pipelines/store/cuts.py", True),
-    ("pipelines/data/curriculum.py", True),
-    ("pipelines/data/difficulty.py", True),
-    ("udfs/metrics.py", True),
-    ("pipelines/execution/barrier_job.py", True),
+    ("pipelines/core/config.py", set()),
+    ("pipelines/core/progress.py", set()),
+    ("pipelines/core/proctree.py", set()),
+    ("pipelines/core/session.py", set()),
+    ("pipelines/core/storage.py", set()),
+    ("pipelines/core/keys.py", set()),
+    ("pipelines/store/lease.py", set()),
+    ("pipelines/store/checkpoints.py", set()),
+    ("pipelines/store/cuts.py", set()),
+    ("pipelines/execution/barrier_job.py", set()),
+    ("pipelines/execution/progress.py", set()),
+    ("pipelines/data/curriculum.py", set()),
+    ("pipelines/data/difficulty.py", set()),
+    ("pipelines/data/dataset.py", set()),
+    ("pipelines/plan/trie.py", set()),
+    ("pipelines/worker/rows.py", set()),
+    ("udfs/atomic.py", set()),
+    ("udfs/uris.py", set()),
+    ("pipelines/report/render.py", set()),
+    ("pipelines/app/cli.py", set()),
+    ("pipelines/app/airflow.py", set()),
+    ("pipelines/tracking/runs.py", set()),
+    ("pipelines/study/design.py", set()),
+    ("pipelines/data/ingest/job.py", set()),  # ingest changes the dataset's content fingerprint, which is keyed
+    # the kernel: exactly the kinds that run the edited code
+    ("pipelines/kernel/loop.py", {"node"}),
+    ("pipelines/kernel/matrices.py", {"node"}),
+    ("pipelines/kernel/registry.py", {"node"}),
+    ("pipelines/kernel/cuts.py", {"cuts", "node"}),
+    ("udfs/objectives.py", {"node"}),
+    ("udfs/trees.py", {"node"}),
+    ("udfs/metrics.py", {"node", "difficulty"}),
+    ("udfs/difficulty.py", {"difficulty"}),
+    ("udfs/per_query.py", {"difficulty"}),
+    ("udfs/curriculum.py", {"curriculum"}),
+    ("udfs/spark_hashes.py", {"cuts", "node"}),
 ]
 
 
@@ -373,15 +432,40 @@ def source_copy(tmp_path_factory):
     return root
 
 
+def _identities(base: Path) -> dict[str, str]:
+    return {kind: keys.sources_hash(kind, base) for kind in keys.IDENTITY_ROOTS}
+
+
 @pytest.mark.parametrize(("rel", "changes"), IDENTITY_TABLE, ids=[r for r, _ in IDENTITY_TABLE])
-def test_an_edit_re_keys_exactly_when_it_can_change_a_tree(source_copy, rel, changes):
-    base = keys.sources_hash(base=source_copy)
+def test_an_edit_re_keys_exactly_the_results_its_code_computes(source_copy, rel, changes):
+    base = _identities(source_copy)
     path = source_copy / rel
     text = path.read_text()
     try:
         path.write_text(text + "\n_EDITED = 1\n")
-        assert (keys.sources_hash(base=source_copy) != base) is changes
+        now = _identities(source_copy)
+        assert {kind for kind in base if now[kind] != base[kind]} == changes
         path.write_text(text.replace('"""', '"""A docstring edited. ', 1))
-        assert keys.sources_hash(base=source_copy) == base  # documentation never re-keys
+        assert _identities(source_copy) == base  # documentation never re-keys
     finally:
         path.write_text(text)
+
+
+def test_no_operations_module_is_in_any_key(source_copy):
+    """Every module of ours outside the kernel: an edited statement keeps every kind's key."""
+    base = _identities(source_copy)
+    ops = sorted(
+        p
+        for p in [*source_copy.glob("pipelines/**/*.py"), *source_copy.glob("udfs/*.py")]
+        if not keys.in_kernel(".".join(p.relative_to(source_copy).with_suffix("").parts).removesuffix(".__init__"))
+    )
+    assert len(ops) > 80
+    edited = []
+    try:
+        for p in ops:
+            edited.append((p, p.read_text()))
+            p.write_text(edited[-1][1] + "\n_EDITED = 1\n")
+        assert _identities(source_copy) == base
+    finally:
+        for p, text in edited:
+            p.write_text(text)

@@ -21,12 +21,12 @@ from pipelines.data.dataset import open_dataset
 from pipelines.data.ingest import ingest
 from pipelines.execution.barrier_job import SPLIT_COL, TrainError, make_settings, resolve_workers
 from pipelines.execution.executor import Execution, execute_plan
+from pipelines.kernel.loop import Settings, SplitData, WorkerData, run_nodes
 from pipelines.plan.paths import parse_path
 from pipelines.plan.trie import Plan, build_plan
 from pipelines.store.checkpoints import CheckpointStore
 from pipelines.store.results import PathResult, path_result
 from pipelines.testing.processes import ROOT
-from pipelines.worker.loop import Settings, SplitData, WorkerData, run_nodes
 from tests.helpers import XGB_PARAMS
 from udfs import schema
 from udfs.metrics import NdcgSpec, ndcg
@@ -446,8 +446,8 @@ def test_the_query_guard_sees_every_workers_queries():
     from types import SimpleNamespace
 
     from pipelines.execution.barrier_job import SplitQueryError, check_queries
-    from pipelines.worker.data import SPLITS
-    from pipelines.worker.env import LocalComm
+    from pipelines.kernel.env import LocalComm
+    from pipelines.kernel.matrices import SPLITS
 
     def held(train, vali=(), test=()):  # a worker's rows: 3 documents of each query
         qids = (np.repeat(np.asarray(q, np.int32), 3) for q in (train, vali, test))
@@ -489,8 +489,8 @@ def test_an_executor_with_other_code_is_refused_in_one_line():
 
     files = source_files()
     assert "pipelines.execution.barrier_job" in files and has_source_files(files)
-    other_bytes = {**files, "pipelines.worker.loop": (files["pipelines.worker.loop"][0], "0" * 64)}
-    moved = {**files, "pipelines.worker.loop": ("pipelines/worker/loop/__init__.py", files["pipelines.worker.loop"][1])}
+    other_bytes = {**files, "pipelines.kernel.loop": (files["pipelines.kernel.loop"][0], "0" * 64)}
+    moved = {**files, "pipelines.kernel.loop": ("pipelines/kernel/loop/__init__.py", files["pipelines.kernel.loop"][1])}
     assert not has_source_files(other_bytes) and not has_source_files(moved)
     for driver_files in (None, files, other_bytes):
         check_same_code(dict(code_identity()), driver_files)
@@ -614,7 +614,7 @@ def test_cuda_device_without_a_gpu_is_refused_in_one_line(local_data, monkeypatc
     import shutil
     import subprocess
 
-    import pipelines.worker.env as wl
+    import pipelines.kernel.env as wl
 
     if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi"], capture_output=True).returncode == 0:
         pytest.skip("a GPU is visible here")
@@ -630,7 +630,7 @@ def test_cuda_device_without_a_gpu_is_refused_in_one_line(local_data, monkeypatc
 _ALLOCATOR_PROBE = r"""
 import json, os, resource, sys
 import numpy as np
-from pipelines.worker.env import returning_freed_memory
+from pipelines.kernel.env import returning_freed_memory
 
 MB = 1 << 20
 rss = lambda: int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from pipelines.core.config import TrainConfig
+from pipelines.kernel.loop import Settings, SplitData, WorkerData, run_nodes
 from pipelines.plan.paths import PathError, parse_path
 from pipelines.plan.trie import DONE, PARTIAL, TODO, Plan, build_plan, format_plan, node_states, ready, trees_left
 from pipelines.store.checkpoints import CheckpointStore
 from pipelines.store.results import path_result
-from pipelines.worker.loop import Settings, SplitData, WorkerData, run_nodes
 from tests.helpers import XGB_PARAMS
 from udfs.metrics import NdcgSpec
 from udfs.objectives import document_normal
@@ -190,7 +190,7 @@ def test_one_training_matrix_at_a_time_and_the_same_trees(data, tmp_path, monkey
     import gc
     import weakref
 
-    import pipelines.worker.loop as wl
+    import pipelines.kernel.loop as wl
 
     plan = build_plan([parse_path(p, p) for p in CURRICULUM], fold=1, curriculum_keys={"cur": "c"})
     assert [n.data for n in plan.nodes] == ["cur.0", "all", "cur.0", "all", "all"]  # DFS: alternating

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from pipelines.worker.data import SPLIT_COL, from_batches
+from pipelines.kernel.matrices import SPLIT_COL, from_batches
 from tests.helpers import searchsorted_codes
 from udfs import schema
 
@@ -55,7 +55,7 @@ def test_features_in_one_list_column_give_the_same_worker_data():
     come, load to the same codes, labels and qids as one column per feature; a row of another length is refused."""
     import pytest
 
-    from pipelines.worker.data import FEATURES_COL, DataError, features_of_column
+    from pipelines.kernel.matrices import FEATURES_COL, DataError, features_of_column
 
     rng = np.random.default_rng(5)
     n, f = 900, 5
@@ -84,11 +84,11 @@ def test_features_in_one_list_column_give_the_same_worker_data():
 
 
 def test_spilled_codes_read_back_what_was_written_and_leave_no_file(tmp_path, monkeypatch):
-    """A split's codes in a local file (pipelines.worker.data.SpilledCodes): blocks and sparse rows read back as
+    """A split's codes in a local file (pipelines.kernel.matrices.SpilledCodes): blocks and sparse rows read back as
     written, across several read windows; the file is unlinked at once, and a closed one is refused."""
     import pytest
 
-    from pipelines.worker.data import DataError, SpilledCodes, codes_of_rows, spill
+    from pipelines.kernel.matrices import DataError, SpilledCodes, codes_of_rows, spill
 
     rng = np.random.default_rng(11)
     codes = rng.integers(0, 300, size=(1000, 9)).astype(np.uint16)
@@ -115,14 +115,14 @@ def test_training_codes_in_a_local_file_give_the_same_trees_and_curves(tmp_path,
     matrices and for the complement of a curriculum subset) trains byte-identical models and curves to codes in
     memory, on a path with subset nodes; small read windows and chunks, so that every read spans several."""
     from pipelines.core.config import TrainConfig
+    from pipelines.kernel.cuts import cuts_of, reference_matrix
+    from pipelines.kernel.loop import Settings, run_nodes
+    from pipelines.kernel.matrices import SpilledCodes, matrix_cuts
     from pipelines.plan.paths import parse_path, resolve
     from pipelines.plan.trie import build_plan
     from pipelines.store.checkpoints import CheckpointStore
-    from pipelines.store.cuts import cuts_of, reference_matrix
     from pipelines.store.results import path_result
     from pipelines.worker import data as worker_data
-    from pipelines.worker.data import SpilledCodes, matrix_cuts
-    from pipelines.worker.loop import Settings, run_nodes
     from udfs.metrics import NdcgSpec
 
     monkeypatch.setattr(SpilledCodes, "WINDOW", 29)
@@ -182,7 +182,7 @@ def test_training_codes_in_a_local_file_give_the_same_trees_and_curves(tmp_path,
 def test_codes_that_cannot_be_written_are_refused_naming_the_directory_and_the_setting(tmp_path):
     import pytest
 
-    from pipelines.worker.data import DataError, spill
+    from pipelines.kernel.matrices import DataError, spill
 
     missing = tmp_path / "gone"  # not a directory: the file cannot be made
     with pytest.raises(DataError, match=r"in .*gone: .*train\.codes_in_memory_gib="):
@@ -224,8 +224,8 @@ def test_numpy_asks_for_no_huge_pages_while_the_rows_load_and_does_again_after(m
 def test_codes_that_come_in_order_go_to_the_file_batch_by_batch_never_joined(tmp_path, monkeypatch):
     """A training split whose rows come in (qid, doc) order (one file) is spilled batch by batch: the file holds
     what the joined codes would, the codes are never joined in memory, and vali stays in memory."""
+    from pipelines.kernel.matrices import SpilledCodes
     from pipelines.worker import data as worker_data
-    from pipelines.worker.data import SpilledCodes
 
     rng = np.random.default_rng(8)
     n, f = 2000, 5

@@ -1,9 +1,9 @@
 """The boosting loop one worker runs over plan nodes: plain Python over numpy arrays, no Spark.
 
 :mod:`pipelines.execution.barrier_job` calls :func:`run_nodes` inside each Spark barrier task with the rows
-:mod:`pipelines.worker.data` made (bin codes, XGBoost's matrix) and an
-:class:`~pipelines.worker.env.XgbComm`; tests call it with rows in memory and a
-:class:`~pipelines.worker.env.LocalComm` (one worker) as the local twin.
+:mod:`pipelines.kernel.matrices` made (bin codes, XGBoost's matrix) and an
+:class:`~pipelines.kernel.env.XgbComm`; tests call it with rows in memory and a
+:class:`~pipelines.kernel.env.LocalComm` (one worker) as the local twin.
 
 A node's trees are built in *segments* ending at every multiple of ``checkpoint_every`` and at the
 node's last tree. Each segment is a fresh booster whose matrix carries the margins so far as
@@ -23,30 +23,28 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import numba
 import numpy as np
 import xgboost as xgb
 
-from pipelines.core.config import TrainConfig
-from pipelines.core.keys import seed_field
-from pipelines.plan.paths import OBJECTIVES, REGRESSION
-from pipelines.plan.trie import Node
-from pipelines.store.checkpoints import CheckpointStore, take_rows
-from pipelines.store.cuts import cuts_of, reference_matrix
-from pipelines.worker.data import (
+from pipelines.kernel.cuts import cuts_of, reference_matrix
+from pipelines.kernel.env import Comm, LocalComm, XgbComm, check_device, openmp_threads, returning_freed_memory
+from pipelines.kernel.matrices import (
     DataError,
     SplitData,
     WorkerData,
     add_trees_to_rows,
     encode,
+    margins_of_rows,
     matrix_cuts,
     representatives,
     training_matrix,
     walkable,
 )
-from pipelines.worker.env import Comm, LocalComm, XgbComm, check_device, openmp_threads, returning_freed_memory
+from pipelines.kernel.nodes import Node
+from pipelines.kernel.registry import OBJECTIVES, REGRESSION
 from udfs.metrics import NdcgSpec, inverse_idcg, ndcg_fast, offsets_from_qids
 from udfs.objectives import BlendSchedule, ObjectiveSettings, objective
 from udfs.trees import add_tree, tree_arrays
@@ -66,6 +64,23 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
+# ------------------------------------------------------------ what the loop is given
+class Checkpoints(Protocol):
+    """Where the loop reads and writes a node's checkpoints (:class:`pipelines.store.checkpoints.CheckpointStore`:
+    storage is operations code, handed to the kernel as this object)."""
+
+    def latest(self, key: str) -> int | None: ...
+    def meta(self, key: str, tree: int) -> dict[str, Any]: ...
+    def shards(self, key: str, tree: int) -> list[dict[str, np.ndarray]]: ...
+    def write_shard(
+        self, key: str, tree: int, rank: int, arrays: dict[str, np.ndarray], *, lease_token: str | None = None
+    ) -> None: ...
+    def write_segment(
+        self, key: str, t_start: int, t_end: int, model: bytes, *, lease_token: str | None = None
+    ) -> None: ...
+    def commit(self, key: str, tree: int, meta: dict[str, Any], *, lease_token: str | None = None) -> None: ...
+
+
 # ------------------------------------------------------------ settings
 @dataclass(frozen=True, kw_only=True)
 class Settings:
@@ -73,7 +88,8 @@ class Settings:
     (:func:`pipelines.execution.barrier_job.make_settings`). It declares no setting of its own: what the trees,
     curves and checkpoints depend on is read from ``train`` and ``metric`` as the config has them."""
 
-    train: TrainConfig  # the config's train: section
+    # the config's train: section (pipelines.core.config.TrainConfig: the kernel does not import the config)
+    train: Any
     metric: NdcgSpec  # the config's metric: section (the NDCG of the curves)
     labels: tuple[int, int]  # the dataset's smallest and largest label (score distributions per label)
     nthread: int  # XGBoost threads per worker, resolved (train.nthread, else the worker's share of the cores)
@@ -173,7 +189,7 @@ class _Worker:
         data: WorkerData,
         settings: Settings,
         comm: Comm,
-        store: CheckpointStore,
+        store: Checkpoints,
         events: Events,
         ref: Any = None,
         lease_token: str | None = None,
@@ -305,9 +321,9 @@ class _Worker:
         d = self.data
         st = _State(
             tree,
-            take_rows(shards, "train", d.train.qid),
-            None if d.vali is None else take_rows(shards, "vali", d.vali.qid),
-            None if d.test is None else take_rows(shards, "test", d.test.qid),
+            margins_of_rows(shards, "train", d.train.qid),
+            None if d.vali is None else margins_of_rows(shards, "vali", d.vali.qid),
+            None if d.test is None else margins_of_rows(shards, "test", d.test.qid),
             float(meta["base"]),
             meta["segments"],
             meta["curve"],
@@ -356,7 +372,7 @@ class _Worker:
                         "t0": node.t0,
                         "t1": node.t1,
                         "ends": list(node.ends),
-                        **seed_field(node.seed),
+                        **({"seed": node.seed} if node.seed else {}),  # as the plan writes it
                     },
                     "shards": self.comm.world,
                     "base": st.base,
@@ -521,7 +537,7 @@ def run_nodes(
     data: WorkerData,
     nodes: Iterable[Node],
     settings: Settings,
-    store: CheckpointStore,
+    store: Checkpoints,
     comm: Comm | None = None,
     events: Events | None = None,
     ref: Any = None,

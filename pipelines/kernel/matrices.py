@@ -15,7 +15,7 @@ This module is the whole data path of a training worker, and where its memory go
    representative value (a value that falls in that bin: the cut below it). The matrix's bins,
    and so the trees, are those of the original floats (tested); the float chunk is freed
    after XGBoost has binned it. Curriculum subsets get their matrix the same way; the boosting
-   loop keeps one training matrix at a time (:meth:`pipelines.worker.loop._Worker.training_matrix`).
+   loop keeps one training matrix at a time (:meth:`pipelines.kernel.loop._Worker.training_matrix`).
 3. Vali, test and a subset's complement are walked as codes by :func:`udfs.trees.add_tree`.
    Every split of a ``hist`` tree on the fold's cuts is at a cut, so the codes decide it
    exactly; a tree with a split that is not a cut (not ``hist``, other cuts) cannot be walked
@@ -26,7 +26,7 @@ local file beyond ``train.codes_in_memory_gib``), XGBoost's quantised training m
 all rows or a subset's (about 2 bytes a value with at most 256 bins: a row-wise and a column-wise bin index),
 labels, qids, offsets and margins.
 The buffers freed while loading and while a matrix is built go back to the OS: both run inside
-:func:`pipelines.worker.env.returning_freed_memory`. RESULTS.md ("Memory") has the measured figures.
+:func:`pipelines.kernel.env.returning_freed_memory`. RESULTS.md ("Memory") has the measured figures.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ import numpy as np
 import pyarrow as pa
 import xgboost as xgb
 
-from pipelines.core.errors import UserError, crosses_tasks
-from pipelines.worker.env import without_huge_pages
+from pipelines.core.errors import LtrError, UserError, crosses_tasks
+from pipelines.kernel.env import without_huge_pages
 from udfs import schema
 from udfs.metrics import offsets_from_qids
 from udfs.trees import MISSING, Binner, Cuts, add_tree
@@ -60,6 +60,10 @@ CHUNK_ROWS = 65_536  # rows decoded to float32 at a time for XGBoost (whole quer
 @crosses_tasks
 class DataError(UserError):
     """Rows a worker cannot train on (the message names the column and the curriculum)."""
+
+
+class ResumeError(LtrError):
+    """A checkpoint's margins that do not fit this worker's rows (written for other data)."""
 
 
 # ------------------------------------------------------------ codes on local disk
@@ -626,3 +630,26 @@ def walkable(tree: tuple[np.ndarray, ...], index: int) -> tuple[np.ndarray, ...]
             "split only at their matrix's cuts: is train.tree_method another?)"
         )
     return tree
+
+
+def margins_of_rows(shards: list[dict[str, np.ndarray]], split: str, qid: np.ndarray) -> np.ndarray:
+    """Margins of ``split`` for this worker's rows (``qid``: its rows' qids, queries contiguous).
+
+    Shards hold whole queries in stored document order, as workers do, so each of
+    this worker's queries takes the rows of that query from the shards in order.
+    """
+    if len(shards) == 1 and np.array_equal(shards[0][f"{split}_qid"], qid):  # same worker layout
+        return shards[0][f"{split}_margin"]
+    all_q = np.concatenate([s[f"{split}_qid"] for s in shards]) if shards else np.empty(0, np.int32)
+    all_m = np.concatenate([s[f"{split}_margin"] for s in shards]) if shards else np.empty(0, np.float32)
+    mine = np.isin(all_q, np.unique(qid))
+    got_q = all_q[mine]
+    if got_q.size != qid.size:
+        raise ResumeError(
+            f"the checkpoint holds {got_q.size} {split} rows of this worker's queries, the data "
+            f"{qid.size}: it was written for other data"
+        )
+    order = np.argsort(got_q, kind="stable")  # shards are qid ranges; a worker's queries are sorted by qid
+    if not np.array_equal(got_q[order], qid):
+        raise ResumeError(f"the checkpoint's {split} rows do not match this worker's queries")
+    return all_m[mine][order]
