@@ -267,6 +267,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="write it again even if it exists")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=cmd_jvm_archive)
+
+    p = sub.add_parser(
+        "keys",
+        help="the code identity of each kind of result (difficulty, curriculum, cuts, node)",
+        description="Each kind of result is keyed by the kernel code that computes it (pipelines.kernel and udfs' "
+        "per-query math): an edit elsewhere (config, storage, progress, the report, the CLI) retrains nothing. "
+        "Prints each kind's identity (a hash of its modules' syntax trees, and library versions).",
+    )
+    p.add_argument("--explain", action="store_true", help="also list the modules each identity covers")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.set_defaults(func=cmd_keys)
     return parser
 
 
@@ -607,6 +619,32 @@ def cmd_jvm_archive(args: argparse.Namespace) -> int:
         build_class_archive(archive)
     info = {"archive": str(archive), "bytes": archive.stat().st_size, "written": written}
     print(json.dumps({**info, "seconds": round(time.perf_counter() - t0, 1), "java_option": java_option(archive)}))
+    return 0
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    """Each kind of result's code identity (:func:`pipelines.core.keys.code_identity`), with ``--explain`` the
+    modules it covers (:func:`pipelines.core.keys.explain`)."""
+    from pipelines.core import keys
+
+    explained = keys.explain()
+    doc = {
+        kind: {
+            "sources": keys.code_identity(kind)["sources"],
+            "roots": list(keys.IDENTITY_ROOTS[kind]),
+            **({"modules": mods} if args.explain else {}),
+        }
+        for kind, mods in explained.items()
+    }
+    libraries = {k: v for k, v in keys.code_identity().items() if k != "sources"}
+    if args.json:
+        print(json.dumps({"kinds": doc, "libraries": libraries}, indent=2))
+        return 0
+    for kind, d in doc.items():
+        print(f"{kind}: sources {d['sources']} ({len(explained[kind])} modules from {', '.join(d['roots'])})")
+        for m in d.get("modules", []):
+            print(f"    {m}")
+    print("libraries: " + ", ".join(f"{k} {v or '-'}" for k, v in libraries.items()))
     return 0
 
 

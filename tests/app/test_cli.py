@@ -49,6 +49,24 @@ def test_grid_unit_misuse_exits_2_before_any_work(tmp_path, capsys, args, messag
     assert err.count(message) == 1, err  # once: not also as a log record
 
 
+def test_keys_explain_lists_each_kind_s_kernel_modules(capsys):
+    """``ltr keys --explain``: each kind of result, its identity and the modules it covers (no Spark)."""
+    from pipelines.core import keys
+
+    assert main(["keys", "--explain", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc["kinds"]) == {"difficulty", "curriculum", "cuts", "node"}
+    for kind, d in doc["kinds"].items():
+        assert d["sources"] == keys.code_identity(kind)["sources"] and d["modules"] == keys.explain()[kind]
+    assert "pipelines.kernel.loop" in doc["kinds"]["node"]["modules"]
+    assert not any(
+        m.startswith(("pipelines.core.config", "pipelines.store")) for d in doc["kinds"].values() for m in d["modules"]
+    )
+    assert main(["keys", "--explain"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("difficulty: sources ") and "\n    udfs.curriculum\n" in text
+
+
 def test_strict_flag(spark, tmp_path, capsys):
     code = main(
         [

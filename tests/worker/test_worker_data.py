@@ -115,6 +115,7 @@ def test_training_codes_in_a_local_file_give_the_same_trees_and_curves(tmp_path,
     matrices and for the complement of a curriculum subset) trains byte-identical models and curves to codes in
     memory, on a path with subset nodes; small read windows and chunks, so that every read spans several."""
     from pipelines.core.config import TrainConfig
+    from pipelines.kernel import matrices as worker_data
     from pipelines.kernel.cuts import cuts_of, reference_matrix
     from pipelines.kernel.loop import Settings, run_nodes
     from pipelines.kernel.matrices import SpilledCodes, matrix_cuts
@@ -122,7 +123,6 @@ def test_training_codes_in_a_local_file_give_the_same_trees_and_curves(tmp_path,
     from pipelines.plan.trie import build_plan
     from pipelines.store.checkpoints import CheckpointStore
     from pipelines.store.results import path_result
-    from pipelines.worker import data as worker_data
     from udfs.metrics import NdcgSpec
 
     monkeypatch.setattr(SpilledCodes, "WINDOW", 29)
@@ -191,8 +191,8 @@ def test_codes_that_cannot_be_written_are_refused_naming_the_directory_and_the_s
 
 def test_numpy_asks_for_no_huge_pages_while_the_rows_load_and_does_again_after(monkeypatch):
     """from_batches runs inside without_huge_pages: numpy's switch is off there and back as it was after."""
-    from pipelines.worker import data as worker_data
-    from pipelines.worker import env
+    from pipelines.kernel import env
+    from pipelines.kernel import matrices as worker_data
 
     switch = env._numpy_huge_page_switch()
     assert switch is not None  # numpy 1 and 2 both have it
@@ -224,8 +224,8 @@ def test_numpy_asks_for_no_huge_pages_while_the_rows_load_and_does_again_after(m
 def test_codes_that_come_in_order_go_to_the_file_batch_by_batch_never_joined(tmp_path, monkeypatch):
     """A training split whose rows come in (qid, doc) order (one file) is spilled batch by batch: the file holds
     what the joined codes would, the codes are never joined in memory, and vali stays in memory."""
+    from pipelines.kernel import matrices as worker_data
     from pipelines.kernel.matrices import SpilledCodes
-    from pipelines.worker import data as worker_data
 
     rng = np.random.default_rng(8)
     n, f = 2000, 5
