@@ -123,7 +123,7 @@ def ours(spark, data: str, path: str, trees_eval: int, workers: int, nthread: in
     cfg = TrainConfig(workers=workers, nthread=nthread, eval_every=trees_eval, score_dist_trees=[])
     settings = make_settings(cfg, NdcgSpec(), ds, nthread)
     t0 = time.perf_counter()
-    res, info = _train(spark, ds, [parse_path(path, "p")], settings, workers, nthread)
+    res, info = _train(spark, ds, [parse_path(path, "p")], cfg, settings, workers, nthread)
     wall = time.perf_counter() - t0
     w0 = info["worker_timings"][0]
     n = w0["trees"]
@@ -140,16 +140,16 @@ def ours(spark, data: str, path: str, trees_eval: int, workers: int, nthread: in
         "dmatrix_seconds": round(w0["dmatrix"], 2),
         "checkpoint_per_tree": w0["checkpoint"] / n,
         "checkpoint_share_of_training": round(w0["checkpoint"] / (w0["boost"] + w0["objective"]), 4),
-        "checkpoint_every": settings.train.checkpoint_every,
+        "checkpoint_every": settings.checkpoint_every,
         "final_test_ndcg": res["p"].test[-1],
     }
 
 
-def _train(spark, ds, paths, settings, workers: int, nthread: int):
+def _train(spark, ds, paths, cfg, settings, workers: int, nthread: int):
     """Train ``paths`` from scratch (fresh checkpoint directory: nothing reused)."""
     with tempfile.TemporaryDirectory(prefix="bench-ckpt-") as d:
         how = Execution.from_config(
-            replace(settings.train, job_retries=0),
+            replace(cfg, job_retries=0),
             workers=workers,
             nthread=nthread,
             parallel=1,
@@ -166,12 +166,12 @@ def grid(spark, data: str, threads: int) -> dict:
     settings = make_settings(cfg, NdcgSpec(), ds, threads)
     paths = [parse_path(f"mse:{t},lambdamart:{500 - t}", f"MSE-{t}") for t in (100, 200, 300, 400)]
     t0 = time.perf_counter()
-    together, info = _train(spark, ds, paths, settings, workers, threads)
+    together, info = _train(spark, ds, paths, cfg, settings, workers, threads)
     shared = time.perf_counter() - t0
     t0 = time.perf_counter()
     alone = {}
     for p in paths:
-        r, _ = _train(spark, ds, [p], settings, workers, threads)
+        r, _ = _train(spark, ds, [p], cfg, settings, workers, threads)
         alone.update(r)
     separate = time.perf_counter() - t0
     same = all(together[p.label].test[-1] == alone[p.label].test[-1] for p in paths)

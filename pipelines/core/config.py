@@ -26,7 +26,7 @@ import sys
 import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar, cast
 
@@ -35,6 +35,7 @@ import yaml
 from pipelines.core.errors import UserError
 from udfs.conventions import BlendSchedule, NdcgSpec
 from udfs.curriculum import PACINGS
+from udfs.model import Model
 
 T = TypeVar("T")
 
@@ -369,6 +370,20 @@ class TrainConfig:
     codes_in_memory_gib: float = 1.0
     read: str = "auto"
 
+    #: The field that says what to train (the path), beside the model part and the run part.
+    WHAT = ("path",)
+
+    @property
+    def model(self) -> Model:
+        """The model part: everything a tree depends on, keyed whole (:class:`udfs.model.Model`)."""
+        values = {f.name: getattr(self, f.name) for f in fields(Model)}
+        return Model(**{**values, "score_dist_trees": tuple(values["score_dist_trees"])})
+
+    @property
+    def run(self) -> TrainRun:
+        """The run part: how the trees are run, in no key (:class:`TrainRun`)."""
+        return TrainRun(**{f.name: getattr(self, f.name) for f in fields(TrainRun)})
+
     def __post_init__(self) -> None:
         if self.read not in READS:
             raise ConfigError(f"train.read must be one of {', '.join(READS)}, got {self.read!r}")
@@ -390,6 +405,22 @@ class TrainConfig:
             raise ConfigError(
                 f"train.blend_schedule {self.blend_schedule!r} / train.blend_width {self.blend_width}: {e}"
             ) from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainRun:
+    """The run part of ``train:``: how trees are built, never what they are (in no key; see :class:`TrainConfig`
+    for each setting's meaning and default)."""
+
+    workers: int
+    nthread: int
+    checkpoint_every: int
+    tracker_timeout: int
+    job_retries: int
+    lease_ttl: float
+    lease_wait: float
+    codes_in_memory_gib: float
+    read: str
 
 
 @dataclass(frozen=True)

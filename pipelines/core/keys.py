@@ -67,22 +67,6 @@ INPUTS: dict[str, tuple[str, ...]] = {
     "grid": ("study", "code"),
 }
 
-#: TrainConfig fields that do not change the trees: left out of the context of node keys and of studies.
-#: ``workers`` and ``nthread`` are here because the cuts are global (:mod:`pipelines.store.cuts`): 1, 2 or N
-#: workers build the same trees up to the summation order of histogram sums.
-TRAIN_NOT_IN_KEY = (
-    "path",
-    "workers",
-    "nthread",
-    "checkpoint_every",
-    "tracker_timeout",
-    "job_retries",
-    "lease_ttl",
-    "lease_wait",
-    "codes_in_memory_gib",
-    "read",
-)
-
 #: Libraries whose arithmetic a result depends on (their versions are part of the code identity).
 LIBRARIES = ("xgboost", "pyspark", "numpy", "numba", "pyarrow")
 
@@ -104,6 +88,7 @@ IDENTITY_ROOTS: dict[str, tuple[str, ...]] = {
 #: and ``.importlinter``'s contract ``kernel`` forbids the import itself.
 KERNEL = (
     "pipelines.kernel",
+    "udfs.model",
     "udfs.conventions",
     "udfs.curriculum",
     "udfs.difficulty",
@@ -355,10 +340,12 @@ def code_label(code: Mapping[str, str]) -> str:
 
 # ------------------------------------------------------------ keys of results
 def train_inputs(train: Any) -> dict[str, Any]:
-    """The fields of a TrainConfig that change trees."""
+    """What of a TrainConfig changes trees: its model part, whole (:class:`udfs.model.Model`; the run part and
+    the path are in no key of this kind)."""
     from dataclasses import asdict
 
-    return {k: v for k, v in asdict(train).items() if k not in TRAIN_NOT_IN_KEY}
+    doc = asdict(train.model)
+    return {**doc, "score_dist_trees": list(doc["score_dist_trees"])}  # a list, as the config holds it
 
 
 def child_key(name: str, path: str, last_node: str) -> str:

@@ -109,7 +109,14 @@ def make_settings(cfg: TrainConfig, metric: NdcgSpec, ds: Dataset, nthread: int)
             "train.subsample/colsample_bytree < 1: XGBoost's sampler state is not part of a checkpoint, so "
             "a resumed run may draw other samples than an uninterrupted one (measured: not bit-identical)"
         )
-    return Settings(train=cfg, metric=metric, labels=(int(lo), int(hi)), nthread=nthread)
+    return Settings(
+        model=cfg.model,
+        metric=metric,
+        labels=(int(lo), int(hi)),
+        nthread=nthread,
+        checkpoint_every=cfg.checkpoint_every,
+        codes_in_memory_gib=cfg.codes_in_memory_gib,
+    )
 
 
 def is_local(master: str) -> bool:
@@ -385,7 +392,7 @@ def run_nodes_distributed(
                 n_features,
                 matrix_cuts(ref),
                 cur_meta,
-                spill_over=settings.train.codes_in_memory_gib * 2**30,
+                spill_over=settings.codes_in_memory_gib * 2**30,
                 where=local_dir(),
             )
         load = time.perf_counter() - t0

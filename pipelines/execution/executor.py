@@ -76,6 +76,7 @@ class Execution:
     resume_hint: str  # the command that resumes, named by a failure
     lease_ttl: float  # train.lease_ttl: seconds; renewed every ttl/3 while the job runs
     lease_wait: float  # train.lease_wait: how long to wait for another process's lease on a node before stopping
+    read: str  # train.read: whether the barrier tasks read their rows themselves
 
     @classmethod
     def from_config(
@@ -108,6 +109,7 @@ class Execution:
             resume_hint=resume_hint,
             lease_ttl=train.lease_ttl,
             lease_wait=train.lease_wait,
+            read=train.read,
         )
 
 
@@ -165,8 +167,8 @@ def execute_plan(
         store.root,
         ds,
         plan.fold,
-        settings.train.max_bin,
-        settings.train.cuts_sample_rows,
+        settings.model.max_bin,
+        settings.model.cuts_sample_rows,
         how.nthread,
     )
     try:
@@ -256,7 +258,7 @@ def _run_unit(
     if missing:
         raise DatasetError(f"fold {plan.fold}: no curriculum {missing} for nodes of the plan")
     curs = [curricula[c] for c in names]
-    if reads_in_workers(settings.train.read, ds.path):
+    if reads_in_workers(how.read, ds.path):
         rows: DataFrame | FoldRows = fold_rows(ds, plan.fold, curs)  # each barrier task reads its own
     else:
         rows = training_frame(spark, ds, plan.fold, curs)

@@ -46,6 +46,7 @@ from pipelines.kernel.matrices import (
 from pipelines.kernel.nodes import Node
 from pipelines.kernel.registry import OBJECTIVES, REGRESSION
 from udfs.metrics import NdcgSpec, inverse_idcg, ndcg_fast, offsets_from_qids
+from udfs.model import Model
 from udfs.objectives import BlendSchedule, ObjectiveSettings, objective
 from udfs.trees import add_tree, tree_arrays
 
@@ -88,25 +89,26 @@ class Settings:
     (:func:`pipelines.execution.barrier_job.make_settings`). It declares no setting of its own: what the trees,
     curves and checkpoints depend on is read from ``train`` and ``metric`` as the config has them."""
 
-    # the config's train: section (pipelines.core.config.TrainConfig: the kernel does not import the config)
-    train: Any
+    model: Model  # the model part of the config's train: section (TrainConfig.model)
     metric: NdcgSpec  # the config's metric: section (the NDCG of the curves)
     labels: tuple[int, int]  # the dataset's smallest and largest label (score distributions per label)
     nthread: int  # XGBoost threads per worker, resolved (train.nthread, else the worker's share of the cores)
+    checkpoint_every: int  # trees between two checkpoints (train.checkpoint_every: no tree depends on it)
+    codes_in_memory_gib: float  # train.codes_in_memory_gib: bin codes beyond it go to a local file
 
     def with_seed(self, offset: int) -> Settings:
         """These settings with ``offset`` added to ``train.seed``, the seed of the objectives' noise and of
         XGBoost's sampling (a plan node of a ``grid.seeds`` repetition); themselves for offset 0."""
         if not offset:
             return self
-        return replace(self, train=replace(self.train, seed=self.train.seed + offset))
+        return replace(self, model=replace(self.model, seed=self.model.seed + offset))
 
     @property
     def params(self) -> dict[str, Any]:
         """XGBoost booster params shared by every node: ``hist`` trees grown leaf-wise (``lossguide``, at most
         ``train.leaves`` leaves, no depth limit) with the config's learning rate, bins, regularisation,
         sampling, seed and device, on ``nthread`` threads."""
-        t = self.train
+        t = self.model
         return {
             "tree_method": "hist",
             "grow_policy": "lossguide",
@@ -127,7 +129,7 @@ class Settings:
     @property
     def objectives(self) -> ObjectiveSettings:
         """What the custom objectives need of these settings (:class:`udfs.objectives.ObjectiveSettings`)."""
-        t = self.train
+        t = self.model
         return ObjectiveSettings(
             k=t.k,
             exp_gain=self.metric.gain == "exp2",
@@ -148,7 +150,7 @@ def booster_params(settings: Settings, objective: str) -> dict[str, Any]:
         if builtin.startswith("rank:"):
             p.update(
                 lambdarank_pair_method="topk",
-                lambdarank_num_pair_per_sample=settings.train.k,
+                lambdarank_num_pair_per_sample=settings.model.k,
                 ndcg_exp_gain=settings.metric.gain == "exp2",
             )
     p["disable_default_eval_metric"] = 1
@@ -196,13 +198,13 @@ class _Worker:
     ) -> None:
         self.s, self.comm, self.store, self.events = settings, comm, store, events
         self.lease_token = lease_token
-        check_device(settings.train.device)
+        check_device(settings.model.device)
         nthread = settings.nthread
         if nthread:  # before any XGBoost work: the quantile sketch below is multithreaded too
             openmp_threads(nthread)
             numba.set_num_threads(max(1, min(nthread, numba.config.NUMBA_NUM_THREADS)))
         t0 = time.perf_counter()
-        max_bin = settings.train.max_bin
+        max_bin = settings.model.max_bin
         if ref is None:
             if comm.world > 1:
                 raise RuntimeError(
@@ -244,7 +246,7 @@ class _Worker:
         """The base margin of a root node: 0 for ranking objectives (``auto``, ``zero``), the global mean label
         over every worker's train rows for regression (``auto``, ``mean``), or the number given
         (``train.base_margin``, checked by :class:`pipelines.core.config.TrainConfig`)."""
-        mode = self.s.train.base_margin
+        mode = self.s.model.base_margin
         if mode == "zero" or (mode == "auto" and node.objective not in REGRESSION):
             return 0.0
         if mode in ("mean", "auto"):
@@ -270,7 +272,7 @@ class _Worker:
         lo, hi = -lo_hi[0], lo_hi[1]
         if not np.isfinite(lo) or hi <= lo:
             lo, hi = (lo if np.isfinite(lo) else 0.0), (lo if np.isfinite(lo) else 0.0) + 1.0
-        edges = np.linspace(lo, hi, self.s.train.score_dist_bins + 1)
+        edges = np.linspace(lo, hi, self.s.model.score_dist_bins + 1)
         labels = list(range(self.s.labels[0], self.s.labels[1] + 1))
         hist = np.stack([np.histogram(margins[y == lab], bins=edges)[0] for lab in labels]).astype(np.float64)
         hist = self.comm.allreduce(hist, "sum")
@@ -382,7 +384,7 @@ class _Worker:
                     "rows": st.rows,
                     "done": st.tree == node.t1,
                     "cost": st.cost,
-                    "conventions": {"k": self.s.train.k, "gain": self.s.metric.gain},
+                    "conventions": {"k": self.s.model.k, "gain": self.s.metric.gain},
                 },
                 lease_token=self.lease_token,
             )
@@ -437,7 +439,7 @@ class _Worker:
         st = self.start_state(node, parent)
         if st.tree < node.t1:
             self.events({"ev": "node_start", "node": node.key, "tree": st.tree})
-        every = self.s.train.checkpoint_every
+        every = self.s.checkpoint_every
         while st.tree < node.t1:
             end = min(node.t1, (st.tree // every + 1) * every)
             st = self.segment(node, st, end)
@@ -489,7 +491,7 @@ class _Worker:
             trees.append(tree)
             for name, sp in self.evals.items():
                 add_tree(sp.coded(), tree, ev[name], codes=sp.coded())
-            if self.evals and (done % s.train.eval_every == 0 or done == node.t1 or done in s.train.score_dist_trees):
+            if self.evals and (done % s.model.eval_every == 0 or done == node.t1 or done in s.model.score_dist_trees):
                 curve.append(
                     [
                         done,
@@ -497,7 +499,7 @@ class _Worker:
                         self.mean_ndcg("test", ev["test"]) if "test" in ev else float("nan"),
                     ]
                 )
-                if done in s.train.score_dist_trees and "test" in ev:
+                if done in s.model.score_dist_trees and "test" in ev:
                     dists.append(self.score_dist(done, ev["test"]))
             self.timing["eval"] += time.perf_counter() - t0
             self.events({"ev": "tree", "node": node.key, "tree": done})

@@ -174,12 +174,13 @@ def test_extra_curricula_are_typed_and_frozen():
 
 def test_the_keys_of_extra_curricula_are_those_of_the_plain_dicts_they_were(monkeypatch):
     """The typed extra curricula key a curriculum and a study exactly as the dicts did (the values below were
-    computed by the commit before they were typed, with the same fixed code identity and dataset)."""
+    computed by the commit before they were typed, with the same fixed code identity and dataset; the curriculum's
+    document then had no code of its own, so its old key is the digest of the same inputs without it)."""
     from pipelines.core import keys
     from pipelines.data.dataset import Dataset
     from pipelines.study.design import curriculum_inputs, study_keys
 
-    monkeypatch.setattr(keys, "code_identity", lambda: {"sources": "fixed", "xgboost": "x"})
+    monkeypatch.setattr(keys, "code_identity", lambda kind=None: {"sources": "fixed", "xgboost": "x"})
     manifest = {"fingerprint": "sha256:abc", "n_features": 136, "feature_roles": {"bm25": 110, "pagerank": 130}}
     ds = Dataset(path="mem", manifest={**manifest, "folds": {"1": {}}})
     every = "grid.extra_curricula={paced: {strategy: q_bm25, pacing: linear, stages: 3, delta: 0.5, root_n: 3.0, " \
@@ -189,7 +190,8 @@ def test_the_keys_of_extra_curricula_are_those_of_the_plain_dicts_they_were(monk
         ([every], "a88b3d3f639efa10", "1cab61cceccc812c"),
     ):
         cfg = load_config(None, overrides)
-        assert keys.curriculum_key(**curriculum_inputs(cfg, ds, 1, "paced", "sha256:scores")) == curriculum
+        inputs = curriculum_inputs(cfg, ds, 1, "paced", "sha256:scores")
+        assert keys.digest({"kind": "curriculum", **inputs}, 16) == curriculum
         assert study_keys(cfg, ds, {"sources": "fixed"})[0] == study
 
 
@@ -280,3 +282,26 @@ def test_spark_properties_set_outside_the_config_are_never_overridden(tmp_path, 
     # the config's own spark.conf is explicit and wins over everything
     props = session_properties(SparkConfig(conf={"spark.sql.shuffle.partitions": "5"}), "local[2]", ext)
     assert props["spark.sql.shuffle.partitions"] == "5"
+
+
+def test_every_train_setting_is_in_the_model_part_or_the_run_part():
+    """The model part (every node key holds it whole) and the run part (no key does) split ``train:`` with
+    nothing left over: a new setting in neither would be silently out of the keys, one in both would re-key runs."""
+    from dataclasses import fields
+
+    from pipelines.core import keys
+    from pipelines.core.config import TrainConfig, TrainRun
+    from udfs.model import Model
+
+    model, run = {f.name for f in fields(Model)}, {f.name for f in fields(TrainRun)}
+    every = {f.name for f in fields(TrainConfig)}
+    assert not model & run and not (model | run) & set(TrainConfig.WHAT)
+    assert model | run | set(TrainConfig.WHAT) == every
+    cfg = TrainConfig(eta=0.1, workers=3, lease_wait=5.0, score_dist_trees=[4, 8])
+    assert cfg.model.eta == 0.1 and cfg.model.score_dist_trees == (4, 8) and cfg.run.workers == 3
+    assert set(keys.train_inputs(cfg)) == model
+    # the run part never moves a key; each model setting does
+    assert keys.train_inputs(TrainConfig(workers=3, read="spark", checkpoint_every=5)) == keys.train_inputs(
+        TrainConfig()
+    )
+    assert keys.train_inputs(TrainConfig(eta=0.1)) != keys.train_inputs(TrainConfig())

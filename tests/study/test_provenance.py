@@ -96,7 +96,7 @@ def test_difficulty_key_covers_roles_conventions_and_code(small_dataset, monkeyp
     import pipelines.core.keys as keys
 
     real = dict(keys.code_identity())
-    monkeypatch.setattr(keys, "code_identity", lambda: {**real, "sources": "other"})
+    monkeypatch.setattr(keys, "code_identity", lambda kind=None: {**real, "sources": "other"})
     assert difficulty_key(ds, DifficultyConfig(), NdcgSpec()) != base
 
 
