@@ -636,14 +636,22 @@ def cmd_keys(args: argparse.Namespace) -> int:
         }
         for kind, mods in explained.items()
     }
+    objectives = {
+        name: d if args.explain else {"sources": d["sources"]} for name, d in keys.explain_objectives().items()
+    }
     libraries = {k: v for k, v in keys.code_identity().items() if k != "sources"}
     if args.json:
-        print(json.dumps({"kinds": doc, "libraries": libraries}, indent=2))
+        print(json.dumps({"kinds": doc, "objectives": objectives, "libraries": libraries}, indent=2))
         return 0
     for kind, d in doc.items():
         print(f"{kind}: sources {d['sources']} ({len(explained[kind])} modules from {', '.join(d['roots'])})")
         for m in d.get("modules", []):
             print(f"    {m}")
+    print("a node also holds the code of its objective:")
+    for name, d in objectives.items():
+        print(f"  {name}: sources {d['sources']}")
+        for m in d.get("modules", []):
+            print(f"      {m}")
     print("libraries: " + ", ".join(f"{k} {v or '-'}" for k, v in libraries.items()))
     return 0
 

@@ -57,9 +57,9 @@ INPUTS: dict[str, tuple[str, ...]] = {
     # a fold's global histogram cuts (pipelines.store.cuts)
     "cuts": ("dataset", "fold", "max_bin", "sample_rows", "code"),
     # a plan node's trees and margins (pipelines.plan.trie): its place in the path, and the plan's context
-    "node": ("parent", "objective", "data", "t0", "t1", "curriculum", "context"),
+    "node": ("parent", "objective", "objective_code", "data", "t0", "t1", "curriculum", "context"),
     # a node of a grid.seeds repetition (seed offset not 0): the same and its seed offset
-    "seeded_node": ("parent", "objective", "data", "t0", "t1", "curriculum", "context", "seed"),
+    "seeded_node": ("parent", "objective", "objective_code", "data", "t0", "t1", "curriculum", "context", "seed"),
     # the plan's context, shared by every node of a fold
     "context": ("train", "metric", "dataset", "fold", "cuts", "code"),
     # a study (the grid's parent run in MLflow), with and without the code that runs it
@@ -328,9 +328,35 @@ def code_identity(kind: str | None = None) -> dict[str, str]:
     return {"sources": sources_hash(kind), **library_versions()}
 
 
+def worker_roots() -> tuple[str, ...]:
+    """What a barrier task runs: the tree loop (the nodes' identity) and the module of every registered objective."""
+    from udfs.objectives import registry
+
+    return (*IDENTITY_ROOTS["node"], *sorted({o.module for o in registry.objectives().values() if o.module}))
+
+
+@functools.lru_cache(maxsize=1)
+def worker_identity() -> dict[str, str]:
+    """:func:`sources_hash` of :func:`worker_roots` and the library versions: what a barrier task compares with
+    the driver's (not a key: each node's key holds the nodes' identity and its own objective's code)."""
+    return {"sources": sources_hash(worker_roots()), **library_versions()}
+
+
 def explain() -> dict[str, list[str]]:
     """Kind of result -> the modules its code identity covers (what ``ltr keys --explain`` prints)."""
     return {kind: sorted(identity_modules(kind)) for kind in IDENTITY_ROOTS}
+
+
+def explain_objectives() -> dict[str, dict[str, Any]]:
+    """Python objective -> its code (:func:`objective_code`) and the modules it covers: what a node of that
+    objective holds besides the nodes' identity."""
+    from udfs.objectives import registry
+
+    return {
+        name: {"sources": objective_code(name), "modules": sorted(identity_modules((o.module,)))}
+        for name, o in registry.objectives().items()
+        if o.module is not None
+    }
 
 
 def code_label(code: Mapping[str, str]) -> str:
@@ -396,9 +422,25 @@ def seed_field(seed: int) -> dict[str, int]:
     return {"seed": seed} if seed else {}
 
 
+def objective_code(name: str) -> str | None:
+    """The code of objective ``name`` as a node's key holds it: :func:`sources_hash` of the closure of the module
+    that registers it (:mod:`udfs.objectives.registry`), None for XGBoost's own (its version is in the context's
+    code). Nodes of other objectives do not hold it: changing or adding one objective re-keys only its nodes."""
+    from udfs.objectives import registry
+
+    spec = registry.get(name)
+    return None if spec.module is None else _objective_code(spec.module)
+
+
+@functools.lru_cache(maxsize=64)
+def _objective_code(module: str) -> str:
+    return sources_hash((module,))
+
+
 def node_key(
     parent: str | None,
     objective: str,
+    objective_code: str | None,
     data: str,
     t0: int,
     t1: int,
@@ -406,12 +448,14 @@ def node_key(
     context: Mapping[str, Any],
     seed: int = 0,
 ) -> str:
-    """A plan node's trees and margins: its parent, objective, data subset, trees t0..t1, curriculum, context,
+    """A plan node's trees and margins: its parent, objective and that objective's code (:func:`objective_code`),
+    data subset, trees t0..t1, curriculum, context,
     and its seed offset (``grid.seeds``), which enters the key only when it is not 0 (the keys of every node
     but a seed repetition's are those of before seeds existed)."""
     doc = {
         "parent": parent,
         "objective": objective,
+        "objective_code": objective_code,
         "data": data,
         "t0": t0,
         "t1": t1,

@@ -231,19 +231,19 @@ def arrange_by_qid(df: DataFrame, workers: int) -> DataFrame:
 
 
 def check_same_code(driver: dict[str, str], files: dict[str, tuple[str, str]] | None = None) -> None:
-    """Refuse to train on an executor whose code identity of nodes (:func:`pipelines.core.keys.code_identity` of
-    ``node``) is not the driver's: the node keys, computed on the driver, would name trees that other code built
+    """Refuse to train on an executor whose code (:func:`pipelines.core.keys.worker_identity`: the tree loop and
+    every objective) is not the driver's: the node keys, computed on the driver, would name trees that other code built
     (a stale ``--archives`` environment, another XGBoost on some machines). ``files``: the driver's
     :func:`~pipelines.core.keys.source_files`; when this executor has the same bytes and library versions, that
     settles it without parsing the sources again."""
     import socket
 
-    from pipelines.core.keys import code_identity, code_label, has_source_files, library_versions
+    from pipelines.core.keys import code_label, has_source_files, library_versions, worker_identity
 
     if files is not None and library_versions() == {k: v for k, v in driver.items() if k != "sources"}:
         if has_source_files(files):
             return
-    here = dict(code_identity("node"))
+    here = dict(worker_identity())
     if here != driver:
         other = sorted(k for k in set(here) | set(driver) if here.get(k) != driver.get(k))
         raise TrainError(
@@ -328,12 +328,12 @@ def run_nodes_distributed(
     stopped (its Rabit tracker is spent): the caller starts a new job, which
     resumes from the checkpoints. Returns timings.
     """
-    from pipelines.core.keys import code_identity, source_files
+    from pipelines.core.keys import source_files, worker_identity, worker_roots
 
     args = _start_tracker(spark, workers, tracker_timeout)
     job = uuid.uuid4().hex  # this job's token: its tasks check in once with the driver
-    driver_code = dict(code_identity("node"))
-    driver_files = source_files("node")
+    driver_code = dict(worker_identity())
+    driver_files = source_files(worker_roots())
     cur_meta = [
         {"name": c.name, "column": c.column, "label_filters": {str(k): v for k, v in c.label_filters().items()}}
         for c in curricula

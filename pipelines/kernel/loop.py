@@ -44,10 +44,11 @@ from pipelines.kernel.matrices import (
     walkable,
 )
 from pipelines.kernel.nodes import Node
-from pipelines.kernel.registry import OBJECTIVES, REGRESSION
+from udfs.conventions import BlendSchedule
 from udfs.metrics import NdcgSpec, inverse_idcg, ndcg_fast, offsets_from_qids
 from udfs.model import Model
-from udfs.objectives import BlendSchedule, ObjectiveSettings, objective
+from udfs.objectives import registry
+from udfs.objectives.settings import ObjectiveSettings
 from udfs.trees import add_tree, tree_arrays
 
 __all__ = [
@@ -144,7 +145,7 @@ class Settings:
 def booster_params(settings: Settings, objective: str) -> dict[str, Any]:
     """Params of one booster: built-in objectives get their XGBoost name and top-k settings."""
     p = dict(settings.params)
-    builtin = OBJECTIVES[objective]
+    builtin = registry.get(objective).builtin
     if builtin:
         p["objective"] = builtin
         if builtin.startswith("rank:"):
@@ -247,7 +248,7 @@ class _Worker:
         over every worker's train rows for regression (``auto``, ``mean``), or the number given
         (``train.base_margin``, checked by :class:`pipelines.core.config.TrainConfig`)."""
         mode = self.s.model.base_margin
-        if mode == "zero" or (mode == "auto" and node.objective not in REGRESSION):
+        if mode == "zero" or (mode == "auto" and not registry.get(node.objective).regression):
             return 0.0
         if mode in ("mean", "auto"):
             y = self.data.train.y
@@ -453,13 +454,13 @@ class _Worker:
         dtrain.set_base_margin(st.train if rows is None else st.train[rows])
         ev = {name: np.array(getattr(st, name), dtype=np.float32) for name in self.evals}  # own copies
         booster = xgb.Booster(booster_params(s, node.objective), [dtrain])
-        builtin = OBJECTIVES[node.objective] is not None
+        spec = registry.get(node.objective)
+        builtin = spec.builtin is not None
         tr = self.data.train
         obj = (
             None
-            if builtin
-            else objective(
-                node.objective,
+            if spec.make is None
+            else spec.make(
                 s.objectives,
                 y,
                 offsets,

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 
 from pipelines.core.errors import UserError
-from pipelines.kernel.registry import OBJECTIVES
+from udfs.objectives import registry
 
 _SEGMENT = re.compile(
     r"(?P<obj>[a-z_]+)(?:@(?P<data>[A-Za-z0-9_]+(?:\.(?:\d+|\*))?))?(?:~(?P<seed>\d+))?:(?P<trees>\d+)"
@@ -52,7 +52,7 @@ class Segment:
     @property
     def builtin(self) -> str | None:
         """The XGBoost objective of a built-in objective (``xgb_*``); None for the Python objectives."""
-        return OBJECTIVES[self.objective]
+        return registry.get(self.objective).builtin
 
     @property
     def curriculum(self) -> str | None:
@@ -123,8 +123,9 @@ def parse_path(text: str, name: str = "") -> TrainingPath:
                 "lambdamart@q_bm25:100, stochastic_ndcg~1:100)"
             )
         obj = m.group("obj")
-        if obj not in OBJECTIVES:
-            raise PathError(f"--path {text!r}: unknown objective {obj!r}; expected one of {', '.join(OBJECTIVES)}")
+        known = registry.objectives()
+        if obj not in known:
+            raise PathError(f"--path {text!r}: unknown objective {obj!r}; expected one of {', '.join(known)}")
         trees = int(m.group("trees"))
         if trees < 1:
             raise PathError(f"--path {text!r}: segment {raw!r} has no trees")

@@ -36,10 +36,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pipelines.core.keys import node_key, seed_field
+from pipelines.core.keys import node_key, objective_code, seed_field
 from pipelines.kernel.nodes import Node
-from pipelines.kernel.registry import OBJECTIVES
 from pipelines.plan.paths import PathError, Segment, TrainingPath
+from udfs.objectives import registry
 
 DONE, PARTIAL, TODO = "done", "partial", "todo"
 
@@ -177,7 +177,7 @@ def build_plan(
         raise PathError(f"training paths must have distinct names; repeated: {dup}")
     for p in paths:
         for s in p.segments:
-            if s.objective not in OBJECTIVES:
+            if s.objective not in registry.objectives():
                 raise PathError(f"path {p.label!r}: unknown objective {s.objective!r}")
             if s.data != "all" and s.data.split(".")[1] == "*":
                 raise PathError(f"path {p.label!r}: resolve {s.data!r} into stages before planning")
@@ -213,6 +213,7 @@ def _split(
         doc: dict[str, Any] = {
             "parent": parent,
             "objective": obj,
+            "objective_code": objective_code(obj),
             "data": data,
             "t0": t,
             "t1": t + step,

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.plan.paths import OBJECTIVES
 from pipelines.store.checkpoints import CheckpointStore
+from udfs.objectives import registry
 
 
 # ------------------------------------------------------------ results
@@ -69,7 +69,7 @@ def path_result(store: CheckpointStore, name: str, chain: Iterable[str], with_mo
                     "data": node["data"],
                     "first_tree": node["t0"],
                     "rows": meta["rows"],
-                    "builtin": OBJECTIVES[node["objective"]] is not None,
+                    "builtin": registry.get(node["objective"]).builtin is not None,
                     "trees": node["t1"] - node["t0"],
                 }
             )
@@ -153,7 +153,8 @@ def concat_models(
     lmp["base_score"] = f"[{float(np.float32(base_margin)):.9E}]"
     lmp["boost_from_average"] = "0"
     last = stages[-1]["objective"] if stages else "lambdamart"
-    builtin = OBJECTIVES.get(last) or ("reg:squarederror" if last == "mse" else "rank:ndcg")
+    spec = registry.objectives().get(last)
+    builtin = (spec.builtin if spec is not None else None) or ("reg:squarederror" if last == "mse" else "rank:ndcg")
     if builtin.startswith("rank:"):
         out["learner"]["objective"] = {
             "name": builtin,

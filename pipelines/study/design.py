@@ -28,10 +28,10 @@ from pipelines.data.curriculum import check_curriculum, check_roles, stored_curr
 from pipelines.data.dataset import Dataset, DatasetError, open_dataset
 from pipelines.data.difficulty import SUMMARY as DIFFICULTY_SUMMARY
 from pipelines.data.difficulty import difficulty_inputs, resolve_roles
-from pipelines.kernel.registry import SEEDED
 from pipelines.plan.paths import TrainingPath, parse_path, resolve
 from pipelines.plan.trie import DONE, Plan, build_plan, format_plan, states_of
 from pipelines.store.checkpoints import CheckpointStore
+from udfs.objectives import registry
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def seed_dependent(cfg: Config, path: TrainingPath) -> bool:
     objective (stochastic_ndcg) or on a curriculum whose strategy is ``random``. (XGBoost's row and column
     sampling, ``train.subsample`` or ``colsample_bytree`` below 1, would make every path depend on the seed;
     ``grid.seeds`` does not repeat those.)"""
-    return any(s.objective in SEEDED for s in path.segments) or any(
+    return any(registry.get(s.objective).seeded for s in path.segments) or any(
         curriculum_config(cfg, n).strategy == "random" for n in path.curricula
     )
 
@@ -81,7 +81,7 @@ def with_seed(cfg: Config, path: TrainingPath, i: int) -> TrainingPath:
         data = s.data
         if cur is not None and curriculum_config(cfg, cur).strategy == "random":
             data = f"{cur}{SEED_SUFFIX}{i}.{s.data.split('.')[1]}"
-        segs.append(replace(s, data=data, seed=i if s.objective in SEEDED else s.seed))
+        segs.append(replace(s, data=data, seed=i if registry.get(s.objective).seeded else s.seed))
     return TrainingPath(tuple(segs), f"{path.label}.seed{i}")
 
 

@@ -360,8 +360,7 @@ MUST_COVER = {
         "pipelines.kernel.loop",
         "pipelines.kernel.matrices",
         "pipelines.kernel.cuts",
-        "pipelines.kernel.registry",
-        "udfs.objectives",
+        "udfs.objectives.registry",
         "udfs.metrics",
         "udfs.trees",
     },
@@ -376,7 +375,11 @@ def test_each_kind_of_result_is_keyed_by_its_own_kernel_code():
     for kind, must in MUST_COVER.items():
         assert must <= set(explained[kind]), (kind, must - set(explained[kind]))
         assert all(keys.in_kernel(m) for m in explained[kind]), kind
-    assert "udfs.objectives" not in explained["difficulty"] and "udfs.difficulty" not in explained["node"]
+    assert "udfs.objectives.registry" not in explained["difficulty"] and "udfs.difficulty" not in explained["node"]
+    # no objective's own code is in the nodes' identity: each node holds its own objective's (objective_code)
+    assert not any(
+        m.startswith("udfs.objectives.") for m in explained["node"] if not m.endswith((".registry", ".settings"))
+    )
     assert len({keys.code_identity(kind)["sources"] for kind in explained}) == len(explained)
 
 
@@ -410,9 +413,11 @@ IDENTITY_TABLE = [
     # the kernel: exactly the kinds that run the edited code
     ("pipelines/kernel/loop.py", {"node"}),
     ("pipelines/kernel/matrices.py", {"node"}),
-    ("pipelines/kernel/registry.py", {"node"}),
     ("pipelines/kernel/cuts.py", {"cuts", "node"}),
-    ("udfs/objectives.py", {"node"}),
+    ("udfs/objectives/registry.py", {"node"}),
+    ("udfs/objectives/settings.py", {"node"}),
+    ("udfs/objectives/stochastic_ndcg.py", set()),  # in the key of its own nodes only (objective_code)
+    ("udfs/model.py", {"node"}),
     ("udfs/trees.py", {"node"}),
     ("udfs/metrics.py", {"node", "difficulty"}),
     ("udfs/difficulty.py", {"difficulty"}),
@@ -469,3 +474,63 @@ def test_no_operations_module_is_in_any_key(source_copy):
     finally:
         for p, text in edited:
             p.write_text(text)
+
+
+def _objective_codes(base: Path) -> dict[str, str]:
+    """Each Python objective's code as :func:`keys.objective_code` hashes it, read from the tree ``base``."""
+    from udfs.objectives import registry
+
+    return {
+        name: keys.sources_hash((o.module,), base) for name, o in registry.objectives().items() if o.module is not None
+    }
+
+
+#: (objective module edited, the objectives whose nodes it re-keys)
+OBJECTIVE_TABLE = [
+    ("udfs/objectives/stochastic_ndcg.py", {"stochastic_ndcg"}),
+    ("udfs/objectives/sigmoid_pairwise.py", {"sigmoid_pairwise"}),
+    ("udfs/objectives/mse.py", {"mse", "blend"}),
+    ("udfs/objectives/lambdamart.py", {"lambdamart", "ranknet", "blend", "stochastic_ndcg"}),
+    ("udfs/objectives/pairwise.py", {"lambdamart", "ranknet", "blend", "stochastic_ndcg", "sigmoid_pairwise"}),
+    ("udfs/objectives/blend.py", {"blend"}),
+]
+
+
+@pytest.mark.parametrize(("rel", "changes"), OBJECTIVE_TABLE, ids=[r for r, _ in OBJECTIVE_TABLE])
+def test_an_objective_s_edit_re_keys_only_the_nodes_that_use_it(source_copy, rel, changes):
+    base, kinds = _objective_codes(source_copy), _identities(source_copy)
+    path = source_copy / rel
+    text = path.read_text()
+    try:
+        path.write_text(text + "\n_EDITED = 1\n")
+        now = _objective_codes(source_copy)
+        assert {name for name in base if now[name] != base[name]} == changes
+        assert _identities(source_copy) == kinds  # not the nodes' identity, nor any other kind's
+    finally:
+        path.write_text(text)
+
+
+def test_a_new_objective_re_keys_no_existing_node(source_copy, tmp_path):
+    """A new objective is a new file in udfs/objectives/ (registered there, no other file edited): every existing
+    objective's code and every kind's identity stay, and a plan's nodes keep their keys."""
+    base, kinds = _objective_codes(source_copy), _identities(source_copy)
+    new = source_copy / "udfs/objectives/listnet.py"
+    new.write_text(
+        "from udfs.objectives.registry import objective\n\n\n"
+        "@objective('listnet')\ndef make(s, y, offsets, qid, doc):\n    return lambda m, t: (m - y, m * 0 + 1)\n"
+    )
+    try:
+        assert _objective_codes(source_copy) == base and _identities(source_copy) == kinds
+    finally:
+        new.unlink()
+    # and in this process: registering one more objective leaves the plan's keys as they were
+    from udfs.objectives import registry
+
+    ctx = keys.plan_context(TrainConfig(), NdcgSpec(), "sha256:d", 1, CODE, CODE)
+    paths = [parse_path("mse:4,lambdamart:6", "a"), parse_path("stochastic_ndcg:5", "b")]
+    before = [n.key for n in build_plan(paths, fold=1, context=ctx).nodes]
+    registry.objective("listnet_test_only")(lambda s, y, o, q, d: None)
+    try:
+        assert [n.key for n in build_plan(paths, fold=1, context=ctx).nodes] == before
+    finally:
+        registry._REGISTRY.pop("listnet_test_only")

@@ -491,27 +491,27 @@ def test_an_executor_with_other_code_is_refused_in_one_line():
     """The barrier tasks compare their code identity with the driver's (every distributed test passes the
     equal case, by the files' bytes); another identity names what differs and the fix, and bytes that differ
     where the identity does not (a comment) are not refused."""
-    from pipelines.core.keys import code_identity, has_source_files, source_files
+    from pipelines.core.keys import has_source_files, source_files, worker_identity, worker_roots
     from pipelines.execution.barrier_job import check_same_code
 
-    files = source_files("node")
-    assert "pipelines.kernel.loop" in files and has_source_files(files)
+    files = source_files(worker_roots())
+    assert "pipelines.kernel.loop" in files and "udfs.objectives.stochastic_ndcg" in files and has_source_files(files)
     assert "pipelines.execution.barrier_job" not in files  # operations code: not in the nodes' identity
     other_bytes = {**files, "pipelines.kernel.loop": (files["pipelines.kernel.loop"][0], "0" * 64)}
     moved = {**files, "pipelines.kernel.loop": ("pipelines/kernel/loop/__init__.py", files["pipelines.kernel.loop"][1])}
     assert not has_source_files(other_bytes) and not has_source_files(moved)
     for driver_files in (None, files, other_bytes):
-        check_same_code(dict(code_identity("node")), driver_files)
+        check_same_code(dict(worker_identity()), driver_files)
     refused = (
         r"executor \S+ runs other code than the driver \({}: "
         r"sources \w+ \(xgboost .+\) here, sources {} \(xgboost .+\) on the driver\); ship the driver's environment"
     )
     with pytest.raises(TrainError, match=refused.format("sources, xgboost", "000000000000")):
-        check_same_code({**code_identity("node"), "sources": "0" * 20, "xgboost": "0.1"})
+        check_same_code({**worker_identity(), "sources": "0" * 20, "xgboost": "0.1"})
     with pytest.raises(TrainError, match=refused.format("sources", "000000000000")):
-        check_same_code({**code_identity("node"), "sources": "0" * 20}, other_bytes)
+        check_same_code({**worker_identity(), "sources": "0" * 20}, other_bytes)
     with pytest.raises(TrainError, match=refused.format("xgboost", r"\w+")):  # the same files, another XGBoost
-        check_same_code({**code_identity("node"), "xgboost": "0.1"}, files)
+        check_same_code({**worker_identity(), "xgboost": "0.1"}, files)
 
 
 def test_barrier_constraints_checked_up_front():

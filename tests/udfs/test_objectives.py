@@ -6,15 +6,13 @@ import numpy as np
 import pytest
 import xgboost as xgb
 
+from udfs.conventions import BlendSchedule
 from udfs.metrics import ndcg, offsets_from_qids
-from udfs.objectives import (
-    BlendSchedule,
-    blend,
-    lambdarank_grad,
-    mse_grad,
-    sigmoid_pairwise_grad,
-    stochastic_ndcg_grad,
-)
+from udfs.objectives.blend import blend
+from udfs.objectives.lambdamart import lambdarank_grad
+from udfs.objectives.mse import mse_grad
+from udfs.objectives.sigmoid_pairwise import sigmoid_pairwise_grad
+from udfs.objectives.stochastic_ndcg import stochastic_ndcg_grad
 
 PARAMS = {
     "tree_method": "hist",

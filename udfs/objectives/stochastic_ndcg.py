@@ -1,0 +1,95 @@
+"""LambdaMART on scores perturbed by Gaussian noise whose scale anneals to 0 (a noise-smoothed NDCG objective)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from udfs.objectives.lambdamart import lambdarank_grad
+from udfs.objectives.pairwise import _run_pairwise, pair_inverse_idcg
+from udfs.objectives.registry import Factory, objective
+from udfs.objectives.settings import ObjectiveSettings
+
+
+def document_normal(seed: int, tree: int, qid: np.ndarray, doc: np.ndarray) -> np.ndarray:
+    """One standard normal draw per (seed, tree, query, document), float64.
+
+    A counter-based generator (SplitMix64 finaliser of the four integers, then
+    Box-Muller), so a document's noise at a tree is the same whichever worker
+    holds it, however the rows are split into batches or the trees into plan
+    nodes, and whether the run was resumed or not.
+    """
+
+    def mix(z: np.ndarray) -> np.ndarray:
+        """SplitMix64's finaliser of every uint64 in ``z`` (wrapping arithmetic): a well-mixed 64-bit hash."""
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+    golden = np.uint64(0x9E3779B97F4A7C15)
+    with np.errstate(over="ignore"):
+        h = mix(np.uint64(seed & 0xFFFFFFFF) * golden + np.uint64(tree & 0xFFFFFFFF))
+        h = mix(h ^ (np.asarray(qid).astype(np.uint64) * golden))
+        h = mix(h ^ (np.asarray(doc).astype(np.uint64) + golden))
+        h2 = mix(h + golden)
+    u1 = ((h >> np.uint64(11)).astype(np.float64) + 0.5) / 2.0**53  # (0, 1): log is finite
+    u2 = (h2 >> np.uint64(11)).astype(np.float64) / 2.0**53
+    return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
+
+
+def stochastic_ndcg_grad(
+    margins: np.ndarray,
+    labels: np.ndarray,
+    offsets: np.ndarray,
+    *,
+    k: int = 10,
+    noise: float = 0.1,
+    rng: np.random.Generator | None = None,
+    exp_gain: bool = True,
+    inv_idcg: np.ndarray | None = None,
+    eps: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """LambdaMART gradients at the scores ``s + noise * eps`` (noise 0: plain LambdaMART).
+
+    ``eps``: standard normal per document (training uses :func:`document_normal`);
+    if None it is drawn from ``rng``.
+    """
+    s = np.asarray(margins, dtype=np.float32)
+    if noise < 0:
+        raise ValueError(f"noise must be >= 0, got {noise}")
+    if noise == 0:
+        return lambdarank_grad(s, labels, offsets, k=k, exp_gain=exp_gain, inv_idcg=inv_idcg)
+    if eps is None:
+        eps = (rng or np.random.default_rng(0)).normal(0.0, 1.0, size=s.size)
+    noisy = (s + noise * np.asarray(eps, np.float64)).astype(np.float32)
+    return _run_pairwise(
+        noisy,
+        labels,
+        offsets,
+        noisy,
+        k=k,
+        exp_gain=exp_gain,
+        delta_mode=0,
+        score_norm=True,
+        normalize=True,
+        inv_idcg=inv_idcg,
+    )
+
+
+@objective("stochastic_ndcg", seeded=True)
+def make_stochastic_ndcg(
+    s: ObjectiveSettings, y: np.ndarray, offsets: np.ndarray, qid: np.ndarray, doc: np.ndarray
+) -> Factory:
+    """``f(margins, tree)`` of stochastic_ndcg: its noise depends on (seed, tree, qid, doc) only."""
+    inv = pair_inverse_idcg(y, offsets, s.k, s.exp_gain)
+
+    def stochastic(m: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """(grad, hess) of stochastic_ndcg at margins ``m`` for global tree ``t``.
+
+        The noise scale falls linearly from ``stochastic_noise`` at tree 0 to 0 at ``stochastic_anneal``;
+        at 0 no noise is drawn (plain LambdaMART).
+        """
+        noise = s.stochastic_noise * max(0.0, 1.0 - t / max(s.stochastic_anneal, 1))
+        eps = document_normal(s.seed, t, qid, doc) if noise > 0 else None
+        return stochastic_ndcg_grad(m, y, offsets, k=s.k, noise=noise, eps=eps, exp_gain=s.exp_gain, inv_idcg=inv)
+
+    return stochastic
