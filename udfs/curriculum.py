@@ -16,15 +16,61 @@ progress ``x = i / (K - 1)`` over ``K`` stages and first share ``delta``:
 * ``step``:      delta, then (1 + delta) / 2, then 1, in equal thirds of x
 
 each of which starts at ``delta`` and ends at 1.
+
+Both kinds of component are registered here, each next to its code: pacing functions (:func:`pacing`,
+:data:`PACINGS`) and ordering strategies (:func:`strategy`, :data:`STRATEGIES`, with what the rest of the system
+needs to know of each: the difficulty score it ranks by, the feature role that score needs, whether it is a seeded
+control). The config's checks, the CLI's help, the curriculum builder, the study's design and the report read them.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
-PACINGS = ("linear", "root_n", "geometric", "step")
+# ------------------------------------------------------------ pacing functions
+#: A pacing function: ``f(x, delta, root_n)`` -> the share of the queries at progress ``x`` (an array over [0, 1]).
+Pacing = Callable[[np.ndarray, float, float], np.ndarray]
+
+#: Pacing function name -> its function (registered by :func:`pacing`).
+PACINGS: dict[str, Pacing] = {}
+
+
+def pacing(name: str) -> Callable[[Pacing], Pacing]:
+    """Register the decorated ``f(x, delta, root_n)`` as pacing function ``name``."""
+
+    def register(f: Pacing) -> Pacing:
+        if name in PACINGS and PACINGS[name] is not f:
+            raise ValueError(f"pacing function {name!r} is registered twice")
+        PACINGS[name] = f
+        return f
+
+    return register
+
+
+@pacing("linear")
+def _linear(x: np.ndarray, delta: float, root_n: float) -> np.ndarray:
+    return delta + (1.0 - delta) * x
+
+
+@pacing("root_n")
+def _root_n(x: np.ndarray, delta: float, root_n: float) -> np.ndarray:
+    if root_n <= 0:
+        raise ValueError(f"root_n must be > 0, got {root_n}")
+    return (delta**root_n + (1.0 - delta**root_n) * x) ** (1.0 / root_n)
+
+
+@pacing("geometric")
+def _geometric(x: np.ndarray, delta: float, root_n: float) -> np.ndarray:
+    return delta * (1.0 / delta) ** x
+
+
+@pacing("step")
+def _step(x: np.ndarray, delta: float, root_n: float) -> np.ndarray:
+    return np.where(x < 1 / 3, delta, np.where(x < 2 / 3, (1.0 + delta) / 2, 1.0))
 
 
 def pacing_shares(pacing: str, stages: int, delta: float, root_n: float = 2.0) -> np.ndarray:
@@ -36,16 +82,7 @@ def pacing_shares(pacing: str, stages: int, delta: float, root_n: float = 2.0) -
     if not 0.0 < delta <= 1.0:
         raise ValueError(f"delta (share of the first stage) must be in (0, 1], got {delta}")
     x = np.arange(stages) / (stages - 1)
-    if pacing == "linear":
-        s = delta + (1.0 - delta) * x
-    elif pacing == "root_n":
-        if root_n <= 0:
-            raise ValueError(f"root_n must be > 0, got {root_n}")
-        s = (delta**root_n + (1.0 - delta**root_n) * x) ** (1.0 / root_n)
-    elif pacing == "geometric":
-        s = delta * (1.0 / delta) ** x
-    else:  # step
-        s = np.where(x < 1 / 3, delta, np.where(x < 2 / 3, (1.0 + delta) / 2, 1.0))
+    s = np.array(PACINGS[pacing](x, delta, root_n), dtype=np.float64)
     s[-1] = 1.0
     return np.minimum(s, 1.0)
 
@@ -100,23 +137,69 @@ def assign_first_stage(order: np.ndarray, sizes: np.ndarray, held_back: np.ndarr
 
 
 # ------------------------------------------------------------ strategies: which queries come first
-#: The difficulty score (a column of the scores, :data:`udfs.difficulty.DIFFICULTY_DDL`) each ordering strategy
-#: ranks queries by, higher = easier. ``random`` draws a seeded permutation; ``none`` and ``l_hrel`` put every
-#: query in every stage.
-SCORE_OF = {"q_nrel": "n_rel", "q_bm25": "ndcg_bm25", "q_pagerank": "ndcg_pagerank"}
-#: Strategies whose score (an NDCG) is undefined for a query without relevant documents.
-UNDEFINED_WHEN_EMPTY = ("q_bm25", "q_pagerank")
-#: The feature role each strategy's score ranks a query's documents by.
-ROLE_OF = {"q_bm25": "bm25", "q_pagerank": "pagerank"}
+@dataclass(frozen=True)
+class Strategy:
+    """An ordering strategy and what the rest of the system needs to know of it.
+
+    ``order``: ``score`` (easiest first by ``score``, a column of the difficulty scores,
+    :data:`udfs.difficulty.DIFFICULTY_DDL`, higher = easier), ``seeded`` (a permutation drawn from the curriculum's
+    seed: the report's control, repeated by ``grid.seeds``) or ``all`` (every query in every stage).
+    ``role``: the feature role (``bm25``, ``pagerank``) its score ranks documents by, which a dataset must have.
+    ``undefined_when_empty``: its score (an NDCG) is undefined for a query without relevant documents.
+    ``shares``: fixed stage shares (``none``: one stage; ``l_hrel``: two whole ones, its first filters documents).
+    ``label_filter``: its first stage keeps only the documents of ``curriculum.hrel_labels``.
+    """
+
+    name: str
+    order: str = "score"
+    score: str | None = None
+    role: str | None = None
+    undefined_when_empty: bool = False
+    shares: tuple[float, ...] | None = None
+    label_filter: bool = False
+
+    @property
+    def seeded(self) -> bool:
+        """Its queries' order depends on the curriculum's seed (the ``random`` control)."""
+        return self.order == "seeded"
+
+
+#: Strategy name -> its :class:`Strategy` (registered by :func:`strategy`), in the order the config lists them.
+STRATEGIES: dict[str, Strategy] = {}
+
+
+def strategy(s: Strategy) -> Strategy:
+    """Register ``s`` (a name registered twice is an error)."""
+    if s.order not in ("score", "seeded", "all") or (s.order == "score") != (s.score is not None):
+        raise ValueError(f"strategy {s.name!r}: order must be score (with a score), seeded or all")
+    if s.name in STRATEGIES and STRATEGIES[s.name] != s:
+        raise ValueError(f"strategy {s.name!r} is registered twice")
+    STRATEGIES[s.name] = s
+    return s
+
+
+strategy(Strategy("q_nrel", score="n_rel"))
+strategy(Strategy("q_bm25", score="ndcg_bm25", role="bm25", undefined_when_empty=True))
+strategy(Strategy("q_pagerank", score="ndcg_pagerank", role="pagerank", undefined_when_empty=True))
+strategy(Strategy("l_hrel", order="all", shares=(1.0, 1.0), label_filter=True))
+strategy(Strategy("random", order="seeded"))
+strategy(Strategy("none", order="all", shares=(1.0,)))
+
+#: The difficulty columns the strategies rank by.
+SCORES = tuple(dict.fromkeys(s.score for s in STRATEGIES.values() if s.score))
+
+
+def control() -> str:
+    """The strategy the report compares every curriculum with: the seeded one (a random subset of the same size)."""
+    return next(name for name, s in STRATEGIES.items() if s.seeded)
 
 
 def stage_shares(strategy: str, pacing: str, stages: int, delta: float, root_n: float, fraction: float) -> np.ndarray:
-    """The share of the queries in each stage: one stage for ``none``, two whole ones for ``l_hrel`` (its first
-    filters documents, not queries), a pacing function's, else two stages with ``fraction`` first."""
-    if strategy == "none":
-        return np.array([1.0])
-    if strategy == "l_hrel":
-        return np.array([1.0, 1.0])
+    """The share of the queries in each stage: the strategy's own (``none``, ``l_hrel``), a pacing function's,
+    else two stages with ``fraction`` first."""
+    fixed = STRATEGIES[strategy].shares
+    if fixed is not None:
+        return np.array(fixed)
     if pacing:
         return pacing_shares(pacing, stages, delta, root_n)
     return two_stage_shares(fraction)
@@ -136,17 +219,18 @@ def place_queries(
     ``scores``: columns of the difficulty scores, ``n_rel`` among them; ``empty_queries``: how queries without a
     relevant document are placed (``last``, ``exclude``, ``as_metric``)."""
     n = qid.size
+    s = STRATEGIES[strategy]
     empty = scores["n_rel"] == 0
-    held = empty if empty_queries == "exclude" and strategy != "none" else None
+    held = empty if empty_queries == "exclude" and len(shares) > 1 else None  # one stage: nothing to hold back
     if held is not None and held.all():
         raise ValueError("every query is held back: none has a relevant document")
     sizes = stage_sizes(n if held is None else int((~held).sum()), shares)  # held-back queries: last stage
-    if strategy in SCORE_OF:
-        score = np.array(scores[SCORE_OF[strategy]], np.float64)
-        if strategy in UNDEFINED_WHEN_EMPTY and empty_queries != "as_metric":
+    if s.score is not None:
+        score = np.array(scores[s.score], np.float64)
+        if s.undefined_when_empty and empty_queries != "as_metric":
             score[empty] = np.nan  # undefined: metric.empty plays no part in the order
         order = easiest_first(score, qid, last=empty if empty_queries == "last" else None)
-    elif strategy == "random":
+    elif s.seeded:
         score = np.full(n, np.nan)
         order = np.random.default_rng(seed).permutation(n)  # of the qid-sorted queries: reproducible
     else:  # none, l_hrel: every query in every stage

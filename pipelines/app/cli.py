@@ -31,6 +31,8 @@ from pipelines.core.config import (
 )
 from pipelines.core.errors import LtrError, UserError
 from pipelines.core.layout import Layout
+from udfs.curriculum import PACINGS
+from udfs.curriculum import STRATEGIES as CURRICULUM_STRATEGIES
 
 log = logging.getLogger("ltr")
 
@@ -101,9 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="dataset written by `ltr ingest`")
     p.add_argument("--difficulty", required=True, help="scores written by `ltr difficulty`")
     p.add_argument("--fold", type=int, required=True)
-    p.add_argument("--strategy", help="q_nrel, q_bm25, q_pagerank, l_hrel, random or none")
+    p.add_argument("--strategy", help=" | ".join(CURRICULUM_STRATEGIES) + " (udfs.curriculum.STRATEGIES)")
     p.add_argument("--fraction", type=float, help="two-stage curriculum: share of the first stage (0.25)")
-    p.add_argument("--pacing", help="multi-stage: linear, root_n, geometric or step")
+    p.add_argument("--pacing", help="multi-stage: " + " | ".join(PACINGS) + " (udfs.curriculum.PACINGS)")
     p.add_argument("--stages", type=int, help="stages of a paced curriculum")
     p.add_argument("--delta", type=float, help="share of the first paced stage")
     p.add_argument("--seed", type=int, help="seed of the random strategy")

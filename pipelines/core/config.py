@@ -35,6 +35,7 @@ import yaml
 from pipelines.core.errors import UserError
 from udfs.conventions import BlendSchedule, NdcgSpec
 from udfs.curriculum import PACINGS
+from udfs.curriculum import STRATEGIES as _STRATEGIES
 from udfs.model import Model
 
 T = TypeVar("T")
@@ -175,9 +176,8 @@ class DifficultyConfig:
             )
 
 
-#: Curriculum strategies (:mod:`pipelines.data.curriculum`): by number of relevant documents, by BM25's or
-#: PageRank's NDCG, by highly relevant labels, a random control, and none.
-STRATEGIES = ("q_nrel", "q_bm25", "q_pagerank", "l_hrel", "random", "none")
+#: The curriculum strategies' names (their registry, with what each needs: :data:`udfs.curriculum.STRATEGIES`).
+STRATEGIES = tuple(_STRATEGIES)
 #: Curriculum settings that ``ltr curriculum`` also takes as a flag (``--fraction`` ...).
 _CURRICULUM_FLAGS = ("strategy", "fraction", "pacing", "stages", "delta", "seed")
 

@@ -55,12 +55,12 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.core.config import STRATEGIES, ConfigError, CurriculumConfig, DifficultyConfig
+from pipelines.core.config import ConfigError, CurriculumConfig, DifficultyConfig
 from pipelines.core.storage import atomic_output, read_json
 from pipelines.data.dataset import MANIFEST, Dataset, DatasetError, load_split, open_dataset
 from pipelines.data.difficulty import SUMMARY as DIFFICULTY_SUMMARY
 from udfs import schema
-from udfs.curriculum import ROLE_OF, SCORE_OF, place_queries, stage_shares
+from udfs.curriculum import SCORES, STRATEGIES, place_queries, stage_shares
 from udfs.uris import to_uri
 
 log = logging.getLogger(__name__)
@@ -102,16 +102,18 @@ _ROLE_NAME = {"bm25": "BM25", "pagerank": "PageRank"}
 
 def supported_strategies(roles: dict[str, int]) -> list[str]:
     """The strategies a dataset with these feature roles supports (0 or absent: it has no such feature)."""
-    return [s for s in STRATEGIES if s not in ROLE_OF or roles.get(ROLE_OF[s])]
+    return [name for name, s in STRATEGIES.items() if s.role is None or roles.get(s.role)]
 
 
 def check_roles(strategies: list[str], roles: dict[str, int], dataset: str) -> None:
     """Refuse, in one line naming the preset, the strategies whose feature the dataset does not have."""
     bad = [s for s in strategies if s not in supported_strategies(roles)]
     if bad:
-        ok = [s for s in supported_strategies(roles) if s != "none"]
+        ok = [s for s in supported_strategies(roles) if STRATEGIES[s].shares != (1.0,)]  # not the one-stage none
         keep = ",".join(s for s in strategies if s in ok) or ",".join(ok)
-        needs = " and ".join(f"{s} ranks queries by {_ROLE_NAME[ROLE_OF[s]]}" for s in bad)
+        needs = " and ".join(
+            f"{s} ranks queries by {_ROLE_NAME.get(str(STRATEGIES[s].role), STRATEGIES[s].role)}" for s in bad
+        )
         raise ConfigError(
             f"{needs}, and dataset {dataset} (conf/datasets/{dataset}.yaml) has no such feature: "
             f"it supports {', '.join(ok)} (a grid: --set grid.strategies=[{keep}])"
@@ -182,13 +184,13 @@ def build_curriculum(
         raise DatasetError(f"fold {fold}: the training split has no queries in {difficulty}")
     qid = pdf[schema.QID].to_numpy()
     empty = pdf["n_rel"].to_numpy() == 0
-    if empty_queries == "exclude" and cfg.strategy != "none" and empty.all():
+    if empty_queries == "exclude" and len(shares) > 1 and empty.all():
         raise DatasetError(
             f"fold {fold}: none of the {n} training queries has a relevant document, so with "
             "difficulty.empty_queries=exclude every stage but the last would be empty; "
             "use last or as_metric"
         )
-    columns = {c: pdf[c].to_numpy() for c in ("n_rel", *SCORE_OF.values())}
+    columns = {c: pdf[c].to_numpy() for c in ("n_rel", *SCORES)}
     first, score, _ = place_queries(cfg.strategy, columns, qid, shares, empty_queries, cfg.seed)
     label_filter = list(cfg.hrel_labels) if cfg.strategy == "l_hrel" else None
     stages = _stage_summaries(spark, ds, fold, pdf, first, score, empty, shares, label_filter)
@@ -202,8 +204,8 @@ def build_curriculum(
         "fraction": cfg.fraction if not cfg.pacing else None,
         "delta": cfg.delta if cfg.pacing else None,
         "root_n": cfg.root_n if cfg.pacing == "root_n" else None,
-        "seed": cfg.seed if cfg.strategy == "random" else None,
-        "score": SCORE_OF.get(cfg.strategy),
+        "seed": cfg.seed if STRATEGIES[cfg.strategy].seeded else None,
+        "score": STRATEGIES[cfg.strategy].score,
         "order": _order_text(cfg.strategy, empty_queries),
         "empty_queries": empty_queries,
         "queries_without_relevant": int(empty.sum()),
@@ -242,11 +244,12 @@ def build_curriculum(
 
 def _order_text(strategy: str, empty_queries: str) -> str:
     """How the queries were placed in the stages, in words (recorded in the summary)."""
-    held = empty_queries == "exclude" and strategy != "none"
+    s = STRATEGIES[strategy]
+    held = empty_queries == "exclude" and s.shares != (1.0,)
     tail = "; queries without a relevant document enter only the last stage" if held else ""
-    if strategy == "random":
+    if s.seeded:
         return "seeded random permutation" + tail
-    if strategy not in SCORE_OF:  # none, l_hrel
+    if s.score is None:  # none, l_hrel
         return (
             "every query with a relevant document in every stage" + tail
             if held

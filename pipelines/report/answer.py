@@ -18,11 +18,12 @@ from pipelines.report.records import Record, ReportError, label_of
 from pipelines.report.replay import Curves, per_query_curves, seed_runs_of
 from pipelines.study.design import BASELINE, MSE
 from pipelines.tracking.runs import Tracker
+from udfs.curriculum import control
 
 log = logging.getLogger(__name__)
 
 #: The curriculum strategy every other one is compared with in the difficulty interaction (the control).
-RANDOM = "random"
+RANDOM = control()  # the seeded strategy: a random subset of the same size
 #: Bootstrap resamples of the non-inferiority tree count (``report.bootstrap``, at most this many): each one
 #: evaluates the lower bound at every replayed curve point (queries x points), 1,000 keep paper scale in minutes.
 NONINF_BOOT = 1000

@@ -24,6 +24,7 @@ from pipelines.report.pairing import groups
 from pipelines.report.records import Record, ReportError, label_of, order_systems
 from pipelines.report.stats import kl_divergence
 from pipelines.study.design import BASELINE, MSE
+from udfs.curriculum import control
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ CONTROL_COLOUR = "#8C8C8C"  #: the random curriculum, a control
 CLASS_COLOUR = {"win": "#0072B2", "loss": "#D55E00", None: "#9A9A9A"}
 CLASS_MARKER = {"win": "o", "loss": "D", None: "o"}
 #: The random curriculum's strategy name (``curriculum.strategy``; ``grid.strategies`` lists it as a curriculum).
-RANDOM = "random"
+RANDOM = control()  # the seeded strategy: a random subset of the same size
 #: The Holm-corrected p-value of each primary test (``report.primary_test``) in a comparison of ``report.json``.
 P_KEYS = {"randomisation": "perm_p_holm", "t": "t_p_holm"}
 TEST_NAMES = {"randomisation": "randomisation test", "t": "paired t-test"}

@@ -31,6 +31,7 @@ from pipelines.data.difficulty import difficulty_inputs, resolve_roles
 from pipelines.plan.paths import TrainingPath, parse_path, resolve
 from pipelines.plan.trie import DONE, Plan, build_plan, format_plan, states_of
 from pipelines.store.checkpoints import CheckpointStore
+from udfs.curriculum import STRATEGIES as CURRICULUM_STRATEGIES
 from udfs.objectives import registry
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ def seed_dependent(cfg: Config, path: TrainingPath) -> bool:
     sampling, ``train.subsample`` or ``colsample_bytree`` below 1, would make every path depend on the seed;
     ``grid.seeds`` does not repeat those.)"""
     return any(registry.get(s.objective).seeded for s in path.segments) or any(
-        curriculum_config(cfg, n).strategy == "random" for n in path.curricula
+        CURRICULUM_STRATEGIES[curriculum_config(cfg, n).strategy].seeded for n in path.curricula
     )
 
 
@@ -79,7 +80,7 @@ def with_seed(cfg: Config, path: TrainingPath, i: int) -> TrainingPath:
     for s in path.segments:
         cur = s.curriculum
         data = s.data
-        if cur is not None and curriculum_config(cfg, cur).strategy == "random":
+        if cur is not None and CURRICULUM_STRATEGIES[curriculum_config(cfg, cur).strategy].seeded:
             data = f"{cur}{SEED_SUFFIX}{i}.{s.data.split('.')[1]}"
         segs.append(replace(s, data=data, seed=i if registry.get(s.objective).seeded else s.seed))
     return TrainingPath(tuple(segs), f"{path.label}.seed{i}")
