@@ -38,7 +38,7 @@ TEST_REQUIRES = [
 ]
 
 # Airflow 3 and its providers. The Spark provider stays below 6: 6.x depends on pyspark-client,
-# which installs over pyspark's own files (a 4.2 client against 4.3 jars; see DESIGN.md section 8).
+# which installs over pyspark's own files (a 4.2 client against 4.3 jars).
 AIRFLOW_REQUIRES = [
     "apache-airflow>=3.3,<4",
     "apache-airflow-providers-apache-spark>=5.3,<6",

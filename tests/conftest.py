@@ -39,7 +39,7 @@ def golden(name: str) -> tuple[Path, dict]:
 @pytest.fixture(scope="session")
 def spark_holder():
     """The shared local[2] session's keeper (:mod:`tests.spark_holder`): 2 GiB driver, few shuffle
-    partitions, no UI, no task retries (DESIGN.md section 7); the JVM's output goes to ``.test-logs``.
+    partitions, no UI, no task retries; the JVM's output goes to ``.test-logs``.
     Module- and session-scoped fixtures take their session from it (``spark_holder.get()``)."""
     from tests.spark_holder import SparkHolder
 

@@ -3,7 +3,7 @@
 On a cluster the executors' Python workers import :mod:`pipelines` and :mod:`udfs`
 (the UDFs and the training loop are pickled by reference) together with numpy,
 pandas, pyarrow, xgboost, ... ``--py-files`` cannot ship those (it does not
-deliver wheels, see DESIGN.md section 8), so the whole environment travels as an
+deliver wheels), so the whole environment travels as an
 archive that Spark unpacks in every executor's working directory::
 
     ltr pack --out ltr-env.tar.gz

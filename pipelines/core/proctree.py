@@ -7,7 +7,7 @@ group of their own (``os.setpgid(0, 0)`` in ``pyspark/daemon.py``), so neither a
 kill of the direct children reaches a barrier task's worker; and a tree that is killed while it is walked can
 fork a new process, or reparent one to init, between the walk and the kill. :func:`kill_tree` therefore stops
 every process it finds with SIGSTOP (a stopped process forks nothing and keeps its parent), walks again until
-no new one appears, and only then sends SIGKILL to all of them (DESIGN.md section 8).
+no new one appears, and only then sends SIGKILL to all of them.
 
 Tree memory: a process whose parent died is reparented to init and is no longer below the root. A
 :class:`ProcessTree` remembers every process it has seen below its root (by pid and start time, so a reused

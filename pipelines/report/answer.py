@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import pipelines.report.inference as inference
 from pipelines.core.config import ReportConfig
-from pipelines.report import inference
 from pipelines.report.headline import choose_on_vali, headline
 from pipelines.report.pairing import Paired
 from pipelines.report.records import Record, ReportError, label_of

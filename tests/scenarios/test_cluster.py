@@ -5,7 +5,7 @@ work directory; the environment packed by ``ltr pack`` and shipped with ``--arch
 the executors run ``./env/bin/python`` (``spark.pyspark.python``), the client-mode driver the
 project's interpreter. The README's main job, ``spark-submit jobs/run.py --src <letor>`` (ingest ->
 difficulty -> a tiny grid, which builds its q_nrel curriculum and trains with 2 barrier workers on the two
-executors -> report), must give what the same job gives on ``local[2]`` (DESIGN.md section 7.3:
+executors -> report), must give what the same job gives on ``local[2]`` (an oracle test:
 distributed == local). One application, not one per step: each application on the cluster costs about a
 minute on 2 cores before it computes anything (the driver and both executors unpack the archive, the
 executors' Python workers start and compile), and the step jobs (``jobs/ingest.py`` ...) run the same
