@@ -106,7 +106,7 @@ KERNEL_SUPPORT = ("pipelines.core.errors",)
 _OURS = ("pipelines", "udfs")
 
 
-class KeyError_(LtrError, ValueError):
+class KeyDocumentError(LtrError, ValueError):
     """A key document that does not hold exactly the declared inputs (a programming error)."""
 
 
@@ -132,7 +132,7 @@ def make_key(kind: str, doc: Mapping[str, Any], n: int = 20) -> str:
     want = set(INPUTS[kind])
     got = set(doc)
     if got != want:
-        raise KeyError_(
+        raise KeyDocumentError(
             f"{kind} key: inputs {sorted(got - want)} are not declared and {sorted(want - got)} are "
             "missing (pipelines.core.keys.INPUTS)"
         )
@@ -533,7 +533,7 @@ def dataset_key(doc: Mapping[str, Any]) -> str:
     so that datasets ingested before this module keep their fingerprint)."""
     want = set(INPUTS["dataset"])
     if set(doc) != want:
-        raise KeyError_(f"dataset key: inputs {sorted(set(doc) ^ want)} differ from the declared ones")
+        raise KeyDocumentError(f"dataset key: inputs {sorted(set(doc) ^ want)} differ from the declared ones")
     return "sha256:" + hashlib.sha256(json.dumps(dict(doc), sort_keys=True).encode()).hexdigest()
 
 
@@ -542,7 +542,7 @@ def ingest_key(doc: Mapping[str, Any]) -> str:
     :func:`dataset_key`, so that the records of existing deployments keep matching)."""
     want = set(INPUTS["ingest"])
     if set(doc) != want:
-        raise KeyError_(f"ingest key: inputs {sorted(set(doc) ^ want)} differ from the declared ones")
+        raise KeyDocumentError(f"ingest key: inputs {sorted(set(doc) ^ want)} differ from the declared ones")
     return "sha256:" + hashlib.sha256(json.dumps(dict(doc), sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -145,9 +145,9 @@ def test_the_other_keys_change_exactly_with_their_inputs():
 
 
 def test_a_key_document_must_hold_exactly_the_declared_inputs():
-    with pytest.raises(keys.KeyError_, match=r"inputs \['workers'\] are not declared and \[\] are missing"):
+    with pytest.raises(keys.KeyDocumentError, match=r"inputs \['workers'\] are not declared and \[\] are missing"):
         keys.make_key("cuts", {"dataset": "d", "fold": 1, "max_bin": 2, "sample_rows": 3, "code": {}, "workers": 2})
-    with pytest.raises(keys.KeyError_, match=r"\['code'\] are missing"):
+    with pytest.raises(keys.KeyDocumentError, match=r"\['code'\] are missing"):
         keys.make_key("cuts", {"dataset": "d", "fold": 1, "max_bin": 2, "sample_rows": 3})
 
 
