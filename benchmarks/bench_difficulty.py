@@ -5,7 +5,7 @@
 ``DATASET`` is an ``ltr ingest`` output (the full-scale one: ``bench_ingest.py
 --full-scale`` writes ``<work>/web30k_ds``). Contenders, alternating:
 
-* ``ltr_difficulty``: :func:`pipelines.data.difficulty.difficulty_scores`: reads the
+* ``ltr_difficulty``: :func:`pipelines.data.scoring.difficulty_scores`: reads the
   six columns it needs, no shuffle (the stored layout keeps queries whole),
   ``mapInPandas`` re-cut into whole queries, vectorised NDCG over thousands of
   queries per call;
@@ -34,7 +34,7 @@ import pandas as pd
 from pipelines.core.config import DifficultyConfig, SparkConfig
 from pipelines.core.session import build_session
 from pipelines.data.dataset import open_dataset
-from pipelines.data.difficulty import difficulty_scores, resolve_roles, run_difficulty
+from pipelines.data.scoring import difficulty_scores, resolve_roles, run_difficulty
 from udfs import schema
 from udfs.difficulty import DIFFICULTY_DDL, difficulty_one_query
 from udfs.metrics import NdcgSpec

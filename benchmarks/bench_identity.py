@@ -3,7 +3,7 @@
     python -m benchmarks.bench_identity [--work bench-out/identity]
 
 In a git copy of the checkout: ``ltr run`` (README's main job, default config) from nothing; then a commit that
-changes the progress bar's poll interval (``pipelines/core/progress.py``) and the report's bootstrap default
+changes the progress bar's poll interval (``pipelines/core/spark_progress.py``) and the report's bootstrap default
 (``pipelines/core/config.py``); then ``ltr run`` again in the same work directory. Prints, per run, its seconds,
 the trees it trained, whether it computed difficulty scores, curricula or cuts, and whether it wrote the report,
 read from the run's own log, as JSON. Before the kernel (issue 53) the second run trained every tree again.
@@ -88,7 +88,7 @@ def main() -> None:
     repo.mkdir(parents=True)
     _copy(repo)
     first = _run(repo, work)
-    progress = repo / "pipelines/core/progress.py"
+    progress = repo / "pipelines/core/spark_progress.py"
     text = progress.read_text()
     new = re.sub(r"^POLL_SECONDS = ([0-9.]+)", lambda m: f"POLL_SECONDS = {float(m.group(1)) * 2}", text, flags=re.M)
     config = repo / "pipelines/core/config.py"

@@ -112,7 +112,7 @@ def small_dataset(spark_holder, small_letor, tmp_path_factory) -> str:
 def small_difficulty(spark_holder, small_dataset, tmp_path_factory) -> str:
     """Difficulty scores of ``small_dataset`` with the default conventions."""
     from pipelines.core.config import DifficultyConfig
-    from pipelines.data.difficulty import run_difficulty
+    from pipelines.data.scoring import run_difficulty
     from udfs.metrics import NdcgSpec
 
     out = tmp_path_factory.mktemp("diff") / "scores"

@@ -398,7 +398,7 @@ def _ingest_preset(args: argparse.Namespace, configured: str) -> DatasetSpec:
 def cmd_difficulty(args: argparse.Namespace) -> int:
     """``ltr difficulty``: one row of difficulty scores per stored query; exit code 0."""
     from pipelines.core.outputs import claim_output
-    from pipelines.data.difficulty import run_difficulty
+    from pipelines.data.scoring import run_difficulty
 
     overrides = []
     if args.dataset:  # roles of a named dataset config

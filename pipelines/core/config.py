@@ -142,7 +142,7 @@ class IngestConfig:
 
 @dataclass(frozen=True)
 class DifficultyConfig:
-    """Per-query difficulty (:mod:`pipelines.data.difficulty`): feature ids of the rankers
+    """Per-query difficulty (:mod:`pipelines.data.scoring`): feature ids of the rankers
     whose NDCG is scored; 0 takes the dataset's role (MSLR: BM25 110, PageRank 130).
 
     ``empty_queries``: how the curricula treat queries with no relevant document

@@ -46,7 +46,7 @@ INPUTS: dict[str, tuple[str, ...]] = {
     # modification times), the output, the ingest and dataset settings and the ingest's format version
     "ingest": ("src", "files", "out", "ingest", "dataset", "format_version"),
     "generate": ("queries", "seed", "shape"),
-    # per-query difficulty scores (pipelines.data.difficulty)
+    # per-query difficulty scores (pipelines.data.scoring)
     "difficulty": ("dataset", "roles", "settings", "metric", "code"),
     # a curriculum's build: its settings, the fold, the difficulty inputs, and the scores' own content
     "curriculum": ("settings", "dataset", "fold", "name", "difficulty", "empty_queries", "scores", "code"),
@@ -508,7 +508,7 @@ def difficulty_key(
     metric: Mapping[str, Any],
     code: Mapping[str, str] | None = None,
 ) -> str:
-    """Per-query difficulty scores (:func:`pipelines.data.difficulty.difficulty_inputs` gives the arguments)."""
+    """Per-query difficulty scores (:func:`pipelines.data.scoring.difficulty_inputs` gives the arguments)."""
     return "sha256:" + make_key(
         "difficulty",
         {
@@ -576,7 +576,7 @@ def _short(v: Any) -> str:
 # ------------------------------------------------------------ fingerprints of contents
 def rows_fingerprint(n: int, lo: int | None, hi: int | None) -> str:
     """The fingerprint of a table's rows from its order-independent sums (what
-    :func:`pipelines.data.difficulty.content_fingerprint` aggregates in Spark).
+    :func:`pipelines.data.scoring.content_fingerprint` aggregates in Spark).
 
     Parameters
     ----------

@@ -58,7 +58,7 @@ from pyspark.sql import functions as F
 from pipelines.core.config import ConfigError, CurriculumConfig, DifficultyConfig
 from pipelines.core.storage import atomic_output, read_json
 from pipelines.data.dataset import MANIFEST, Dataset, DatasetError, load_split, open_dataset
-from pipelines.data.difficulty import SUMMARY as DIFFICULTY_SUMMARY
+from pipelines.data.scoring import SUMMARY as DIFFICULTY_SUMMARY
 from udfs import schema
 from udfs.curriculum import SCORES, STRATEGIES, place_queries, stage_shares
 from udfs.uris import to_uri

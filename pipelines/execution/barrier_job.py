@@ -17,7 +17,7 @@ How it runs (docs/ARCHITECTURE.md, "Training"):
    the histograms, gradients of Python objectives are computed locally (whole
    queries), evaluation sums are all-reduced. Outputs go to the checkpoint
    store (:mod:`pipelines.store.checkpoints`); rank 0 reports progress and curves to
-   the driver over TCP (:mod:`pipelines.execution.progress`).
+   the driver over TCP (:mod:`pipelines.execution.events`).
 
 Refused up front: more workers than the session has task slots (barrier tasks
 must all run at once; Spark would otherwise wait for ever).
@@ -369,7 +369,7 @@ def run_nodes_distributed(
         from pyspark import BarrierTaskContext
         from xgboost.collective import CommunicatorContext
 
-        from pipelines.execution.progress import EventClient
+        from pipelines.execution.events import EventClient
 
         ctx = BarrierTaskContext.get()
         fresh = EventClient(*events).hello(job, ctx.partitionId()) if events else None

@@ -12,7 +12,7 @@
   continues from the last checkpoints; after that the error names the fold,
   the node and the command that resumes the study.
 
-Progress and curves reach the driver over TCP (:mod:`pipelines.execution.progress`).
+Progress and curves reach the driver over TCP (:mod:`pipelines.execution.events`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from pipelines.execution.barrier_job import (
     run_nodes_distributed,
     training_frame,
 )
-from pipelines.execution.progress import EventServer, ProgressDisplay
+from pipelines.execution.events import EventServer, ProgressDisplay
 from pipelines.kernel.cuts import FoldCuts
 from pipelines.kernel.loop import Settings
 from pipelines.plan.trie import DONE, Node, Plan, pending, states_of

@@ -12,7 +12,7 @@ from pipelines.core.config import ReportConfig
 from pipelines.core.plots import drawn_in_background
 from pipelines.core.plots import resolve as resolve_figures
 from pipelines.report.answer import RANDOM, Answer, answer
-from pipelines.report.difficulty import by_difficulty, load_scores
+from pipelines.report.by_difficulty import by_difficulty, load_scores
 from pipelines.report.export import comparisons, load_test_scores, report_json, trec_files
 from pipelines.report.figures import convergence_figure, difficulty_figure, figure1, figure2, forest_plot
 from pipelines.report.latex import (

@@ -437,7 +437,7 @@ def difficulty_figure(
 ) -> dict[str, bytes] | None:
     """The effect by query difficulty as small multiples (:func:`figure_files`).
 
-    One row per difficulty score of ``by_difficulty`` (:func:`pipelines.report.difficulty.by_difficulty`);
+    One row per difficulty score of ``by_difficulty`` (:func:`pipelines.report.by_difficulty.by_difficulty`);
     one column per curriculum strategy of ``chosen`` (strategy -> its switch point chosen on validation;
     every strategy but LambdaMART and ``random_strategy`` when the grid has no curriculum). In each panel:
     the chosen system's mean difference of ``metric`` with LambdaMART per quartile of the score (hard to

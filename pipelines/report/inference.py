@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.report.difficulty import scores_present
+from pipelines.report.by_difficulty import scores_present
 from pipelines.report.pairing import Paired
 from pipelines.report.records import ReportError, label_of
 from pipelines.report.stats import CONFIDENCE, t_interval
@@ -256,7 +256,7 @@ def slope(d: np.ndarray, x: np.ndarray) -> dict[str, Any] | None:
 def difficulty_rank(values: np.ndarray) -> np.ndarray:
     """Each query's difficulty rank scaled to [0, 1], 1 the hardest.
 
-    The difficulty scores (:data:`pipelines.report.difficulty.SCORES`) are all "higher = easier", so the
+    The difficulty scores (:data:`pipelines.report.by_difficulty.SCORES`) are all "higher = easier", so the
     queries are ranked by -value (``scipy.stats.rankdata``, ties get their average rank) and mapped to
     (rank - 1) / (n - 1): the easiest query 0, the hardest 1. A regression of the paired difference on it has
     a slope in "difference from the easiest to the hardest query", whatever the score's scale and skew.
@@ -300,7 +300,7 @@ def difficulty_interaction(
     pairs : Mapping
         (strategy, switch) -> :class:`Paired` with the baseline.
     scores : dict
-        (fold, query id) -> {score column: value} (:func:`pipelines.report.difficulty.load_scores`).
+        (fold, query id) -> {score column: value} (:func:`pipelines.report.by_difficulty.load_scores`).
     random_of : Callable
         (strategy, switch) -> the key of the random-curriculum system of that switch point, or ``None``.
 

@@ -26,8 +26,8 @@ from pipelines.core.layout import Layout
 from pipelines.core.storage import read_json
 from pipelines.data.curriculum import check_curriculum, check_roles, stored_curriculum
 from pipelines.data.dataset import Dataset, DatasetError, open_dataset
-from pipelines.data.difficulty import SUMMARY as DIFFICULTY_SUMMARY
-from pipelines.data.difficulty import difficulty_inputs, resolve_roles
+from pipelines.data.scoring import SUMMARY as DIFFICULTY_SUMMARY
+from pipelines.data.scoring import difficulty_inputs, resolve_roles
 from pipelines.plan.paths import TrainingPath, parse_path, resolve
 from pipelines.plan.trie import DONE, Plan, build_plan, format_plan, states_of
 from pipelines.store.checkpoints import CheckpointStore

@@ -43,8 +43,8 @@ from pipelines.core.outputs import claim_output
 from pipelines.core.storage import write_file_atomic
 from pipelines.data.curriculum import Curriculum, build_curriculum, stored_curriculum
 from pipelines.data.dataset import DatasetError, open_dataset
-from pipelines.data.difficulty import difficulty_inputs, run_difficulty, stored_summary
 from pipelines.data.generate import RECORD as GENERATE_RECORD
+from pipelines.data.scoring import difficulty_inputs, run_difficulty, stored_summary
 from pipelines.study.design import curriculum_config, curriculum_key_of, scores_fingerprint
 from udfs.uris import to_uri
 
@@ -211,7 +211,7 @@ def _difficulty(cfg: Config, data: str, out: str | None) -> tuple[StepState, dic
 
 def difficulty_state(cfg: Config, data: str, out: str | None = None) -> StepState:
     """The scores at ``out`` (default the layout's) are fresh when their summary holds the key of
-    :func:`pipelines.data.difficulty.difficulty_inputs` for this dataset and config."""
+    :func:`pipelines.data.scoring.difficulty_inputs` for this dataset and config."""
     return _difficulty(cfg, data, out)[0]
 
 

@@ -149,7 +149,7 @@ def test_runs_links_and_histories(grid_run, small_dataset):
     assert np.mean(perq["ndcg_at_10"]) == pytest.approx(final, abs=1e-12)
     # ... with each query's relevant documents, as ltr difficulty counts them (the report leaves out those with 0)
     from pipelines.core.layout import Layout
-    from pipelines.report.difficulty import load_scores
+    from pipelines.report.by_difficulty import load_scores
 
     fold = int(run.data.tags[TAG_FOLD])
     scores = load_scores(Layout.of(cfg).difficulty, small_dataset, [fold])

@@ -248,7 +248,7 @@ def test_a_docs_commit_resumes_and_every_edit_of_the_computing_code_retrains(sma
     for rel in (
         "pipelines/report/render.py",
         "pipelines/app/cli.py",
-        "pipelines/core/progress.py",
+        "pipelines/core/spark_progress.py",
         "pipelines/core/session.py",
         "pipelines/core/storage.py",
         "pipelines/core/config.py",
@@ -387,7 +387,7 @@ def test_each_kind_of_result_is_keyed_by_its_own_kernel_code():
 #: keeps every key (it used to re-key every result: config, progress, session, storage, leases, the barrier job).
 IDENTITY_TABLE = [
     ("pipelines/core/config.py", set()),
-    ("pipelines/core/progress.py", set()),
+    ("pipelines/core/spark_progress.py", set()),
     ("pipelines/core/proctree.py", set()),
     ("pipelines/core/session.py", set()),
     ("pipelines/core/storage.py", set()),
@@ -396,9 +396,9 @@ IDENTITY_TABLE = [
     ("pipelines/store/checkpoints.py", set()),
     ("pipelines/store/cuts.py", set()),
     ("pipelines/execution/barrier_job.py", set()),
-    ("pipelines/execution/progress.py", set()),
+    ("pipelines/execution/events.py", set()),
     ("pipelines/data/curriculum.py", set()),
-    ("pipelines/data/difficulty.py", set()),
+    ("pipelines/data/scoring.py", set()),
     ("pipelines/data/dataset.py", set()),
     ("pipelines/plan/trie.py", set()),
     ("pipelines/worker/rows.py", set()),

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from pipelines.core import progress
-from pipelines.core.progress import JobProgress, TaskCounts, format_seconds, rate_and_left, spark_progress
+from pipelines.core import spark_progress as progress
+from pipelines.core.spark_progress import JobProgress, TaskCounts, format_seconds, rate_and_left, spark_progress
 
 
 class Clock:

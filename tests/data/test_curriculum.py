@@ -187,8 +187,8 @@ def tiny(spark_holder, tmp_path_factory):
     """(dataset, difficulty) of TINY as a one-fold LETOR 4.0 set (labels 0..2; only 0 and 1 occur)."""
     spark = spark_holder.get()
     from pipelines.core.config import DifficultyConfig, IngestConfig, load_dataset_spec
-    from pipelines.data.difficulty import run_difficulty
     from pipelines.data.ingest import ingest
+    from pipelines.data.scoring import run_difficulty
     from udfs.metrics import NdcgSpec
 
     root = tmp_path_factory.mktemp("tiny")
@@ -311,7 +311,7 @@ def test_hrel_labels_and_policy_checked_without_data():
 
 def test_exclude_needs_a_query_with_a_relevant_document(spark, tiny, tmp_path):
     from pipelines.core.config import DifficultyConfig
-    from pipelines.data.difficulty import run_difficulty
+    from pipelines.data.scoring import run_difficulty
     from udfs.metrics import NdcgSpec
 
     with pytest.raises(ConfigError, match=r"difficulty.empty_queries \(--empty-queries\) must be one of last, exclude"):

@@ -15,7 +15,7 @@ import pytest
 from pipelines.core.config import DifficultyConfig
 from pipelines.core.keys import rows_fingerprint
 from pipelines.data.dataset import DatasetError, open_dataset
-from pipelines.data.difficulty import Roles, content_fingerprint, difficulty_scores, resolve_roles
+from pipelines.data.scoring import Roles, content_fingerprint, difficulty_scores, resolve_roles
 from udfs import schema
 from udfs.difficulty import DIFFICULTY_DDL, difficulty_frame, difficulty_one_query
 from udfs.metrics import NdcgSpec

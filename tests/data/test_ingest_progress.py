@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.core import progress
+from pipelines.core import spark_progress as progress
 from pipelines.core.config import DifficultyConfig, IngestConfig, load_dataset_spec
-from pipelines.data.difficulty import run_difficulty
 from pipelines.data.ingest import ingest
+from pipelines.data.scoring import run_difficulty
 from udfs.metrics import NdcgSpec
 
 N_QUERIES, DOCS = 40, 10

@@ -158,7 +158,7 @@ def test_the_report_leaves_out_the_scores_a_dataset_has_not(tmp_path):
     present enter the breakdowns by difficulty."""
     import pyarrow as pa
 
-    from pipelines.report.difficulty import load_scores, scores_present
+    from pipelines.report.by_difficulty import load_scores, scores_present
 
     d = tmp_path / "scores"
     d.mkdir()

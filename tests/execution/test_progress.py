@@ -3,7 +3,7 @@ resumed fold."""
 
 from __future__ import annotations
 
-from pipelines.execution.progress import EventClient, EventServer
+from pipelines.execution.events import EventClient, EventServer
 
 
 def test_events_reach_the_driver_over_tcp():
@@ -47,7 +47,7 @@ def test_progress_of_a_resumed_fold_counts_from_its_done_trees(monkeypatch, capl
     """N/M over the whole fold; the rate from trees built since the first one arrived, never from one tree."""
     import logging
 
-    from pipelines.execution import progress
+    from pipelines.execution import events as progress
 
     clock = iter([100.0, 100.0, 101.0, 101.0, 102.0, 102.0, 103.0, 103.0])
     monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))

@@ -12,7 +12,7 @@ import pytest
 
 from pipelines.core.plots import pyplot
 from pipelines.report import figures
-from pipelines.report.difficulty import SCORES, by_difficulty
+from pipelines.report.by_difficulty import SCORES, by_difficulty
 from pipelines.report.figures import (
     CLASS_COLOUR,
     convergence_figure,

@@ -89,7 +89,7 @@ def _noninferiority(recs: list[Any], pairs: Any, margin: float) -> dict[str, dic
 def build_page(out: Path) -> tuple[str, dict[str, Any], dict[str, bytes]]:
     """The report's Markdown and page of the grid of :func:`_records`, as build.py writes them, and report.json
     (with its headline) in ``out``; returns (markdown, report.json, images)."""
-    from pipelines.report.difficulty import by_difficulty
+    from pipelines.report.by_difficulty import by_difficulty
     from pipelines.report.export import comparisons, report_json
     from pipelines.report.figures import convergence_figure, difficulty_figure, figure1, forest_plot
     from pipelines.report.headline import choose_on_vali

@@ -284,7 +284,7 @@ def test_the_effect_by_difficulty_in_quartiles(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipelines.report.difficulty import by_difficulty, load_scores
+    from pipelines.report.by_difficulty import by_difficulty, load_scores
 
     # 2 folds x 8 test queries; query q's BM25 NDCG is q / 10: the system gains 0.1 on the 4 hardest of a fold
     base, sys_ = [], []

@@ -12,7 +12,7 @@ import pipelines.app.grid as grid
 import pipelines.study.steps as prepare
 from pipelines.core.config import load_config
 from pipelines.data.dataset import open_dataset
-from pipelines.data.difficulty import SUMMARY
+from pipelines.data.scoring import SUMMARY
 from pipelines.tracking.runs import TAG_STUDY_KEY, Tracker
 from tests.helpers import tiny_study
 
@@ -81,7 +81,7 @@ def test_difficulty_and_curricula_are_rebuilt_when_their_inputs_change(spark, sm
 def test_difficulty_key_covers_roles_conventions_and_code(small_dataset, monkeypatch):
     from pipelines.core.config import DifficultyConfig
     from pipelines.core.keys import difficulty_key as key_of
-    from pipelines.data.difficulty import difficulty_inputs
+    from pipelines.data.scoring import difficulty_inputs
     from udfs.metrics import NdcgSpec
 
     def difficulty_key(*args):

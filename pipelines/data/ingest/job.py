@@ -11,7 +11,7 @@ import pyarrow.fs as pafs
 from pyspark.sql import SparkSession
 
 from pipelines.core.config import DatasetSpec, IngestConfig
-from pipelines.core.progress import spark_context, spark_progress
+from pipelines.core.spark_progress import spark_context, spark_progress
 from pipelines.core.storage import OutputError, atomic_output, delete_quietly
 from pipelines.data.dataset import MANIFEST, MSLR_ROTATION
 from pipelines.data.ingest.checks import (

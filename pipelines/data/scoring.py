@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 
 from pipelines.core.config import DifficultyConfig
 from pipelines.core.keys import difficulty_key, rows_fingerprint
-from pipelines.core.progress import spark_progress
+from pipelines.core.spark_progress import spark_progress
 from pipelines.core.storage import atomic_output
 from pipelines.data.dataset import Dataset, DatasetError, open_dataset
 from udfs import schema

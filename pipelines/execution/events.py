@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pipelines.core.progress import rate_and_left
+from pipelines.core.spark_progress import rate_and_left
 
 log = logging.getLogger(__name__)
 
