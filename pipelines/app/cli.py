@@ -20,9 +20,8 @@ import sys
 import time
 from collections.abc import Callable
 
-from pipelines.app import stop
+from pipelines.app import flags, stop
 from pipelines.core.config import (
-    GENERATE_SHAPES,
     Config,
     DatasetSpec,
     dataset_presets,
@@ -31,8 +30,6 @@ from pipelines.core.config import (
 )
 from pipelines.core.errors import LtrError, UserError
 from pipelines.core.layout import Layout
-from udfs.curriculum import PACINGS
-from udfs.curriculum import STRATEGIES as CURRICULUM_STRATEGIES
 
 log = logging.getLogger("ltr")
 
@@ -64,15 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("generate", help="write a synthetic LETOR dataset shaped like MSLR-WEB30K, Istella or Yahoo")
     p.add_argument("--out", help="output folder (default: <work_dir>/letor)")
-    p.add_argument(
-        "--shape",
-        choices=GENERATE_SHAPES,
-        help="the real dataset whose layout, features and labels to mimic (default: mslr: Fold1..Fold5; "
-        "istella: full/{train,test}.txt; yahoo: set1.{train,valid,test}.txt)",
-    )
-    p.add_argument("--queries", type=int, help="number of queries (MSLR-WEB30K: 31531, Istella: 33018, Yahoo: 29921)")
-    p.add_argument("--seed", type=int, help="random seed (same seed, same files)")
-    p.add_argument("--workers", type=int, help="processes (default: one per core)")
+    flags.add(p, "generate")
     _common(p)
     p.set_defaults(func=cmd_generate)
 
@@ -81,12 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--src", required=True, help="MSLR-style folder (Fold*/), one-fold folder (train.txt ...) or one file"
     )
     p.add_argument("--out", required=True, help="dataset directory to write (replaced atomically)")
-    p.add_argument("--dataset", help="conf/datasets/<NAME>.yaml: feature count, label range, feature roles")
-    p.add_argument("--n-features", type=int, help="number of features (default: the dataset's)")
-    p.add_argument("--min-label", type=int, help="smallest valid label (default: the dataset's)")
-    p.add_argument("--max-label", type=int, help="largest valid label (default: the dataset's)")
-    p.add_argument("--strict", action="store_true", help="fail at the first bad line instead of quarantining it")
-    p.add_argument("--chunk-bytes", type=int, help="nominal text bytes per Spark task")
+    flags.add(p, "ingest")
     _common(p)
     p.set_defaults(func=cmd_ingest)
 
@@ -94,8 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="dataset written by `ltr ingest`")
     p.add_argument("--out", required=True, help="directory for the scores (replaced atomically)")
     p.add_argument("--dataset", help="take the feature roles from conf/datasets/<NAME>.yaml instead of the manifest")
-    p.add_argument("--bm25-feature", type=int, help="feature id of BM25 (default: the dataset's)")
-    p.add_argument("--pagerank-feature", type=int, help="feature id of PageRank (default: the dataset's)")
+    flags.add(p, "difficulty")
     _common(p)
     p.set_defaults(func=cmd_difficulty)
 
@@ -103,17 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="dataset written by `ltr ingest`")
     p.add_argument("--difficulty", required=True, help="scores written by `ltr difficulty`")
     p.add_argument("--fold", type=int, required=True)
-    p.add_argument("--strategy", help=" | ".join(CURRICULUM_STRATEGIES) + " (udfs.curriculum.STRATEGIES)")
-    p.add_argument("--fraction", type=float, help="two-stage curriculum: share of the first stage (0.25)")
-    p.add_argument("--pacing", help="multi-stage: " + " | ".join(PACINGS) + " (udfs.curriculum.PACINGS)")
-    p.add_argument("--stages", type=int, help="stages of a paced curriculum")
-    p.add_argument("--delta", type=float, help="share of the first paced stage")
-    p.add_argument("--seed", type=int, help="seed of the random strategy")
-    p.add_argument(
-        "--empty-queries",
-        help="queries without a relevant document: last (default), exclude "
-        "(only in the last stage) or as_metric (scored metric.empty); sets difficulty.empty_queries",
-    )
+    flags.add(p, "curriculum")
     p.add_argument("--out", required=True, help="directory for the curriculum (replaced atomically)")
     _common(p)
     p.set_defaults(func=cmd_curriculum)
@@ -121,7 +94,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="distributed XGBoost on Spark along a training path")
     p.add_argument("--data", required=True, help="dataset written by `ltr ingest`")
     p.add_argument("--fold", type=int, required=True)
-    p.add_argument("--path", help="training path, e.g. mse:200,lambdamart:300 or lambdamart@q_bm25:200,lambdamart:300")
     p.add_argument(
         "--curriculum",
         action="append",
@@ -129,24 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="curriculum written by `ltr curriculum` (repeatable; referenced by its strategy name)",
     )
-    p.add_argument(
-        "--workers",
-        type=int,
-        help="barrier tasks (default 0 = auto: one with all the cores "
-        "on a local master, one per task slot on a cluster)",
-    )
-    p.add_argument("--nthread", type=int, help="threads per worker (default: its share of the cores)")
-    p.add_argument("--device", help="cpu (default) or cuda")
-    p.add_argument("--eta", type=float, help="learning rate (0.05)")
-    p.add_argument("--leaves", type=int, help="leaves per tree (64)")
-    p.add_argument("--k", type=int, help="NDCG@k of the LambdaMART deltas (10)")
+    flags.add(p, "train")
     p.add_argument("--out", required=True, help="model directory (replaced atomically)")
     _common(p)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("grid", help="the experiment grid over folds, tracked in MLflow (resumable)")
     p.add_argument("--folds", help="comma-separated folds (default: grid.folds)")
-    p.add_argument("--data", help="dataset (default: grid.data or <work_dir>/dataset)")
+    flags.add(p, "grid")
     p.add_argument(
         "--plan", action="store_true", help="print every fold's plan of nodes (trees, state) and exit without training"
     )
@@ -206,13 +168,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="tables and figures of a grid, from MLflow")
     p.add_argument("--experiment", help="existing MLflow experiment (default: grid.experiment); never created")
     p.add_argument("--run-id", help="the grid's parent run (default: the experiment's latest FINISHED grid)")
-    p.add_argument("--out", help="output folder (default: report.out or <work_dir>/report)")
+    flags.add(p, "report")
     _common(p)
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("run", help="the main job: generate, ingest, difficulty, curricula, grid, report")
     p.add_argument("--src", help="ingest this LETOR folder instead of generating one")
-    p.add_argument("--queries", type=int, help="queries to generate")
+    flags.add(p, "run")
     _common(p)
     p.set_defaults(func=cmd_run)
 
@@ -284,26 +246,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _flag_overrides(args: argparse.Namespace, mapping: dict[str, str]) -> list[str]:
-    out = []
-    for attr, key in mapping.items():
-        v = getattr(args, attr, None)
-        if v is None or v is False:
-            continue
-        out.append(f"{key}={json.dumps(v)}")
-    return out
-
-
-def resolve_config(args: argparse.Namespace, mapping: dict[str, str]) -> Config:
+def resolve_config(args: argparse.Namespace, command: str) -> Config:
     """The run's typed config: ``--conf`` (default ``conf/default.yaml``), then ``--set`` overrides, then the
-    command's flags that were given (``mapping``: flag attribute -> config key), then ``--master``.
+    ``command``'s config flags that were given (:mod:`pipelines.app.flags`), then ``--master``.
 
     Raises
     ------
     ConfigError
         An unknown key or a value of the wrong type (exit code 2).
     """
-    overrides = list(args.overrides) + _flag_overrides(args, mapping)
+    overrides = list(args.overrides) + flags.overrides(args, command)
     if args.master:
         overrides.append(f"spark.master={json.dumps(args.master)}")
     return load_config(args.conf, overrides)
@@ -323,15 +275,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     ``<work_dir>/letor``); exit code 0."""
     from pipelines.data.generate import generate
 
-    cfg = resolve_config(
-        args,
-        {
-            "queries": "generate.queries",
-            "seed": "generate.seed",
-            "workers": "generate.workers",
-            "shape": "generate.shape",
-        },
-    )
+    cfg = resolve_config(args, "generate")
     out = args.out or Layout.of(cfg).letor
     g = cfg.generate
     s = generate(out, g.queries, g.seed, g.workers, g.shape)
@@ -345,17 +289,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from pipelines.data.ingest import ingest, line_spec
     from pipelines.data.ingest.quarantine import quarantine_dir
 
-    cfg = resolve_config(
-        args,
-        {
-            "dataset": "dataset",
-            "n_features": "ingest.n_features",
-            "min_label": "ingest.min_label",
-            "max_label": "ingest.max_label",
-            "strict": "ingest.strict",
-            "chunk_bytes": "ingest.chunk_bytes",
-        },
-    )
+    cfg = resolve_config(args, "ingest")
     spec = _ingest_preset(args, cfg.dataset)
     line_spec(spec, cfg.ingest)  # feature count and label range, checked before Spark starts
     with claim_output(args.out, quarantine_dir(args.out)):  # before the JVM: another ingest there is refused at once
@@ -408,9 +342,7 @@ def cmd_difficulty(args: argparse.Namespace) -> int:
             f"difficulty.pagerank_feature={spec.pagerank_feature}",
         ]
     args.overrides = overrides + list(args.overrides)
-    cfg = resolve_config(
-        args, {"bm25_feature": "difficulty.bm25_feature", "pagerank_feature": "difficulty.pagerank_feature"}
-    )
+    cfg = resolve_config(args, "difficulty")
     with claim_output(args.out):
         run_difficulty(_session(cfg), args.data, args.out, cfg.difficulty, cfg.metric)
     return 0
@@ -422,18 +354,7 @@ def cmd_curriculum(args: argparse.Namespace) -> int:
     from pipelines.data.curriculum import build_curriculum, check_curriculum
     from pipelines.data.dataset import open_dataset
 
-    cfg = resolve_config(
-        args,
-        {
-            "strategy": "curriculum.strategy",
-            "fraction": "curriculum.fraction",
-            "pacing": "curriculum.pacing",
-            "stages": "curriculum.stages",
-            "delta": "curriculum.delta",
-            "seed": "curriculum.seed",
-            "empty_queries": "difficulty.empty_queries",
-        },
-    )
+    cfg = resolve_config(args, "curriculum")
     ds = open_dataset(args.data)
     ds.subsets(args.fold, "train")  # settings, fold and labels checked before Spark starts
     check_curriculum(cfg.curriculum, ds, cfg.difficulty.empty_queries)
@@ -463,18 +384,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from pipelines.app.train import cuts_ahead, run_train
     from pipelines.core.outputs import claim_output
 
-    cfg = resolve_config(
-        args,
-        {
-            "path": "train.path",
-            "workers": "train.workers",
-            "nthread": "train.nthread",
-            "device": "train.device",
-            "eta": "train.eta",
-            "leaves": "train.leaves",
-            "k": "train.k",
-        },
-    )
+    cfg = resolve_config(args, "train")
     checkpoints = Layout.of(cfg).checkpoints
     with claim_output(args.out):
         with cuts_ahead(args.data, [args.fold], cfg.train, checkpoints):  # while the JVM starts
@@ -497,7 +407,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
             raise UsageError(f"--folds {args.folds!r}: expected comma-separated fold numbers, e.g. 1,2,3") from None
         overrides.append(f"grid.folds={json.dumps(folds)}")
     args.overrides = overrides + list(args.overrides)
-    cfg = resolve_config(args, {"data": "grid.data"})
+    cfg = resolve_config(args, "grid")
     if args.parallel < 1:
         raise UsageError(f"--parallel must be >= 1, got {args.parallel}")
     if args.plan:
@@ -558,7 +468,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             "--run-id is empty: give the grid's parent run id (what `ltr grid --setup-only` prints), "
             "or leave --run-id out to report the experiment's latest FINISHED grid"
         )
-    cfg = resolve_config(args, {"out": "report.out"})
+    cfg = resolve_config(args, "report")
     out = Layout.of(cfg).report
     # an existing experiment only: a mistyped --experiment is an error (exit 2), never a new empty one
     tracker = open_tracker(cfg, args.experiment)
@@ -573,7 +483,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     output is not fresh (:func:`pipelines.app.run.run_study`); exit code 0."""
     from pipelines.app.run import run_study
 
-    run_study(resolve_config(args, {"queries": "generate.queries"}), args.src)
+    run_study(resolve_config(args, "run"), args.src)
     return 0
 
 

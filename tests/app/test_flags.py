@@ -1,0 +1,50 @@
+"""The command line's config flags (``pipelines.app.flags``): one table, types and defaults from the config."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipelines.app import flags
+from pipelines.app.cli import build_parser
+from pipelines.core.config import load_config
+
+#: a value of each type, different from every default
+SAMPLE = {int: 7, float: 0.375, str: "q_bm25", bool: True}
+
+
+@pytest.mark.parametrize("command", sorted(flags.FLAGS))
+def test_each_flag_sets_its_key_with_the_config_s_type_and_shows_its_default(command):
+    parser = build_parser()
+    for f in flags.FLAGS[command]:
+        tp, default = flags._field(f.key)
+        kind = flags._scalar(tp)
+        value = f.choices[-1] if f.choices else SAMPLE[kind]
+        argv = [command, *(["--src", "s", "--out", "o"] if command == "ingest" else [])]
+        argv += ["--data", "d", "--out", "o"] if command in ("difficulty", "train", "curriculum") else []
+        argv += ["--difficulty", "x", "--fold", "1"] if command == "curriculum" else []
+        argv += ["--fold", "1"] if command == "train" else []
+        argv += [f.flag] if kind is bool else [f.flag, str(value)]
+        args = parser.parse_args(argv)
+        given = flags.overrides(args, command)
+        assert [o.split("=")[0] for o in given] == [f.key], (f.flag, given)
+        section, _, name = f.key.rpartition(".")
+        cfg = load_config(None, given) if f.key != "dataset" else None
+        if cfg is not None:
+            got = getattr(getattr(cfg, section) if section else cfg, name)
+            assert got == value, (f.flag, got, value)
+        # not given: no override, the config's value stands
+        assert flags.overrides(parser.parse_args(argv[: -1 if kind is bool else -2]), command) == []
+        shown = "none" if default is None else f'"{default}"' if isinstance(default, str) else str(default)
+        action = next(
+            a for a in parser._subparsers._group_actions[0].choices[command]._actions if f.flag in a.option_strings
+        )
+        assert action.help.endswith(f"(sets {f.key}; default {shown})"), action.help
+
+
+def test_no_flag_is_declared_twice_and_every_key_exists():
+    for command, fs in flags.FLAGS.items():
+        assert len({f.flag for f in fs}) == len(fs), command
+        for f in fs:
+            flags._field(f.key)  # KeyError for a key the config does not have
+    with pytest.raises(KeyError, match="no config key"):
+        flags._field("train.etta")
