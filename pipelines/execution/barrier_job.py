@@ -109,14 +109,7 @@ def make_settings(cfg: TrainConfig, metric: NdcgSpec, ds: Dataset, nthread: int)
             "train.subsample/colsample_bytree < 1: XGBoost's sampler state is not part of a checkpoint, so "
             "a resumed run may draw other samples than an uninterrupted one (measured: not bit-identical)"
         )
-    return Settings(
-        model=cfg.model,
-        metric=metric,
-        labels=(int(lo), int(hi)),
-        nthread=nthread,
-        checkpoint_every=cfg.checkpoint_every,
-        codes_in_memory_gib=cfg.codes_in_memory_gib,
-    )
+    return Settings.of(cfg, metric, (int(lo), int(hi)), nthread)
 
 
 def is_local(master: str) -> bool:

@@ -97,6 +97,19 @@ class Settings:
     checkpoint_every: int  # trees between two checkpoints (train.checkpoint_every: no tree depends on it)
     codes_in_memory_gib: float  # train.codes_in_memory_gib: bin codes beyond it go to a local file
 
+    @classmethod
+    def of(cls, train: Any, metric: NdcgSpec, labels: tuple[int, int], nthread: int) -> Settings:
+        """The settings of a config's ``train:`` section (a :class:`pipelines.core.config.TrainConfig`: its model
+        part, and the run values the loop needs)."""
+        return cls(
+            model=train.model,
+            metric=metric,
+            labels=labels,
+            nthread=nthread,
+            checkpoint_every=train.checkpoint_every,
+            codes_in_memory_gib=train.codes_in_memory_gib,
+        )
+
     def with_seed(self, offset: int) -> Settings:
         """These settings with ``offset`` added to ``train.seed``, the seed of the objectives' noise and of
         XGBoost's sampling (a plan node of a ``grid.seeds`` repetition); themselves for offset 0."""

@@ -25,14 +25,7 @@ def _settings(metric: NdcgSpec | None = None, **train: Any) -> Settings:
     """Worker settings of the local twin: small trees (as ``PARAMS``), the other settings the config's
     (``train``: TrainConfig fields to change), one thread, labels 0..4."""
     cfg = TrainConfig(**{"leaves": PARAMS["max_leaves"], "eta": PARAMS["eta"], "max_bin": PARAMS["max_bin"], **train})
-    return Settings(
-        model=cfg.model,
-        metric=metric or NdcgSpec(),
-        labels=(0, 4),
-        nthread=PARAMS["nthread"],
-        checkpoint_every=cfg.checkpoint_every,
-        codes_in_memory_gib=cfg.codes_in_memory_gib,
-    )
+    return Settings.of(cfg, metric or NdcgSpec(), (0, 4), PARAMS["nthread"])
 
 
 def _paths():

@@ -151,14 +151,7 @@ def test_training_codes_in_a_local_file_give_the_same_trees_and_curves(tmp_path,
     train = split == 0
     ref = reference_matrix(cuts_of(X[train][np.lexsort((np.arange(n)[train], qid[train]))], 16))
     cfg = TrainConfig(leaves=8, eta=0.1, max_bin=16, score_dist_trees=[3])
-    settings = Settings(
-        model=cfg.model,
-        metric=NdcgSpec(),
-        labels=(0, 4),
-        nthread=1,
-        checkpoint_every=cfg.checkpoint_every,
-        codes_in_memory_gib=cfg.codes_in_memory_gib,
-    )
+    settings = Settings.of(cfg, NdcgSpec(), (0, 4), 1)
     path = resolve(parse_path("mse@cur.*:4,lambdamart:5", "p"), {"cur": 2})
     plan = build_plan([path], fold=1)
     results = []
