@@ -3,10 +3,8 @@
 numba's ``cache=True`` keeps a kernel's machine code beside its source (``__pycache__``): a process that finds it
 there loads it in milliseconds. But every process that reaches the kernel before the first one has written it
 compiles it too, at the same time. That is how an ingest starts: the Python workers of an executor (or of
-``local[N]``) take the first chunks together, and each compiled the LETOR parser's kernels. On this project's
-2-core machine, from a fresh install: 7 s of CPU for ``parse_lines`` alone, 13-16 s each with two compiling at
-once, and the suite's first ingests compiled it three times (``.ci/run`` on 2026-11-28, numba's compilations
-logged: 74 CPU-s compiling the parser's kernels, where one compilation of each took 21 s; 32 CPU-s with this).
+``local[N]``) take the first chunks together, and each compiled the LETOR parser's kernels: on a machine with
+few cores, several compilations at once each take far longer than one (benchmarks/RESULTS.md has the figures).
 
 :class:`CompiledOnce` wraps a kernel so that a process's first call holds a lock file per kernel (``flock``,
 beside numba's cache of the kernel, one per Python version) while numba compiles it or loads it from the cache:

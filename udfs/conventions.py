@@ -1,8 +1,8 @@
 """The conventions a run is configured with, as plain values: NDCG's (:class:`NdcgSpec`) and the blend
 schedule's (:class:`BlendSchedule`).
 
-Here, not beside the code that computes with them (:mod:`udfs.metrics`, :mod:`udfs.objectives`, which re-export
-them), so that reading a config imports no JIT compiler: numba was 0.2-0.3 s of every process that loads a
+Here, not beside the code that computes with them (:mod:`udfs.metrics`, :mod:`udfs.objectives`), so that
+reading a config imports no JIT compiler: numba's import is a noticeable share of every process that loads a
 config (each ``ltr`` command, each Airflow task and DAG parse), for two frozen dataclasses
 (benchmarks/RESULTS.md, "A small barrier job's fixed cost").
 """

@@ -52,8 +52,8 @@ log = logging.getLogger(__name__)
 #: ``LTR_CLASS_ARCHIVE=off`` (or 0, false, no): no archive used, none built.
 SWITCH = "LTR_CLASS_ARCHIVE"
 #: The options of the JVM that writes the archive, besides the dump itself: no notes on the classes it cannot
-#: archive (signed jars'), no C2 compiler and serial GC (46 s instead of 52 here; the archive serves JVMs of
-#: other GCs and compilers alike).
+#: archive (signed jars'), no C2 compiler and serial GC (faster to write; the archive serves JVMs of other
+#: GCs and compilers alike).
 DUMP_OPTIONS = "-Xlog:cds=off,cds+dynamic=off -XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 #: An archive of another Java or Spark (another name in the same folder) not used for this many days is removed

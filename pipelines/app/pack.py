@@ -227,7 +227,7 @@ def _install_command(uv: str | None, env_python: Path, lock: Path, build: Path, 
     uv copies, not hard-links, from its cache: linked, the environment's files share inodes with the cache, and so
     with venv-pack's own ``activate`` scripts where venv-pack was installed from the same cache; tarfile then
     stores ``bin/activate`` and two others as hard-link members (seen on this machine), which not every untar on
-    an executor recreates. Linking saved 8 s of a 51-s pack here."""
+    an executor recreates (benchmarks/RESULTS.md has what linking saved)."""
     if uv is not None:
         return [uv, "pip", "install", "--python", str(env_python), "--no-progress", "--link-mode", "copy",
                 *(["--compile-bytecode"] if compile_ else []), *UV_PYSPARK_BUILD,
@@ -237,9 +237,8 @@ def _install_command(uv: str | None, env_python: Path, lock: Path, build: Path, 
 
 
 #: PySpark is published as a source distribution only, and uv builds its wheel again whenever it finds its cached
-#: download stale (every install on the test machines): setuptools deflated 450 MB of jars that are already
-#: compressed, 26 s of CPU. Stored (``bdist_wheel --compression=stored``): 8 s, a wheel of 499 MB instead of 457, the
-#: same files installed. README's install command and .ci/run pass the same setting.
+#: download stale: setuptools deflates hundreds of MB of jars that are already compressed. Stored
+#: (``bdist_wheel --compression=stored``): a few seconds, a slightly larger wheel, the same files installed. README's install command and .ci/run pass the same setting.
 UV_PYSPARK_BUILD = ["--config-settings-package", "pyspark:--build-option=--compression=stored"]
 
 

@@ -295,7 +295,7 @@ def source_files(roots: tuple[str, ...] | str = "node") -> dict[str, tuple[str, 
 def has_source_files(files: Mapping[str, tuple[str, str]]) -> bool:
     """Whether every module of ``files`` (another process's :func:`source_files`) is here the same file with the
     same bytes: then the closure that process hashed runs here as it is, and nothing needs to be parsed (a
-    barrier task's check of the driver's code: 10 ms instead of the 0.45 s :func:`sources_hash` takes). False
+    barrier task's check of the driver's code, far cheaper than :func:`sources_hash`). False
     says only that the bytes differ somewhere: :func:`code_identity` decides then (a comment may be all)."""
     for name, (rel, sha) in files.items():
         found = _module_source(name)
@@ -418,7 +418,7 @@ def plan_context(
 def seed_field(seed: int) -> dict[str, int]:
     """``{"seed": seed}``, or nothing for seed 0: a seed repetition's offset (``grid.seeds``) is written into a
     node's key document, the plan's JSON and a checkpoint's meta only when it is not 0, so that everything of
-    seed 0 reads and keys as it did before seeds existed."""
+    seed 0 reads and keys as a path without seeds."""
     return {"seed": seed} if seed else {}
 
 
@@ -451,7 +451,7 @@ def node_key(
     """A plan node's trees and margins: its parent, objective and that objective's code (:func:`objective_code`),
     data subset, trees t0..t1, curriculum, context,
     and its seed offset (``grid.seeds``), which enters the key only when it is not 0 (the keys of every node
-    but a seed repetition's are those of before seeds existed)."""
+    but a seed repetition's do not depend on seeds)."""
     doc = {
         "parent": parent,
         "objective": objective,

@@ -3,9 +3,9 @@ paper (:func:`figure_bytes`), and :class:`BackgroundFigures`, which turns figure
 process while the caller goes on.
 
 Why a second process: writing a figure is pure Python under the GIL (drawing it, then for the PDF subsetting
-and embedding its TrueType fonts with fontTools: 0.4-1.1 s a PDF). The report writes five figures twice, 5.2 s
-of its 38 s on the five-fold study, while it also replays models and writes TREC runs; on two cores the figures
-can be drawn beside that work. A figure pickles in about 20 ms.
+and embedding its TrueType fonts with fontTools), and the report writes several figures twice while it also
+writes its tables and TREC runs; on two cores the figures can be drawn beside that work. A figure pickles in a
+fraction of the time it takes to draw.
 
 Why not ``multiprocessing``: its ``spawn`` start imports the caller's ``__main__`` again in the child, so a
 user's script that calls the report without an ``if __name__ == "__main__":`` guard would run again there

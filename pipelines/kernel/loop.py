@@ -365,7 +365,7 @@ class _Worker:
                 raise DataError(f"node {node.key}: no test margins at its end although the worker holds test rows")
             arrays["test_ndcg"] = ndcg_fast(sp.offsets, sp.y, test_margin, self.s.metric, self.inv_idcg["test"])
             # relevant documents per query (label > 0): the report leaves out of its paired statistics the
-            # queries with none, which every system scores metric.empty on (issue 29)
+            # queries with none, which every system scores metric.empty on
             arrays["test_relevant"] = np.add.reduceat((sp.y > 0).astype(np.int32), sp.offsets[:-1])
             # each document's position in its query and label, beside test_margin: the report's TREC run
             # and qrels files (docno = the position, the order metric.ties=input breaks ties by)

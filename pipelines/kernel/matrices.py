@@ -72,8 +72,8 @@ class SpilledCodes:
 
     Why: XGBoost's quantised training matrix holds two bin indexes of its own (row-wise and column-wise, a byte
     a value each with at most 256 bins), and it is built from the codes in three passes (count, row index,
-    column index), so codes and matrix are in memory together for the whole training: at 1x Istella's size
-    (7.2M training rows x 220) 2.95 GiB of codes beside 2.95 GiB of matrix. The training split's codes are
+    column index), so codes and matrix would be in memory together for the whole training, each as large as
+    the other. The training split's codes are
     read only when a matrix is built and when a curriculum subset's complement is walked, a chunk at a time,
     so a local file serves them: the page cache keeps it where memory is free, and the kernel can drop it and
     read it again where memory is short (a process's own memory it cannot). Vali and test, walked every tree,
@@ -398,7 +398,7 @@ class _Builder:
         kept: np.ndarray | SpilledCodes
         if in_order and nbytes > spill_over:
             # rows that came in (qid, doc) order (a split of one file) go to the file batch by batch: the codes
-            # are never joined in memory (at 1x Istella, 3.2 GB of training codes)
+            # are never joined in memory
             kept = spill_blocks(_emptied(parts), n_rows, self.n_features, where)
         else:
             codes = _join(parts, (0, self.n_features), np.uint16)

@@ -189,7 +189,7 @@ def load_grid(tracker: Tracker, run: Any, metric: str) -> tuple[list[Record], Gr
                 test=[m.value for m in hist or vh],
                 vali=[m.value for m in vh],
                 per_query=dict(zip(perq["qid"], perq[metric], strict=True)),
-                # runs of an ltr before issue 29 logged no counts: None, and the paired statistics refuse them
+                # runs of an older ltr logged no counts: None, and the paired statistics refuse them
                 relevant=dict(zip(perq["qid"], perq["relevant"], strict=True)) if "relevant" in perq else None,
                 score_dists=training.get("score_dists", []),
                 base_margin=float(training.get("base_margin", 0.0)),

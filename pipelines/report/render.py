@@ -361,7 +361,7 @@ def _significance(tested: list[dict], meta: dict[str, Any], m: str, primary: str
 
 
 def _effect_table(tested: list[dict[str, Any]], t1: list[dict[str, Any]], meta: dict[str, Any], m: str) -> Section:
-    """The effect sizes, risk and folds of each comparison with the baseline (issue 29)."""
+    """The effect sizes, risk and folds of each comparison with the baseline."""
     alphas = [alpha_key(a) for a in meta.get("risk_alphas", [])]  # the keys of table1's risk figures
     text = (
         f"The same pairs as above (queries with a relevant document). Δ: mean difference, with its 95% paired t "

@@ -132,8 +132,7 @@ def replay(model_json: bytes, base_margin: float, split: EvalSplit, spec: NdcgSp
     The margins start at the run's ``base_margin`` (float32, as the workers start them) and each tree adds its
     leaf's value in float32, tree after tree: the workers' sum, in their order, so the same bits. Which leaf
     a row reaches is XGBoost's own traversal (``predict(pred_leaf=True)``, multi-threaded, a chunk of trees at
-    a time): a tree walk written here in numba took 16 ms a tree on 13,000 rows x 136 features (row-major
-    float32, cache-bound), XGBoost's blocked predictor a fraction of that."""
+    a time): a tree walk over row-major float32 rows is cache-bound, XGBoost's blocked predictor much faster."""
     import xgboost as xgb
 
     values = leaf_values(model_json)

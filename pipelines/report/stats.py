@@ -179,7 +179,7 @@ def kl_divergence(p_counts: Sequence[float], q_counts: Sequence[float], pseudo: 
     return float(stats.entropy(p, q))
 
 
-# ------------------------------------------------------------ effect sizes (issue 29)
+# ------------------------------------------------------------ effect sizes
 #: Confidence level of every interval in the report.
 CONFIDENCE = 0.95
 
@@ -258,7 +258,7 @@ def effect_size(x: np.ndarray, y: np.ndarray, n_resamples: int = 10_000, seed: i
     }
 
 
-# ------------------------------------------------------------ risk against a baseline (issue 29)
+# ------------------------------------------------------------ risk against a baseline
 def alpha_key(alpha: float) -> str:
     """The key of a risk level in the report's tables and ``report.json``: ``1`` for 1 and 1.0, ``0.5`` for 0.5."""
     return f"{float(alpha):g}"

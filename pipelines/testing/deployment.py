@@ -205,7 +205,7 @@ class Deployment:
                 "--workers",
                 "2",
             ],
-            {**os.environ, **self.extra_env},  # before 2026-11-28 the server did not get it: its job runners ran
+            {**os.environ, **self.extra_env},  # the server's job runners run our code too: the same environment
         )
 
     def wait_mlflow(self) -> None:

@@ -28,8 +28,7 @@ SPARK_BIN = SPARK_HOME / "bin"
 #: Options of every JVM the tests and benchmarks start (the tests' shared session's; through ``SPARK_SUBMIT_OPTS``,
 #: which ``tests/conftest.py`` sets, every driver a test's subprocess or spark-submit starts; a cluster's daemons
 #: and executors where a test passes them): no C2 compiler, serial GC. Tiny jobs on 2 cores spend more CPU
-#: compiling and collecting than computing (measured on the Airflow test's spark-submits: about 40% less
-#: CPU each); no result depends on the JIT.
+#: compiling and collecting than computing (benchmarks/RESULTS.md); no result depends on the JIT.
 QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 

@@ -357,7 +357,7 @@ class Tracker:
 
         Read from the run's artifact store directly: ``MlflowClient.download_artifacts`` resolves a
         ``runs:/`` URI, which costs a ``get_run`` and, since MLflow 3, a search of the run's logged models on
-        every call (60 ms of the report's 90 reads of 45 runs each, 5.6 s of 38 s). The artifact location
+        every call, a large share of a report's time. The artifact location
         comes from :meth:`children`' search when it listed the run, else from one ``get_run``, and each
         store is opened once."""
         from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository

@@ -27,8 +27,8 @@ def import_xgboost_without_sklearn() -> bool:
     """Import XGBoost in a Spark worker without the scikit-learn it imports for its sklearn-style estimators,
     which training never uses; True when it did so.
 
-    ``import xgboost`` imports scikit-learn (``xgboost.compat``), and scikit-learn SciPy: 1.5 of the 2.3 s a
-    barrier task's worker took to import its code, paid by every training worker process (benchmarks/RESULTS.md,
+    ``import xgboost`` imports scikit-learn (``xgboost.compat``), and scikit-learn SciPy: most of the time a
+    barrier task's worker takes to import its code, paid by every training worker process (benchmarks/RESULTS.md,
     "A small barrier job's fixed cost"). While XGBoost is imported, ``sklearn`` is marked absent, so XGBoost takes
     its branch without it; afterwards scikit-learn imports as usual, but XGBoost's estimators in this process
     (``XGBRanker`` ...) say that scikit-learn is not installed. So this is done only in a PySpark worker
