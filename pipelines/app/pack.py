@@ -238,7 +238,8 @@ def _install_command(uv: str | None, env_python: Path, lock: Path, build: Path, 
 
 #: PySpark is published as a source distribution only, and uv builds its wheel again whenever it finds its cached
 #: download stale: setuptools deflates hundreds of MB of jars that are already compressed. Stored
-#: (``bdist_wheel --compression=stored``): a few seconds, a slightly larger wheel, the same files installed. README's install command and .ci/run pass the same setting.
+#: (``bdist_wheel --compression=stored``): a few seconds, a slightly larger wheel, the same files installed.
+#: README's install command and .ci/run pass the same setting.
 UV_PYSPARK_BUILD = ["--config-settings-package", "pyspark:--build-option=--compression=stored"]
 
 
