@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from udfs.scores import SCORES
+
 # ------------------------------------------------------------ pacing functions
 #: A pacing function: ``f(x, delta, root_n)`` -> the share of the queries at progress ``x`` (an array over [0, 1]).
 Pacing = Callable[[np.ndarray, float, float], np.ndarray]
@@ -141,11 +143,10 @@ def assign_first_stage(order: np.ndarray, sizes: np.ndarray, held_back: np.ndarr
 class Strategy:
     """An ordering strategy and what the rest of the system needs to know of it.
 
-    ``order``: ``score`` (easiest first by ``score``, a column of the difficulty scores,
-    :data:`udfs.difficulty.DIFFICULTY_DDL`, higher = easier), ``seeded`` (a permutation drawn from the curriculum's
-    seed: the report's control, repeated by ``grid.seeds``) or ``all`` (every query in every stage).
-    ``role``: the feature role (``bm25``, ``pagerank``) its score ranks documents by, which a dataset must have.
-    ``undefined_when_empty``: its score (an NDCG) is undefined for a query without relevant documents.
+    ``order``: ``score`` (easiest first by ``score``, a difficulty score of :data:`udfs.scores.SCORES`, which
+    says which way is easier, when it is undefined and the feature role it needs), ``seeded`` (a permutation
+    drawn from the curriculum's seed: the report's control, repeated by ``grid.seeds``) or ``all`` (every query
+    in every stage).
     ``shares``: fixed stage shares (``none``: one stage; ``l_hrel``: two whole ones, its first filters documents).
     ``label_filter``: its first stage keeps only the documents of ``curriculum.hrel_labels``.
     """
@@ -153,10 +154,13 @@ class Strategy:
     name: str
     order: str = "score"
     score: str | None = None
-    role: str | None = None
-    undefined_when_empty: bool = False
     shares: tuple[float, ...] | None = None
     label_filter: bool = False
+
+    @property
+    def role(self) -> str | None:
+        """The feature role its score ranks documents by (None: it needs no feature)."""
+        return None if self.score is None else SCORES[self.score].role
 
     @property
     def seeded(self) -> bool:
@@ -172,6 +176,8 @@ def strategy(s: Strategy) -> Strategy:
     """Register ``s`` (a name registered twice is an error)."""
     if s.order not in ("score", "seeded", "all") or (s.order == "score") != (s.score is not None):
         raise ValueError(f"strategy {s.name!r}: order must be score (with a score), seeded or all")
+    if s.score is not None and s.score not in SCORES:
+        raise ValueError(f"strategy {s.name!r}: unknown difficulty score {s.score!r}; known: {', '.join(SCORES)}")
     if s.name in STRATEGIES and STRATEGIES[s.name] != s:
         raise ValueError(f"strategy {s.name!r} is registered twice")
     STRATEGIES[s.name] = s
@@ -179,14 +185,16 @@ def strategy(s: Strategy) -> Strategy:
 
 
 strategy(Strategy("q_nrel", score="n_rel"))
-strategy(Strategy("q_bm25", score="ndcg_bm25", role="bm25", undefined_when_empty=True))
-strategy(Strategy("q_pagerank", score="ndcg_pagerank", role="pagerank", undefined_when_empty=True))
+strategy(Strategy("q_bm25", score="ndcg_bm25"))
+strategy(Strategy("q_pagerank", score="ndcg_pagerank"))
 strategy(Strategy("l_hrel", order="all", shares=(1.0, 1.0), label_filter=True))
 strategy(Strategy("random", order="seeded"))
 strategy(Strategy("none", order="all", shares=(1.0,)))
 
-#: The difficulty columns the strategies rank by.
-SCORES = tuple(dict.fromkeys(s.score for s in STRATEGIES.values() if s.score))
+
+def ranked_by() -> tuple[str, ...]:
+    """The difficulty scores the registered strategies rank by (the columns the builder reads)."""
+    return tuple(dict.fromkeys(s.score for s in STRATEGIES.values() if s.score))
 
 
 def control() -> str:
@@ -226,9 +234,12 @@ def place_queries(
         raise ValueError("every query is held back: none has a relevant document")
     sizes = stage_sizes(n if held is None else int((~held).sum()), shares)  # held-back queries: last stage
     if s.score is not None:
+        info = SCORES[s.score]
         score = np.array(scores[s.score], np.float64)
-        if s.undefined_when_empty and empty_queries != "as_metric":
+        if info.undefined_when_empty and empty_queries != "as_metric":
             score[empty] = np.nan  # undefined: metric.empty plays no part in the order
+        if not info.higher_is_easier:
+            score = -score  # easiest first is highest first
         order = easiest_first(score, qid, last=empty if empty_queries == "last" else None)
     elif s.seeded:
         score = np.full(n, np.nan)

@@ -96,6 +96,7 @@ KERNEL = (
     "udfs.objectives",
     "udfs.per_query",
     "udfs.schema",
+    "udfs.scores",
     "udfs.spark_hashes",
     "udfs.trees",
 )

@@ -60,7 +60,7 @@ from pipelines.core.storage import atomic_output, read_json
 from pipelines.data.dataset import MANIFEST, Dataset, DatasetError, load_split, open_dataset
 from pipelines.data.scoring import SUMMARY as DIFFICULTY_SUMMARY
 from udfs import schema
-from udfs.curriculum import SCORES, STRATEGIES, place_queries, stage_shares
+from udfs.curriculum import STRATEGIES, place_queries, ranked_by, stage_shares
 from udfs.uris import to_uri
 
 log = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ def build_curriculum(
             "difficulty.empty_queries=exclude every stage but the last would be empty; "
             "use last or as_metric"
         )
-    columns = {c: pdf[c].to_numpy() for c in ("n_rel", *SCORES)}
+    columns = {c: pdf[c].to_numpy() for c in ("n_rel", *ranked_by())}
     first, score, _ = place_queries(cfg.strategy, columns, qid, shares, empty_queries, cfg.seed)
     label_filter = list(cfg.hrel_labels) if cfg.strategy == "l_hrel" else None
     stages = _stage_summaries(spark, ds, fold, pdf, first, score, empty, shares, label_filter)

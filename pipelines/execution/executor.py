@@ -82,13 +82,14 @@ class Execution:
     def from_config(
         cls, train: TrainConfig, *, workers: int, nthread: int, parallel: int, resume_hint: str
     ) -> Execution:
-        """How to run the plans of a command: retries, tracker timeout and leases from ``train``, the rest as
-        the command resolved them.
+        """How to run the plans of a command: retries, tracker timeout, leases and how rows are read from the run
+        part of ``train`` (:attr:`pipelines.core.config.TrainConfig.run`), the rest as the command resolved them.
 
         Parameters
         ----------
         train : TrainConfig
-            The config's ``train:`` section (``job_retries``, ``tracker_timeout``, ``lease_ttl``, ``lease_wait``).
+            The config's ``train:`` section (its run part: ``job_retries``, ``tracker_timeout``, ``lease_ttl``,
+            ``lease_wait``, ``read``).
         workers, nthread : int
             Barrier tasks per job and threads per worker (:func:`pipelines.execution.barrier_job.resolve_workers`).
         parallel : int
@@ -100,16 +101,17 @@ class Execution:
         -------
         Execution
         """
+        run = train.run
         return cls(
             workers=workers,
             nthread=nthread,
             parallel=parallel,
-            retries=train.job_retries,
-            tracker_timeout=train.tracker_timeout,
+            retries=run.job_retries,
+            tracker_timeout=run.tracker_timeout,
             resume_hint=resume_hint,
-            lease_ttl=train.lease_ttl,
-            lease_wait=train.lease_wait,
-            read=train.read,
+            lease_ttl=run.lease_ttl,
+            lease_wait=run.lease_wait,
+            read=run.read,
         )
 
 

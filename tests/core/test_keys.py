@@ -423,6 +423,7 @@ IDENTITY_TABLE = [
     ("udfs/difficulty.py", {"difficulty"}),
     ("udfs/per_query.py", {"difficulty"}),
     ("udfs/curriculum.py", {"curriculum"}),
+    ("udfs/scores.py", {"curriculum"}),
     ("udfs/spark_hashes.py", {"cuts", "node"}),
 ]
 

@@ -27,6 +27,9 @@ def test_the_built_in_strategies_and_what_each_needs():
 def test_a_new_strategy_and_a_new_pacing_function_work_from_their_entries_alone():
     qid = np.arange(8)
     scores = {"n_rel": np.array([1, 1, 2, 3, 1, 1, 2, 3]), "n_hrel": np.array([3, 2, 1, 0, 3, 2, 1, 0])}
+    from udfs.scores import SCORES, Score, score
+
+    score(Score("n_hrel"))
     new = cu.strategy(cu.Strategy("q_nhrel_test", score="n_hrel"))
     cu.pacing("half_test")(lambda x, delta, root_n: np.where(x < 1, 0.5, 1.0))
     try:
@@ -37,10 +40,13 @@ def test_a_new_strategy_and_a_new_pacing_function_work_from_their_entries_alone(
         assert sorted(qid[first == 0]) == [0, 1, 4, 5]  # the highest n_hrel: easiest first, then qid
         with pytest.raises(ValueError, match="registered twice"):
             cu.strategy(cu.Strategy("q_nhrel_test", score="n_rel"))
+        with pytest.raises(ValueError, match="unknown difficulty score 'n_docs'"):
+            cu.strategy(cu.Strategy("q_ndocs_test", score="n_docs"))
         with pytest.raises(ValueError, match="order must be score"):
             cu.strategy(cu.Strategy("bad_test", order="score"))
     finally:
         cu.STRATEGIES.pop("q_nhrel_test")
+        SCORES.pop("n_hrel")
         cu.PACINGS.pop("half_test")
 
 
