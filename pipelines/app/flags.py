@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.core.config import EMPTY_QUERY_POLICIES, GENERATE_SHAPES, Config
+from pipelines.core.config import GENERATE_SHAPES, Config
 from udfs.curriculum import PACINGS
 from udfs.curriculum import STRATEGIES as CURRICULUM_STRATEGIES
 
@@ -28,7 +28,7 @@ class Flag:
     flag: str
     key: str
     help: str
-    choices: Sequence[str] | None = None
+    choices: Sequence[str] | None = None  # argparse's check, where the config's own is not the better message
 
     @property
     def dest(self) -> str:
@@ -58,16 +58,15 @@ FLAGS: dict[str, tuple[Flag, ...]] = {
         Flag("--pagerank-feature", "difficulty.pagerank_feature", "feature id of PageRank (0: the dataset's)"),
     ),
     "curriculum": (
-        Flag("--strategy", "curriculum.strategy", "ordering strategy (udfs.curriculum.STRATEGIES)",
-             tuple(CURRICULUM_STRATEGIES)),
+        Flag("--strategy", "curriculum.strategy", "ordering strategy: " + ", ".join(CURRICULUM_STRATEGIES)),
         Flag("--fraction", "curriculum.fraction", "two-stage curriculum: share of the first stage"),
-        Flag("--pacing", "curriculum.pacing", "multi-stage pacing function (udfs.curriculum.PACINGS; empty: two "
-             "stages)", ("", *PACINGS)),
+        Flag("--pacing", "curriculum.pacing", "multi-stage pacing function: " + ", ".join(PACINGS) + " (empty: two "
+             "stages)"),
         Flag("--stages", "curriculum.stages", "stages of a paced curriculum"),
         Flag("--delta", "curriculum.delta", "share of the first paced stage"),
         Flag("--seed", "curriculum.seed", "seed of the random strategy"),
         Flag("--empty-queries", "difficulty.empty_queries", "queries without a relevant document: last, exclude "
-             "(only in the last stage) or as_metric (scored metric.empty)", EMPTY_QUERY_POLICIES),
+             "(only in the last stage) or as_metric (scored metric.empty)"),
     ),
     "train": (
         Flag("--path", "train.path", "training path, e.g. mse:200,lambdamart:300 or "

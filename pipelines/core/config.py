@@ -195,10 +195,11 @@ def _check_curriculum(values: Mapping[str, Any], where: str, flags: bool) -> Non
         return f"{where}.{name}{flag}"
 
     if "strategy" in values and values["strategy"] not in STRATEGIES:
-        raise ConfigError(f"{key('strategy')} must be one of {', '.join(STRATEGIES)}, got {values['strategy']!r}")
+        raise ConfigError(f"{key('strategy')}: {unknown_name('curriculum strategy', values['strategy'], STRATEGIES)}")
     if values.get("pacing") and values["pacing"] not in PACINGS:
         raise ConfigError(
-            f"{key('pacing')} must be one of {', '.join(PACINGS)}, or empty for two stages, got {values['pacing']!r}"
+            f"{key('pacing')}: {unknown_name('pacing function', values['pacing'], list(PACINGS))}, or empty for two "
+            "stages"
         )
     for name in ("fraction", "delta"):
         if name in values and not 0.0 < values[name] <= 1.0:
@@ -667,6 +668,14 @@ def unknown_key(path: str, known: Sequence[str]) -> str:
     if close:
         return f"unknown config key '{path}'; did you mean '{parent + '.' if parent else ''}{close[0]}'?"
     return f"unknown config key '{path}'; known keys here: {', '.join(known)}"
+
+
+def unknown_name(kind: str, name: str, known: Sequence[str]) -> str:
+    """``unknown objective 'lambamart'; did you mean 'lambdamart'? (one of: ...)``: a component's name that its
+    registry does not hold, the closest registered name (:func:`difflib.get_close_matches`) and all of them."""
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown {kind} {name!r}{hint} (one of: {', '.join(known)})"
 
 
 def _type_name(tp: Any) -> str:

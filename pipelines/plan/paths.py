@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from pipelines.core.config import unknown_name
 from pipelines.core.errors import UserError
 from udfs.objectives import registry
 
@@ -125,7 +126,7 @@ def parse_path(text: str, name: str = "") -> TrainingPath:
         obj = m.group("obj")
         known = registry.objectives()
         if obj not in known:
-            raise PathError(f"--path {text!r}: unknown objective {obj!r}; expected one of {', '.join(known)}")
+            raise PathError(f"--path {text!r}: {unknown_name('objective', obj, list(known))}")
         trees = int(m.group("trees"))
         if trees < 1:
             raise PathError(f"--path {text!r}: segment {raw!r} has no trees")

@@ -10,6 +10,8 @@ from pipelines.core.config import load_config
 
 #: a value of each type, different from every default
 SAMPLE = {int: 7, float: 0.375, str: "q_bm25", bool: True}
+#: where a string must be one of a registry's or policy's names
+VALUES = {"curriculum.pacing": "geometric", "difficulty.empty_queries": "exclude", "train.device": "cpu"}
 
 
 @pytest.mark.parametrize("command", sorted(flags.FLAGS))
@@ -18,7 +20,7 @@ def test_each_flag_sets_its_key_with_the_config_s_type_and_shows_its_default(com
     for f in flags.FLAGS[command]:
         tp, default = flags._field(f.key)
         kind = flags._scalar(tp)
-        value = f.choices[-1] if f.choices else SAMPLE[kind]
+        value = f.choices[-1] if f.choices else VALUES.get(f.key, SAMPLE[kind])
         argv = [command, *(["--src", "s", "--out", "o"] if command == "ingest" else [])]
         argv += ["--data", "d", "--out", "o"] if command in ("difficulty", "train", "curriculum") else []
         argv += ["--difficulty", "x", "--fold", "1"] if command == "curriculum" else []

@@ -86,11 +86,11 @@ BAD_CONFIGS = [
     ("", ["grid.trees=many"], "{p}: grid.trees: expected an integer, got 'many'"),
     # the checks of the sections, each written once (pipelines.core.config)
     ("grid:\n  extra_curricula:\n    paced: {strategy: q_hard}\n", [],
-     "{p}: grid.extra_curricula.paced.strategy must be one of q_nrel, q_bm25, q_pagerank, l_hrel, random, none, "
-     "got 'q_hard'"),
+     "{p}: grid.extra_curricula.paced.strategy: unknown curriculum strategy 'q_hard' (one of: q_nrel, q_bm25, "
+     "q_pagerank, l_hrel, random, none)"),
     ("grid:\n  extra_curricula:\n    paced: {pacing: cosine}\n", [],
-     "{p}: grid.extra_curricula.paced.pacing must be one of linear, root_n, geometric, step, or empty for two "
-     "stages, got 'cosine'"),
+     "{p}: grid.extra_curricula.paced.pacing: unknown pacing function 'cosine' (one of: linear, root_n, geometric, "
+     "step), or empty for two stages"),
     ("grid:\n  extra_curricula:\n    paced: {pacing: linear, stages: 1}\n", [],
      "{p}: grid.extra_curricula.paced.stages must be >= 2 (stages of a paced curriculum), got 1"),
     ("grid:\n  extra_curricula:\n    paced: {delta: 1.5}\n", [],
@@ -104,8 +104,8 @@ BAD_CONFIGS = [
     ("", ["curriculum.fraction=0"],
      "{p}: curriculum.fraction (--fraction) must be in (0, 1] (a share of the training queries), got 0.0"),
     ("", ["curriculum.strategy=q_hard"],
-     "{p}: curriculum.strategy (--strategy) must be one of q_nrel, q_bm25, q_pagerank, l_hrel, random, none, "
-     "got 'q_hard'"),
+     "{p}: curriculum.strategy (--strategy): unknown curriculum strategy 'q_hard' (one of: q_nrel, q_bm25, "
+     "q_pagerank, l_hrel, random, none)"),
     ("", ["difficulty.empty_queries=first"],
      "{p}: difficulty.empty_queries (--empty-queries) must be one of last, exclude, as_metric, got 'first'"),
     ("", ["train.checkpoint_every=0"], "{p}: train.checkpoint_every must be >= 1, got 0"),

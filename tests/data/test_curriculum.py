@@ -137,7 +137,10 @@ def test_errors(spark, small_dataset, small_difficulty, tmp_path):
     def build(cfg, fold=1, difficulty=small_difficulty):
         build_curriculum(spark, small_dataset, difficulty, fold, cfg, out)
 
-    with pytest.raises(ConfigError, match=r"curriculum.strategy \(--strategy\) must be one of .*, got 'q_hard'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"curriculum.strategy \(--strategy\): unknown curriculum strategy 'q_hard' \(one of: q_nrel, .*none\)",
+    ):
         build(CurriculumConfig(strategy="q_hard"))
     with pytest.raises(ConfigError, match="l_hrel is a document label filter, not a query order"):
         build(CurriculumConfig(strategy="l_hrel", pacing="linear"))
@@ -358,8 +361,8 @@ def test_exclude_needs_a_query_with_a_relevant_document(spark, tiny, tmp_path):
         ),
         (
             ["--pacing", "cosine"],
-            "curriculum.pacing (--pacing) must be one of linear, root_n, geometric, step, or empty for two stages, "
-            "got 'cosine'",
+            "curriculum.pacing (--pacing): unknown pacing function 'cosine' (one of: linear, root_n, geometric, step), "
+            "or empty for two stages",
         ),
         (["--fold", "7"], "no fold 7; folds: [1]"),
     ],

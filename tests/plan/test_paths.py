@@ -26,7 +26,8 @@ def test_parse_and_shorthand():
     "text, msg",
     [
         ("mse200", "segment 'mse200' is not OBJECTIVE"),
-        ("adaboost:10", "unknown objective 'adaboost'"),
+        ("adaboost:10", "unknown objective 'adaboost' (one of: blend, lambdamart"),
+        ("lambamart:10", "unknown objective 'lambamart'; did you mean 'lambdamart'?"),
         ("mse:0", "segment 'mse:0' has no trees"),
         ("", "segment '' is not OBJECTIVE"),
     ],
