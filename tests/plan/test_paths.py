@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pipelines.plan.paths import PathError, Segment, parse_path, resolve
@@ -33,7 +35,7 @@ def test_parse_and_shorthand():
     ],
 )
 def test_parse_errors(text, msg):
-    with pytest.raises(PathError, match=msg):
+    with pytest.raises(PathError, match=re.escape(msg)):
         parse_path(text)
 
 
