@@ -255,6 +255,7 @@ def test_spark_properties_pin_python_for_local():
     props = session_properties(SparkConfig(conf={"spark.sql.shuffle.partitions": "3"}), "local[2]")
     assert props["spark.pyspark.python"] == sys.executable
     assert props["spark.sql.shuffle.partitions"] == "3"  # user conf wins
+    assert props["spark.python.task.killTimeout"] == "500ms"  # a cancelled training worker ends soon
     assert "spark.pyspark.python" not in session_properties(SparkConfig(), "spark://host:7077")
     assert resolve_master(SparkConfig(master="local[3]")) == "local[3]"
 

@@ -219,8 +219,9 @@ def _stop_tree(proc: subprocess.Popen, frozen: set[int]) -> None:
     no process of its tree is left.
 
     The workers stay frozen, as a worker in the middle of a long tree would be (2.4 s a tree at Istella's size):
-    Spark kills a cancelled task's Python worker after ``spark.python.task.killTimeout`` (2 s) and not before, and
-    this tiny grid's workers, let go, finished the whole grid in those 2 s (so nothing was left to resume)."""
+    Spark kills a cancelled task's Python worker after ``spark.python.task.killTimeout`` (half a second, set by
+    :func:`pipelines.core.session.session_properties`) and not before, and this tiny grid's workers, let go, can
+    finish the whole grid in that time (so nothing would be left to resume)."""
     trainers = frozen & set(python_workers(proc.pid))
     assert trainers, "no Python worker was training"
     signal_pids(frozen - trainers, signal.SIGCONT)
