@@ -139,6 +139,10 @@ def assign_first_stage(order: np.ndarray, sizes: np.ndarray, held_back: np.ndarr
 
 
 # ------------------------------------------------------------ strategies: which queries come first
+class HeldBackError(ValueError):
+    """``empty_queries=exclude`` with no query that has a relevant document: every stage but the last empty."""
+
+
 @dataclass(frozen=True)
 class Strategy:
     """An ordering strategy and what the rest of the system needs to know of it.
@@ -231,7 +235,7 @@ def place_queries(
     empty = scores["n_rel"] == 0
     held = empty if empty_queries == "exclude" and len(shares) > 1 else None  # one stage: nothing to hold back
     if held is not None and held.all():
-        raise ValueError("every query is held back: none has a relevant document")
+        raise HeldBackError("every query is held back: none has a relevant document")
     sizes = stage_sizes(n if held is None else int((~held).sum()), shares)  # held-back queries: last stage
     if s.score is not None:
         info = SCORES[s.score]

@@ -34,8 +34,7 @@ import yaml
 
 from pipelines.core.errors import UserError
 from udfs.conventions import BlendSchedule, NdcgSpec
-from udfs.curriculum import PACINGS
-from udfs.curriculum import STRATEGIES as _STRATEGIES
+from udfs.curriculum import PACINGS, STRATEGIES
 from udfs.model import Model
 
 T = TypeVar("T")
@@ -176,8 +175,6 @@ class DifficultyConfig:
             )
 
 
-#: The curriculum strategies' names (their registry, with what each needs: :data:`udfs.curriculum.STRATEGIES`).
-STRATEGIES = tuple(_STRATEGIES)
 #: Curriculum settings that ``ltr curriculum`` also takes as a flag (``--fraction`` ...).
 _CURRICULUM_FLAGS = ("strategy", "fraction", "pacing", "stages", "delta", "seed")
 
@@ -195,7 +192,9 @@ def _check_curriculum(values: Mapping[str, Any], where: str, flags: bool) -> Non
         return f"{where}.{name}{flag}"
 
     if "strategy" in values and values["strategy"] not in STRATEGIES:
-        raise ConfigError(f"{key('strategy')}: {unknown_name('curriculum strategy', values['strategy'], STRATEGIES)}")
+        raise ConfigError(
+            f"{key('strategy')}: {unknown_name('curriculum strategy', values['strategy'], list(STRATEGIES))}"
+        )
     if values.get("pacing") and values["pacing"] not in PACINGS:
         raise ConfigError(
             f"{key('pacing')}: {unknown_name('pacing function', values['pacing'], list(PACINGS))}, or empty for two "

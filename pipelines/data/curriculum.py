@@ -60,7 +60,7 @@ from pipelines.core.storage import atomic_output, read_json
 from pipelines.data.dataset import MANIFEST, Dataset, DatasetError, load_split, open_dataset
 from pipelines.data.scoring import SUMMARY as DIFFICULTY_SUMMARY
 from udfs import schema
-from udfs.curriculum import STRATEGIES, place_queries, ranked_by, stage_shares
+from udfs.curriculum import STRATEGIES, HeldBackError, place_queries, ranked_by, stage_shares
 from udfs.uris import to_uri
 
 log = logging.getLogger(__name__)
@@ -184,14 +184,15 @@ def build_curriculum(
         raise DatasetError(f"fold {fold}: the training split has no queries in {difficulty}")
     qid = pdf[schema.QID].to_numpy()
     empty = pdf["n_rel"].to_numpy() == 0
-    if empty_queries == "exclude" and len(shares) > 1 and empty.all():
+    columns = {c: pdf[c].to_numpy() for c in ("n_rel", *ranked_by())}
+    try:
+        first, score, _ = place_queries(cfg.strategy, columns, qid, shares, empty_queries, cfg.seed)
+    except HeldBackError:
         raise DatasetError(
             f"fold {fold}: none of the {n} training queries has a relevant document, so with "
             "difficulty.empty_queries=exclude every stage but the last would be empty; "
             "use last or as_metric"
-        )
-    columns = {c: pdf[c].to_numpy() for c in ("n_rel", *ranked_by())}
-    first, score, _ = place_queries(cfg.strategy, columns, qid, shares, empty_queries, cfg.seed)
+        ) from None
     label_filter = list(cfg.hrel_labels) if cfg.strategy == "l_hrel" else None
     stages = _stage_summaries(spark, ds, fold, pdf, first, score, empty, shares, label_filter)
     summary = {

@@ -87,8 +87,8 @@ class Checkpoints(Protocol):
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     """Everything a worker needs besides the data, built on the driver from the config's sections
-    (:func:`pipelines.execution.barrier_job.make_settings`). It declares no setting of its own: what the trees,
-    curves and checkpoints depend on is read from ``train`` and ``metric`` as the config has them."""
+    (:func:`pipelines.execution.barrier_job.make_settings`, :meth:`of`). It declares no setting of its own: what the
+    trees, curves and checkpoints depend on is the config's model part and ``metric`` as the config has them."""
 
     model: Model  # the model part of the config's train: section (TrainConfig.model)
     metric: NdcgSpec  # the config's metric: section (the NDCG of the curves)

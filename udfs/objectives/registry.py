@@ -72,8 +72,8 @@ def objective(name: str, *, regression: bool = False, seeded: bool = False) -> C
     return register
 
 
-def objectives() -> dict[str, Objective]:
-    """Every objective by name: XGBoost's and the Python ones of this package (imported on the first call)."""
+def _load() -> dict[str, Objective]:
+    """The registry, the Python objectives of this package imported on the first call."""
     global _loaded
     if not _loaded:
         package = importlib.import_module(__name__.rpartition(".")[0])
@@ -81,12 +81,17 @@ def objectives() -> dict[str, Objective]:
             if info.name not in _NOT_OBJECTIVES:
                 importlib.import_module(f"{package.__name__}.{info.name}")
         _loaded = True
-    return dict(sorted(_REGISTRY.items()))
+    return _REGISTRY
+
+
+def objectives() -> dict[str, Objective]:
+    """Every objective by name, sorted: XGBoost's and the Python ones of this package."""
+    return dict(sorted(_load().items()))
 
 
 def get(name: str) -> Objective:
     """The objective ``name`` (:class:`ObjectiveError` naming the known ones otherwise)."""
-    known = objectives()
-    if name not in known:
-        raise ObjectiveError(f"unknown objective {name!r}; expected one of {', '.join(known)}")
-    return known[name]
+    found = _load().get(name)
+    if found is None:
+        raise ObjectiveError(f"unknown objective {name!r}; expected one of {', '.join(objectives())}")
+    return found
