@@ -26,67 +26,127 @@ control). The config's checks, the CLI's help, the curriculum builder, the study
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
-from udfs.scores import SCORES
+from udfs.components import ComponentError, accepted, check_name, is_plugin, own_params, settings_of
+from udfs.scores import SCORES, Score, score
 
 # ------------------------------------------------------------ pacing functions
-#: A pacing function: ``f(x, delta, root_n)`` -> the share of the queries at progress ``x`` (an array over [0, 1]).
-Pacing = Callable[[np.ndarray, float, float], np.ndarray]
+#: A pacing function: ``f(stage, stages, *, params)`` -> the share of the training queries at stage ``stage``
+#: (1..stages), in (0, 1]; ``params`` holds ``delta`` and ``root_n`` (``curriculum.delta``, ``curriculum.root_n``)
+#: and the function's own settings.
+Pacing = Callable[..., float]
 
-#: Pacing function name -> its function (registered by :func:`pacing`).
-PACINGS: dict[str, Pacing] = {}
+#: The settings every pacing function's ``params`` holds (the curriculum's).
+PACING_SETTINGS = ("delta", "root_n")
 
 
-def pacing(name: str) -> Callable[[Pacing], Pacing]:
-    """Register the decorated ``f(x, delta, root_n)`` as pacing function ``name``."""
+@dataclass(frozen=True)
+class PacingFunction:
+    """A registered pacing function: its name, function, module, own settings' defaults, whether a plug-in."""
+
+    name: str
+    fn: Pacing
+    module: str | None
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    plugin: bool = False
+
+    def settings(self) -> dict[str, Any]:
+        """Its own settings as configured (``plugins.params.<name>`` over the declared defaults)."""
+        return settings_of(self.name, self.defaults)
+
+
+#: Pacing function name -> :class:`PacingFunction` (registered by :func:`pacing`).
+PACINGS: dict[str, PacingFunction] = {}
+
+
+def pacing(name: str, *, params: Mapping[str, Any] | None = None) -> Callable[[Pacing], Pacing]:
+    """Register the decorated ``f(stage, stages, *, params)`` as pacing function ``name`` (``params``: its own
+    settings and their defaults)."""
+    check_name("pacing function", name)
+    own = own_params("pacing function", name, params, PACING_SETTINGS)
 
     def register(f: Pacing) -> Pacing:
-        if name in PACINGS and PACINGS[name] is not f:
-            raise ValueError(f"pacing function {name!r} is registered twice")
-        PACINGS[name] = f
+        accepted(f, "pacing function", name, 2, ("params",))
+        old = PACINGS.get(name)
+        if old is not None and (old.module, getattr(old.fn, "__qualname__", None)) != (f.__module__, f.__qualname__):
+            raise ComponentError(f"pacing function {name!r} is registered twice: by {old.module} and by {f.__module__}")
+        PACINGS[name] = PacingFunction(name, f, f.__module__, MappingProxyType(own), is_plugin(f.__module__))
         return f
 
     return register
 
 
+def _progress(stage: int, stages: int) -> float:
+    """``x = (stage - 1) / (stages - 1)``: 0 at the first stage, 1 at the last."""
+    return (stage - 1) / (stages - 1)
+
+
 @pacing("linear")
-def _linear(x: np.ndarray, delta: float, root_n: float) -> np.ndarray:
-    return delta + (1.0 - delta) * x
+def _linear(stage: int, stages: int, *, params: Mapping[str, Any]) -> float:
+    delta = params["delta"]
+    return delta + (1.0 - delta) * _progress(stage, stages)
 
 
 @pacing("root_n")
-def _root_n(x: np.ndarray, delta: float, root_n: float) -> np.ndarray:
-    if root_n <= 0:
-        raise ValueError(f"root_n must be > 0, got {root_n}")
-    return (delta**root_n + (1.0 - delta**root_n) * x) ** (1.0 / root_n)
+def _root_n(stage: int, stages: int, *, params: Mapping[str, Any]) -> float:
+    delta, n = params["delta"], params["root_n"]
+    if n <= 0:
+        raise ValueError(f"root_n must be > 0, got {n}")
+    return (delta**n + (1.0 - delta**n) * _progress(stage, stages)) ** (1.0 / n)
 
 
 @pacing("geometric")
-def _geometric(x: np.ndarray, delta: float, root_n: float) -> np.ndarray:
-    return delta * (1.0 / delta) ** x
+def _geometric(stage: int, stages: int, *, params: Mapping[str, Any]) -> float:
+    delta = params["delta"]
+    return delta * (1.0 / delta) ** _progress(stage, stages)
 
 
 @pacing("step")
-def _step(x: np.ndarray, delta: float, root_n: float) -> np.ndarray:
-    return np.where(x < 1 / 3, delta, np.where(x < 2 / 3, (1.0 + delta) / 2, 1.0))
+def _step(stage: int, stages: int, *, params: Mapping[str, Any]) -> float:
+    x, delta = _progress(stage, stages), params["delta"]
+    return delta if x < 1 / 3 else (1.0 + delta) / 2 if x < 2 / 3 else 1.0
 
 
 def pacing_shares(pacing: str, stages: int, delta: float, root_n: float = 2.0) -> np.ndarray:
-    """Share of the training queries in each of ``stages`` stages (first ``delta``, last 1)."""
+    """Share of the training queries in each of ``stages`` stages (first ``delta``, last 1).
+
+    A pacing function's values are checked (:func:`check_shares`); the last stage's share is set to 1."""
     if pacing not in PACINGS:
         raise ValueError(f"unknown pacing function {pacing!r}; expected one of {', '.join(PACINGS)}")
     if stages < 2:
         raise ValueError(f"a paced curriculum needs at least 2 stages, got {stages}")
     if not 0.0 < delta <= 1.0:
         raise ValueError(f"delta (share of the first stage) must be in (0, 1], got {delta}")
-    x = np.arange(stages) / (stages - 1)
-    s = np.array(PACINGS[pacing](x, delta, root_n), dtype=np.float64)
+    p = PACINGS[pacing]
+    params = MappingProxyType({"delta": delta, "root_n": root_n, **p.settings()})
+    s = check_shares(pacing, [p.fn(i, stages, params=params) for i in range(1, stages + 1)])
     s[-1] = 1.0
     return np.minimum(s, 1.0)
+
+
+def check_shares(name: str, values: list[Any]) -> np.ndarray:
+    """A pacing function's shares, one per stage: real numbers in (0, 1] that never decrease (stages are nested);
+    :class:`ComponentError` naming the function, the stage and the value otherwise."""
+    out = np.empty(len(values), dtype=np.float64)
+    for i, v in enumerate(values):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise ComponentError(f"pacing function {name!r}: stage {i + 1} returned {v!r}, expected a share in (0, 1]")
+        if not 0.0 < float(v) <= 1.0 + 1e-12:
+            raise ComponentError(f"pacing function {name!r}: stage {i + 1} returned {float(v)!r}, outside (0, 1]")
+        out[i] = float(v)
+    if (np.diff(out) < -1e-12).any():
+        i = int(np.flatnonzero(np.diff(out) < -1e-12)[0])
+        raise ComponentError(
+            f"pacing function {name!r}: stage {i + 2}'s share {out[i + 1]!r} is below stage {i + 1}'s {out[i]!r} "
+            "(stages are nested: a share never decreases)"
+        )
+    return out
 
 
 def two_stage_shares(fraction: float) -> np.ndarray:
@@ -186,6 +246,36 @@ def strategy(s: Strategy) -> Strategy:
         raise ValueError(f"strategy {s.name!r} is registered twice")
     STRATEGIES[s.name] = s
     return s
+
+
+def difficulty(
+    name: str,
+    *,
+    params: Mapping[str, Any] | None = None,
+    features: tuple[str, ...] | list[str] | None = None,
+    higher_is_easier: bool = True,
+) -> Callable[[Any], Any]:
+    """Register the decorated ``f(labels, features, offsets, *, params) -> one score per query`` as difficulty
+    score ``name`` and as the curriculum strategy of the same name that ranks queries by it (easiest first).
+
+    ``labels``, ``offsets``: the training queries' rows (each query's first row, then the end); ``features``: a
+    mapping from feature name (``"f1"``, ...) to the rows' float32 column (``features=`` here: the names it reads,
+    so only those are read; default all); ``params``: its own settings and their defaults."""
+    check_name("difficulty score", name)
+    own = own_params("difficulty score", name, params)
+    cols = None if features is None else tuple(features)
+    for c in cols or ():
+        if not (isinstance(c, str) and c[:1] == "f" and c[1:].isdigit() and int(c[1:]) >= 1):
+            raise ComponentError(f"difficulty score {name!r}: feature {c!r} is not a feature name like 'f1'")
+
+    def register(fn: Any) -> Any:
+        accepted(fn, "difficulty score", name, 3, ("params",))
+        module = fn.__module__
+        score(Score(name, higher_is_easier, False, None, fn, module, cols, MappingProxyType(own), is_plugin(module)))
+        strategy(Strategy(name, score=name))
+        return fn
+
+    return register
 
 
 strategy(Strategy("q_nrel", score="n_rel"))

@@ -10,17 +10,34 @@ the rest from here. No heavy import: reading a config imports this module.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from udfs.components import ComponentError, settings_of
 
 
 @dataclass(frozen=True)
 class Score:
-    """A difficulty score: its column, which way is easier, when it is undefined, the feature role it needs."""
+    """A difficulty score: its column, which way is easier, when it is undefined, the feature role it needs.
+
+    A score with a function (``fn``, registered by :func:`difficulty`) is computed per fold from the training
+    queries' rows when a curriculum ranks by it (its ``features``: the feature columns it reads, None: all); the
+    others are columns of the dataset's difficulty scores."""
 
     name: str
     higher_is_easier: bool = True
     undefined_when_empty: bool = False
     role: str | None = None
+    fn: Callable[..., Any] | None = field(default=None, compare=False)
+    module: str | None = None
+    features: tuple[str, ...] | None = None
+    defaults: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    plugin: bool = False
+
+    def settings(self) -> dict[str, Any]:
+        """Its own settings as configured (``plugins.params.<name>`` over the declared defaults)."""
+        return settings_of(self.name, self.defaults)
 
 
 #: Score name (its column) -> :class:`Score`, registered by :func:`score`.
@@ -29,8 +46,9 @@ SCORES: dict[str, Score] = {}
 
 def score(s: Score) -> Score:
     """Register ``s`` (a name registered twice with other properties is an error)."""
-    if s.name in SCORES and SCORES[s.name] != s:
-        raise ValueError(f"difficulty score {s.name!r} is registered twice")
+    old = SCORES.get(s.name)
+    if old is not None and (old != s or getattr(old.fn, "__qualname__", None) != getattr(s.fn, "__qualname__", None)):
+        raise ComponentError(f"difficulty score {s.name!r} is registered twice: by {old.module} and by {s.module}")
     SCORES[s.name] = s
     return s
 

@@ -25,7 +25,6 @@ from pipelines.core.config import (
     Config,
     DatasetSpec,
     dataset_presets,
-    load_config,
     load_dataset_spec,
 )
 from pipelines.core.errors import LtrError, UserError
@@ -51,6 +50,14 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="override a config value, e.g. --set ingest.chunk_bytes=8388608 (repeatable)",
     )
     g.add_argument("--master", metavar="URL", help="Spark master (default: spark-submit's, else local[*])")
+    g.add_argument(
+        "--plugin",
+        metavar="FILE_OR_MODULE",
+        action="append",
+        default=[],
+        dest="plugins",
+        help="load a plug-in (a Python file or an importable module: pipelines.plugins) (repeatable)",
+    )
     g.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
 
@@ -242,11 +249,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--explain", action="store_true", help="also list the modules each identity covers")
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument(
+        "--plugin",
+        metavar="FILE_OR_MODULE",
+        action="append",
+        default=[],
+        dest="plugins",
+        help="load a plug-in first: its objectives' identities are listed too (repeatable)",
+    )
     p.set_defaults(func=cmd_keys)
+
+    p = sub.add_parser(
+        "plugins",
+        help="list every component (objectives, difficulty scores, pacing functions): built-in and plug-in",
+        description="Lists each component with its kind, where it comes from and its identity (what the keys of the "
+        "results that use it hold). Plug-ins come from --plugin FILE_OR_MODULE, a config file's plugins: list and "
+        "installed packages' entry points (group ltr.plugins). --check runs each plug-in on a small synthetic "
+        "batch (a one-document query and one without a relevant document among them): wrong shapes, dtypes, "
+        "non-finite values, negative hessians or a score per row exit 2 naming the plug-in.",
+    )
+    _common(p)
+    p.add_argument("--check", action="store_true", help="run each plug-in on the synthetic batch")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    p.set_defaults(func=cmd_plugins)
     return parser
 
 
-def resolve_config(args: argparse.Namespace, command: str) -> Config:
+def resolve_config(args: argparse.Namespace, command: str, check: bool = True) -> Config:
     """The run's typed config: ``--conf`` (default ``conf/default.yaml``), then ``--set`` overrides, then the
     ``command``'s config flags that were given (:mod:`pipelines.app.flags`), then ``--master``.
 
@@ -255,10 +284,24 @@ def resolve_config(args: argparse.Namespace, command: str) -> Config:
     ConfigError
         An unknown key or a value of the wrong type (exit code 2).
     """
+    from pipelines.plugins.setup import load_config
+
     overrides = list(args.overrides) + flags.overrides(args, command)
     if args.master:
         overrides.append(f"spark.master={json.dumps(args.master)}")
-    return load_config(args.conf, overrides)
+    cfg = load_config(args.conf, overrides, getattr(args, "plugins", []), check=check)
+    check_paths(cfg)
+    return cfg
+
+
+def check_paths(cfg: Config) -> None:
+    """The config's training paths name loaded objectives (before any Spark job: a plug-in's objective that was not
+    loaded is an error here, in one line, not in a worker)."""
+    from pipelines.plan.paths import parse_path
+
+    for name, text in [("train.path", cfg.train.path), *cfg.grid.extra_paths.items()]:
+        if text:
+            parse_path(text, name)
 
 
 def _session(cfg: Config):
@@ -538,7 +581,9 @@ def cmd_keys(args: argparse.Namespace) -> int:
     """Each kind of result's code identity (:func:`pipelines.core.keys.code_identity`), with ``--explain`` the
     modules it covers (:func:`pipelines.core.keys.explain`)."""
     from pipelines.core import keys
+    from pipelines.plugins.loading import load
 
+    load(args.plugins)  # and the installed ones: their objectives' identities too
     explained = keys.explain()
     doc = {
         kind: {
@@ -565,6 +610,28 @@ def cmd_keys(args: argparse.Namespace) -> int:
         for m in d.get("modules", []):
             print(f"      {m}")
     print("libraries: " + ", ".join(f"{k} {v or '-'}" for k, v in libraries.items()))
+    return 0
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    """Every component with its kind, source and identity (:func:`pipelines.plugins.loading.describe`); with
+    ``--check`` each plug-in runs on the synthetic batch first (exit 2 on the first that fails)."""
+    from pipelines.plugins.loading import describe
+
+    resolve_config(args, "plugins", check=args.check)
+    rows = describe()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        origin = f"{r['source']}" + (f" ({r['package']} {r['version']})" if r.get("package") else "")
+        print(f"{r['kind']:<16} {r['name']:<{width}}  {'plug-in ' if r['plugin'] else 'built-in'}  "
+              f"{r['identity'] or '-':<29} {origin}")  # fmt: skip
+    n = sum(r["plugin"] for r in rows)
+    print(
+        f"{len(rows)} components, {n} from plug-ins" + (f"; {n} checked on the synthetic batch" if args.check else "")
+    )
     return 0
 
 

@@ -554,6 +554,24 @@ class ReportConfig:
             raise ConfigError(f"report.table2_sizes: sizes are numbers of trees >= 1, got {bad}")
 
 
+#: Where plug-ins come from, for messages (and only from there: never from ``--set`` or an Airflow run's conf).
+PLUGIN_SOURCES = (
+    "--plugin FILE_OR_MODULE, a config file's `plugins: [...]` or an installed package's entry point in the "
+    "group ltr.plugins"
+)
+
+
+@dataclass(frozen=True)
+class PluginsConfig:
+    """Plug-ins (:mod:`pipelines.plugins`): what to load (files and modules: ``--plugin``, a config file's
+    ``plugins:`` list; installed packages' ``ltr.plugins`` entry points are always loaded) and each component's
+    own settings (``params.<name>``: checked against the settings it declares). ``load`` is set only by those
+    two: ``--set plugins.load`` is refused (:data:`PLUGIN_SOURCES`)."""
+
+    load: list[str] = field(default_factory=list)
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class Config:
     """The whole resolved configuration of a run."""
@@ -570,6 +588,7 @@ class Config:
     grid: GridConfig = field(default_factory=GridConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
+    plugins: PluginsConfig = field(default_factory=PluginsConfig)
 
     def __post_init__(self) -> None:
         # an extra curriculum is complete with the curriculum: section's other settings (l_hrel takes no pacing)
@@ -674,7 +693,9 @@ def unknown_name(kind: str, name: str, known: Sequence[str]) -> str:
     registry does not hold, the closest registered name (:func:`difflib.get_close_matches`) and all of them."""
     close = difflib.get_close_matches(name, known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
-    return f"unknown {kind} {name!r}{hint} (one of: {', '.join(known)})"
+    return (
+        f"unknown {kind} {name!r}{hint} (one of: {', '.join(known)}; a plug-in's: load it with --plugin FILE_OR_MODULE)"
+    )
 
 
 def _type_name(tp: Any) -> str:
@@ -816,6 +837,11 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], cls: type | None
     out = json.loads(json.dumps(data))  # deep copy of plain data
     for text in overrides:
         path, value = parse_override(text)
+        if (cls or Config) is Config and path[0] == "plugins" and path[1:2] != ["params"]:
+            raise ConfigError(
+                f"--set {text!r}: plug-ins are loaded only from {PLUGIN_SOURCES}; --set (and an Airflow run's conf) "
+                "may only choose, by name, components already loaded, and set plugins.params.<name>"
+            )
         node: dict[str, Any] = out
         keys = _section_keys(cls or Config)
         i = 0
@@ -829,6 +855,12 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], cls: type | None
                 break
             if typing.get_origin(ftp) is dict:
                 entry_type = typing.get_args(ftp)[1]
+                if typing.get_origin(entry_type) is dict and i + 2 < len(path):  # a mapping of mappings: one value
+                    entry = node.setdefault(part, {}).setdefault(path[i + 1], {})
+                    if not isinstance(entry, dict):
+                        raise ConfigError(f"--set {text!r}: '{where}.{path[i + 1]}' is not a mapping")
+                    entry[".".join(path[i + 2 :])] = value
+                    break
                 if _section_keys(entry_type) is None or i + 2 == len(path):  # a free-form mapping, or a whole entry
                     node.setdefault(part, {})[".".join(path[i + 1 :])] = value
                     break
@@ -847,15 +879,38 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], cls: type | None
     return out
 
 
-def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> Config:
-    """Load ``path`` (default ``conf/default.yaml``), apply ``overrides``, return the frozen Config."""
+def config_data(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> tuple[Path, dict]:
+    """(the file, its data with ``overrides`` applied): a config before it is checked. A config file's
+    ``plugins: [...]`` (a list) is short for ``plugins: {load: [...]}``; its relative paths are the file's."""
     p = Path(path) if path else conf_dir() / "default.yaml"
     data = _read_yaml(p)
-    data = apply_overrides(data, list(overrides or []))
+    if isinstance(data.get("plugins"), list):
+        data["plugins"] = {"load": data["plugins"]}
+    load = data.get("plugins", {}).get("load") if isinstance(data.get("plugins"), dict) else None
+    if isinstance(load, list):
+        data["plugins"]["load"] = [_relative_to(p, x) for x in load]
+    return p, apply_overrides(data, list(overrides or []))
+
+
+def _relative_to(config: Path, ref: Any) -> Any:
+    """A plug-in file named by a config file: relative to that file's folder (a module name stays as it is)."""
+    if isinstance(ref, str) and ref.endswith(".py") and not Path(ref).is_absolute():
+        return str((config.parent / ref).resolve())
+    return ref
+
+
+def config_of(path: Path, data: Mapping[str, Any]) -> Config:
+    """The frozen Config of ``data`` (read from ``path``: its name prefixes an error)."""
     try:
         return from_dict(Config, data)
     except ConfigError as e:
-        raise ConfigError(f"{p}: {e}") from None
+        raise ConfigError(f"{path}: {e}") from None
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> Config:
+    """Load ``path`` (default ``conf/default.yaml``), apply ``overrides``, return the frozen Config (components are
+    looked up in the registries as they are: :func:`pipelines.plugins.load_config` loads the plug-ins first)."""
+    return config_of(*config_data(path, overrides))
 
 
 def dataset_presets() -> dict[str, DatasetSpec]:

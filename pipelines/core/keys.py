@@ -89,6 +89,7 @@ IDENTITY_ROOTS: dict[str, tuple[str, ...]] = {
 KERNEL = (
     "pipelines.kernel",
     "udfs.model",
+    "udfs.components",
     "udfs.conventions",
     "udfs.curriculum",
     "udfs.difficulty",
@@ -330,10 +331,12 @@ def code_identity(kind: str | None = None) -> dict[str, str]:
 
 
 def worker_roots() -> tuple[str, ...]:
-    """What a barrier task runs: the tree loop (the nodes' identity) and the module of every registered objective."""
+    """What a barrier task runs: the tree loop (the nodes' identity) and the module of every built-in objective
+    (a plug-in's code is checked by :mod:`pipelines.plugins` when a task loads it)."""
     from udfs.objectives import registry
 
-    return (*IDENTITY_ROOTS["node"], *sorted({o.module for o in registry.objectives().values() if o.module}))
+    modules = {o.module for o in registry.objectives().values() if o.module and not o.plugin}
+    return (*IDENTITY_ROOTS["node"], *sorted(modules))
 
 
 @functools.lru_cache(maxsize=1)
@@ -350,11 +353,14 @@ def explain() -> dict[str, list[str]]:
 
 def explain_objectives() -> dict[str, dict[str, Any]]:
     """Python objective -> its code (:func:`objective_code`) and the modules it covers: what a node of that
-    objective holds besides the nodes' identity."""
+    objective holds besides the nodes' identity (a plug-in's: its module)."""
     from udfs.objectives import registry
 
     return {
-        name: {"sources": objective_code(name), "modules": sorted(identity_modules((o.module,)))}
+        name: {
+            "sources": objective_code(name),
+            "modules": [o.module] if o.plugin else sorted(identity_modules((o.module,))),
+        }
         for name, o in registry.objectives().items()
         if o.module is not None
     }
@@ -426,16 +432,115 @@ def seed_field(seed: int) -> dict[str, int]:
 def objective_code(name: str) -> str | None:
     """The code of objective ``name`` as a node's key holds it: :func:`sources_hash` of the closure of the module
     that registers it (:mod:`udfs.objectives.registry`), None for XGBoost's own (its version is in the context's
-    code). Nodes of other objectives do not hold it: changing or adding one objective re-keys only its nodes."""
+    code); for a plug-in, :func:`component_code` (its function's identity and its settings). Nodes of other
+    objectives do not hold it: changing or adding one objective re-keys only its nodes."""
     from udfs.objectives import registry
 
     spec = registry.get(name)
+    if spec.plugin:
+        return component_code(spec.fn, spec.settings())
     return None if spec.module is None else _objective_code(spec.module)
 
 
 @functools.lru_cache(maxsize=64)
 def _objective_code(module: str) -> str:
     return sources_hash((module,))
+
+
+def component_code(fn: Any, settings: Mapping[str, Any]) -> str:
+    """What a result keys a plug-in component by (:mod:`pipelines.plugins`): ``plugin:`` and a digest of its
+    function's identity (:func:`function_identity`) and the settings it runs with."""
+    return "plugin:" + digest({"code": function_identity(fn), "settings": dict(settings)})
+
+
+def function_identity(fn: Any) -> str:
+    """The code of a plug-in's function as the kernel's identity is of a module: a digest of the canonical source
+    (:func:`canonical_source`: no docstrings, comments or formatting) of the function and of what it reaches in its
+    own module or package (functions, classes and constants it names, followed through theirs; a module of that
+    package it names, whole), with the closure of each module of ours (``udfs``, ``pipelines``) it uses. A library
+    (numpy...) counts by its name and version. So editing one function of a file re-keys the results of the
+    components that reach it, not those of the file's other components."""
+    own = (getattr(fn, "__module__", None) or "").split(".")[0]
+    parts: dict[str, str] = {}
+    _reach(fn, own, parts)
+    return hashlib.sha256(json.dumps(sorted(parts.items())).encode()).hexdigest()[:20]
+
+
+def _reach(obj: Any, own: str, parts: dict[str, str]) -> None:
+    """Add ``obj`` (a function, class or module of the plug-in's package) and what it reaches to ``parts``."""
+    import inspect
+    import textwrap
+    import types
+
+    obj = getattr(obj, "py_func", obj)  # a numba dispatcher: its Python function
+    name = f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', getattr(obj, '__name__', '?'))}"
+    if name in parts:
+        return
+    if isinstance(obj, types.ModuleType):
+        try:
+            parts[name] = hashlib.sha256(canonical_source(inspect.getsource(obj).encode())).hexdigest()
+        except (OSError, TypeError):
+            parts[name] = "?"
+        return
+    try:
+        src = textwrap.dedent(inspect.getsource(obj))
+    except (OSError, TypeError):
+        src = repr(obj)
+    parts[name] = hashlib.sha256(canonical_source(src.encode())).hexdigest()
+    codes = []
+    if isinstance(obj, types.FunctionType):
+        codes = [obj.__code__]
+        scope = obj.__globals__
+        cells = [c.cell_contents for c in obj.__closure__ or () if _has_contents(c)]
+        cells += list(obj.__defaults__ or ()) + list((obj.__kwdefaults__ or {}).values())
+    elif isinstance(obj, type):
+        scope = vars(inspect.getmodule(obj)) if inspect.getmodule(obj) else {}
+        cells = []
+        for v in vars(obj).values():
+            v = getattr(v, "__func__", v)
+            if isinstance(v, types.FunctionType):
+                codes.append(v.__code__)
+    else:
+        return
+    names: set[str] = set()
+    while codes:
+        c = codes.pop()
+        names.update(c.co_names)
+        codes.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    for v in [scope[n] for n in sorted(names) if n in scope] + cells:
+        _reach_value(v, own, parts)
+
+
+def _has_contents(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018
+    except ValueError:  # an empty cell
+        return False
+    return True
+
+
+def _reach_value(v: Any, own: str, parts: dict[str, str]) -> None:
+    """Follow a value a plug-in's code names: its own package's code, ours, a library (by version), or data."""
+    import types
+
+    module = v.__name__ if isinstance(v, types.ModuleType) else getattr(v, "__module__", None)
+    top = (module or "").split(".")[0]
+    if callable(v) or isinstance(v, types.ModuleType):
+        if top == own:
+            _reach(v, own, parts)
+        elif top in _OURS and module:
+            parts[f"ours:{module}"] = _objective_code(module) if _module_source(module) else "?"
+        elif top:
+            from importlib import metadata
+
+            try:
+                parts[f"lib:{top}"] = metadata.version(top)
+            except metadata.PackageNotFoundError:
+                parts[f"lib:{top}"] = ""
+    elif isinstance(v, (bool, int, float, str, bytes, type(None), tuple, frozenset)):
+        parts[f"value:{len(parts)}"] = repr(v)
+    else:
+        parts[f"value:{len(parts)}"] = type(v).__name__
 
 
 def node_key(
@@ -483,12 +588,15 @@ def curriculum_key(
     empty_queries: str,
     scores: str,
     code: Mapping[str, str] | None = None,
+    plugins: Mapping[str, str] | None = None,
 ) -> str:
     """A curriculum's build: settings, dataset, fold, name, the difficulty key, the scores' fingerprint and the
-    ordering and pacing code (:func:`code_identity` of ``curriculum``)."""
+    ordering and pacing code (:func:`code_identity` of ``curriculum``); ``plugins``: the :func:`component_code` of
+    the plug-in difficulty score and pacing function it uses, by name (in the key only when there are some)."""
     return make_key(
         "curriculum",
         {
+            **({"plugins": dict(plugins)} if plugins else {}),
             "settings": dict(settings),
             "dataset": dataset,
             "fold": fold,

@@ -59,8 +59,10 @@ from pipelines.core.config import ConfigError, CurriculumConfig, DifficultyConfi
 from pipelines.core.storage import atomic_output, read_json
 from pipelines.data.dataset import MANIFEST, Dataset, DatasetError, load_split, open_dataset
 from pipelines.data.scoring import SUMMARY as DIFFICULTY_SUMMARY
+from pipelines.data.scoring import plugin_scores
 from udfs import schema
 from udfs.curriculum import STRATEGIES, HeldBackError, place_queries, ranked_by, stage_shares
+from udfs.scores import SCORES
 from udfs.uris import to_uri
 
 log = logging.getLogger(__name__)
@@ -184,7 +186,14 @@ def build_curriculum(
         raise DatasetError(f"fold {fold}: the training split has no queries in {difficulty}")
     qid = pdf[schema.QID].to_numpy()
     empty = pdf["n_rel"].to_numpy() == 0
-    columns = {c: pdf[c].to_numpy() for c in ("n_rel", *ranked_by())}
+    columns = {c: pdf[c].to_numpy() for c in ("n_rel", *ranked_by()) if SCORES[c].fn is None}
+    ranked = STRATEGIES[cfg.strategy].score
+    if ranked is not None and SCORES[ranked].fn is not None:  # a plug-in's score: computed from the fold's rows
+        computed = plugin_scores(spark, ds, fold, ranked)
+        merged = pdf[[schema.SUBSET, schema.QID]].merge(computed, on=[schema.SUBSET, schema.QID], how="left")
+        if merged["score"].isna().any():
+            raise RuntimeError(f"internal error: difficulty score {ranked!r} missed training queries of fold {fold}")
+        columns[ranked] = merged["score"].to_numpy()
     try:
         first, score, _ = place_queries(cfg.strategy, columns, qid, shares, empty_queries, cfg.seed)
     except HeldBackError:

@@ -164,3 +164,50 @@ def run_difficulty(spark: SparkSession, data: str, out: str, cfg: DifficultyConf
         f"; no {' or '.join(absent)} feature" if absent else "",
     )
     return summary
+
+
+def plugin_scores(spark: SparkSession, ds: Dataset, fold: int, name: str) -> Any:
+    """Difficulty score ``name`` (a function registered with :func:`pipelines.plugins.difficulty`) of each training
+    query of ``fold``: a pandas frame of ``subset, qid, score``. A Spark job over the split's rows (only the
+    feature columns the score declares), each task loading the driver's plug-ins; what it returns is checked per
+    batch (one finite number per query: :func:`pipelines.plugins.checks.scores_of`)."""
+    import numpy as np
+    import pandas as pd
+
+    from pipelines.data.dataset import load_split
+    from pipelines.plugins.loading import current
+    from udfs.per_query import map_queries
+    from udfs.scores import SCORES
+
+    info = SCORES[name]
+    features = list(info.features) if info.features is not None else schema.feature_cols(ds.n_features)
+    bad = [c for c in features if int(c[1:]) > ds.n_features]
+    if bad:
+        raise DatasetError(f"difficulty score {name!r} reads feature {bad[0]}, and {ds.path} has f1..f{ds.n_features}")
+    plugins = current()
+    keys = (schema.SUBSET, schema.QID)
+
+    def score(pdf: pd.DataFrame) -> pd.DataFrame:
+        from pipelines.plugins.checks import Features, scores_of
+        from pipelines.plugins.loading import activate
+        from udfs.per_query import run_starts
+        from udfs.scores import SCORES
+
+        activate(plugins)
+        s = SCORES[name]
+        starts = run_starts(pdf, keys)
+        offsets = np.concatenate((starts, [len(pdf)])).astype(np.int64)
+        labels = pdf[schema.LABEL].to_numpy().astype(np.float32)
+        out = s.fn(labels, Features({c: pdf[c].to_numpy() for c in features}), offsets, params=s.settings())
+        head = pdf.iloc[starts]
+        return pd.DataFrame(
+            {
+                schema.SUBSET: head[schema.SUBSET].to_numpy(),
+                schema.QID: head[schema.QID].to_numpy().astype(np.int32),
+                "score": scores_of(name, out, len(starts), len(pdf)),
+            }
+        )
+
+    rows = load_split(spark, ds, fold, "train", [schema.QID, schema.DOC, schema.LABEL, *features])
+    ddl = f"{schema.SUBSET} string, {schema.QID} int, score double"
+    return map_queries(rows, score, ddl, keys=keys, arranged=True).toPandas()

@@ -322,11 +322,14 @@ def run_nodes_distributed(
     resumes from the checkpoints. Returns timings.
     """
     from pipelines.core.keys import source_files, worker_identity, worker_roots
+    from pipelines.plugins.loading import activate
+    from pipelines.plugins.loading import current as current_plugins
 
     args = _start_tracker(spark, workers, tracker_timeout)
     job = uuid.uuid4().hex  # this job's token: its tasks check in once with the driver
     driver_code = dict(worker_identity())
     driver_files = source_files(worker_roots())
+    plugins = current_plugins()  # the driver's plug-ins: each task loads them and checks their code
     cur_meta = [
         {"name": c.name, "column": c.column, "label_filters": {str(k): v for k, v in c.label_filters().items()}}
         for c in curricula
@@ -372,6 +375,7 @@ def run_nodes_distributed(
                 "the driver restarts the job from the last checkpoints instead"
             )
         check_same_code(driver_code, driver_files)
+        activate(plugins)
         t0 = time.perf_counter()
         if source is not None:
             for _ in batches:  # this task's placeholder row

@@ -472,7 +472,7 @@ class _Worker:
         tr = self.data.train
         obj = (
             None
-            if spec.make is None
+            if spec.fn is None
             else spec.make(
                 s.objectives,
                 y,

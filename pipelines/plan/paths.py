@@ -31,7 +31,7 @@ from pipelines.core.errors import UserError
 from udfs.objectives import registry
 
 _SEGMENT = re.compile(
-    r"(?P<obj>[a-z_]+)(?:@(?P<data>[A-Za-z0-9_]+(?:\.(?:\d+|\*))?))?(?:~(?P<seed>\d+))?:(?P<trees>\d+)"
+    r"(?P<obj>[a-z][a-z0-9_]*)(?:@(?P<data>[A-Za-z0-9_]+(?:\.(?:\d+|\*))?))?(?:~(?P<seed>\d+))?:(?P<trees>\d+)"
 )
 
 

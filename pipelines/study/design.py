@@ -142,8 +142,13 @@ def curriculum_inputs(cfg: Config, ds: Dataset, fold: int, name: str, scores: st
     """What determines curriculum ``name`` of ``fold`` (the arguments of :func:`pipelines.core.keys.curriculum_key`):
     its settings, the dataset, the fold, the difficulty key and ``scores``, the content fingerprint of the very
     scores it is built from (scores computed again into the same folder with another result rebuild it)."""
+    from pipelines.plugins.loading import curriculum_plugins
+
+    settings = curriculum_config(cfg, name)
+    plugins = curriculum_plugins(settings.strategy, settings.pacing)
     return {
-        "settings": asdict(curriculum_config(cfg, name)),
+        "settings": asdict(settings),
+        **({"plugins": plugins} if plugins else {}),  # a curriculum of built-ins only: the key it had
         "dataset": ds.fingerprint,
         "fold": fold,
         "name": name,

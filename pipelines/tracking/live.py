@@ -21,6 +21,7 @@ from pipelines.core.plots import png_bytes, pyplot
 from pipelines.core.provenance import code_version
 from pipelines.plan.paths import TrainingPath
 from pipelines.plan.trie import DONE, states_of
+from pipelines.plugins.loading import plugin_tags
 from pipelines.store.checkpoints import CheckpointStore
 from pipelines.store.lease import hold
 from pipelines.store.results import PathResult, path_result, scores_npz
@@ -144,6 +145,7 @@ class LiveChildren:
                 TAG_FOLD: str(c.fold),
                 TAG_PATH: e.path.shorthand(),
                 "mlflow.source.git.commit": code_version()["git"].split("-")[0],
+                **plugin_tags(self._components(e)),
             },
         )
         run_id = run.info.run_id
@@ -168,6 +170,17 @@ class LiveChildren:
             if k is None or k < plan.node(key).t1:
                 break
             self._log_points(e, self.store.meta(key, k)["curve"])
+
+    def _components(self, e: _Live) -> list[str]:
+        """The components a child's path uses: its objectives, its curricula's difficulty scores and pacing."""
+        from pipelines.study.design import curriculum_config
+        from udfs.curriculum import STRATEGIES
+
+        names = [s.objective for s in e.path.segments]
+        for cur in e.path.curricula:
+            c = curriculum_config(self.cfg, cur)
+            names += [str(STRATEGIES[c.strategy].score or ""), c.pacing]
+        return [n for n in names if n]
 
     def _params(self, e: _Live) -> dict[str, Any]:
         c, cfg = e.child, self.cfg

@@ -71,6 +71,7 @@ def test_no_module_defines_an_exception_outside_the_model_by_source():
         ("pipelines.data.dataset.DatasetError", 2),
         ("pipelines.app.cli.UsageError", 2),
         ("pipelines.kernel.cuts.CutsError", 2),
+        ("pipelines.plugins.loading.PluginError", 2),
         ("pipelines.execution.barrier_job.SplitQueryError", 2),
         ("pipelines.kernel.matrices.DataError", 2),
         ("pipelines.store.lease.LeaseHeld", 75),
@@ -87,7 +88,15 @@ def test_exit_codes(cls, code):
 def test_the_registry_is_the_one_list_that_crosses_tasks():
     importlib.import_module("pipelines.execution.barrier_job")
     importlib.import_module("pipelines.store.lease")
-    assert set(CROSSES_TASKS) == {"DatasetError", "DataError", "LeaseLost", "SplitQueryError", "TrainError"}
+    importlib.import_module("pipelines.plugins.loading")
+    assert set(CROSSES_TASKS) == {
+        "DatasetError",
+        "DataError",
+        "LeaseLost",
+        "PluginError",
+        "SplitQueryError",
+        "TrainError",
+    }
     assert all(issubclass(c, LtrError) for c in CROSSES_TASKS.values())
 
 

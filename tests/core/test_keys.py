@@ -518,7 +518,7 @@ def test_a_new_objective_re_keys_no_existing_node(source_copy, tmp_path):
     new = source_copy / "udfs/objectives/listnet.py"
     new.write_text(
         "from udfs.objectives.registry import objective\n\n\n"
-        "@objective('listnet')\ndef make(s, y, offsets, qid, doc):\n    return lambda m, t: (m - y, m * 0 + 1)\n"
+        "@objective('listnet')\ndef listnet(m, y, offsets, *, tree, params):\n    return m - y, m * 0 + 1\n"
     )
     try:
         assert _objective_codes(source_copy) == base and _identities(source_copy) == kinds
@@ -530,7 +530,7 @@ def test_a_new_objective_re_keys_no_existing_node(source_copy, tmp_path):
     ctx = keys.plan_context(TrainConfig(), NdcgSpec(), "sha256:d", 1, CODE, CODE)
     paths = [parse_path("mse:4,lambdamart:6", "a"), parse_path("stochastic_ndcg:5", "b")]
     before = [n.key for n in build_plan(paths, fold=1, context=ctx).nodes]
-    registry.objective("listnet_test_only")(lambda s, y, o, q, d: None)
+    registry.objective("listnet_test_only")(lambda m, y, o, *, tree, params: None)
     try:
         assert [n.key for n in build_plan(paths, fold=1, context=ctx).nodes] == before
     finally:

@@ -3,13 +3,15 @@ linear, sigmoid); a step at ``t`` is MSE-t."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 from udfs.objectives.lambdamart import lambdarank_grad
 from udfs.objectives.mse import mse_grad
 from udfs.objectives.pairwise import pair_inverse_idcg
-from udfs.objectives.registry import Factory, objective
-from udfs.objectives.settings import ObjectiveSettings
+from udfs.objectives.registry import objective
 
 
 def blend(
@@ -26,18 +28,17 @@ def blend(
 
 
 @objective("blend", regression=True)
-def make_blend(s: ObjectiveSettings, y: np.ndarray, offsets: np.ndarray, qid: np.ndarray, doc: np.ndarray) -> Factory:
-    """``f(margins, tree)`` of the blend at the schedule's γ for each tree."""
-    inv = pair_inverse_idcg(y, offsets, s.k, s.exp_gain)
+def blend_objective(
+    margins: np.ndarray, labels: np.ndarray, offsets: np.ndarray, *, tree: int, params: Mapping[str, Any], cache: dict
+) -> tuple[np.ndarray, np.ndarray]:
+    """The blend at the schedule's γ for global tree ``tree``.
 
-    def blended(m: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
-        """(grad, hess) of blend at margins ``m`` for global tree ``t``: γ from the blend schedule.
-
-        Only the gradients the weights need are computed (no MSE at γ = 1, no LambdaMART at γ = 0).
-        """
-        g = s.blend.gamma(t)
-        a = mse_grad(m, y) if g < 1.0 else None
-        r = lambdarank_grad(m, y, offsets, k=s.k, exp_gain=s.exp_gain, inv_idcg=inv) if g > 0.0 else None
-        return blend(g, a, r)  # type: ignore[arg-type]
-
-    return blended
+    Only the gradients the weights need are computed (no MSE at γ = 1, no LambdaMART at γ = 0).
+    """
+    k, gain = params["k"], params["exp_gain"]
+    if "inv_idcg" not in cache:  # labels are fixed: once per node
+        cache["inv_idcg"] = pair_inverse_idcg(labels, offsets, k, gain)
+    g = params["blend"].gamma(tree)
+    a = mse_grad(margins, labels) if g < 1.0 else None
+    r = lambdarank_grad(margins, labels, offsets, k=k, exp_gain=gain, inv_idcg=cache["inv_idcg"]) if g > 0.0 else None
+    return blend(g, a, r)  # type: ignore[arg-type]

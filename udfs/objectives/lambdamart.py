@@ -3,11 +3,13 @@ and ``rank:pairwise``."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 from udfs.objectives.pairwise import _run_pairwise, pair_inverse_idcg
-from udfs.objectives.registry import Factory, objective
-from udfs.objectives.settings import ObjectiveSettings
+from udfs.objectives.registry import objective
 
 
 def lambdarank_grad(
@@ -41,17 +43,27 @@ def lambdarank_grad(
     )
 
 
+def _inverse_idcg(labels: np.ndarray, offsets: np.ndarray, params: Mapping[str, Any], cache: dict) -> np.ndarray:
+    """Each query's 1/IDCG@k, computed once per node (its labels are fixed) and kept in the node's ``cache``."""
+    if "inv_idcg" not in cache:
+        cache["inv_idcg"] = pair_inverse_idcg(labels, offsets, params["k"], params["exp_gain"])
+    return cache["inv_idcg"]
+
+
 @objective("lambdamart")
-def make_lambdamart(
-    s: ObjectiveSettings, y: np.ndarray, offsets: np.ndarray, qid: np.ndarray, doc: np.ndarray
-) -> Factory:
-    """``f(margins, tree)`` of LambdaMART NDCG@k on one node's rows."""
-    inv = pair_inverse_idcg(y, offsets, s.k, s.exp_gain)  # labels are fixed: once per node
-    return lambda m, t: lambdarank_grad(m, y, offsets, k=s.k, exp_gain=s.exp_gain, inv_idcg=inv)
+def lambdamart(
+    margins: np.ndarray, labels: np.ndarray, offsets: np.ndarray, *, tree: int, params: Mapping[str, Any], cache: dict
+) -> tuple[np.ndarray, np.ndarray]:
+    """LambdaMART NDCG@k (``params["k"]``, gain from the metric's)."""
+    inv = _inverse_idcg(labels, offsets, params, cache)
+    return lambdarank_grad(margins, labels, offsets, k=params["k"], exp_gain=params["exp_gain"], inv_idcg=inv)
 
 
 @objective("ranknet")
-def make_ranknet(s: ObjectiveSettings, y: np.ndarray, offsets: np.ndarray, qid: np.ndarray, doc: np.ndarray) -> Factory:
-    """``f(margins, tree)`` of RankNet's pairwise logistic loss on the same pairs."""
-    inv = pair_inverse_idcg(y, offsets, s.k, s.exp_gain)
-    return lambda m, t: lambdarank_grad(m, y, offsets, k=s.k, exp_gain=s.exp_gain, delta="one", inv_idcg=inv)
+def ranknet(
+    margins: np.ndarray, labels: np.ndarray, offsets: np.ndarray, *, tree: int, params: Mapping[str, Any], cache: dict
+) -> tuple[np.ndarray, np.ndarray]:
+    """RankNet's pairwise logistic loss on the same pairs."""
+    inv = _inverse_idcg(labels, offsets, params, cache)
+    k, gain = params["k"], params["exp_gain"]
+    return lambdarank_grad(margins, labels, offsets, k=k, exp_gain=gain, delta="one", inv_idcg=inv)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
-from udfs.objectives.registry import Factory, objective
-from udfs.objectives.settings import ObjectiveSettings
+from udfs.objectives.registry import objective
 
 
 def mse_grad(margins: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -16,6 +18,8 @@ def mse_grad(margins: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 @objective("mse", regression=True)
-def make_mse(s: ObjectiveSettings, y: np.ndarray, offsets: np.ndarray, qid: np.ndarray, doc: np.ndarray) -> Factory:
-    """``f(margins, tree)`` of squared error on one node's labels."""
-    return lambda m, t: mse_grad(m, y)
+def mse(
+    margins: np.ndarray, labels: np.ndarray, offsets: np.ndarray, *, tree: int, params: Mapping[str, Any]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Squared error on the node's labels."""
+    return mse_grad(margins, labels)

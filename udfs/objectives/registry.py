@@ -1,44 +1,135 @@
 """The registry of training objectives: one entry per name a training path can use.
 
-An objective is either XGBoost's own (``builtin``: its name in XGBoost, the speed reference) or ours, a Python
-factory registered with :func:`objective` next to its code: ``make(settings, labels, offsets, qid, doc)`` for one
-node's rows returns ``f(margins, tree) -> (grad, hess)`` (float32 arrays; ``tree``: the global tree index). What
-the rest of the system needs to know is declared with it: ``regression`` (a path that starts with it starts from
-the mean label), ``seeded`` (its trees depend on ``train.seed``: ``grid.seeds`` repeats the paths that use it).
+An objective is either XGBoost's own (``builtin``: its name in XGBoost, the speed reference) or a Python function
+registered with :func:`objective` (the decorator that :mod:`pipelines.plugins` gives researchers: the built-ins
+use it too, so a plug-in is no second-class citizen)::
 
-The Python objectives are the modules of this package (:func:`objectives` imports every one: a new file is a new
-objective, no other file changes). This module imports none of them by name, so no objective's code is part of the
-code of another: a plan node's key holds the closure of its own objective's module (:attr:`Objective.module`).
+    @objective("listnet", params={"temperature": 1.0})
+    def listnet(margins, labels, offsets, *, tree, params):
+        return grad, hess
+
+``margins`` (float32), ``labels`` and ``offsets`` (each query's first row, then the end) are one node's rows;
+``tree`` is the global tree index; ``params`` holds the training settings every objective may read (``k``,
+``exp_gain``, ``seed``, ...: :class:`~udfs.objectives.settings.ObjectiveSettings`) and the objective's own
+settings (``params=`` here: their defaults; ``plugins.params.<name>`` in the config sets them). The function may
+also take ``qid`` and ``doc`` (each row's query id and document number: what seeded noise is drawn from) and
+``cache`` (a dict kept for one node's rows: what depends only on the labels is computed once per node). What the
+rest of the system needs to know is declared with it: ``regression`` (a path that starts with it starts from the
+mean label), ``seeded`` (its trees depend on ``train.seed``: ``grid.seeds`` repeats the paths that use it).
+
+The built-in Python objectives are the modules of this package (:func:`objectives` imports every one: a new file
+is a new objective, no other file changes). This module imports none of them by name, so no objective's code is
+part of the code of another: a plan node's key holds the code of its own objective (its module's closure for a
+built-in, :mod:`pipelines.plugins`' identity for a plug-in) and the objective's own settings.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
-#: What a factory returns: ``f(margins, tree) -> (grad, hess)``.
+from udfs.components import ComponentError, accepted, check_name, is_plugin, own_params, settings_of
+from udfs.objectives.settings import ObjectiveSettings
+
+#: What a node's objective is at training time: ``f(margins, tree) -> (grad, hess)``.
 Factory = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 
 #: Modules of this package that hold no objective (shared code and this registry).
 _NOT_OBJECTIVES = ("registry", "settings", "pairwise")
 
+#: Keyword arguments an objective function may take besides ``tree`` and ``params``.
+OPTIONAL = ("qid", "doc", "cache")
+
+#: The names every objective's ``params`` holds already (the training settings): no own setting may take one.
+RESERVED = tuple(f.name for f in ObjectiveSettings.__dataclass_fields__.values())
+
+
+class ObjectiveError(ComponentError):
+    """An objective registered twice, a bad declaration, or a name no objective has."""
+
 
 @dataclass(frozen=True)
 class Objective:
-    """One objective: its name, XGBoost's name for it (None: a Python factory), what a path needs to know of it,
-    and, for a Python one, its factory and the module that defines it."""
+    """One objective: its name, XGBoost's name for it (None: a Python function), what a path needs to know of it,
+    and, for a Python one, its function, the module that defines it, its own settings' defaults, the optional
+    keywords it takes, and whether it came from a plug-in (:mod:`pipelines.plugins`)."""
 
     name: str
     builtin: str | None = None
     regression: bool = False
     seeded: bool = False
-    make: Callable[..., Factory] | None = None
+    fn: Callable[..., tuple[np.ndarray, np.ndarray]] | None = None
     module: str | None = None
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    accepts: tuple[str, ...] = ()
+    plugin: bool = False
+
+    def make(
+        self,
+        s: ObjectiveSettings,
+        y: np.ndarray,
+        offsets: np.ndarray,
+        qid: np.ndarray,
+        doc: np.ndarray,
+        own: Mapping[str, Any] | None = None,
+    ) -> Factory:
+        """``f(margins, tree)`` of this objective on one node's rows (``own``: its settings, default
+        :meth:`settings`); a plug-in's result is checked every tree (:func:`check_gradients`)."""
+        if self.fn is None:
+            raise ObjectiveError(f"objective {self.name!r} is XGBoost's {self.builtin}: no Python function")
+        settings = {f: getattr(s, f) for f in RESERVED}
+        params = MappingProxyType({**settings, **(self.settings() if own is None else own)})
+        extra: dict[str, Any] = {}
+        for name, value in (("qid", qid), ("doc", doc), ("cache", {})):
+            if name in self.accepts:
+                extra[name] = value
+        fn, name, n = self.fn, self.name, len(y)
+        if not self.plugin:
+            return lambda m, t: fn(m, y, offsets, tree=t, params=params, **extra)
+
+        def checked(m: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
+            return check_gradients(name, fn(m, y, offsets, tree=t, params=params, **extra), n, f"tree {t}")
+
+        return checked
+
+    def settings(self) -> dict[str, Any]:
+        """Its own settings as configured (``plugins.params.<name>`` over the declared defaults)."""
+        return settings_of(self.name, self.defaults)
+
+
+def check_gradients(name: str, out: Any, n: int, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """``out`` as (grad, hess), each float32 of length ``n``, finite, hessians >= 0; else :class:`ObjectiveError`
+    naming the objective, ``where`` and what it returned."""
+    if not isinstance(out, tuple) or len(out) != 2:
+        raise ObjectiveError(f"objective {name!r} ({where}): returned {type(out).__name__}, expected (grad, hess)")
+    arrays = []
+    for what, a in zip(("grad", "hess"), out, strict=True):
+        if not isinstance(a, np.ndarray):
+            raise ObjectiveError(f"objective {name!r} ({where}): {what} is {type(a).__name__}, expected a numpy array")
+        if a.shape != (n,):
+            raise ObjectiveError(
+                f"objective {name!r} ({where}): {what} has shape {a.shape}, expected ({n},): one per row"
+            )
+        if a.dtype != np.float32:
+            raise ObjectiveError(f"objective {name!r} ({where}): {what} is {a.dtype}, expected float32")
+        bad = ~np.isfinite(a)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ObjectiveError(
+                f"objective {name!r} ({where}): {what}[{i}] = {a[i]}: not finite ({int(bad.sum())} rows)"
+            )
+        arrays.append(a)
+    neg = arrays[1] < 0
+    if neg.any():
+        i = int(np.flatnonzero(neg)[0])
+        raise ObjectiveError(f"objective {name!r} ({where}): hess[{i}] = {arrays[1][i]} < 0 (a hessian must be >= 0)")
+    return arrays[0], arrays[1]
 
 
 #: XGBoost's own objectives under our names: the same trees as the Python twins (``xgb_mse`` = ``mse``), faster.
@@ -52,24 +143,36 @@ _REGISTRY: dict[str, Objective] = {o.name: o for o in _BUILTIN}
 _loaded = False
 
 
-class ObjectiveError(ValueError):
-    """An objective registered twice, or a name no objective has."""
+def objective(
+    name: str,
+    *,
+    regression: bool = False,
+    seeded: bool = False,
+    params: Mapping[str, Any] | None = None,
+) -> Callable[[Any], Any]:
+    """Register the decorated ``f(margins, labels, offsets, *, tree, params)`` as objective ``name`` (see the
+    module docstring); ``params``: its own settings and their defaults."""
+    check_name("objective", name)
+    own = own_params("objective", name, params, RESERVED)
 
-
-def objective(name: str, *, regression: bool = False, seeded: bool = False) -> Callable[[Any], Any]:
-    """Register the decorated factory as objective ``name`` (see the module docstring)."""
-    if not name.replace("_", "").isalnum() or not name[:1].isalpha() or name != name.lower():
-        raise ObjectiveError(f"objective name {name!r}: lower-case letters, digits and _, starting with a letter")
-
-    def register(make: Any) -> Any:
-        module = getattr(make, "__module__", None)
+    def register(fn: Any) -> Any:
+        accepts = accepted(fn, "objective", name, 3, ("tree", "params"), OPTIONAL)
+        module = getattr(fn, "__module__", None)
         old = _REGISTRY.get(name)
-        if old is not None and (old.module, getattr(old.make, "__qualname__", None)) != (module, make.__qualname__):
-            raise ObjectiveError(f"objective {name!r} is registered twice: by {old.module} and by {module}")
-        _REGISTRY[name] = Objective(name, None, regression, seeded, make, module)
-        return make
+        if old is not None and (old.module, getattr(old.fn, "__qualname__", None)) != (module, fn.__qualname__):
+            where = old.builtin and f"XGBoost's {old.builtin}" or old.module
+            raise ObjectiveError(f"objective {name!r} is registered twice: by {where} and by {module}")
+        _REGISTRY[name] = Objective(
+            name, None, regression, seeded, fn, module, MappingProxyType(own), accepts, is_plugin(module)
+        )
+        return fn
 
     return register
+
+
+def unregister(name: str) -> None:
+    """Remove objective ``name`` (a plug-in being loaded again, a test's own)."""
+    _REGISTRY.pop(name, None)
 
 
 def _load() -> dict[str, Objective]:
@@ -85,7 +188,7 @@ def _load() -> dict[str, Objective]:
 
 
 def objectives() -> dict[str, Objective]:
-    """Every objective by name, sorted: XGBoost's and the Python ones of this package."""
+    """Every objective by name, sorted: XGBoost's, the Python ones of this package and the plug-ins'."""
     return dict(sorted(_load().items()))
 
 

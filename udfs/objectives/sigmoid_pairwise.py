@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 from udfs.objectives.pairwise import _run_pairwise
-from udfs.objectives.registry import Factory, objective
-from udfs.objectives.settings import ObjectiveSettings
+from udfs.objectives.registry import objective
 
 
 def sigmoid_pairwise_grad(
@@ -38,8 +40,8 @@ def sigmoid_pairwise_grad(
 
 
 @objective("sigmoid_pairwise")
-def make_sigmoid_pairwise(
-    s: ObjectiveSettings, y: np.ndarray, offsets: np.ndarray, qid: np.ndarray, doc: np.ndarray
-) -> Factory:
-    """``f(margins, tree)`` of the sigmoid pairwise loss with steepness ``sigmoid_gamma``."""
-    return lambda m, t: sigmoid_pairwise_grad(m, y, offsets, k=s.k, gamma=s.sigmoid_gamma)
+def sigmoid_pairwise(
+    margins: np.ndarray, labels: np.ndarray, offsets: np.ndarray, *, tree: int, params: Mapping[str, Any]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The sigmoid pairwise loss with steepness ``sigmoid_gamma``."""
+    return sigmoid_pairwise_grad(margins, labels, offsets, k=params["k"], gamma=params["sigmoid_gamma"])

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 from udfs.objectives.lambdamart import lambdarank_grad
 from udfs.objectives.pairwise import _run_pairwise, pair_inverse_idcg
-from udfs.objectives.registry import Factory, objective
-from udfs.objectives.settings import ObjectiveSettings
+from udfs.objectives.registry import objective
 
 
 def document_normal(seed: int, tree: int, qid: np.ndarray, doc: np.ndarray) -> np.ndarray:
@@ -76,20 +78,27 @@ def stochastic_ndcg_grad(
 
 
 @objective("stochastic_ndcg", seeded=True)
-def make_stochastic_ndcg(
-    s: ObjectiveSettings, y: np.ndarray, offsets: np.ndarray, qid: np.ndarray, doc: np.ndarray
-) -> Factory:
-    """``f(margins, tree)`` of stochastic_ndcg: its noise depends on (seed, tree, qid, doc) only."""
-    inv = pair_inverse_idcg(y, offsets, s.k, s.exp_gain)
+def stochastic_ndcg(
+    margins: np.ndarray,
+    labels: np.ndarray,
+    offsets: np.ndarray,
+    *,
+    tree: int,
+    params: Mapping[str, Any],
+    qid: np.ndarray,
+    doc: np.ndarray,
+    cache: dict,
+) -> tuple[np.ndarray, np.ndarray]:
+    """stochastic_ndcg at global tree ``tree``: its noise depends on (seed, tree, qid, doc) only.
 
-    def stochastic(m: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
-        """(grad, hess) of stochastic_ndcg at margins ``m`` for global tree ``t``.
-
-        The noise scale falls linearly from ``stochastic_noise`` at tree 0 to 0 at ``stochastic_anneal``;
-        at 0 no noise is drawn (plain LambdaMART).
-        """
-        noise = s.stochastic_noise * max(0.0, 1.0 - t / max(s.stochastic_anneal, 1))
-        eps = document_normal(s.seed, t, qid, doc) if noise > 0 else None
-        return stochastic_ndcg_grad(m, y, offsets, k=s.k, noise=noise, eps=eps, exp_gain=s.exp_gain, inv_idcg=inv)
-
-    return stochastic
+    The noise scale falls linearly from ``stochastic_noise`` at tree 0 to 0 at ``stochastic_anneal``;
+    at 0 no noise is drawn (plain LambdaMART).
+    """
+    k, gain = params["k"], params["exp_gain"]
+    if "inv_idcg" not in cache:  # labels are fixed: once per node
+        cache["inv_idcg"] = pair_inverse_idcg(labels, offsets, k, gain)
+    noise = params["stochastic_noise"] * max(0.0, 1.0 - tree / max(params["stochastic_anneal"], 1))
+    eps = document_normal(params["seed"], tree, qid, doc) if noise > 0 else None
+    return stochastic_ndcg_grad(
+        margins, labels, offsets, k=k, noise=noise, eps=eps, exp_gain=gain, inv_idcg=cache["inv_idcg"]
+    )

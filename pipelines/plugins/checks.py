@@ -1,0 +1,146 @@
+"""``ltr plugins --check``, and the check every command runs before its first Spark job: each plug-in component
+on a small synthetic batch of queries (a query of one document and one without a relevant document among them).
+
+An objective must return (grad, hess): float32 arrays of one value per row, finite, hessians >= 0, and the same
+values for the same input (a resumed node must grow the same trees: noise is drawn from ``params["seed"]``,
+``tree``, ``qid`` and ``doc``). A difficulty score must return one finite number per query (not per row). A
+pacing function must return shares in (0, 1] that never decrease, for any number of stages. The first thing
+wrong exits 2 naming the plug-in and what it returned (:class:`~pipelines.plugins.loading.PluginError`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from pipelines.plugins.loading import PluginError, owner, plugin_components
+from udfs.components import ComponentError
+
+#: Documents per query of the synthetic batch: one of 1, one without a relevant document (the second).
+SIZES = (7, 5, 1, 12, 3, 9)
+#: Features of the synthetic batch (f1..f136: MSLR-WEB30K's count).
+N_FEATURES = 136
+
+
+class Features(Mapping[str, np.ndarray]):
+    """A difficulty score's ``features``: feature name (``"f1"``...) -> the rows' float32 column, read on access."""
+
+    def __init__(self, columns: Mapping[str, Any]) -> None:
+        self._columns = columns
+        self._cache: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._cache:
+            if name not in self._columns:
+                known = list(self._columns)
+                span = f"{known[0]}..{known[-1]}" if known else "none"
+                raise KeyError(f"no feature {name!r} (features: {span})")
+            self._cache[name] = np.asarray(self._columns[name], dtype=np.float32)
+        return self._cache[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._columns)
+
+    def __len__(self) -> int:
+        return len(self._columns)
+
+
+def batch(seed: int = 0) -> dict[str, Any]:
+    """The synthetic batch: labels 0..4 (none relevant in the second query), offsets, qid, doc, features, margins."""
+    rng = np.random.default_rng(seed)
+    sizes = np.array(SIZES)
+    offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    n = int(offsets[-1])
+    labels = rng.integers(0, 5, n).astype(np.float32)
+    labels[offsets[1] : offsets[2]] = 0
+    qid = np.repeat(np.arange(1, len(sizes) + 1, dtype=np.int64), sizes)
+    doc = np.concatenate([np.arange(s, dtype=np.int64) for s in sizes])
+    features = {f"f{i}": rng.normal(size=n).astype(np.float32) for i in range(1, N_FEATURES + 1)}
+    return {"labels": labels, "offsets": offsets, "qid": qid, "doc": doc, "features": features,
+            "margins": rng.normal(size=n).astype(np.float32)}  # fmt: skip
+
+
+def check_objective(name: str, comp: Any) -> None:
+    """Objective ``name`` on the batch at trees 0 and 1, twice each (the same values both times)."""
+    from udfs.objectives.registry import check_gradients
+    from udfs.objectives.settings import ObjectiveSettings
+
+    b = batch()
+    n = len(b["labels"])
+    for tree in (0, 1):
+        outs = []
+        for _ in range(2):
+            f = comp.make(ObjectiveSettings(), b["labels"], b["offsets"], b["qid"], b["doc"])
+            out = _call(name, lambda f=f, tree=tree: f(b["margins"].copy(), tree))
+            outs.append(check_gradients(name, out, n, f"synthetic batch, tree {tree}"))
+        if any(not np.array_equal(x, y) for x, y in zip(outs[0], outs[1], strict=True)):
+            raise PluginError(
+                f"objective {name!r} ({_where(name)}): returned other values for the same input at tree {tree}; a "
+                "resumed node must grow the same trees: draw noise from params['seed'], tree, qid and doc"
+            )
+
+
+def check_difficulty(name: str, comp: Any) -> None:
+    """Difficulty score ``name`` on the batch: one finite number per query."""
+    b = batch()
+    feats = Features(b["features"] if comp.features is None else {c: b["features"][c] for c in comp.features})
+    out = _call(name, lambda: comp.fn(b["labels"], feats, b["offsets"], params=comp.settings()))
+    scores_of(name, out, len(SIZES), len(b["labels"]))
+
+
+def scores_of(name: str, out: Any, queries: int, rows: int) -> np.ndarray:
+    """A difficulty score's result as float64, one per query; :class:`PluginError` naming what it returned."""
+    try:
+        a = np.asarray(out, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise PluginError(f"difficulty score {name!r} ({_where(name)}): returned {type(out).__name__}, expected one "
+                          "number per query") from None  # fmt: skip
+    if a.shape != (queries,):
+        per_row = " (one per row: a score is one number per query)" if a.shape == (rows,) else ""
+        raise PluginError(f"difficulty score {name!r} ({_where(name)}): returned shape {a.shape}{per_row}, expected "
+                          f"({queries},): one per query")  # fmt: skip
+    bad = ~np.isfinite(a)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise PluginError(f"difficulty score {name!r} ({_where(name)}): query {i}'s score is {a[i]}: not finite")
+    return a
+
+
+def check_pacing(name: str, comp: Any) -> None:
+    """Pacing function ``name`` for 2..8 stages at the default delta: shares in (0, 1], never decreasing."""
+    from udfs.curriculum import pacing_shares
+
+    for stages in range(2, 9):
+        _call(name, lambda stages=stages: pacing_shares(name, stages, 0.33, 2.0))
+
+
+def _where(name: str) -> str:
+    s = owner(name)
+    return s.label if s else "built-in"
+
+
+def _call(name: str, f: Any) -> Any:
+    """``f()``; an exception of the plug-in's becomes one line naming it."""
+    try:
+        return f()
+    except PluginError:
+        raise
+    except ComponentError as e:
+        raise PluginError(f"{e} ({_where(name)})") from None
+    except Exception as e:
+        raise PluginError(f"{name!r} ({_where(name)}) raised {type(e).__name__}: {e} on the synthetic batch") from None
+
+
+CHECKS = {"objective": check_objective, "difficulty score": check_difficulty, "pacing function": check_pacing}
+
+
+def check_all(names: list[str] | None = None) -> list[str]:
+    """Check every plug-in component (``names``: only these); return the names checked."""
+    done = []
+    for name, (kind, comp) in sorted(plugin_components().items()):
+        if names is None or name in names:
+            CHECKS[kind](name, comp)
+            done.append(name)
+    return done
