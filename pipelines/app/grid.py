@@ -52,6 +52,17 @@ from pipelines.tracking.runs import TAG_GRID_KEY, TAG_STUDY_KEY, Tracker
 log = logging.getLogger(__name__)
 
 
+def plugins_code() -> dict[str, str]:
+    """``{"plugins": digest}`` of the code and settings of every loaded plug-in component (nothing without one): a
+    grid's code besides the kernel's, so that a study whose plug-in was edited after it finished gets a parent run
+    of its own (the edited component's nodes train again, the others' are reused), as after a kernel change."""
+    from pipelines.core.keys import digest
+    from pipelines.plugins.loading import current
+
+    codes = current().codes
+    return {"plugins": digest(dict(sorted(codes.items())))} if codes else {}
+
+
 class CodeChanged(UserError):
     """An unfinished grid of the same study was started by other code (a user error: exit 2)."""
 
@@ -235,7 +246,7 @@ def _set_up(
                 "config, or name a unit with `--unit FOLD:INDEX`"
             )
     tracker = Tracker.for_config(cfg)
-    code = dict(code_identity())
+    code = {**code_identity(), **plugins_code()}
     study_key, grid_key = study_keys(cfg, ds, code)
     _refuse_other_code(tracker, study_key, grid_key, code, new_parent)
     parent, resumed = tracker.find_or_create_parent(

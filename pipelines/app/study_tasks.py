@@ -33,10 +33,10 @@ class StudyTaskError(UserError):
 
 
 def load_study_config(study: dict[str, Any]) -> Any:
-    """The run's :class:`pipelines.core.config.Config`."""
-    from pipelines.core.config import load_config
+    """The run's :class:`pipelines.core.config.Config` (installed plug-ins loaded: the DAG loads no file)."""
+    from pipelines.plugins.setup import load_config
 
-    return load_config(study["conf"] or None, study["set"])
+    return load_config(study["conf"] or None, study["set"], files=False)
 
 
 def resolve_study(params: dict[str, Any], run_id: str | None = None) -> dict[str, Any]:
@@ -44,13 +44,15 @@ def resolve_study(params: dict[str, Any], run_id: str | None = None) -> dict[str
 
     ``params``, ``run_id``: the run's params and id (Airflow passes them to a task callable by these names).
     """
-    from pipelines.core.config import ConfigError, load_config
+    from pipelines.core.config import ConfigError
     from pipelines.core.layout import Layout
+    from pipelines.plugins.loading import PluginError
+    from pipelines.plugins.setup import load_config
 
     conf, overrides, src = params.get("conf") or "", list(params.get("set") or []), params.get("src") or ""
     try:
-        cfg = load_config(conf or None, overrides)
-    except ConfigError as e:
+        cfg = load_config(conf or None, overrides, files=False)  # installed plug-ins only
+    except (ConfigError, PluginError) as e:
         raise StudyTaskError(f"params conf/set: {e}") from None
     if not cfg.grid.folds:
         raise StudyTaskError("grid.folds is empty: the study has no fold to train")

@@ -50,6 +50,10 @@ INPUTS: dict[str, tuple[str, ...]] = {
     "difficulty": ("dataset", "roles", "settings", "metric", "code"),
     # a curriculum's build: its settings, the fold, the difficulty inputs, and the scores' own content
     "curriculum": ("settings", "dataset", "fold", "name", "difficulty", "empty_queries", "scores", "code"),
+    # ... of one that uses plug-in components (its difficulty score, its pacing): their code and settings too
+    "plugin_curriculum": (
+        "settings", "dataset", "fold", "name", "difficulty", "empty_queries", "scores", "code", "plugins",
+    ),  # fmt: skip
     # what a plan node knows of a curriculum: its build key and what it built (stages, queries per stage)
     "curriculum_content": ("build", "stages", "dataset"),
     # an MLflow child run of a grid: its name, its path and the key of its last node
@@ -594,7 +598,7 @@ def curriculum_key(
     ordering and pacing code (:func:`code_identity` of ``curriculum``); ``plugins``: the :func:`component_code` of
     the plug-in difficulty score and pacing function it uses, by name (in the key only when there are some)."""
     return make_key(
-        "curriculum",
+        "plugin_curriculum" if plugins else "curriculum",
         {
             **({"plugins": dict(plugins)} if plugins else {}),
             "settings": dict(settings),
