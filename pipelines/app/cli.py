@@ -213,6 +213,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--compress-level", type=int, default=4, help="gzip level 0-9 (default 4)")
     p.add_argument(
+        "--with-plugin",
+        action="append",
+        default=[],
+        dest="plugin_packages",
+        metavar="PACKAGE",
+        help="also install this plug-in package (a requirement or a path; its entry points in the group "
+        "ltr.plugins are loaded on the executors without --plugin) (repeatable)",
+    )
+    p.add_argument(
         "--installer",
         default="auto",
         help="what installs the project and the lock: uv, pip, or auto (default: uv where installed, else pip)",
@@ -543,6 +552,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
         compress_level=args.compress_level,
         installer=args.installer,
         compile_bytecode=args.compile_bytecode,
+        plugins=tuple(args.plugin_packages),
     )
     print(
         json.dumps(

@@ -220,7 +220,7 @@ def choose_installer(installer: str) -> tuple[str, str | None]:
     return ("uv", uv) if uv is not None else ("pip", None)
 
 
-def _install_command(uv: str | None, env_python: Path, lock: Path, build: Path, compile_: bool) -> list[str]:
+def _install_command(uv: str | None, env_python: Path, lock: Path, build: Path | str, compile_: bool) -> list[str]:
     """The command installing the project from ``build`` non-editable into the environment, with the lock
     (byte-compiled where ``compile_``: pip's default, uv's ``--compile-bytecode``).
 
@@ -271,6 +271,7 @@ def pack(
     compress_level: int = 4,
     installer: str = "auto",
     compile_bytecode: bool = True,
+    plugins: tuple[str, ...] = (),
 ) -> PackResult:
     """Build a fresh non-editable environment of the project and pack it into the archive ``out``.
 
@@ -301,6 +302,10 @@ def pack(
         Byte-compile the environment (default, as pip does), so that the executors' Python workers
         import without compiling. False: an archive built faster (about half a minute less here) and
         smaller; each executor then compiles what its workers import, once per application.
+    plugins : tuple of str
+        Packages of plug-ins (:mod:`pipelines.plugins`: entry points in the group ``ltr.plugins``) installed into
+        the environment after the project, each a requirement or a path as pip takes it, with the same lock: what
+        the executors and an Airflow worker load without ``--plugin``.
 
     Returns
     -------
@@ -333,6 +338,9 @@ def pack(
         t1 = time.perf_counter()
         cmd = _install_command(uv, env_python, lock, build, compile_bytecode)
         _run(cmd, f"{used} install of the project", pip_log, _uv_env() if uv else None)
+        for req in plugins:  # the plug-ins' packages: their entry points are what the executors load
+            cmd = _install_command(uv, env_python, lock, Path(req) if Path(req).exists() else req, compile_bytecode)
+            _run(cmd, f"{used} install of the plug-in package {req}", pip_log, _uv_env() if uv else None)
         packages = sum(1 for p in (env / "lib").glob("python*/site-packages/*.dist-info"))
         log.info(
             "pack: installed %s non-editable with %s and %s: %d distributions in %.0f s",

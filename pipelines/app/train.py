@@ -21,6 +21,7 @@ from pipelines.execution.barrier_job import make_settings, resolve_workers, task
 from pipelines.execution.executor import Execution, execute_plan
 from pipelines.plan.paths import parse_path, resolve
 from pipelines.plan.trie import build_plan
+from pipelines.plugins.loading import used_plugins
 from pipelines.store.checkpoints import CheckpointStore
 from pipelines.store.results import path_result
 from udfs.metrics import NdcgSpec
@@ -150,6 +151,7 @@ def run_train(
                 "fold": fold,
                 "data": data,
                 "curricula": curricula,
+                "plugins": used_plugins([s.objective for s in tp.segments]),
             },
         )
         tmp.write_json(SUMMARY, summary)

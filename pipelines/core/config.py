@@ -693,9 +693,7 @@ def unknown_name(kind: str, name: str, known: Sequence[str]) -> str:
     registry does not hold, the closest registered name (:func:`difflib.get_close_matches`) and all of them."""
     close = difflib.get_close_matches(name, known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
-    return (
-        f"unknown {kind} {name!r}{hint} (one of: {', '.join(known)}; a plug-in's: load it with --plugin FILE_OR_MODULE)"
-    )
+    return f"unknown {kind} {name!r}{hint} (one of: {', '.join(known)})"
 
 
 def _type_name(tp: Any) -> str:

@@ -52,7 +52,15 @@ INPUTS: dict[str, tuple[str, ...]] = {
     "curriculum": ("settings", "dataset", "fold", "name", "difficulty", "empty_queries", "scores", "code"),
     # ... of one that uses plug-in components (its difficulty score, its pacing): their code and settings too
     "plugin_curriculum": (
-        "settings", "dataset", "fold", "name", "difficulty", "empty_queries", "scores", "code", "plugins",
+        "settings",
+        "dataset",
+        "fold",
+        "name",
+        "difficulty",
+        "empty_queries",
+        "scores",
+        "code",
+        "plugins",
     ),  # fmt: skip
     # what a plan node knows of a curriculum: its build key and what it built (stages, queries per stage)
     "curriculum_content": ("build", "stages", "dataset"),

@@ -82,6 +82,7 @@ class PluginSet:
 _SOURCES: dict[str, Source] = {}  # ref -> the source loaded from it in this process
 _OWNER: dict[str, Source] = {}  # component name -> the source that registered it
 _ACTIVE: list[str] = []  # digest of the set activate() loaded last
+_CURRENT: list[PluginSet] = []  # the set this process's config loaded (what its tasks load)
 
 
 def _registries() -> dict[str, dict[str, Any]]:
@@ -124,15 +125,8 @@ def _fail(label: str, e: BaseException, path: str | None = None) -> PluginError:
     )
 
 
-def _registered(before: dict[str, set[str]]) -> list[tuple[str, str]]:
-    """(kind, name) of the components registered since ``before`` (a snapshot of the registries' names)."""
-    now = {kind: set(reg) for kind, reg in _registries().items()}
-    return [(kind, n) for kind in now for n in sorted(now[kind] - before.get(kind, set()))]
-
-
 def _import(source: Source) -> None:
     """Import ``source`` in this process (a file from its bytes, a module or an entry point by name)."""
-    before = {kind: set(reg) for kind, reg in _registries().items()}
     path = source.ref if source.kind == "file" else None
     try:
         if source.kind == "file":
@@ -162,8 +156,9 @@ def _import(source: Source) -> None:
         raise
     except Exception as e:  # anything the plug-in raises: one line naming it
         raise _fail(source.label, e, path) from None
-    for _, name in _registered(before):
-        _OWNER[name] = source
+    for name, (_, comp) in plugin_components().items():
+        if comp.module == source.module:
+            _OWNER[name] = source
     _SOURCES[source.ref] = source
 
 
@@ -179,6 +174,14 @@ def unload(module: str) -> None:
             STRATEGIES.pop(name, None) if reg is SCORES else None
             _OWNER.pop(name, None)
     sys.modules.pop(module, None)
+    if any(s.module == module for s in current().sources):
+        _CURRENT.clear()  # the run's plug-ins are no longer what this process has loaded
+    _ACTIVE.clear()
+
+
+def loaded_modules() -> set[str]:
+    """The modules of every plug-in component registered in this process."""
+    return {str(c.module) for _, c in plugin_components().values()}
 
 
 def file_source(ref: str) -> Source:
@@ -275,7 +278,8 @@ def configure(sources: tuple[Source, ...], params: Mapping[str, Any]) -> PluginS
             raise PluginError(str(e)) from None
     components.configure(checked)
     _check_names()
-    codes = {n: component_code(c.fn, c.settings()) for n, (_, c) in plugin_components().items()}
+    modules = {s.module for s in sources}
+    codes = {n: component_code(c.fn, c.settings()) for n, (_, c) in plugin_components().items() if c.module in modules}
     return PluginSet(sources, checked, codes)
 
 
@@ -314,6 +318,9 @@ def activate(plugins: PluginSet | None) -> None:
     component's code is the driver's (:class:`PluginError` naming the component otherwise)."""
     if plugins is None or (_ACTIVE and _ACTIVE[-1] == plugins.digest):
         return
+    wanted = {s.module for s in plugins.sources}
+    for module in sorted(loaded_modules() - wanted):  # a reused Python worker: exactly the driver's plug-ins
+        unload(module)
     for s in plugins.sources:
         _import(s)
     components.configure(plugins.params)
@@ -332,9 +339,6 @@ def activate(plugins: PluginSet | None) -> None:
                 f"driver's (code {mine[:19]}, the driver's {code[:19]}): install the same version on every machine"
             )
     _ACTIVE[:] = [plugins.digest]
-
-
-_CURRENT: list[PluginSet] = []
 
 
 def current() -> PluginSet:
@@ -427,3 +431,11 @@ def plugin_tags(names: Iterable[str]) -> dict[str, str]:
         }
         out[f"ltr.plugin.{name}"] = json.dumps(doc, sort_keys=True)
     return out
+
+
+def used_plugins(names: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """The plug-in components among ``names`` as :func:`plugin_tags` describes them, by name (what an output's
+    ``config.json`` records)."""
+    import json
+
+    return {k.removeprefix("ltr.plugin."): json.loads(v) for k, v in plugin_tags(names).items()}

@@ -9,12 +9,13 @@ import shutil
 
 import pytest
 
+from pipelines.app.cli import main
 from pipelines.app.grid import run_grid
 from pipelines.core.config import ReportConfig
 from pipelines.plugins.setup import load_config
 from pipelines.report import build_report
 from pipelines.tracking.runs import TAG_PARENT, Tracker
-from tests.helpers import tiny_study
+from tests.helpers import set_args, tiny_study
 from tests.plugins.test_plugins import EXAMPLE_FILES, EXAMPLES, _unload_all
 
 
@@ -27,8 +28,8 @@ def plugin_files(tmp_path_factory):
     _unload_all()
 
 
-def _cfg(work, files):
-    over = tiny_study(
+def _overrides(work) -> list[str]:
+    return tiny_study(
         f"work_dir={work}",
         "grid.experiment=plugins",
         "grid.strategies=[q_len]",
@@ -36,7 +37,10 @@ def _cfg(work, files):
         "grid.extra_curricula={pw: {strategy: q_nrel, pacing: power, stages: 3, delta: 0.3}}",
         "plugins.params.power.power=3",
     )
-    return load_config(None, over, [str(f) for f in files])
+
+
+def _cfg(work, files):
+    return load_config(None, _overrides(work), [str(f) for f in files])
 
 
 def _curriculum(work, name: str) -> dict:
@@ -50,7 +54,9 @@ def _trained(summary) -> int:
     return int(summary["trees_built"])
 
 
-def test_a_study_of_plugins_trains_tracks_resumes_by_key_and_reports(spark, small_dataset, plugin_files, tmp_path):
+def test_a_study_of_plugins_trains_tracks_resumes_by_key_and_reports(
+    spark, small_dataset, plugin_files, tmp_path, capsys
+):
     work = tmp_path / "work"
     cfg = _cfg(work, plugin_files)
     first = run_grid(spark, cfg, data=small_dataset)
@@ -76,6 +82,13 @@ def test_a_study_of_plugins_trains_tracks_resumes_by_key_and_reports(spark, smal
     plugin_files[0].write_text(
         text.replace("hess = p_s * (1.0 - p_s) / (t * t)", "hess = 2 * p_s * (1.0 - p_s) / (t * t)")
     )
+    # `ltr grid --plan` says which nodes train again, and why: the objective's code
+    plan = ["grid", "--plan", "--data", small_dataset, *set_args(_overrides(work))]
+    assert main([*plan, *[a for f in plugin_files for a in ("--plugin", str(f))]]) == 0
+    out = capsys.readouterr().out
+    todo = [line for line in out.splitlines() if "to do" in line]
+    assert "(16 done)" in out and len(todo) == 1 and "listnet 2..4" in todo[0]
+    assert "key changed since the last run" in out and 'objective_code: "plugin:' in out
     again = run_grid(spark, _cfg(work, plugin_files), data=small_dataset)
     assert again["finished"] and _trained(again) == 2, again
     # the report shows the plug-in systems like the built-ins
@@ -84,3 +97,15 @@ def test_a_study_of_plugins_trains_tracks_resumes_by_key_and_reports(spark, smal
     systems = json.dumps(report)
     for name in ("listnet", "powered", "q_len"):
         assert name in systems
+
+
+def test_ltr_train_with_a_plugin_file(spark, small_dataset, plugin_files, tmp_path):
+    """The README's command: `ltr train --plugin listnet.py --path mse:1,listnet:2` (its workers load the file)."""
+    out = tmp_path / "model"
+    train = set_args(tiny_study(f"work_dir={tmp_path}", sections=["train"]))
+    args = ["train", "--data", small_dataset, "--fold", "1", "--path", "mse:1,listnet:2", "--out", str(out),
+            "--plugin", str(plugin_files[0]), *train]  # fmt: skip
+    assert main(args) == 0
+    curve = (out / "curve.csv").read_text().splitlines()
+    used = json.loads((out / "config.json").read_text())["plugins"]
+    assert len(curve) == 1 + 3 and list(used) == ["listnet"] and used["listnet"]["source"] == str(plugin_files[0])

@@ -223,3 +223,30 @@ def test_a_task_refuses_a_plugin_whose_code_is_not_the_drivers(examples):
     bad = loading.PluginSet(pset.sources, pset.params, {**pset.codes, "listnet": "plugin:0000"})
     with pytest.raises(PluginError, match="is not the driver's"):
         loading.activate(bad)
+
+
+def test_an_installed_package_is_loaded_from_its_entry_point_with_its_version(tmp_path, monkeypatch, capsys):
+    """A package installed with an entry point in the group ltr.plugins (what the Airflow DAG and ``ltr pack``'s
+    environment load): no --plugin needed; its version is what the runs record."""
+    pkg = tmp_path / "ltr_ep_demo"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        "from pipelines.plugins import pacing\n\n\n@pacing('ep_pace')\n"
+        "def ep_pace(stage, stages, *, params):\n    return stage / stages\n"
+    )
+    info = tmp_path / "ltr_ep_demo-0.3.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ltr-ep-demo\nVersion: 0.3\n")
+    (info / "entry_points.txt").write_text("[ltr.plugins]\ndemo = ltr_ep_demo\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        cfg = load_with_plugins(None, ["curriculum.pacing=ep_pace"], files=False)  # as the DAG loads its config
+        assert cfg.curriculum.pacing == "ep_pace"
+        tags = loading.plugin_tags(["ep_pace", "lambdamart"])
+        doc = __import__("json").loads(tags["ltr.plugin.ep_pace"])
+        assert list(tags) == ["ltr.plugin.ep_pace"] and (doc["package"], doc["version"]) == ("ltr-ep-demo", "0.3")
+        assert main(["plugins", "--check"]) == 0
+        assert "ep_pace" in capsys.readouterr().out
+    finally:
+        loading.unload("ltr_ep_demo")
+        _unload_all()

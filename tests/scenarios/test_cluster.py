@@ -47,6 +47,7 @@ STUDY = tiny_study(
     "train.checkpoint_every=2",
     "train.tracker_timeout=300",
     "grid.experiment=cluster",
+    "grid.extra_paths={listnet: 'mse:2,listnet:2'}",
     f"grid.folds=[{FOLD}]",
     "report.table2_sizes=[2]",
 )
@@ -215,17 +216,22 @@ def _on_cluster(cluster: StandaloneCluster, archive: Path, job: str, args: list[
     return out
 
 
+#: A file plug-in (the example ListNet): the driver reads it, each executor runs the same bytes (the packed
+#: environment does not hold it), and its path trains there as the built-ins' do.
+PLUGIN = ROOT / "examples" / "plugins" / "listnet.py"
+
+
 def _run_args(work: Path, letor: Path) -> list[str]:
     """``ltr run``'s arguments, everything under ``work``: ingest ``letor`` (no generate), then the rest."""
-    return ["--src", str(letor), *set_args([f"work_dir={work}", *STUDY])]
+    return ["--src", str(letor), "--plugin", str(PLUGIN), *set_args([f"work_dir={work}", *STUDY])]
 
 
 def _grid_results(work: Path) -> dict[str, tuple[bytes, list[float], list[float]]]:
     """Every grid path's model and vali/test curves, from the checkpoints."""
     from pipelines.app.grid import fold_results
-    from pipelines.core.config import load_config
+    from pipelines.plugins.setup import load_config
 
-    cfg = load_config(None, [f"work_dir={work}", *STUDY])
+    cfg = load_config(None, [f"work_dir={work}", *STUDY], [str(PLUGIN)])
     return {k: (r.model, r.vali, r.test) for k, r in fold_results(cfg, FOLD, str(work / "dataset")).items()}
 
 
@@ -281,14 +287,14 @@ def test_jobs_on_a_standalone_cluster_with_the_packed_env_equal_local(packed_env
     # the grid on 2 executors (2 barrier workers) == on local[2]: every path's trees and curves, and the final
     # NDCG MLflow has for every child run
     ga, gb = _grid_results(remote), _grid_results(local)
-    assert ga.keys() == gb.keys() and len(ga) == 3  # baseline, MSE-2, q_nrel-2
+    assert ga.keys() == gb.keys() and len(ga) == 4  # baseline, MSE-2, q_nrel-2 and the plug-in's ListNet
     for name in ga:
         assert ga[name] == gb[name], name
     fa, fb = _child_finals(remote), _child_finals(local)
-    assert fa == fb and len(fa) == 3
+    assert fa == fb and len(fa) == 4
     # the report: the same table 1, every number
     a, b = doc(remote, "report/table1.json"), doc(local, "report/table1.json")
-    assert a == b and len(a) == 3
+    assert a == b and len(a) == 4
     log.warning("standalone cluster test: %.0f s", time.perf_counter() - t0)
 
 

@@ -31,7 +31,7 @@ def test_a_new_strategy_and_a_new_pacing_function_work_from_their_entries_alone(
 
     score(Score("n_hrel"))
     new = cu.strategy(cu.Strategy("q_nhrel_test", score="n_hrel"))
-    cu.pacing("half_test")(lambda x, delta, root_n: np.where(x < 1, 0.5, 1.0))
+    cu.pacing("half_test")(lambda stage, stages, *, params: 0.5 if stage < stages else 1.0)
     try:
         shares = cu.stage_shares("q_nhrel_test", "half_test", 3, 0.25, 2.0, 0.25)
         assert list(shares) == [0.5, 0.5, 1.0]
