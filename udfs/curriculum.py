@@ -75,7 +75,9 @@ def pacing(name: str, *, params: Mapping[str, Any] | None = None) -> Callable[[P
         accepted(f, "pacing function", name, 2, ("params",))
         old = PACINGS.get(name)
         if old is not None and (old.module, getattr(old.fn, "__qualname__", None)) != (f.__module__, f.__qualname__):
-            raise ComponentError(f"pacing function {name!r} is registered twice: by {old.module} and by {f.__module__}")
+            raise ComponentError(
+                f"pacing function {name!r} is registered twice: by {old.module} and by {f.__module__}; rename one"
+            )
         PACINGS[name] = PacingFunction(name, f, f.__module__, MappingProxyType(own), is_plugin(f.__module__))
         return f
 
@@ -143,7 +145,8 @@ def check_shares(name: str, values: list[Any]) -> np.ndarray:
     if (np.diff(out) < -1e-12).any():
         i = int(np.flatnonzero(np.diff(out) < -1e-12)[0])
         raise ComponentError(
-            f"pacing function {name!r}: stage {i + 2}'s share {out[i + 1]!r} is below stage {i + 1}'s {out[i]!r} "
+            f"pacing function {name!r}: stage {i + 2}'s share {float(out[i + 1])!r} is below stage {i + 1}'s "
+            f"{float(out[i])!r} "
             "(stages are nested: a share never decreases)"
         )
     return out
@@ -243,7 +246,7 @@ def strategy(s: Strategy) -> Strategy:
     if s.score is not None and s.score not in SCORES:
         raise ValueError(f"strategy {s.name!r}: unknown difficulty score {s.score!r}; known: {', '.join(SCORES)}")
     if s.name in STRATEGIES and STRATEGIES[s.name] != s:
-        raise ValueError(f"strategy {s.name!r} is registered twice")
+        raise ComponentError(f"strategy {s.name!r} is registered twice ({STRATEGIES[s.name]}); rename one")
     STRATEGIES[s.name] = s
     return s
 

@@ -48,7 +48,9 @@ def score(s: Score) -> Score:
     """Register ``s`` (a name registered twice with other properties is an error)."""
     old = SCORES.get(s.name)
     if old is not None and (old != s or getattr(old.fn, "__qualname__", None) != getattr(s.fn, "__qualname__", None)):
-        raise ComponentError(f"difficulty score {s.name!r} is registered twice: by {old.module} and by {s.module}")
+        raise ComponentError(
+            f"difficulty score {s.name!r} is registered twice: by {old.module} and by {s.module}; rename one"
+        )
     SCORES[s.name] = s
     return s
 

@@ -195,6 +195,8 @@ def plugin_scores(spark: SparkSession, ds: Dataset, fold: int, name: str) -> Any
 
         activate(plugins)
         s = SCORES[name]
+        if s.fn is None:  # the driver checked it is a plug-in's: a task without it is not the driver's
+            raise RuntimeError(f"internal error: difficulty score {name!r} has no function on this executor")
         starts = run_starts(pdf, keys)
         offsets = np.concatenate((starts, [len(pdf)])).astype(np.int64)
         labels = pdf[schema.LABEL].to_numpy().astype(np.float32)

@@ -115,8 +115,8 @@ def _fail(label: str, e: BaseException, path: str | None = None) -> PluginError:
     where = ""
     frames = traceback.extract_tb(e.__traceback__)
     mine = [f for f in frames if path and os.path.abspath(f.filename) == path] or frames[-1:]
-    if isinstance(e, SyntaxError) and e.lineno:
-        where = f" (line {e.lineno})"
+    if isinstance(e, SyntaxError):
+        where = ""  # its message holds the line
     elif mine:
         where = f" (line {mine[-1].lineno}: {(mine[-1].line or '').strip()})"
     return PluginError(
@@ -399,7 +399,7 @@ def curriculum_plugins(strategy: str, pacing: str) -> dict[str, str]:
     from udfs.curriculum import PACINGS, STRATEGIES
     from udfs.scores import SCORES
 
-    used = []
+    used: list[Any] = []
     score = STRATEGIES[strategy].score if strategy in STRATEGIES else None
     if score is not None and SCORES[score].plugin:
         used.append(SCORES[score])

@@ -161,7 +161,7 @@ def objective(
         old = _REGISTRY.get(name)
         if old is not None and (old.module, getattr(old.fn, "__qualname__", None)) != (module, fn.__qualname__):
             where = old.builtin and f"XGBoost's {old.builtin}" or old.module
-            raise ObjectiveError(f"objective {name!r} is registered twice: by {where} and by {module}")
+            raise ObjectiveError(f"objective {name!r} is registered twice: by {where} and by {module}; rename one")
         _REGISTRY[name] = Objective(
             name, None, regression, seeded, fn, module, MappingProxyType(own), accepts, is_plugin(module)
         )
