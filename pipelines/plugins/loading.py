@@ -131,8 +131,12 @@ def _import(source: Source) -> None:
     try:
         if source.kind == "file":
             old = sys.modules.get(source.module)
-            if old is not None and getattr(old, "__ltr_plugin_text__", None) == source.text:
-                return  # loaded already, the same bytes
+            if (
+                old is not None
+                and getattr(old, "__ltr_plugin_text__", None) == source.text
+                and old.__file__ == source.ref
+            ):
+                return  # loaded already: the same file, the same bytes
             if old is not None:
                 unload(source.module)
             spec = importlib.util.spec_from_loader(source.module, loader=None, origin=source.ref)
