@@ -66,10 +66,10 @@ def train(root: Path, ds: Path, trees: int, runs: int, work: Path, env: dict[str
     for t0, w, p in procs:
         if p.wait() != 0:
             raise SystemExit(f"ltr train failed: see {w / 'train.log'}")
-        info = json.loads((w / "model" / "_train.json").read_text())["training"]
-        out.append({"wall_s": round(time.perf_counter() - t0, 2), "train_s": round(info["seconds"], 2),
-                    "trees": info["trees_built"], "trees_per_s": round(info["trees_built"] / info["seconds"], 2),
-                    "nthread": info.get("nthread")})  # fmt: skip
+        jobs = json.loads((w / "model" / "_train.json").read_text())["training"]["jobs"]
+        secs, trees = sum(j["seconds"] for j in jobs), sum(j["trees_built"] for j in jobs)
+        out.append({"wall_s": round(time.perf_counter() - t0, 2), "train_s": round(secs, 2), "trees": trees,
+                    "trees_per_s": round(trees / secs, 2), "nthread": jobs[0].get("nthread")})  # fmt: skip
     return out
 
 

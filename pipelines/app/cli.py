@@ -691,6 +691,9 @@ RESUMED_FROM_CHECKPOINTS = frozenset({"train", "grid", "run"})
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``ltr`` and of every ``jobs/*.py`` script; returns the exit code."""
+    from pipelines.core import threads
+
+    threads.apply()  # before this process loads an OpenMP runtime (XGBoost's, numba's): they read it once
     parser = build_parser()
     args = parser.parse_args(argv)
     setup_logging(args.log_level)

@@ -13,6 +13,8 @@ from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from pipelines.core.config import SparkConfig
+from pipelines.core.threads import apply as apply_threads
+from pipelines.core.threads import executor_thread_environment
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +115,10 @@ def session_properties(cfg: SparkConfig, master: str, external: dict[str, str] |
         # what a segment finished anyway
         "spark.python.task.killTimeout": "500ms",
     }
+    # the executors' Python workers share their machine's cores without spinning them away (core.threads): the
+    # settings, or the wait policy the user chose in this process's environment
+    for k, v in executor_thread_environment().items():
+        props[f"spark.executorEnv.{k}"] = v
     if LOG4J_CONF.is_file():
         opt = f"-Dlog4j2.configurationFile={LOG4J_CONF.as_uri()}"
         props["spark.driver.extraJavaOptions"] = opt
@@ -138,6 +144,7 @@ def build_session(cfg: SparkConfig) -> SparkSession:
     overridden (:func:`session_properties`).
     """
     master = resolve_master(cfg)
+    apply_threads()  # this process and what it starts (the JVM, a local session's Python workers) inherit them
     if master.startswith("local"):
         os.environ["PYSPARK_PYTHON"] = sys.executable
         os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable

@@ -43,6 +43,7 @@ import pipelines.worker  # noqa: F401  (first: in a Spark worker it imports XGBo
 from pipelines.core.config import ConfigError, TrainConfig
 from pipelines.core.errors import LtrError, UserError, crosses_tasks, relay
 from pipelines.core.session import task_slots
+from pipelines.core.threads import usable_cpus
 from pipelines.data.curriculum import QUERIES, Curriculum
 from pipelines.data.dataset import Dataset, load_split
 from pipelines.kernel.cuts import FoldCuts, reference_matrix
@@ -137,7 +138,9 @@ def resolve_workers(spark: SparkSession, cfg: TrainConfig, parallel: int = 1) ->
     task slots is refused (barrier tasks must all run at once). On a cluster
     (``local-cluster[...]`` included) a worker is one barrier task and runs
     ``spark.task.cpus`` threads: for multi-threaded workers submit with
-    ``--conf spark.task.cpus=N`` and executor cores a multiple of N.
+    ``--conf spark.task.cpus=N`` and executor cores a multiple of N. On a local master the cores are those this
+    process may use (:func:`pipelines.core.threads.usable_cpus`: its CPU affinity and cgroup quota), when fewer
+    than Spark's count.
     """
     if parallel < 1:
         raise TrainError(f"--parallel must be >= 1, got {parallel}")
@@ -156,8 +159,9 @@ def resolve_workers(spark: SparkSession, cfg: TrainConfig, parallel: int = 1) ->
         )
     if cfg.nthread:
         nthread = cfg.nthread
-    elif local:  # one machine: share its cores among the workers
-        nthread = max(1, int(spark.sparkContext.defaultParallelism) // (workers * parallel))
+    elif local:  # one machine: share the cores this process may use among the workers
+        cores = min(int(spark.sparkContext.defaultParallelism), usable_cpus())
+        nthread = max(1, cores // (workers * parallel))
     else:
         nthread = int(spark.conf.get("spark.task.cpus", "1") or "1")  # a cluster: the cores of the task slot
     log.info(

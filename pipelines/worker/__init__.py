@@ -47,4 +47,7 @@ def import_xgboost_without_sklearn() -> bool:
     return True
 
 
+from pipelines.core import threads  # noqa: E402 (the OpenMP settings, before XGBoost loads its runtime)
+
+threads.apply()
 import_xgboost_without_sklearn()
