@@ -16,7 +16,7 @@ from pipelines.store.checkpoints import CheckpointStore
 from pipelines.store.results import path_result
 from tests.helpers import XGB_PARAMS
 from udfs.metrics import NdcgSpec
-from udfs.objectives.stochastic_ndcg import document_normal
+from udfs.objectives.noise import document_normal
 
 PARAMS = XGB_PARAMS
 

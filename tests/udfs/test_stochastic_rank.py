@@ -89,3 +89,47 @@ def test_sfa_removes_the_radial_part_and_keeps_the_estimate_unbiased():
     d = raw.mean(0) - raw.mean(0).mean()
     np.testing.assert_allclose(sfa.mean(0), d - (d @ at) / (at @ at) * at, atol=1e-12)
     assert np.abs(sfa @ at).max() < 1e-9 and np.abs(sfa.sum(1)).max() < 1e-12  # orthogonal to a~ and to 1
+
+
+def test_sglb_shrinkage_as_scaled_trees_ranks_as_the_shrinking_model():
+    """CatBoost's SGLB multiplies the model by c before each tree; here the gradients are divided by C (the product
+    of the c's so far) at C times the tracked margins. On a toy booster (a tree: the mean gradient over a fixed
+    random partition of the rows, as a Gradient leaf), both give F = C * M at every tree: the same ranking."""
+    from udfs.objectives import registry
+    from udfs.objectives.noise import document_normal, stream_seed
+    from udfs.objectives.settings import ObjectiveSettings
+    from udfs.objectives.stochastic_rank import shrink_factor
+
+    rng = np.random.default_rng(1)
+    sizes = rng.integers(2, 12, 30)
+    off = np.concatenate([[0], np.cumsum(sizes)])
+    n = int(off[-1])
+    y = rng.integers(0, 5, n).astype(np.float32)
+    qid, doc = np.repeat(np.arange(30), sizes), np.concatenate([np.arange(s) for s in sizes])
+    eta, rate, lam = 0.3, 0.5, 3.0
+    spec = registry.get("stochastic_rank")
+    f = spec.make(ObjectiveSettings(eta=eta, k=5), y, off, qid, doc, {**spec.defaults, "model_shrink_rate": rate})
+
+    def leaves(g: np.ndarray, t: int) -> np.ndarray:  # a fixed partition per tree; leaf = -sum g / (n + lambda)
+        part = np.random.default_rng(100 + t).integers(0, 8, n)
+        out = np.zeros(n)
+        for leaf in range(8):
+            sel = part == leaf
+            out[sel] = -g[sel].sum() / (sel.sum() + lam)
+        return eta * out
+
+    m = np.zeros(n)  # ours: the tracked margins
+    big_f = np.zeros(n)  # CatBoost's: the whole model shrunk before each tree
+    for t in range(25):
+        if t:
+            big_f *= 1 - rate * eta
+        g, h = f(m.astype(np.float32), t)
+        assert (h == 1).all()
+        m += leaves(g.astype(np.float64), t)
+        # CatBoost's own step: its gradient at its model, its tree added as it is
+        eps = document_normal(stream_seed(0, 0), t, qid, doc)[None, :]  # the draw the objective made
+        g_cb = -stochastic_rank_ders(big_f, y, off, eps, top=5)  # CatBoost's gradient at its own model
+        big_f += leaves(g_cb, t)
+        np.testing.assert_allclose(big_f, shrink_factor(t, eta, rate, "constant") * m, rtol=1e-5, atol=1e-9)
+        for lo, hi in zip(off[:-1], off[1:], strict=True):
+            assert (np.argsort(-big_f[lo:hi], kind="stable") == np.argsort(-m[lo:hi], kind="stable")).all()

@@ -24,9 +24,14 @@ The result is an ascent direction of the smoothed NDCG (CatBoost's ``Der1``); Ca
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import numba
 import numpy as np
+
+from udfs.objectives.noise import document_normal, stream_seed
+from udfs.objectives.registry import objective
 
 _INV_SQRT_2PI = 0.398942280401432677939946
 
@@ -160,3 +165,80 @@ def stochastic_rank_ders(
     y = np.asarray(labels, dtype=np.float64)
     _all_queries(a, y, off, e, float(sigma), float(mu), float(nu), float(lam), int(top), bool(exp_gain), sfa, out)
     return out
+
+
+def shrink_factor(tree: int, eta: float, rate: float, mode: str) -> float:
+    """``C_t``: the product of SGLB's model shrinkage factors up to global tree ``tree`` (CatBoost's
+    ``TrainOneIteration``: from the second tree on, the whole model times ``1 - rate * eta`` (``constant``) or
+    ``1 - rate / t`` (``decreasing``) before the gradients are computed)."""
+    if rate <= 0 or tree <= 0:
+        return 1.0
+    if mode == "constant":
+        return (1.0 - rate * eta) ** tree
+    return math.prod(1.0 - rate / t for t in range(1, tree + 1))
+
+
+@objective(
+    "stochastic_rank",
+    seeded=True,
+    params={
+        "sigma": 1.0,
+        "mu": 0.0,
+        "nu": 0.01,
+        "lambda_": 1.0,
+        "num_estimations": 1,
+        "langevin": False,
+        "diffusion_temperature": 10000.0,
+        "model_shrink_rate": None,
+        "model_shrink_mode": "constant",
+    },
+)
+def stochastic_rank(
+    margins: np.ndarray,
+    labels: np.ndarray,
+    offsets: np.ndarray,
+    *,
+    tree: int,
+    params: Mapping[str, Any],
+    qid: np.ndarray,
+    doc: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """StochasticRank NDCG@``k`` with CatBoost's settings (``lambda_`` is CatBoost's ``lambda``) and SGLB.
+
+    SGLB (``langevin``: CatBoost's defaults ``diffusion_temperature`` 1e4 and ``model_shrink_rate`` 0.001 in
+    ``constant`` mode) on a booster that only adds trees: CatBoost multiplies the whole model by ``c_t`` before
+    tree ``t``, so its model is ``F_t = C_t * M_t`` with ``M_t`` the sum of its trees each divided by ``C`` at its
+    time. NDCG depends on the order only, so ``M`` ranks as ``F`` does at every tree; the gradient does not (sigma
+    is absolute), so it is computed at ``C * M``, and the tree grown here is CatBoost's divided by ``C``: the
+    gradients are divided by ``C`` with the hessians 1 (leaves ``-sum(g) / (n + lambda)`` scale by ``1 / C``, every
+    split's gain by ``1 / C^2``: the same splits, ``gamma`` being 0). Langevin's noise, ``sqrt(2 / (eta * T))`` a
+    row, is added to the gradient before (CatBoost adds it to the split search's derivatives; its second, leaf-level
+    draw has no counterpart in XGBoost's one gradient vector). Noise: (seed, tree, qid, doc), a stream per sample.
+    CatBoost uses no hessian (its leaves: ``lr * sum(Der1) / (n + l2_leaf_reg)``), which ``hess = 1`` reproduces
+    with ``train.reg_lambda`` as ``l2_leaf_reg`` (CatBoost's default 3)."""
+    s = int(params["num_estimations"])
+    if s < 1:
+        raise ValueError(f"num_estimations must be >= 1, got {s}")
+    seed, eta = int(params["seed"]), float(params["eta"])
+    eps = np.stack([document_normal(stream_seed(seed, r), tree, qid, doc) for r in range(s)])
+    rate = params["model_shrink_rate"]
+    if rate is None:
+        rate = 0.001 if params["langevin"] else 0.0  # CatBoost's default, with Langevin
+    c = shrink_factor(tree, eta, float(rate), str(params["model_shrink_mode"]))
+    d = stochastic_rank_ders(
+        c * np.asarray(margins, np.float64),
+        labels,
+        offsets,
+        eps,
+        sigma=float(params["sigma"]),
+        mu=float(params["mu"]),
+        nu=float(params["nu"]),
+        lam=float(params["lambda_"]),
+        top=int(params["k"]),
+        exp_gain=bool(params["exp_gain"]),
+    )
+    if params["langevin"]:
+        t = float(params["diffusion_temperature"])
+        d += math.sqrt(2.0 / (eta * t)) * document_normal(stream_seed(seed, 1000 + s), tree, qid, doc)
+    grad = (-d / c).astype(np.float32)
+    return grad, np.ones_like(grad)
