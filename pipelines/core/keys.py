@@ -451,7 +451,10 @@ def objective_code(name: str) -> str | None:
     spec = registry.get(name)
     if spec.plugin:
         return component_code(spec.fn, spec.settings())
-    return None if spec.module is None else _objective_code(spec.module)
+    if spec.module is None:
+        return None
+    own = spec.settings()  # a built-in's own settings (plugins.params.<name>): only the nodes of it hold them
+    return _objective_code(spec.module) + (":" + digest(own) if own else "")
 
 
 @functools.lru_cache(maxsize=64)

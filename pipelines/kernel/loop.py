@@ -146,6 +146,7 @@ class Settings:
         t = self.model
         return ObjectiveSettings(
             k=t.k,
+            eta=t.eta,
             exp_gain=self.metric.gain == "exp2",
             seed=t.seed,
             sigmoid_gamma=t.sigmoid_gamma,

@@ -142,7 +142,7 @@ def test_python_objectives_equal_builtin(local_data):
     assert sum(map(sum, d["counts"])) == local_data.test.y.size
 
 
-@pytest.mark.parametrize("obj", ["ranknet", "sigmoid_pairwise", "stochastic_ndcg", "blend"])
+@pytest.mark.parametrize("obj", ["ranknet", "sigmoid_pairwise", "stochastic_ndcg", "stochastic_rank", "blend"])
 def test_every_objective_learns(local_data, obj):
     res, _ = train_plan(local_data, build_plan([parse_path(f"{obj}:15", "p")]), _settings())
     r = res["p"]

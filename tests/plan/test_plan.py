@@ -16,7 +16,7 @@ from pipelines.store.checkpoints import CheckpointStore
 from pipelines.store.results import path_result
 from tests.helpers import XGB_PARAMS
 from udfs.metrics import NdcgSpec
-from udfs.objectives.stochastic_ndcg import document_normal
+from udfs.objectives.noise import document_normal
 
 PARAMS = XGB_PARAMS
 
@@ -123,14 +123,26 @@ def data() -> WorkerData:
     return WorkerData(train, _split(rng, 30), _split(rng, 30), stages={"cur": stage})
 
 
-PATHS = ["mse:5,lambdamart:7", "stochastic_ndcg:12", "lambdamart@cur.0:4,lambdamart:8", "xgb_lambdamart:12"]
+PATHS = [
+    "mse:5,lambdamart:7",
+    "stochastic_ndcg:12",
+    "lambdamart@cur.0:4,lambdamart:8",
+    "xgb_lambdamart:12",
+    "stochastic_rank:12",  # with SGLB: its shrinkage and noise depend on the global tree
+]
 
 
 def _run(data, root, every, nodes=None, events=None):
-    plan = build_plan([parse_path(p, p) for p in PATHS], fold=1, curriculum_keys={"cur": "c"})
-    store = CheckpointStore(str(root))
-    s = _settings(checkpoint_every=every, stochastic_anneal=12, score_dist_trees=[4])
-    run_nodes(data, plan.nodes if nodes is None else nodes(plan), s, store, events=events)
+    from udfs import components
+
+    components.configure({"stochastic_rank": {"langevin": True, "model_shrink_rate": 0.05, "num_estimations": 2}})
+    try:
+        plan = build_plan([parse_path(p, p) for p in PATHS], fold=1, curriculum_keys={"cur": "c"})
+        store = CheckpointStore(str(root))
+        s = _settings(checkpoint_every=every, stochastic_anneal=12, score_dist_trees=[4])
+        run_nodes(data, plan.nodes if nodes is None else nodes(plan), s, store, events=events)
+    finally:
+        components.configure({})
     return plan, store
 
 

@@ -41,7 +41,7 @@ from udfs.objectives.settings import ObjectiveSettings
 Factory = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 
 #: Modules of this package that hold no objective (shared code and this registry).
-_NOT_OBJECTIVES = ("registry", "settings", "pairwise")
+_NOT_OBJECTIVES = ("registry", "settings", "pairwise", "noise")
 
 #: Keyword arguments an objective function may take besides ``tree`` and ``params``.
 OPTIONAL = ("qid", "doc", "cache")

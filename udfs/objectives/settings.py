@@ -12,6 +12,7 @@ class ObjectiveSettings:
     """What the Python objectives need besides a node's rows (from the training config)."""
 
     k: int = 10
+    eta: float = 0.05  # the learning rate (StochasticRank's SGLB: its shrinkage and its noise scale with it)
     exp_gain: bool = True
     seed: int = 0
     sigmoid_gamma: float = 1.0

@@ -8,34 +8,9 @@ from typing import Any
 import numpy as np
 
 from udfs.objectives.lambdamart import lambdarank_grad
+from udfs.objectives.noise import document_normal
 from udfs.objectives.pairwise import _run_pairwise, pair_inverse_idcg
 from udfs.objectives.registry import objective
-
-
-def document_normal(seed: int, tree: int, qid: np.ndarray, doc: np.ndarray) -> np.ndarray:
-    """One standard normal draw per (seed, tree, query, document), float64.
-
-    A counter-based generator (SplitMix64 finaliser of the four integers, then
-    Box-Muller), so a document's noise at a tree is the same whichever worker
-    holds it, however the rows are split into batches or the trees into plan
-    nodes, and whether the run was resumed or not.
-    """
-
-    def mix(z: np.ndarray) -> np.ndarray:
-        """SplitMix64's finaliser of every uint64 in ``z`` (wrapping arithmetic): a well-mixed 64-bit hash."""
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
-
-    golden = np.uint64(0x9E3779B97F4A7C15)
-    with np.errstate(over="ignore"):
-        h = mix(np.uint64(seed & 0xFFFFFFFF) * golden + np.uint64(tree & 0xFFFFFFFF))
-        h = mix(h ^ (np.asarray(qid).astype(np.uint64) * golden))
-        h = mix(h ^ (np.asarray(doc).astype(np.uint64) + golden))
-        h2 = mix(h + golden)
-    u1 = ((h >> np.uint64(11)).astype(np.float64) + 0.5) / 2.0**53  # (0, 1): log is finite
-    u2 = (h2 >> np.uint64(11)).astype(np.float64) / 2.0**53
-    return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
 
 
 def stochastic_ndcg_grad(
