@@ -526,6 +526,13 @@ def _reach(obj: Any, own: str, parts: dict[str, str]) -> None:
         _reach_value(v, own, parts)
 
 
+@functools.lru_cache(maxsize=64)
+def _ours_code(module: str) -> str:
+    """:func:`hash_sources` of the import closure of a module of ours that a plug-in uses: any module (a plug-in may
+    call operations code, the report's statistics say), so not held to the kernel as a result's own code is."""
+    return hash_sources(list(identity_modules((module,), kernel=False).values()))
+
+
 def _has_contents(cell: Any) -> bool:
     try:
         cell.cell_contents  # noqa: B018
@@ -544,7 +551,7 @@ def _reach_value(v: Any, own: str, parts: dict[str, str]) -> None:
         if top == own:
             _reach(v, own, parts)
         elif top in _OURS and module:
-            parts[f"ours:{module}"] = _objective_code(module) if _module_source(module) else "?"
+            parts[f"ours:{module}"] = _ours_code(module) if _module_source(module) else "?"
         elif top:
             from importlib import metadata
 

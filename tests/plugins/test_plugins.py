@@ -250,3 +250,13 @@ def test_an_installed_package_is_loaded_from_its_entry_point_with_its_version(tm
     finally:
         loading.unload("ltr_ep_demo")
         _unload_all()
+
+
+def test_a_plugin_may_call_any_code_of_ours_and_is_keyed_by_it(plugin):
+    """A plug-in's function may use operations code (here the CLI's entry point): its identity covers that
+    module's closure, whichever package it is in (a result's own code is held to the kernel, a plug-in's is not)."""
+    path = plugin("from pipelines.app.cli import main\n\n\n@pacing('uses_cli')\n"
+                  "def uses_cli(stage, stages, *, params):\n    main\n    return stage / stages\n")  # fmt: skip
+    loading.load([str(path)])
+    _, comp = loading.plugin_components()["uses_cli"]
+    assert keys.component_code(comp.fn, comp.settings()).startswith("plugin:")
