@@ -10,7 +10,7 @@ import numpy as np
 
 from udfs.objectives.lambdamart import lambdarank_grad
 from udfs.objectives.mse import mse_grad
-from udfs.objectives.pairwise import pair_inverse_idcg
+from udfs.objectives.pairwise import node_inverse_idcg
 from udfs.objectives.registry import objective
 
 
@@ -36,9 +36,13 @@ def blend_objective(
     Only the gradients the weights need are computed (no MSE at γ = 1, no LambdaMART at γ = 0).
     """
     k, gain = params["k"], params["exp_gain"]
-    if "inv_idcg" not in cache:  # labels are fixed: once per node
-        cache["inv_idcg"] = pair_inverse_idcg(labels, offsets, k, gain)
     g = params["blend"].gamma(tree)
     a = mse_grad(margins, labels) if g < 1.0 else None
-    r = lambdarank_grad(margins, labels, offsets, k=k, exp_gain=gain, inv_idcg=cache["inv_idcg"]) if g > 0.0 else None
+    r = (
+        lambdarank_grad(
+            margins, labels, offsets, k=k, exp_gain=gain, inv_idcg=node_inverse_idcg(labels, offsets, params, cache)
+        )
+        if g > 0.0
+        else None
+    )
     return blend(g, a, r)  # type: ignore[arg-type]

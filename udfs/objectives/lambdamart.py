@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from udfs.objectives.pairwise import _run_pairwise, pair_inverse_idcg
+from udfs.objectives.pairwise import _run_pairwise, node_inverse_idcg
 from udfs.objectives.registry import objective
 
 
@@ -43,19 +43,12 @@ def lambdarank_grad(
     )
 
 
-def _inverse_idcg(labels: np.ndarray, offsets: np.ndarray, params: Mapping[str, Any], cache: dict) -> np.ndarray:
-    """Each query's 1/IDCG@k, computed once per node (its labels are fixed) and kept in the node's ``cache``."""
-    if "inv_idcg" not in cache:
-        cache["inv_idcg"] = pair_inverse_idcg(labels, offsets, params["k"], params["exp_gain"])
-    return cache["inv_idcg"]
-
-
 @objective("lambdamart")
 def lambdamart(
     margins: np.ndarray, labels: np.ndarray, offsets: np.ndarray, *, tree: int, params: Mapping[str, Any], cache: dict
 ) -> tuple[np.ndarray, np.ndarray]:
     """LambdaMART NDCG@k (``params["k"]``, gain from the metric's)."""
-    inv = _inverse_idcg(labels, offsets, params, cache)
+    inv = node_inverse_idcg(labels, offsets, params, cache)
     return lambdarank_grad(margins, labels, offsets, k=params["k"], exp_gain=params["exp_gain"], inv_idcg=inv)
 
 
@@ -64,6 +57,6 @@ def ranknet(
     margins: np.ndarray, labels: np.ndarray, offsets: np.ndarray, *, tree: int, params: Mapping[str, Any], cache: dict
 ) -> tuple[np.ndarray, np.ndarray]:
     """RankNet's pairwise logistic loss on the same pairs."""
-    inv = _inverse_idcg(labels, offsets, params, cache)
+    inv = node_inverse_idcg(labels, offsets, params, cache)
     k, gain = params["k"], params["exp_gain"]
     return lambdarank_grad(margins, labels, offsets, k=k, exp_gain=gain, delta="one", inv_idcg=inv)

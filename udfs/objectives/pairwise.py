@@ -4,6 +4,8 @@ a numba kernel over queries, parallel, each query writing only its own rows."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import numba
 import numpy as np
@@ -124,6 +126,14 @@ def pair_inverse_idcg(labels: np.ndarray, offsets: np.ndarray, k: int, exp_gain:
         np.asarray(labels, np.float64),
         NdcgSpec(k=k, gain="exp2" if exp_gain else "linear"),
     )
+
+
+def node_inverse_idcg(labels: np.ndarray, offsets: np.ndarray, params: Mapping[str, Any], cache: dict) -> np.ndarray:
+    """:func:`pair_inverse_idcg` at the objective's ``params`` (``k``, ``exp_gain``), computed once per node (its
+    labels are fixed) and kept in the node's ``cache``."""
+    if "inv_idcg" not in cache:
+        cache["inv_idcg"] = pair_inverse_idcg(labels, offsets, params["k"], params["exp_gain"])
+    return cache["inv_idcg"]
 
 
 def _run_pairwise(

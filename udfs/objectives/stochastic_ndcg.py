@@ -9,7 +9,7 @@ import numpy as np
 
 from udfs.objectives.lambdamart import lambdarank_grad
 from udfs.objectives.noise import document_normal
-from udfs.objectives.pairwise import _run_pairwise, pair_inverse_idcg
+from udfs.objectives.pairwise import _run_pairwise, node_inverse_idcg
 from udfs.objectives.registry import objective
 
 
@@ -70,10 +70,15 @@ def stochastic_ndcg(
     at 0 no noise is drawn (plain LambdaMART).
     """
     k, gain = params["k"], params["exp_gain"]
-    if "inv_idcg" not in cache:  # labels are fixed: once per node
-        cache["inv_idcg"] = pair_inverse_idcg(labels, offsets, k, gain)
     noise = params["stochastic_noise"] * max(0.0, 1.0 - tree / max(params["stochastic_anneal"], 1))
     eps = document_normal(params["seed"], tree, qid, doc) if noise > 0 else None
     return stochastic_ndcg_grad(
-        margins, labels, offsets, k=k, noise=noise, eps=eps, exp_gain=gain, inv_idcg=cache["inv_idcg"]
+        margins,
+        labels,
+        offsets,
+        k=k,
+        noise=noise,
+        eps=eps,
+        exp_gain=gain,
+        inv_idcg=node_inverse_idcg(labels, offsets, params, cache),
     )
