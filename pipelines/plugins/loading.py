@@ -10,6 +10,7 @@ there, as ``ltr pack``'s environment installs them). Every error is one line nam
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -68,9 +69,10 @@ class PluginSet:
     params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     codes: Mapping[str, str] = field(default_factory=dict)
 
-    @property
+    @functools.cached_property
     def digest(self) -> str:
-        """What identifies this set in a process (:func:`activate` loads a set once)."""
+        """What identifies this set in a process (:func:`activate` loads a set once; it asks in every task and, for
+        a plug-in difficulty score, every batch: hashed once a process)."""
         h = hashlib.sha256()
         for s in self.sources:
             h.update(f"{s.kind}\0{s.ref}\0{s.module}\0".encode() + (s.text or b""))
@@ -79,7 +81,6 @@ class PluginSet:
         return h.hexdigest()
 
 
-_SOURCES: dict[str, Source] = {}  # ref -> the source loaded from it in this process
 _OWNER: dict[str, Source] = {}  # component name -> the source that registered it
 _ACTIVE: list[str] = []  # digest of the set activate() loaded last
 _CURRENT: list[PluginSet] = []  # the set this process's config loaded (what its tasks load)
@@ -163,7 +164,6 @@ def _import(source: Source) -> None:
     for name, (_, comp) in plugin_components().items():
         if comp.module == source.module:
             _OWNER[name] = source
-    _SOURCES[source.ref] = source
 
 
 def unload(module: str) -> None:
@@ -175,7 +175,8 @@ def unload(module: str) -> None:
     for reg in (registry._REGISTRY, SCORES, PACINGS):  # noqa: SLF001 (the registries' own unregistering)
         for name in [n for n, c in reg.items() if getattr(c, "module", None) == module]:
             reg.pop(name)
-            STRATEGIES.pop(name, None) if reg is SCORES else None
+            if reg is SCORES:  # a difficulty score's strategy of the same name goes with it
+                STRATEGIES.pop(name, None)
             _OWNER.pop(name, None)
     sys.modules.pop(module, None)
     if any(s.module == module for s in current().sources):

@@ -170,11 +170,6 @@ def objective(
     return register
 
 
-def unregister(name: str) -> None:
-    """Remove objective ``name`` (a plug-in being loaded again, a test's own)."""
-    _REGISTRY.pop(name, None)
-
-
 def _load() -> dict[str, Objective]:
     """The registry, the Python objectives of this package imported on the first call."""
     global _loaded
