@@ -468,6 +468,7 @@ def component_code(fn: Any, settings: Mapping[str, Any]) -> str:
     return "plugin:" + digest({"code": function_identity(fn), "settings": dict(settings)})
 
 
+@functools.lru_cache(maxsize=256)  # per function object: a plug-in loaded again after an edit has new ones
 def function_identity(fn: Any) -> str:
     """The code of a plug-in's function as the kernel's identity is of a module: a digest of the canonical source
     (:func:`canonical_source`: no docstrings, comments or formatting) of the function and of what it reaches in its
