@@ -56,7 +56,7 @@ DEPLOY_REQUIRES = [
 ]
 
 # benchmarks/bench_scale.py: LightGBM's lambdarank side by side with ours (pip install -e ".[bench]")
-BENCH_REQUIRES = ["lightgbm>=4.5,<5"]
+BENCH_REQUIRES = ["lightgbm>=4.5,<5", "catboost>=1.2,<2"]  # benchmarks only (side-by-side references)
 
 setup(
     name="ltr-curriculum",

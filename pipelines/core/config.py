@@ -430,7 +430,7 @@ class GridConfig:
     and ``extra_paths`` (name -> path shorthand; curricula they name are the
     strategies, or ``extra_curricula``: name -> the curriculum settings it changes, :class:`ExtraCurriculum`).
     ``seeds``: how many times each child whose
-    trees depend on a seed (the ``random`` curriculum control, the stochastic_ndcg objective) is trained, the
+    trees depend on a seed (the ``random`` curriculum control, the noisy_lambdamart objective) is trained, the
     i-th time with the curriculum's and the training's seeds + i (:func:`pipelines.study.design.grid_children`); the
     report averages them."""
 

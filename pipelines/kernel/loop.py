@@ -13,7 +13,7 @@ segment's trees and the node's curve (:mod:`pipelines.store.checkpoints`); :mod:
 assembles paths from them. Curves: NDCG@k on vali and test (:func:`udfs.metrics.ndcg_fast`) on
 margins to which each new tree is added by walking bin codes (:mod:`udfs.trees`), summed over the
 workers. Randomness never depends on node boundaries or the worker count: XGBoost's sampling is
-seeded per global tree (``seed_per_iteration``), the noise of ``stochastic_ndcg`` per (tree, query,
+seeded per global tree (``seed_per_iteration``), the noise of ``noisy_lambdamart`` per (tree, query,
 document).
 """
 

@@ -10,7 +10,7 @@ global (segment 2 starts at tree ``t``). Shorthand::
     lambdamart@q_bm25:200,lambdamart:300   curriculum: q_bm25's first stage, then all
     lambdamart@q_bm25.*:300,lambdamart:200 every stage of a paced curriculum (300 trees split evenly)
     xgb_mse:200,xgb_lambdamart:300         the same with XGBoost's built-in objectives
-    stochastic_ndcg~2:500                  the stochastic objective with train.seed + 2 (grid.seeds)
+    noisy_lambdamart~2:500                 the noisy objective with train.seed + 2 (grid.seeds)
 
 ``DATA`` is ``all`` (default) or ``NAME[.STAGE]`` where NAME is the strategy of
 a curriculum passed to ``ltr train --curriculum`` and STAGE its stage index
@@ -23,12 +23,15 @@ each slice, 1,400 trees instead of 2,000.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 
 from pipelines.core.config import unknown_name
 from pipelines.core.errors import UserError
 from udfs.objectives import registry
+
+log = logging.getLogger(__name__)
 
 _SEGMENT = re.compile(
     r"(?P<obj>[a-z][a-z0-9_]*)(?:@(?P<data>[A-Za-z0-9_]+(?:\.(?:\d+|\*))?))?(?:~(?P<seed>\d+))?:(?P<trees>\d+)"
@@ -42,8 +45,8 @@ class PathError(UserError):
 @dataclass(frozen=True)
 class Segment:
     """``trees`` trees with ``objective`` on ``data`` (``all`` or ``NAME.STAGE``); ``seed``: added to
-    ``train.seed`` for this segment's randomness (the noise of stochastic_ndcg, XGBoost's sampling): 0, the
-    config's seed, for every path but a ``grid.seeds`` repetition."""
+    ``train.seed`` for this segment's randomness (the noise of noisy_lambdamart and stochastic_rank, XGBoost's
+    sampling): 0, the config's seed, for every path but a ``grid.seeds`` repetition."""
 
     objective: str
     trees: int
@@ -113,6 +116,24 @@ class TrainingPath:
         return out
 
 
+#: Old names of objectives -> their names now: a path with an old name still parses, and says so once a process (one
+#: line). ``stochastic_ndcg`` was LambdaMART on noisy scores, not StochasticRank (issue 55). Here, where names are
+#: read, not in the registry, which every node's key covers: an alias re-keys nothing.
+ALIASES = {"stochastic_ndcg": "noisy_lambdamart"}
+_warned: set[str] = set()
+
+
+def canonical(name: str) -> str:
+    """``name``, or the name an old name (:data:`ALIASES`) now has, with one deprecation line a process."""
+    new = ALIASES.get(name)
+    if new is None:
+        return name
+    if name not in _warned:
+        _warned.add(name)
+        log.warning("objective %r is deprecated: it is now called %r (the same objective); use the new name", name, new)
+    return new
+
+
 def parse_path(text: str, name: str = "") -> TrainingPath:
     """Parse the shorthand; errors name the segment and the expected form."""
     segs = []
@@ -121,9 +142,9 @@ def parse_path(text: str, name: str = "") -> TrainingPath:
         if not m:
             raise PathError(
                 f"--path {text!r}: segment {raw!r} is not OBJECTIVE[@DATA][~SEED]:TREES (e.g. mse:200, "
-                "lambdamart@q_bm25:100, stochastic_ndcg~1:100)"
+                "lambdamart@q_bm25:100, noisy_lambdamart~1:100)"
             )
-        obj = m.group("obj")
+        obj = canonical(m.group("obj"))
         known = registry.objectives()
         if obj not in known:
             raise PathError(f"--path {text!r}: {unknown_name('objective', obj, list(known))}")

@@ -456,7 +456,8 @@ def _folds_table(t1: list[dict[str, Any]], m: str, split: str) -> list[Section]:
 def _seeds_table(rows: list[dict[str, Any]], t1: list[dict[str, Any]], m: str, split: str) -> Section:
     """The spread across seed repetitions (:func:`pipelines.report.seeds.average_seeds`)."""
     text = (
-        f"The systems whose trees depend on a seed (the random curriculum, the stochastic objective) ran once per "
+        f"The systems whose trees depend on a seed (the random curriculum, the seeded objectives noisy_lambdamart "
+        f"and stochastic_rank) ran once per "
         f"seed (grid.seeds); every other table uses each query's {m} averaged over the seeds. Per seed: the mean "
         f"over folds of the final {m}, and Δ, the mean paired difference with LambdaMART (queries with a relevant "
         "document); then their mean and standard deviation across seeds."

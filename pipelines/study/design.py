@@ -65,9 +65,9 @@ SEED_SUFFIX = "_seed"
 
 def seed_dependent(cfg: Config, path: TrainingPath) -> bool:
     """Whether the trees of ``path`` depend on a seed that :func:`grid_children` varies: a segment with a seeded
-    objective (stochastic_ndcg) or on a curriculum whose strategy is ``random``. (XGBoost's row and column
-    sampling, ``train.subsample`` or ``colsample_bytree`` below 1, would make every path depend on the seed;
-    ``grid.seeds`` does not repeat those.)"""
+    objective (noisy_lambdamart, stochastic_rank) or on a curriculum whose strategy is ``random``. (XGBoost's row
+    and column sampling, ``train.subsample`` or ``colsample_bytree`` below 1, would make every path depend on the
+    seed; ``grid.seeds`` does not repeat those.)"""
     return any(registry.get(s.objective).seeded for s in path.segments) or any(
         CURRICULUM_STRATEGIES[curriculum_config(cfg, n).strategy].seeded for n in path.curricula
     )

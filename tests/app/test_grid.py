@@ -67,11 +67,31 @@ def test_children_of_a_fold(tmp_path):
         _cfg(tmp_path, **{"grid.switch_points": "[0, 6]"})  # refused where the config is typed
 
 
+def test_the_methods_study_holds_every_seed_method_in_one_grid():
+    """conf/methods.yaml (README's command for comparing every method): one grid with the baseline, MSE-t, a
+    curriculum and its random control, a paced curriculum, blend, sigmoid pairwise, RankNet, StochasticRank and
+    noisy LambdaMART; the seeded ones repeated per seed, and every path's objective a registered one."""
+    from pipelines.core.config import conf_dir
+
+    cfg = load_config(conf_dir() / "methods.yaml")
+    children = grid_children(cfg, 1)
+    names = {c.name for c in children}
+    for system in ("lambdamart", "mse-40", "q_nrel-40", "random-40", "paced_root_n", "blend_linear",
+                   "sigmoid_pairwise", "ranknet", "stochastic_rank", "noisy_lambdamart"):  # fmt: skip
+        assert f"fold1/{system}" in names, (system, sorted(names))
+    for seeded in ("random-40", "stochastic_rank", "noisy_lambdamart"):
+        assert {f"fold1/{seeded}/seed1", f"fold1/{seeded}/seed2"} <= names
+    objectives = {s.objective for c in children for s in c.path.segments}
+    assert {"lambdamart", "mse", "blend", "sigmoid_pairwise", "ranknet", "stochastic_rank",
+            "noisy_lambdamart"} <= objectives  # fmt: skip
+    assert all(c.path.trees == cfg.grid.trees for c in children)
+
+
 def test_seeds_repeat_only_the_children_that_depend_on_a_seed(tmp_path):
     from pipelines.study.design import curriculum_config
 
     one = grid_children(_cfg(tmp_path), 1)
-    cfg = _cfg(tmp_path, **{"grid.seeds": 3, "grid.extra_paths": "{blend: 'blend:6', noisy: 'stochastic_ndcg:6'}"})
+    cfg = _cfg(tmp_path, **{"grid.seeds": 3, "grid.extra_paths": "{blend: 'blend:6', noisy: 'noisy_lambdamart:6'}"})
     three = grid_children(cfg, 1)
     again = [c for c in three if c.seed == 0]
     assert [(c.name, c.path) for c in again if c.strategy != "noisy"] == [(c.name, c.path) for c in one]
@@ -81,8 +101,8 @@ def test_seeds_repeat_only_the_children_that_depend_on_a_seed(tmp_path):
         ("fold1/random-2/seed2", "lambdamart@random_seed2.0:2,lambdamart:4"),
         ("fold1/random-4/seed1", "lambdamart@random_seed1.0:4,lambdamart:2"),
         ("fold1/random-4/seed2", "lambdamart@random_seed2.0:4,lambdamart:2"),
-        ("fold1/noisy/seed1", "stochastic_ndcg~1:6"),
-        ("fold1/noisy/seed2", "stochastic_ndcg~2:6"),
+        ("fold1/noisy/seed1", "noisy_lambdamart~1:6"),
+        ("fold1/noisy/seed2", "noisy_lambdamart~2:6"),
     ]
     assert curriculum_config(cfg, "random_seed2").seed == cfg.curriculum.seed + 2
     assert curriculum_config(cfg, "random_seed2").strategy == "random"

@@ -416,7 +416,7 @@ IDENTITY_TABLE = [
     ("pipelines/kernel/cuts.py", {"cuts", "node"}),
     ("udfs/objectives/registry.py", {"node"}),
     ("udfs/objectives/settings.py", {"node"}),
-    ("udfs/objectives/stochastic_ndcg.py", set()),  # in the key of its own nodes only (objective_code)
+    ("udfs/objectives/noisy_lambdamart.py", set()),  # in the key of its own nodes only (objective_code)
     ("udfs/model.py", {"node"}),
     ("udfs/trees.py", {"node"}),
     ("udfs/metrics.py", {"node", "difficulty"}),
@@ -488,11 +488,11 @@ def _objective_codes(base: Path) -> dict[str, str]:
 
 #: (objective module edited, the objectives whose nodes it re-keys)
 OBJECTIVE_TABLE = [
-    ("udfs/objectives/stochastic_ndcg.py", {"stochastic_ndcg"}),
+    ("udfs/objectives/noisy_lambdamart.py", {"noisy_lambdamart"}),
     ("udfs/objectives/sigmoid_pairwise.py", {"sigmoid_pairwise"}),
     ("udfs/objectives/mse.py", {"mse", "blend"}),
-    ("udfs/objectives/lambdamart.py", {"lambdamart", "ranknet", "blend", "stochastic_ndcg"}),
-    ("udfs/objectives/pairwise.py", {"lambdamart", "ranknet", "blend", "stochastic_ndcg", "sigmoid_pairwise"}),
+    ("udfs/objectives/lambdamart.py", {"lambdamart", "ranknet", "blend", "noisy_lambdamart"}),
+    ("udfs/objectives/pairwise.py", {"lambdamart", "ranknet", "blend", "noisy_lambdamart", "sigmoid_pairwise"}),
     ("udfs/objectives/blend.py", {"blend"}),
 ]
 
@@ -528,7 +528,7 @@ def test_a_new_objective_re_keys_no_existing_node(source_copy, tmp_path):
     from udfs.objectives import registry
 
     ctx = keys.plan_context(TrainConfig(), NdcgSpec(), "sha256:d", 1, CODE, CODE)
-    paths = [parse_path("mse:4,lambdamart:6", "a"), parse_path("stochastic_ndcg:5", "b")]
+    paths = [parse_path("mse:4,lambdamart:6", "a"), parse_path("noisy_lambdamart:5", "b")]
     before = [n.key for n in build_plan(paths, fold=1, context=ctx).nodes]
     registry.objective("listnet_test_only")(lambda m, y, o, *, tree, params: None)
     try:

@@ -142,7 +142,7 @@ def test_python_objectives_equal_builtin(local_data):
     assert sum(map(sum, d["counts"])) == local_data.test.y.size
 
 
-@pytest.mark.parametrize("obj", ["ranknet", "sigmoid_pairwise", "stochastic_ndcg", "stochastic_rank", "blend"])
+@pytest.mark.parametrize("obj", ["ranknet", "sigmoid_pairwise", "noisy_lambdamart", "stochastic_rank", "blend"])
 def test_every_objective_learns(local_data, obj):
     res, _ = train_plan(local_data, build_plan([parse_path(f"{obj}:15", "p")]), _settings())
     r = res["p"]
@@ -488,7 +488,7 @@ def test_an_executor_with_other_code_is_refused_in_one_line():
     from pipelines.execution.barrier_job import check_same_code
 
     files = source_files(worker_roots())
-    assert "pipelines.kernel.loop" in files and "udfs.objectives.stochastic_ndcg" in files and has_source_files(files)
+    assert "pipelines.kernel.loop" in files and "udfs.objectives.noisy_lambdamart" in files and has_source_files(files)
     assert "pipelines.execution.barrier_job" not in files  # operations code: not in the nodes' identity
     other_bytes = {**files, "pipelines.kernel.loop": (files["pipelines.kernel.loop"][0], "0" * 64)}
     moved = {**files, "pipelines.kernel.loop": ("pipelines/kernel/loop/__init__.py", files["pipelines.kernel.loop"][1])}

@@ -17,11 +17,25 @@ def test_parse_and_shorthand():
     c = parse_path("lambdamart@q_bm25:200,lambdamart:300")
     assert c.segments[0].data == "q_bm25.0" and c.segments[0].curriculum == "q_bm25" and c.segments[0].stage == 0
     assert parse_path("xgb_mse:5").segments[0].builtin == "reg:squarederror"
-    s = parse_path("lambdamart@random:4,stochastic_ndcg~2:6")  # a grid.seeds repetition's seed offset
-    assert s.segments[1] == Segment("stochastic_ndcg", 6, "all", 2) and s.segments[0].seed == 0
-    assert s.shorthand() == "lambdamart@random.0:4,stochastic_ndcg~2:6" and parse_path(s.shorthand()) == s
-    assert parse_path("stochastic_ndcg~0:6").shorthand() == "stochastic_ndcg:6"  # seed 0: the config's seed
-    assert [x.seed for x in resolve(parse_path("stochastic_ndcg@c.*~3:4"), {"c": 2}).segments] == [3, 3]
+    s = parse_path("lambdamart@random:4,noisy_lambdamart~2:6")  # a grid.seeds repetition's seed offset
+    assert s.segments[1] == Segment("noisy_lambdamart", 6, "all", 2) and s.segments[0].seed == 0
+    assert s.shorthand() == "lambdamart@random.0:4,noisy_lambdamart~2:6" and parse_path(s.shorthand()) == s
+    assert parse_path("noisy_lambdamart~0:6").shorthand() == "noisy_lambdamart:6"  # seed 0: the config's seed
+    assert [x.seed for x in resolve(parse_path("noisy_lambdamart@c.*~3:4"), {"c": 2}).segments] == [3, 3]
+
+
+def test_the_old_name_of_noisy_lambdamart_parses_with_one_deprecation_line(caplog, monkeypatch):
+    """``stochastic_ndcg`` (LambdaMART on noisy scores, misnamed after StochasticRank until issue 55) is an alias:
+    the same segment as the new name, and one warning line a process however often it is used."""
+    from pipelines.plan import paths
+
+    monkeypatch.setattr(paths, "_warned", set())
+    with caplog.at_level("WARNING", logger="pipelines.plan.paths"):
+        old = parse_path("mse:2,stochastic_ndcg~1:4")
+        parse_path("stochastic_ndcg:3")
+    assert old == parse_path("mse:2,noisy_lambdamart~1:4")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "'stochastic_ndcg' is deprecated" in lines[0] and "'noisy_lambdamart'" in lines[0]
 
 
 @pytest.mark.parametrize(

@@ -125,7 +125,7 @@ def data() -> WorkerData:
 
 PATHS = [
     "mse:5,lambdamart:7",
-    "stochastic_ndcg:12",
+    "noisy_lambdamart:12",
     "lambdamart@cur.0:4,lambdamart:8",
     "xgb_lambdamart:12",
     "stochastic_rank:12",  # with SGLB: its shrinkage and noise depend on the global tree
@@ -161,7 +161,7 @@ def test_checkpoints_do_not_change_the_trees(data, tmp_path):
 def test_resume_after_a_crash_is_bit_identical(data, tmp_path):
     plan, straight = _run(data, tmp_path / "straight", every=3)
     root = tmp_path / "resumed"
-    sto = plan.chains["stochastic_ndcg:12"][0]
+    sto = plan.chains["noisy_lambdamart:12"][0]
 
     class Crash(Exception):
         pass
@@ -233,15 +233,15 @@ def test_one_training_matrix_at_a_time_and_the_same_trees(data, tmp_path, monkey
 
 
 def test_a_seed_repetition_is_its_own_node_and_trains_as_the_config_with_that_seed(data, tmp_path):
-    """``stochastic_ndcg~1`` (a grid.seeds repetition): a node of its own after the shared deterministic prefix,
+    """``noisy_lambdamart~1`` (a grid.seeds repetition): a node of its own after the shared deterministic prefix,
     keys of seed-0 nodes as before seeds existed, and the trees of a study whose train.seed is 1 higher."""
-    plain, rep = "lambdamart:4,stochastic_ndcg:8", "lambdamart:4,stochastic_ndcg~1:8"
+    plain, rep = "lambdamart:4,noisy_lambdamart:8", "lambdamart:4,noisy_lambdamart~1:8"
     plan = build_plan([parse_path(plain, "s0"), parse_path(rep, "s1")], fold=1)
     c0, c1 = plan.chains["s0"], plan.chains["s1"]
     assert c0[0] == c1[0] and c0[1] != c1[1] and plan.node(c1[1]).seed == 1 and plan.node(c0[1]).seed == 0
     alone = build_plan([parse_path(plain, "s0")], fold=1)
     assert alone.chains["s0"] == c0  # no seed in the key of a seed-0 node
-    assert "stochastic_ndcg~1 4..12" in format_plan(plan, {n.key: node_states(plan, {})[n.key] for n in plan.nodes})
+    assert "noisy_lambdamart~1 4..12" in format_plan(plan, {n.key: node_states(plan, {})[n.key] for n in plan.nodes})
     assert Plan.from_dict(plan.to_dict()).nodes == plan.nodes
     s = _settings(seed=5, stochastic_anneal=12, score_dist_trees=[4])
     store = CheckpointStore(str(tmp_path / "a"))

@@ -36,7 +36,7 @@ OVERRIDES = tiny_study(
     "grid.experiment=kill",
     "grid.trees=12",
     "grid.switch_points=[4]",
-    "grid.extra_paths={st: 'stochastic_ndcg:12'}",
+    "grid.extra_paths={st: 'noisy_lambdamart:12'}",
     "train.checkpoint_every=2",
     "train.stochastic_anneal=12",
     # one thread per worker everywhere: the trees of `--parallel 2` (two jobs, one thread each) must equal the
@@ -169,7 +169,7 @@ def test_plan_command_prints_states_without_training(straight, small_dataset, ca
     cfg, _ = straight
     text = show_plan(cfg, small_dataset)
     assert text.startswith("fold 1: 6 nodes, ") and "(" in text and "done" in text and "to do" not in text
-    assert "ends: mse-4" in text and "stochastic_ndcg 0..12" in text
+    assert "ends: mse-4" in text and "noisy_lambdamart 0..12" in text
     args = [
         "grid",
         "--plan",

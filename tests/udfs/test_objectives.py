@@ -11,8 +11,8 @@ from udfs.metrics import ndcg, offsets_from_qids
 from udfs.objectives.blend import blend
 from udfs.objectives.lambdamart import lambdarank_grad
 from udfs.objectives.mse import mse_grad
+from udfs.objectives.noisy_lambdamart import noisy_lambdamart_grad
 from udfs.objectives.sigmoid_pairwise import sigmoid_pairwise_grad
-from udfs.objectives.stochastic_ndcg import stochastic_ndcg_grad
 
 PARAMS = {
     "tree_method": "hist",
@@ -169,7 +169,7 @@ def test_lambdamart_is_the_gradient_of_its_weighted_logistic_loss():
         lambda s, y, o: lambdarank_grad(s, y, o),
         lambda s, y, o: lambdarank_grad(s, y, o, delta="one"),
         lambda s, y, o: sigmoid_pairwise_grad(s, y, o),
-        lambda s, y, o: stochastic_ndcg_grad(s, y, o, noise=0.5),
+        lambda s, y, o: noisy_lambdamart_grad(s, y, o, noise=0.5),
     ],
 )
 def test_single_document_and_all_zero_queries(fn):
@@ -185,10 +185,10 @@ def test_single_document_and_all_zero_queries(fn):
 def test_stochastic_without_noise_is_lambdamart_and_noise_is_seeded():
     X, y, qid, off = _data(4, 50)
     s = np.random.default_rng(0).normal(size=y.size).astype(np.float32)
-    np.testing.assert_array_equal(stochastic_ndcg_grad(s, y, off, noise=0.0)[0], lambdarank_grad(s, y, off)[0])
-    a = stochastic_ndcg_grad(s, y, off, noise=0.3, rng=np.random.default_rng(7))[0]
-    b = stochastic_ndcg_grad(s, y, off, noise=0.3, rng=np.random.default_rng(7))[0]
-    c = stochastic_ndcg_grad(s, y, off, noise=0.3, rng=np.random.default_rng(8))[0]
+    np.testing.assert_array_equal(noisy_lambdamart_grad(s, y, off, noise=0.0)[0], lambdarank_grad(s, y, off)[0])
+    a = noisy_lambdamart_grad(s, y, off, noise=0.3, rng=np.random.default_rng(7))[0]
+    b = noisy_lambdamart_grad(s, y, off, noise=0.3, rng=np.random.default_rng(7))[0]
+    c = noisy_lambdamart_grad(s, y, off, noise=0.3, rng=np.random.default_rng(8))[0]
     assert np.array_equal(a, b) and not np.array_equal(a, c)
 
 

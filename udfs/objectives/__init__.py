@@ -31,9 +31,12 @@ are numba kernels over queries; nothing loops per document in Python.
   et al. (2008), ``L = σ(-γ(s_h - s_l))`` per pair, robust to outlier labels;
   its curvature changes sign, so the hessian is the positive surrogate
   ``γ²σ(1-σ)``.
-* :func:`stochastic_ndcg_grad`: LambdaMART on scores perturbed by Gaussian noise
-  whose scale anneals to 0 (after StochasticRank, Ustimenko & Prokhorenkova
-  2020): the ranking used for pairs, discounts and σ is that of ``s + ε``.
+* :func:`noisy_lambdamart_grad`: LambdaMART on scores perturbed by Gaussian
+  noise whose scale anneals to 0 (noise regularisation, closer to Bruch et al.
+  2020; formerly ``stochastic_ndcg``): the ranking used for pairs, discounts and
+  σ is that of ``s + ε``.
+* :func:`stochastic_rank_ders`: StochasticRank (Ustimenko & Prokhorenkova 2020,
+  after CatBoost's): the CCS estimate of the smoothed NDCG's gradient, SFA, SGLB.
 * :func:`blend`: ``(1-γ)·mse + γ·lambdamart``, with ``γ`` from a schedule over
   the global tree index (step, linear, sigmoid); a step at ``t`` is MSE-t.
 """

@@ -17,5 +17,5 @@ class ObjectiveSettings:
     seed: int = 0
     sigmoid_gamma: float = 1.0
     stochastic_noise: float = 1.0
-    stochastic_anneal: int = 100  # global tree at which the noise of stochastic_ndcg has annealed to 0
+    stochastic_anneal: int = 100  # global tree at which the noise of noisy_lambdamart has annealed to 0
     blend: BlendSchedule = BlendSchedule("linear", 200, 100)

@@ -133,11 +133,80 @@ def _query(
     out[:] = der
 
 
+@numba.njit(cache=True, nogil=True)
+def _ndcg_of(s: np.ndarray, g: np.ndarray, w: np.ndarray) -> float:
+    order = np.argsort(-s, kind="mergesort")
+    total = 0.0
+    for p in range(s.size):
+        total += g[order[p]] * w[p]
+    return total
+
+
+@numba.njit(cache=True, nogil=True)
+def _query_reinforce(
+    a: np.ndarray,
+    y: np.ndarray,
+    eps: np.ndarray,
+    sigma: float,
+    mu: float,
+    nu: float,
+    lam: float,
+    top: int,
+    exp_gain: bool,
+    out: np.ndarray,
+) -> None:
+    """The REINFORCE (score-function) estimate of the same smoothed NDCG, the paper's baseline estimator:
+    ``grad_z E[L(z + sigma * eps)] = E[(L(z + sigma * eps) - b) * eps] / sigma``, with the noiseless NDCG as the
+    baseline ``b`` (a control variate: ``E[eps] = 0`` keeps it unbiased). Unbiased but not bounded: its variance
+    grows with the number of documents, which is what CCS removes. Same shift, centring and SFA as :func:`_query`."""
+    n = a.size
+    if n <= 1:
+        out[:] = 0.0
+        return
+    z = np.empty(n)
+    g = np.empty(n)
+    for i in range(n):
+        z[i] = a[i] - sigma * mu * y[i]
+        g[i] = 2.0 ** y[i] - 1.0 if exp_gain else y[i]
+    z -= z.mean()
+    k = n if top <= 0 or top > n else top
+    w = np.zeros(n)
+    for p in range(k):
+        w[p] = 1.0 / math.log2(2.0 + p)
+    ideal = 0.0
+    gs_ideal = np.sort(g)[::-1]
+    for p in range(k):
+        ideal += gs_ideal[p] * w[p]
+    if ideal > 2.220446049250313e-16:
+        for p in range(k):
+            w[p] /= ideal
+    base = _ndcg_of(z, g, w)
+    der = np.zeros(n)
+    samples = eps.shape[0]
+    s = np.empty(n)
+    for r in range(samples):
+        e = eps[r]
+        for i in range(n):
+            s[i] = z[i] + sigma * e[i]
+        delta = (_ndcg_of(s, g, w) - base) / (sigma * samples)
+        for i in range(n):
+            der[i] += delta * e[i]
+    der -= der.mean()
+    if n > 2:
+        at = a - a.mean()
+        norm = math.sqrt((at * at).sum()) + nu
+        der -= lam * (der * at).sum() / (norm * norm) * at
+    out[:] = der
+
+
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _all_queries(a, y, offsets, eps, sigma, mu, nu, lam, top, exp_gain, sfa, out):  # noqa: ANN001
+def _all_queries(a, y, offsets, eps, sigma, mu, nu, lam, top, exp_gain, sfa, reinforce, out):  # noqa: ANN001
     for q in numba.prange(offsets.size - 1):
         lo, hi = offsets[q], offsets[q + 1]
-        _query(a[lo:hi], y[lo:hi], eps[:, lo:hi], sigma, mu, nu, lam, top, exp_gain, sfa, out[lo:hi])
+        if reinforce:
+            _query_reinforce(a[lo:hi], y[lo:hi], eps[:, lo:hi], sigma, mu, nu, lam, top, exp_gain, out[lo:hi])
+        else:
+            _query(a[lo:hi], y[lo:hi], eps[:, lo:hi], sigma, mu, nu, lam, top, exp_gain, sfa, out[lo:hi])
 
 
 def stochastic_rank_ders(
@@ -153,17 +222,23 @@ def stochastic_rank_ders(
     top: int = 10,
     exp_gain: bool = True,
     sfa: bool = True,
+    estimator: str = "ccs",
 ) -> np.ndarray:
     """The StochasticRank estimate (CatBoost's ``Der1``: an ascent direction of the smoothed NDCG@``top``) of every
-    row; ``eps``: standard normals, one row of ``num_estimations`` per sample (shape ``(samples, rows)``)."""
+    row; ``eps``: standard normals, one row of ``num_estimations`` per sample (shape ``(samples, rows)``).
+    ``estimator``: ``ccs`` (coordinate conditional sampling, the paper's and CatBoost's) or ``reinforce`` (the
+    score-function estimate, the paper's baseline in its ablation; centred and SFA-projected the same way)."""
     if sigma <= 0 or mu < 0 or nu <= 0:
         raise ValueError(f"StochasticRank needs sigma > 0, mu >= 0 and nu > 0; got {sigma}, {mu}, {nu}")
+    if estimator not in ("ccs", "reinforce"):
+        raise ValueError(f"StochasticRank's estimator is 'ccs' or 'reinforce', got {estimator!r}")
     a = np.ascontiguousarray(margins, dtype=np.float64)
     out = np.zeros(a.size)
     e = np.ascontiguousarray(np.atleast_2d(eps), dtype=np.float64)
     off = np.asarray(offsets, dtype=np.int64)
     y = np.asarray(labels, dtype=np.float64)
-    _all_queries(a, y, off, e, float(sigma), float(mu), float(nu), float(lam), int(top), bool(exp_gain), sfa, out)
+    _all_queries(a, y, off, e, float(sigma), float(mu), float(nu), float(lam), int(top), bool(exp_gain), sfa,
+                 estimator == "reinforce", out)  # fmt: skip
     return out
 
 
@@ -191,6 +266,7 @@ def shrink_factor(tree: int, eta: float, rate: float, mode: str) -> float:
         "diffusion_temperature": 10000.0,
         "model_shrink_rate": None,
         "model_shrink_mode": "constant",
+        "estimator": "ccs",
     },
 )
 def stochastic_rank(
@@ -220,11 +296,18 @@ def stochastic_rank(
     if s < 1:
         raise ValueError(f"num_estimations must be >= 1, got {s}")
     seed, eta = int(params["seed"]), float(params["eta"])
+    mode = str(params["model_shrink_mode"])
+    if mode not in ("constant", "decreasing"):
+        raise ValueError(f"model_shrink_mode is 'constant' or 'decreasing', got {mode!r}")
+    if params["langevin"] and not float(params["diffusion_temperature"]) > 0:
+        raise ValueError(f"diffusion_temperature must be > 0, got {params['diffusion_temperature']}")
     eps = np.stack([document_normal(stream_seed(seed, r), tree, qid, doc) for r in range(s)])
     rate = params["model_shrink_rate"]
     if rate is None:
         rate = 0.001 if params["langevin"] else 0.0  # CatBoost's default, with Langevin
-    c = shrink_factor(tree, eta, float(rate), str(params["model_shrink_mode"]))
+    if not 0 <= float(rate) * (eta if mode == "constant" else 1.0) < 1:
+        raise ValueError(f"model_shrink_rate must be >= 0 and shrink by less than all (rate * eta < 1), got {rate}")
+    c = shrink_factor(tree, eta, float(rate), mode)
     d = stochastic_rank_ders(
         c * np.asarray(margins, np.float64),
         labels,
@@ -236,6 +319,7 @@ def stochastic_rank(
         lam=float(params["lambda_"]),
         top=int(params["k"]),
         exp_gain=bool(params["exp_gain"]),
+        estimator=str(params["estimator"]),
     )
     if params["langevin"]:
         t = float(params["diffusion_temperature"])

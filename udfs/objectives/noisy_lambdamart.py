@@ -1,4 +1,10 @@
-"""LambdaMART on scores perturbed by Gaussian noise whose scale anneals to 0 (a noise-smoothed NDCG objective)."""
+"""LambdaMART on scores perturbed by Gaussian noise whose scale anneals to 0 (``noisy_lambdamart``).
+
+LambdaMART's pairwise gradient, with its pairs, discounts and deltas taken at ``s + noise * eps``: noise
+regularisation of a ranker's scores, closer to Bruch et al. (2020) than to StochasticRank (Ustimenko & Prokhorenkova
+2020, :mod:`udfs.objectives.stochastic_rank`), which estimates the gradient of the smoothed NDCG itself. This
+objective was called ``stochastic_ndcg`` until issue 55, and presented as "after StochasticRank"; the old name
+still parses, with a one-line deprecation (:data:`udfs.objectives.registry.ALIASES`)."""
 
 from __future__ import annotations
 
@@ -13,7 +19,7 @@ from udfs.objectives.pairwise import _run_pairwise, node_inverse_idcg
 from udfs.objectives.registry import objective
 
 
-def stochastic_ndcg_grad(
+def noisy_lambdamart_grad(
     margins: np.ndarray,
     labels: np.ndarray,
     offsets: np.ndarray,
@@ -52,8 +58,8 @@ def stochastic_ndcg_grad(
     )
 
 
-@objective("stochastic_ndcg", seeded=True)
-def stochastic_ndcg(
+@objective("noisy_lambdamart", seeded=True)
+def noisy_lambdamart(
     margins: np.ndarray,
     labels: np.ndarray,
     offsets: np.ndarray,
@@ -64,7 +70,7 @@ def stochastic_ndcg(
     doc: np.ndarray,
     cache: dict,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """stochastic_ndcg at global tree ``tree``: its noise depends on (seed, tree, qid, doc) only.
+    """noisy_lambdamart at global tree ``tree``: its noise depends on (seed, tree, qid, doc) only.
 
     The noise scale falls linearly from ``stochastic_noise`` at tree 0 to 0 at ``stochastic_anneal``;
     at 0 no noise is drawn (plain LambdaMART).
@@ -72,7 +78,7 @@ def stochastic_ndcg(
     k, gain = params["k"], params["exp_gain"]
     noise = params["stochastic_noise"] * max(0.0, 1.0 - tree / max(params["stochastic_anneal"], 1))
     eps = document_normal(params["seed"], tree, qid, doc) if noise > 0 else None
-    return stochastic_ndcg_grad(
+    return noisy_lambdamart_grad(
         margins,
         labels,
         offsets,
