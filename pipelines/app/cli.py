@@ -29,6 +29,7 @@ from pipelines.core.config import (
 )
 from pipelines.core.errors import LtrError, UserError
 from pipelines.core.layout import Layout
+from pipelines.core.secrets import RedactingFormatter, redact
 
 log = logging.getLogger("ltr")
 
@@ -491,7 +492,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
         units=units or None,
         new_parent=args.new_parent,
         setup_only=args.setup_only,
-        resume_hint="ltr " + " ".join(sys.argv[1:]) if sys.argv[1:] else "ltr grid",
+        resume_hint=redact("ltr " + " ".join(sys.argv[1:])) if sys.argv[1:] else "ltr grid",
     )
     summary = {k: g[k] for k in ("parent_run_id", "experiment", "tracking_uri", "folds", "finished")}
     if args.setup_only:
@@ -662,13 +663,9 @@ class _StderrHandler(logging.StreamHandler):
 
 def setup_logging(level: str) -> None:
     """Log ``level`` and above to the current ``sys.stderr`` with times; py4j's chatter at WARNING."""
-    logging.basicConfig(
-        level=getattr(logging, level),
-        handlers=[_StderrHandler()],
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-        force=True,
-    )
+    handler = _StderrHandler()  # every line with credentials masked (pipelines.core.secrets)
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"))
+    logging.basicConfig(level=getattr(logging, level), handlers=[handler], force=True)
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
@@ -680,7 +677,7 @@ def save_trace(command: str) -> str:
 
     fd, path = tempfile.mkstemp(prefix=f"ltr-{command}-{time.strftime('%Y%m%d-%H%M%S')}-", suffix=".log")
     with os.fdopen(fd, "w") as f:
-        f.write(traceback.format_exc())
+        f.write(redact(traceback.format_exc()))
     log.debug("full trace in %s", path)
     return path
 
@@ -711,7 +708,7 @@ def main(argv: list[str] | None = None) -> int:
         # stderr (the log and the print), in a terminal and in an Airflow task's log alike.
         log.debug("%s: %s", type(e).__name__, e)
         where = f" (full trace: {save_trace(args.command)})" if e.exit_code == 1 else ""
-        print(f"ltr {args.command}: error: {e}{where}", file=sys.stderr)
+        print(redact(f"ltr {args.command}: error: {e}{where}"), file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         log.error("interrupted")

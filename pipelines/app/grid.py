@@ -27,6 +27,7 @@ from pipelines.core.errors import UserError
 from pipelines.core.keys import code_identity, code_label
 from pipelines.core.layout import Layout
 from pipelines.core.provenance import code_version
+from pipelines.core.secrets import redact
 from pipelines.data.curriculum import Curriculum
 from pipelines.data.dataset import Dataset
 from pipelines.execution.barrier_job import make_settings, resolve_workers, task_errors
@@ -47,7 +48,7 @@ from pipelines.study.design import (
 )
 from pipelines.study.steps import ensure_curricula, ensure_difficulty
 from pipelines.tracking.live import LiveChildren, children_lock
-from pipelines.tracking.runs import TAG_GRID_KEY, TAG_STUDY_KEY, Tracker
+from pipelines.tracking.runs import TAG_GRID_KEY, TAG_STUDY_KEY, Tracker, open_ui
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,7 @@ class _Study:
         return {
             "parent_run_id": self.parent,
             "experiment": self.tracker.experiment,
-            "tracking_uri": self.tracker.uri,
+            "tracking_uri": redact(self.tracker.uri),  # printed and written to work_dir: no password
             "resumed": self.resumed,
             "folds": folds,
             "finished": finished,
@@ -186,13 +187,12 @@ def run_grid(
         s.tracker.finish(s.parent, "FAILED")
         raise
     log.info(
-        "grid %s done: %d children trained (%d trees built), %d skipped (finished before); "
-        "mlflow ui --backend-store-uri %s",
+        "grid %s done: %d children trained (%d trees built), %d skipped (finished before); MLflow UI: %s",
         cfg.grid.experiment,
         counts["trained"],
         counts["trees_built"],
         counts["skipped"],
-        s.tracker.uri,
+        open_ui(s.tracker.uri),
     )
     return s.summary(finished, s.run_folds, **counts)
 

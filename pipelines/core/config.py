@@ -492,6 +492,17 @@ class TrackingConfig:
     uri: str = ""
     artifacts: str = ""
 
+    def __post_init__(self) -> None:
+        from pipelines.core.secrets import has_secret, redact
+
+        if has_secret(self.artifacts):
+            raise ConfigError(
+                f"tracking.artifacts {redact(self.artifacts)!r} holds a credential: MLflow would store it as the "
+                "experiment's artifact location, which every reader of the experiment sees; give it in the "
+                "environment instead (MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD for a tracking server's "
+                "artifacts, the storage's own variables for S3, GCS or Azure)"
+            )
+
 
 #: The report's paired tests, by their name in ``report.primary_test``.
 PRIMARY_TESTS = ("randomisation", "t")

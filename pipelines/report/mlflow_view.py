@@ -18,7 +18,8 @@ import math
 import re
 from typing import Any
 
-from pipelines.tracking.runs import Tracker, is_server
+from pipelines.core.secrets import browser_address
+from pipelines.tracking.runs import Tracker, is_server, open_ui
 
 log = logging.getLogger(__name__)
 
@@ -122,9 +123,10 @@ def log_headline(tracker: Tracker, parent_run_id: str, headline: dict[str, Any],
 
 
 def default_ui(tracking_uri: str) -> str:
-    """The MLflow UI's address for ``tracking_uri``: a tracking server serves its own UI; for a store the
-    process opens (SQLite, a database) ``mlflow ui``'s default :data:`DEFAULT_UI`."""
-    return tracking_uri.rstrip("/") if is_server(tracking_uri) else DEFAULT_UI
+    """The MLflow UI's address for ``tracking_uri``: a tracking server serves its own UI (its browser address: no
+    credentials, :func:`pipelines.core.secrets.browser_address`); for a store the process opens (SQLite, a
+    database) ``mlflow ui``'s default :data:`DEFAULT_UI`."""
+    return browser_address(tracking_uri) if is_server(tracking_uri) else DEFAULT_UI
 
 
 def experiment_urls(tracker: Tracker, parent_run_id: str | None, ui: str = DEFAULT_UI) -> dict[str, str]:
@@ -146,7 +148,7 @@ def ui_lines(tracker: Tracker, parent_run_id: str | None, report: bool = False) 
     :func:`experiment_urls` (``report``: the report's page too)."""
     ui = default_ui(tracker.uri)
     urls = experiment_urls(tracker, parent_run_id, ui)
-    how = ui if is_server(tracker.uri) else f"mlflow ui --backend-store-uri {tracker.uri}"
+    how = ui if is_server(tracker.uri) else open_ui(tracker.uri)
     lines = [f"  MLflow UI: {how}", f"    training runs: {urls['training_runs']}"]
     if "parent_run" in urls:
         lines.append(f"    grid run:      {urls['parent_run']}")

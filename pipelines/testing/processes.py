@@ -55,14 +55,18 @@ def wait_http(url: str, seconds: float, proc: subprocess.Popen | None = None) ->
             time.sleep(0.3)
 
 
-def mlflow_ui(uri: str, port: int, workers: int | None = None) -> subprocess.Popen:
+def mlflow_ui(
+    uri: str, port: int, workers: int | None = None, cwd: str | os.PathLike | None = None
+) -> subprocess.Popen:
     """``mlflow ui`` on ``127.0.0.1:port`` over the tracking store ``uri``, in a session of its own (stop it with
-    :func:`stop_process`), its GenAI job runner off; answering once :func:`wait_http` of ``/health`` returns."""
+    :func:`stop_process`), its GenAI job runner off; answering once :func:`wait_http` of ``/health`` returns.
+    ``cwd``: its working directory (where it serves artifacts from, ``./mlartifacts``)."""
     cmd = [str(Path(sys.executable).with_name("mlflow")), "ui", "--backend-store-uri", uri]
     cmd += ["--host", "127.0.0.1", "--port", str(port)] + (["--workers", str(workers)] if workers else [])
     return subprocess.Popen(
         cmd,
         env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+        cwd=cwd,
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

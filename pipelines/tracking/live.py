@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pipelines.core.keys import code_identity
 from pipelines.core.plots import png_bytes, pyplot
 from pipelines.core.provenance import code_version
+from pipelines.core.secrets import redact
 from pipelines.plan.paths import TrainingPath
 from pipelines.plan.trie import DONE, states_of
 from pipelines.plugins.loading import plugin_tags
@@ -298,7 +299,7 @@ class LiveChildren:
         """Mark every owned child run that started and did not finish FAILED, ``error`` as its ``ltr.error`` tag."""
         for e in self.owned():
             if e.run_id and not e.finished:
-                self.tracker.client.set_tag(e.run_id, "ltr.error", error[:5000])
+                self.tracker.client.set_tag(e.run_id, "ltr.error", redact(error)[:5000])
                 self.tracker.finish(e.run_id, "FAILED")
 
 

@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from pipelines.core import secrets
 from pipelines.core.errors import UserError
 from pipelines.core.layout import Layout
 
@@ -113,6 +114,15 @@ def sqlite_path(uri: str) -> str:
     return uri[len("sqlite:///") :] if uri.startswith("sqlite:///") else ""
 
 
+def open_ui(tracking_uri: str) -> str:
+    """How to open the MLflow UI of ``tracking_uri``: a tracking server's browser address (it serves its own UI;
+    ``mlflow ui`` would start a second one), else the ``mlflow ui --backend-store-uri`` command for the store
+    (credentials masked: the user has them)."""
+    if is_server(tracking_uri):
+        return f"open {secrets.browser_address(tracking_uri)} in a browser"
+    return f"mlflow ui --backend-store-uri {secrets.redact(tracking_uri)}"
+
+
 def is_server(uri: str) -> bool:
     """A tracking server (REST), as opposed to a store the process opens itself (SQLite, a database URL)."""
     return uri.split("://", 1)[0].lower() in ("http", "https", "databricks")
@@ -163,6 +173,10 @@ class Tracker:
 
         logging.getLogger("mlflow").setLevel(logging.WARNING)
         logging.getLogger("alembic").setLevel(logging.WARNING)
+        # MLflow prints "View run ... at: <tracking URI>" on every finished run, password included: off (read on
+        # every call), unless the user asked for them; its own log handler masks credentials as ours does
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+        secrets.guard_logger("mlflow")
         mlflow.set_tracking_uri(self.uri)
         with store_lock(self.uri):  # the first use of a store creates its schema
             self.client = _quiet_client(self.uri)  # reads show no progress bars
@@ -170,7 +184,7 @@ class Tracker:
             if exp is None and not self.create:
                 names = sorted(e.name for e in self.client.search_experiments())
                 raise UnknownExperiment(
-                    f"no MLflow experiment {self.experiment!r} at {self.uri}; existing "
+                    f"no MLflow experiment {self.experiment!r} at {secrets.redact(self.uri)}; existing "
                     f"experiments: {', '.join(names) or '(none)'}"
                 )
             if exp is None:
@@ -258,10 +272,10 @@ class Tracker:
 
     def log_params(self, run_id: str, params: dict[str, Any]) -> None:
         """Log ``params`` on run ``run_id`` in batches of 100, sorted by name, each value as a string cut to
-        6000 characters."""
+        6000 characters, credentials masked (:func:`pipelines.core.secrets.redact`: a data path's password)."""
         from mlflow.entities import Param
 
-        items = [Param(k, str(v)[:6000]) for k, v in sorted(params.items())]
+        items = [Param(k, secrets.redact(v)[:6000]) for k, v in sorted(params.items())]
         for i in range(0, len(items), 100):
             self.client.log_batch(run_id, params=items[i : i + 100])
 
@@ -323,7 +337,7 @@ class Tracker:
 
         with warnings.catch_warnings():  # "can be interpreted in multiple ways": both are the local source
             warnings.simplefilter("ignore", UserWarning)
-            source = resolve_dataset_source(path)
+            source = resolve_dataset_source(secrets.redact(path))
         # MLflow declares `profile` abstract on Dataset; MetaDataset is its documented concrete "no data" dataset
         ds = MetaDataset(source, name=name, digest=fingerprint.split(":")[-1][:16])  # type: ignore[abstract]
         self.client.log_inputs(
