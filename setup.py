@@ -35,6 +35,7 @@ TEST_REQUIRES = [
     "mypy>=1.15",  # types of pipelines/, udfs/, jobs/ and benchmarks/ (mypy.ini), no baseline
     "uv>=0.9",  # .ci/run: the project on the other supported Pythons, installed in seconds
     "pytrec-eval-terrier>=0.5",  # trec_eval (C) on the report's TREC run files: the cross-check of its NDCG
+    "hypothesis>=6.100",  # property-based tests of the parsers (tests/core/test_fuzz.py, benchmarks/bench_fuzz.py)
 ]
 
 # Airflow 3 and its providers. The Spark provider stays below 6: 6.x depends on pyspark-client,

@@ -21,7 +21,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import os
+import re
 import sys
 import types
 import typing
@@ -795,15 +797,38 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:  # one line: where, and what the parser found
-        mark = getattr(e, "problem_mark", None)
-        at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
-        what = getattr(e, "problem", None) or " ".join(str(e).split())
+        at, what = _yaml_problem(e)
         raise ConfigError(f"{path}{at}: invalid YAML: {what}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
+
+
+def _yaml_problem(e: yaml.YAMLError) -> tuple[str, str]:
+    """(``":line:column"`` or ``""``, what the parser found): a YAML error as one line."""
+    mark = getattr(e, "problem_mark", None)
+    at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+    return at, getattr(e, "problem", None) or " ".join(str(e).split())
+
+
+def _check_values(value: Any, where: str, seen: tuple[int, ...] = ()) -> None:
+    """A config's values as YAML read them: a tree (a self-referencing alias, ``&a [*a]``, would make every
+    consumer of the config recurse without end) of finite numbers (``.nan`` and ``.inf`` pass every bound check a
+    setting has). :class:`ConfigError` naming the key otherwise."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}: expected a finite number, got {value!r}")
+    if isinstance(value, (dict, list)):
+        if id(value) in seen:
+            raise ConfigError(f"{where}: the value refers to itself (a YAML alias inside its own anchor)")
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for k, v in items:
+            _check_values(v, f"{where}.{k}" if isinstance(value, dict) else f"{where}[{k}]", (*seen, id(value)))
+
+
+#: What an override's key may hold: section, key and (in free-form mappings) names, joined by dots.
+_KEY = re.compile(r"[A-Za-z0-9_\-]+(?:\.[A-Za-z0-9_\-]+)*")
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -814,10 +839,15 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key = key.strip()
     if not key or any(not p for p in key.split(".")):
         raise ConfigError(f"--set {text!r}: empty key")
+    if not _KEY.fullmatch(key):
+        raise ConfigError(f"--set {text!r}: a key is names of letters, digits, _ and - joined by dots, got {key!r}")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as e:
-        raise ConfigError(f"--set {text!r}: value is not valid YAML: {e}") from None
+        at, what = _yaml_problem(e)
+        where = f" (at {at[1:]} of the value)" if at else ""
+        raise ConfigError(f"--set {text!r}: value is not valid YAML: {what}{where}") from None
+    _check_values(value, f"--set {key}")
     return key.split("."), value
 
 
@@ -898,6 +928,8 @@ def config_data(path: str | os.PathLike | None = None, overrides: list[str] | No
     load = data.get("plugins", {}).get("load") if isinstance(data.get("plugins"), dict) else None
     if isinstance(load, list):
         data["plugins"]["load"] = [_relative_to(p, x) for x in load]
+    for key, value in data.items():
+        _check_values(value, f"{p}: {key}")
     return p, apply_overrides(data, list(overrides or []))
 
 
