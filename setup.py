@@ -54,6 +54,7 @@ DEPLOY_REQUIRES = [
     "psycopg2-binary>=2.9",
     "asyncpg>=0.29",
     "psycopg[binary]>=3.1",
+    "Flask-WTF>=1.2,<2",  # mlflow server --app-name basic-auth (MLflow's `auth` extra): the layout's login
 ]
 
 # benchmarks/bench_scale.py: LightGBM's lambdarank side by side with ours (pip install -e ".[bench]")

@@ -65,8 +65,7 @@ def one(p: int, queries: int, folds: list[int], trees: int, timeline: bool = Fal
             "train.leaves=8",
             "report.permutations=200",
             f"report.table2_sizes=[{trees // 3}]",
-            f"tracking.uri={d.mlflow_uri}",
-        ]
+        ]  # the tracking server and its credentials: the Airflow connection mlflow_default
         t0 = time.monotonic()
         d.trigger("bench", {"set": study})
 

@@ -30,15 +30,13 @@ from typing import Any
 
 from airflow.sdk import DAG, task
 
-from pipelines.app.airflow import LtrSubmitOperator, fail_fast, study_params
+from pipelines.app.airflow import LtrSubmitOperator, fail_fast, resolve_study_task, study_params, unit_args_task
 from pipelines.app.study_tasks import (
     difficulty_needed,
     generate_needed,
     ingest_needed,
     record_ingest,
-    resolve_study,
     study_parent,
-    unit_args,
 )
 from pipelines.core.config import jobs_dir
 
@@ -88,7 +86,7 @@ with DAG(
     },
     params=study_params(),
 ) as dag:
-    study = task(fail_fast(resolve_study), task_id="study", multiple_outputs=True)()
+    study = task(fail_fast(resolve_study_task), task_id="study", multiple_outputs=True)()
     gen_check = task.short_circuit(
         fail_fast(generate_needed), task_id="generate_needed", ignore_downstream_trigger_rules=False
     )(study)
@@ -114,7 +112,7 @@ with DAG(
         task_id="grid_setup", trigger_rule="none_failed", **_submit("grid", application_args=study["setup_args"])
     )
     parent = task(fail_fast(study_parent), task_id="parent", multiple_outputs=True)(study)
-    units = task(fail_fast(unit_args), task_id="units")(study, parent)
+    units = task(fail_fast(unit_args_task), task_id="units")(study, parent)
     train = LtrSubmitOperator.partial(
         task_id="train",
         map_index_template="{{ task.unit_label }}",

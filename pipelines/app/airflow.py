@@ -36,7 +36,15 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import Param
 from airflow.sdk.exceptions import AirflowFailException
 
-from pipelines.app.study_tasks import StudyTaskError
+from pipelines.app.study_tasks import (
+    MLFLOW_CONN_DEFAULT,
+    MLFLOW_CONN_PARAM,
+    MlflowServer,
+    StudyTaskError,
+    mlflow_server,
+    resolve_study,
+    unit_args,
+)
 from pipelines.core.proctree import ProcessTree
 
 #: A job's exit code for bad input or configuration (:mod:`pipelines.app.cli`): retrying cannot help.
@@ -74,6 +82,40 @@ def fail_fast(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise AirflowFailException(str(e)) from None
 
     return run
+
+
+def mlflow_connection(conn_id: str) -> MlflowServer | None:
+    """The MLflow tracking server of Airflow connection ``conn_id`` (None: there is none): ``http(s)://host[:port]``
+    (the connection's schema ``https``, else http) and its login and password, which Airflow masks in task logs.
+    Set it from a secrets backend, or ``AIRFLOW_CONN_MLFLOW_DEFAULT`` on the workers (README, "Credentials")."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        c = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return None
+    scheme = "https" if (c.schema or "").lower() == "https" or c.conn_type == "https" else "http"
+    host = (c.host or "").split("://")[-1].rstrip("/")
+    return MlflowServer(f"{scheme}://{host}{f':{c.port}' if c.port else ''}", c.login or "", c.password or "")
+
+
+def use_mlflow_connection(params: dict[str, Any]) -> None:
+    """The credentials of the run's MLflow connection (``params.mlflow_conn_id``) into this task's environment."""
+    _, server = mlflow_server(params, mlflow_connection)
+    if server is not None:
+        server.apply()
+
+
+def resolve_study_task(params: dict[str, Any], run_id: str | None = None) -> dict[str, Any]:
+    """:func:`pipelines.app.study_tasks.resolve_study` with the run's MLflow connection read from Airflow."""
+    return resolve_study(params, run_id, connection=mlflow_connection)
+
+
+def unit_args_task(study: dict[str, Any], parent: dict[str, Any]) -> list[dict[str, Any]]:
+    """:func:`pipelines.app.study_tasks.unit_args` (it reads the study's runs in MLflow) with the run's credentials."""
+    use_mlflow_connection({MLFLOW_CONN_PARAM: study.get(MLFLOW_CONN_PARAM) or ""})
+    return unit_args(study, parent)
 
 
 class LtrSubmitOperator(SparkSubmitOperator):
@@ -128,6 +170,9 @@ class LtrSubmitOperator(SparkSubmitOperator):
             Any other exception of the submit, re-raised unchanged after the kill.
         """
         self.apply_params(context["params"])
+        # the tracking server's credentials: in the environment spark-submit inherits, never in its arguments
+        # (the provider's env_vars would put them on the command line on YARN and Kubernetes)
+        use_mlflow_connection(context["params"])
         from pipelines.app.jvm import with_archive
 
         # the JVM spark-submit starts here (in client mode the driver's): Spark's class archive where it exists
@@ -179,6 +224,13 @@ def study_params() -> dict[str, Param]:
         ),
         "src": Param("", type="string", description="LETOR folder to ingest; empty: generate data as `ltr run`"),
         "spark_conn_id": Param("spark_default", type="string", description="Airflow Spark connection"),
+        MLFLOW_CONN_PARAM: Param(
+            MLFLOW_CONN_DEFAULT,
+            type="string",
+            description="Airflow connection of the MLflow tracking server (host, port, schema http/https, login, "
+            "password): the jobs' tracking.uri and credentials. A missing default connection: the config's "
+            "tracking.uri and the workers' MLFLOW_TRACKING_USERNAME/PASSWORD. Never put a password in set.",
+        ),
         "spark_conf": Param(
             {},
             type="object",

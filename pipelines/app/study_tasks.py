@@ -23,13 +23,98 @@ Idempotent and retry-safe:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pipelines.core.errors import UserError
 
+#: The run param naming the Airflow connection of the MLflow tracking server, and its default.
+MLFLOW_CONN_PARAM, MLFLOW_CONN_DEFAULT = "mlflow_conn_id", "mlflow_default"
+#: Where MLflow's client reads a tracking server's credentials (never from a URI on a command line).
+CREDENTIAL_ENV = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+#: The run params that hold text a user types (and the Airflow UI shows to everyone who can see the run).
+_TEXT_PARAMS = ("conf", "set", "src", "spark_conf", "archives", "py_files", "files", "jars")
+
 
 class StudyTaskError(UserError):
     """A run's params, config or records that no retry can fix (the task fails at once, naming the cause)."""
+
+
+@dataclass(frozen=True)
+class MlflowServer:
+    """An MLflow tracking server as an Airflow connection describes it: its address (no credentials) and the
+    user the study logs in as."""
+
+    uri: str
+    username: str = ""
+    password: str = ""
+
+    def apply(self) -> None:
+        """Put the credentials where MLflow's client reads them, in this process's environment (a spark-submit it
+        starts inherits them; none is on a command line)."""
+        for name, value in zip(CREDENTIAL_ENV, (self.username, self.password), strict=True):
+            if value:
+                os.environ[name] = value
+
+
+#: How a task finds the connection (``pipelines.app.airflow.mlflow_connection``; None: it does not exist).
+Connections = Callable[[str], MlflowServer | None]
+
+
+def check_params_hold_no_secret(params: dict[str, Any], conn_id: str) -> None:
+    """A run's params are shown in the Airflow UI (and its ``conf`` on the trigger's command line): one that holds
+    a credential (:func:`pipelines.core.secrets.has_secret`) is refused, naming where credentials go instead."""
+    from pipelines.core.secrets import has_secret, redact
+
+    for name in _TEXT_PARAMS:
+        value = params.get(name)
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else []
+        texts = [(f"{name}[{k!r}]" if isinstance(value, dict) else f"{name}[{k}]", v) for k, v in items]
+        for where, text in texts or [(name, value)]:
+            if text is not None and has_secret(text):
+                raise StudyTaskError(
+                    f"params.{where} {redact(text)!r} holds a credential, which the Airflow UI shows to everyone "
+                    f"who can see the run: put the MLflow server's login and password in the Airflow connection "
+                    f"{conn_id or MLFLOW_CONN_DEFAULT!r} (or MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD "
+                    "in the workers' environment), not in the run's params"
+                )
+
+
+def mlflow_server(params: dict[str, Any], connection: Connections | None) -> tuple[str, MlflowServer | None]:
+    """(the connection id, its server) of a run: ``params.mlflow_conn_id`` (default ``mlflow_default``). The default
+    connection may be missing (the config's ``tracking.uri`` and the workers' environment are used); a connection
+    the run names must exist."""
+    conn_id = str(params.get(MLFLOW_CONN_PARAM, MLFLOW_CONN_DEFAULT) or "")
+    if not conn_id or connection is None:
+        return conn_id, None
+    server = connection(conn_id)
+    if server is None and conn_id != MLFLOW_CONN_DEFAULT:
+        raise StudyTaskError(f"params.{MLFLOW_CONN_PARAM}: no Airflow connection {conn_id!r}")
+    return conn_id, server
+
+
+def check_mlflow_access(uri: str, conn_id: str) -> None:
+    """One authenticated request to a tracking server: credentials it refuses fail the study's first task, in one
+    line, instead of every job after it."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from pipelines.core.secrets import browser_address
+    from pipelines.tracking.runs import is_server
+
+    if not is_server(uri):
+        return
+    try:
+        MlflowClient(uri).search_experiments(max_results=1)
+    except MlflowException as e:
+        if e.error_code not in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+            raise
+        source = f"the Airflow connection {conn_id!r}" if conn_id else "MLFLOW_TRACKING_USERNAME and _PASSWORD"
+        raise StudyTaskError(
+            f"the MLflow server at {browser_address(uri)} refused the credentials of {source} "
+            f"({e.error_code}): set them to an MLflow user's login and password"
+        ) from None
 
 
 def load_study_config(study: dict[str, Any]) -> Any:
@@ -39,10 +124,16 @@ def load_study_config(study: dict[str, Any]) -> Any:
     return load_config(study["conf"] or None, study["set"], files=False)
 
 
-def resolve_study(params: dict[str, Any], run_id: str | None = None) -> dict[str, Any]:
+def resolve_study(
+    params: dict[str, Any], run_id: str | None = None, connection: Connections | None = None
+) -> dict[str, Any]:
     """The run's config (``params.conf`` + ``params.set``), checked, and every job's arguments.
 
-    ``params``, ``run_id``: the run's params and id (Airflow passes them to a task callable by these names).
+    ``params``, ``run_id``: the run's params and id (Airflow passes them to a task callable by these names);
+    ``connection``: how to read the Airflow connection ``params.mlflow_conn_id`` names (the tracking server: its
+    address becomes every job's ``tracking.uri``, its login and password the jobs' environment, never a param
+    or an argument). Params that hold a credential are refused; the server's refusal of the credentials fails
+    here, in one line.
     """
     from pipelines.core.config import ConfigError
     from pipelines.core.layout import Layout
@@ -50,12 +141,20 @@ def resolve_study(params: dict[str, Any], run_id: str | None = None) -> dict[str
     from pipelines.plugins.setup import load_config
 
     conf, overrides, src = params.get("conf") or "", list(params.get("set") or []), params.get("src") or ""
+    conn_id, server = mlflow_server(params, connection)
+    check_params_hold_no_secret(params, conn_id)
+    if server is not None:  # after the run's own settings: the connection's address wins
+        server.apply()
+        overrides.append(f"tracking.uri={server.uri}")
     try:
         cfg = load_config(conf or None, overrides, files=False)  # installed plug-ins only
     except (ConfigError, PluginError) as e:
         raise StudyTaskError(f"params conf/set: {e}") from None
     if not cfg.grid.folds:
         raise StudyTaskError("grid.folds is empty: the study has no fold to train")
+    from pipelines.tracking.runs import tracking_uri
+
+    check_mlflow_access(tracking_uri(cfg), conn_id if server is not None else "")
     common = (["--conf", conf] if conf else []) + [a for o in overrides for a in ("--set", o)]
     layout = Layout.of(cfg)
     work, letor, data, difficulty = cfg.work_dir, layout.letor, layout.data, layout.difficulty
@@ -68,6 +167,7 @@ def resolve_study(params: dict[str, Any], run_id: str | None = None) -> dict[str
     return {
         "conf": conf,
         "set": overrides,
+        "mlflow_conn_id": conn_id if server is not None else "",
         "work_dir": work,
         "generate": not src,
         "src": src or letor,

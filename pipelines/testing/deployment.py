@@ -6,18 +6,29 @@ dag-processor) with the LocalExecutor, the ``ltr_study`` DAG file copied into it
 process is started here and stopped by :meth:`Deployment.stop` (whole process trees: PySpark's workers
 live in process groups of their own), also when a test fails.
 
+Closed as README's production recipe is (README, "Airflow in production"): PostgreSQL asks every role for its
+password (scram-sha-256), Airflow and MLflow each have a role and a database of their own; the MLflow server
+runs its authentication app (``--app-name basic-auth``: an admin, and the user ``ltr`` the study logs in as);
+no password is on a command line: the database URIs reach MLflow through ``MLFLOW_BACKEND_STORE_URI`` and
+Airflow through ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD`` (a file only the owner reads), the study's
+credentials through the Airflow connection ``mlflow_default`` (``AIRFLOW_CONN_MLFLOW_DEFAULT``).
+
 ``tests/scenarios/test_deploy.py`` and ``benchmarks/bench_deploy.py`` use it.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -76,14 +87,37 @@ class Deployment:
         self.airflow_home = self.root / "airflow"
         self.dags = self.root / "dags"
         self.artifacts = self.root / "mlartifacts"
+        self.secrets = self.root / "secrets"  # the owner's only: what a secrets manager would hold
+        # passwords of this deployment: PostgreSQL's superuser and roles, MLflow's admin and the study's user
+        # (at least 12 characters: MLflow's rule), never on a command line
+        self.passwords = {name: secrets.token_urlsafe(18) for name in ("postgres", "airflow", "mlflow", "admin", "ltr")}
+        self.study_user = "ltr"
 
     # ---------------------------------------------------------------- services
     @property
     def mlflow_uri(self) -> str:
+        """The tracking server's address (no credentials: they come from the environment or a connection)."""
         return f"http://127.0.0.1:{self.mlflow_port}"
 
     def db_url(self, db: str, driver: str = "") -> str:
-        return f"postgresql{'+' + driver if driver else ''}://postgres@127.0.0.1:{self.pg_port}/{db}"
+        """The database ``db`` as its own role (``postgres``: the superuser), password included: for files and
+        environments only."""
+        return f"postgresql{'+' + driver if driver else ''}://{db}:{self.passwords[db]}@127.0.0.1:{self.pg_port}/" + (
+            "postgres" if db == "postgres" else db
+        )
+
+    def credentials(self, user: str = "admin", password: str | None = None) -> dict[str, str]:
+        """The environment MLflow's client reads a tracking server's credentials from (default: the admin's)."""
+        return {"MLFLOW_TRACKING_USERNAME": user, "MLFLOW_TRACKING_PASSWORD": password or self.passwords[user]}
+
+    def secret_file(self, name: str, text: str) -> Path:
+        """``text`` in a file of :attr:`secrets` that only its owner reads (no trailing newline: Airflow's
+        ``_CMD`` options take a command's output as it is)."""
+        self.secrets.mkdir(mode=0o700, exist_ok=True)
+        p = self.secrets / name
+        p.touch(mode=0o600)
+        p.write_text(text)
+        return p
 
     def _as_postgres(self, cmd: list[str]) -> list[str]:
         return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
@@ -135,13 +169,33 @@ class Deployment:
         if os.geteuid() == 0:
             shutil.chown(self.pg_data, "postgres", "postgres")
             shutil.chown(sock, "postgres", "postgres")
-        subprocess.run(
-            self._as_postgres(
-                [str(b / "initdb"), "-D", str(self.pg_data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"]
-            ),
-            check=True,
-            capture_output=True,
-        )
+        pwfile = self.pg_data.parent / "pg-pwfile"  # initdb reads the superuser's password from it, then it goes
+        pwfile.touch(mode=0o600)
+        pwfile.write_text(self.passwords["postgres"])
+        if os.geteuid() == 0:
+            shutil.chown(pwfile, "postgres", "postgres")
+        try:
+            subprocess.run(
+                self._as_postgres(
+                    [
+                        str(b / "initdb"),
+                        "-D",
+                        str(self.pg_data),
+                        "-U",
+                        "postgres",
+                        "-A",
+                        "scram-sha-256",
+                        f"--pwfile={pwfile}",
+                        "-E",
+                        "UTF8",
+                        "--no-sync",
+                    ]  # fmt: skip
+                ),
+                check=True,
+                capture_output=True,
+            )
+        finally:
+            pwfile.unlink()
         self._spawn(
             "postgres",
             self._as_postgres(
@@ -181,20 +235,37 @@ class Deployment:
         con = psycopg2.connect(self.db_url("postgres"))
         con.autocommit = True
         with con.cursor() as cur:
-            for db in ("airflow", "mlflow"):
-                cur.execute(f"CREATE DATABASE {db}")
+            for db in ("airflow", "mlflow"):  # a role and a database of its own each
+                cur.execute(f"CREATE ROLE {db} LOGIN PASSWORD %s", (self.passwords[db],))
+                cur.execute(f"CREATE DATABASE {db} OWNER {db}")
         con.close()
 
     def start_mlflow(self) -> None:
-        """``mlflow server`` on PostgreSQL, not waited for (:meth:`wait_mlflow`)."""
+        """``mlflow server`` on PostgreSQL with its authentication app, not waited for (:meth:`wait_mlflow`): its
+        database URI, admin password and session key from the environment; users' permissions in a SQLite file
+        of :attr:`secrets` (nobody but its user sees another's experiments)."""
         self.artifacts.mkdir(exist_ok=True)
+        ini = self.secret_file(
+            "basic_auth.ini",
+            "[mlflow]\ndefault_permission = NO_PERMISSIONS\n"
+            f"database_uri = sqlite:///{self.secrets / 'basic_auth.db'}\nadmin_username = admin\n"
+            "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n",
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_")}
+        env.update(
+            MLFLOW_BACKEND_STORE_URI=self.db_url("mlflow"),
+            MLFLOW_AUTH_CONFIG_PATH=str(ini),
+            MLFLOW_AUTH_ADMIN_USERNAME="admin",
+            MLFLOW_AUTH_ADMIN_PASSWORD=self.passwords["admin"],
+            MLFLOW_FLASK_SERVER_SECRET_KEY=secrets.token_hex(24),
+        )
         self._spawn(
             "mlflow",
             [
                 os.path.join(self.venv_bin, "mlflow"),
                 "server",
-                "--backend-store-uri",
-                self.db_url("mlflow"),
+                "--app-name",
+                "basic-auth",
                 "--serve-artifacts",
                 "--artifacts-destination",
                 str(self.artifacts),
@@ -205,7 +276,7 @@ class Deployment:
                 "--workers",
                 "2",
             ],
-            {**os.environ, **self.extra_env},  # the server's job runners run our code too: the same environment
+            {**env, **self.extra_env},  # the server's job runners run our code too: the same environment
         )
 
     def wait_mlflow(self) -> None:
@@ -220,13 +291,45 @@ class Deployment:
                 return False
 
         self._wait("mlflow server", ready, 120, "mlflow")
+        self.mlflow_api("users/create", {"username": self.study_user, "password": self.passwords[self.study_user]})
+
+    def mlflow_api(self, endpoint: str, body: dict[str, Any] | None = None, auth: tuple[str, str] | None = None) -> int:
+        """POST (with ``body``; else GET) ``/api/2.0/mlflow/<endpoint>`` as ``auth`` (default: the admin; ``("", "")``:
+        no credentials); the HTTP status."""
+        user, pw = auth if auth is not None else ("admin", self.passwords["admin"])
+        req = urllib.request.Request(
+            f"{self.mlflow_uri}/api/2.0/mlflow/{endpoint}",
+            data=json.dumps(body).encode() if body is not None else None,
+            headers={"Content-Type": "application/json"},
+        )
+        if user:
+            req.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{pw}".encode()).decode())
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as e:
+            if body is not None and user and e.code != 401:
+                raise RuntimeError(f"{endpoint}: {e.code} {e.read()[:300]!r}") from None
+            return int(e.code)
+
+    def mlflow_connection(self, password: str | None = None) -> str:
+        """An Airflow connection (JSON) of the tracking server as the study's user (``password``: another one)."""
+        pw = password or self.passwords[self.study_user]
+        conn = {"conn_type": "http", "host": "127.0.0.1", "port": self.mlflow_port, "login": self.study_user}
+        return json.dumps({**conn, "password": pw})
 
     def airflow_env(self) -> dict[str, str]:
-        env = os.environ.copy()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_")}  # the connection's only
+        conn = self.secrets / "airflow_db"
+        if not conn.exists():
+            self.secret_file("airflow_db", self.db_url("airflow", "psycopg2"))
         env.update(
             {
                 "AIRFLOW_HOME": str(self.airflow_home),
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.db_url("airflow", "psycopg2"),
+                # from a file only this user reads (a secrets manager's command in production), not the environment
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD": f"cat {conn}",
+                "AIRFLOW_CONN_MLFLOW_DEFAULT": self.mlflow_connection(),
+                "AIRFLOW_CONN_MLFLOW_WRONG": self.mlflow_connection(password="not-" + self.passwords["ltr"][::-1]),
                 "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
                 "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
                 "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags),

@@ -123,6 +123,10 @@ def open_ui(tracking_uri: str) -> str:
     return f"mlflow ui --backend-store-uri {secrets.redact(tracking_uri)}"
 
 
+class RefusedCredentials(UserError):
+    """The tracking server refused this process's credentials (401/403): one line, exit 2."""
+
+
 def is_server(uri: str) -> bool:
     """A tracking server (REST), as opposed to a store the process opens itself (SQLite, a database URL)."""
     return uri.split("://", 1)[0].lower() in ("http", "https", "databricks")
@@ -180,7 +184,7 @@ class Tracker:
         mlflow.set_tracking_uri(self.uri)
         with store_lock(self.uri):  # the first use of a store creates its schema
             self.client = _quiet_client(self.uri)  # reads show no progress bars
-            exp = self.client.get_experiment_by_name(self.experiment)
+            exp = self._experiment_or_refusal()
             if exp is None and not self.create:
                 names = sorted(e.name for e in self.client.search_experiments())
                 raise UnknownExperiment(
@@ -202,6 +206,22 @@ class Tracker:
                 self.experiment_id = exp.experiment_id
                 if self.create and TAG_EXPERIMENT_KIND not in exp.tags:  # one made before the tag existed
                     self.client.set_experiment_tag(self.experiment_id, TAG_EXPERIMENT_KIND, MODEL_TRAINING)
+
+    def _experiment_or_refusal(self) -> Any:
+        """The experiment (None: none yet); a server's refusal of the credentials as one line, naming where they
+        are read from."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return self.client.get_experiment_by_name(self.experiment)
+        except MlflowException as e:
+            if e.error_code not in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+                raise
+            who = os.environ.get("MLFLOW_TRACKING_USERNAME") or "(no user: MLFLOW_TRACKING_USERNAME is not set)"
+            raise RefusedCredentials(
+                f"the MLflow server at {secrets.browser_address(self.uri)} refused the credentials of {who} "
+                f"({e.error_code}): set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD to an MLflow user's"
+            ) from None
 
     @classmethod
     def for_config(cls, cfg: Any, experiment: str | None = None, create: bool = True) -> Tracker:

@@ -15,11 +15,13 @@ same MLflow calls through the same DAG again, and was dropped to keep CI inside 
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
 from collections import deque
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -66,10 +68,17 @@ def deployment():
             "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
         },
     )  # MLflow's GenAI job runner: 8 idle processes
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
     try:
         d.start()
+        os.environ.update(d.credentials())  # this process reads every run as the server's admin
         yield d
     finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         d.stop()  # every process, also when a test failed
 
 
@@ -80,6 +89,35 @@ def _children(client, experiment: str) -> tuple[list, list]:
         [r for r in runs if r.data.tags.get("ltr.kind") == "grid"],
         [r for r in runs if r.data.tags.get("ltr.kind") == "child"],
     )
+
+
+def _command_lines(d: Deployment, stop: threading.Event, out: set[str]) -> None:
+    """Every 0.2 s until ``stop``: the command line of every process of the deployment's services' trees and of
+    every process whose command line names its folder (the task processes' spark-submits and drivers)."""
+    import psutil
+
+    while not stop.wait(0.2):
+        pids = {p for s in d.service_pids() for p in tree_pids(s)}
+        for p in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                cmd = " ".join(p.info["cmdline"] or [])
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            if p.info["pid"] in pids or str(d.root) in cmd:
+                out.add(cmd)
+
+
+def _files_holding(root: Path, needles: list[bytes], skip: Path) -> list[str]:
+    hits = []
+    for p in root.rglob("*"):
+        if skip in p.parents or p == skip or not p.is_file() or p.is_symlink():
+            continue
+        try:
+            data = p.read_bytes()
+        except OSError:
+            continue
+        hits += [str(p.relative_to(root)) for n in needles if n in data]
+    return hits
 
 
 def _overlapping(tis: list[dict]) -> int:
@@ -241,20 +279,30 @@ def test_concurrent_units_one_run_per_child_and_a_killed_task_resumed_by_airflow
 
     d = deployment
     work = d.root / "work"
-    study = [f"work_dir={work}", *STUDY, "grid.experiment=deploy", f"tracking.uri={d.mlflow_uri}"]
+    study = [f"work_dir={work}", *STUDY, "grid.experiment=deploy"]  # the server: the connection mlflow_default
     d.trigger("study", {"set": study})
     killer, stop = Killer(work, d.task_log_dir("study", "train")), threading.Event()
     watcher = killer.watch(stop)
+    commands: set[str] = set()  # every command line of the deployment's processes while the study runs (ps)
+    seen = threading.Thread(target=_command_lines, args=(d, stop, commands), daemon=True)
+    seen.start()
     try:
         state = d.wait_run("study", 900)
     finally:
         stop.set()
         watcher.join(30)
+        seen.join(30)
     if killer.error is not None:
         raise killer.error
     tis = d.task_instances("study")
     assert state == "success", d.states("study")
     assert killer.killed >= 4, "the task's tree: task process, JVM, Python driver, PySpark daemon/worker"
+    # no password on any command line (what `ps` shows every user), raw or URL-quoted, while the study ran
+    assert len(commands) > 20 and any("SparkSubmit" in c for c in commands), len(commands)
+    leaked = {n for n, pw in d.passwords.items() for c in commands if pw in c or quote(pw) in c}
+    assert not leaked, leaked
+    # nor in any file of the deployment but its secrets: task logs, service logs, work_dir, artifacts, databases
+    assert _files_holding(d.root, [pw.encode() for pw in d.passwords.values()], skip=d.secrets) == []
 
     # (a) the mapped training tasks ran at once (the LocalExecutor's 3 slots), labelled by what they train
     trains = [t for t in tis if t["task_id"] == "train"]
@@ -326,7 +374,7 @@ def test_a_second_run_of_the_finished_study_trains_nothing(deployment):
     client = mlflow.MlflowClient(d.mlflow_uri)
     before = {r.info.run_id: r.info.end_time for r in _children(client, "deploy")[1]}
     ckpt = {str(p): p.stat().st_mtime_ns for p in (work / "checkpoints").rglob("*") if p.is_file()}
-    study = [f"work_dir={work}", *STUDY, "grid.experiment=deploy", f"tracking.uri={d.mlflow_uri}"]
+    study = [f"work_dir={work}", *STUDY, "grid.experiment=deploy"]  # the server: the connection mlflow_default
     d.trigger("again", {"set": study})
     assert d.wait_run("again", 600) == "success", d.states("again")
     states = d.states("again")
@@ -337,3 +385,38 @@ def test_a_second_run_of_the_finished_study_trains_nothing(deployment):
     assert {str(p): p.stat().st_mtime_ns for p in (work / "checkpoints").rglob("*") if p.is_file()} == ckpt
     parents, children = _children(client, "deploy")
     assert len(parents) == 1 and {r.info.run_id: r.info.end_time for r in children} == before
+
+
+@pytest.mark.timeout(600)
+def test_the_tracking_server_is_closed_and_bad_credentials_fail_the_first_task_in_one_line(deployment):
+    """The production layout is closed: a request without credentials gets 401. A run whose MLflow connection has
+    a wrong password fails its first task (no retry) with one line naming the connection; a run that puts a
+    password in its params fails there too, naming where credentials go, and the password is in no task log."""
+    import urllib.request
+
+    d = deployment
+    assert d.mlflow_api("experiments/search?max_results=1", auth=("", "")) == 401
+    assert d.mlflow_api("experiments/search?max_results=1", auth=("ltr", "wrong-password-0")) == 401
+    assert d.mlflow_api("experiments/search?max_results=1") == 200  # the admin
+    with urllib.request.urlopen(f"{d.mlflow_uri}/health", timeout=5) as r:  # open: a load balancer's probe
+        assert r.status == 200
+    study = [f"work_dir={d.root / 'work-bad'}", *STUDY, "grid.experiment=deploy-bad"]
+    planted = d.passwords["ltr"]
+    runs = {
+        "wrong": ({"set": study, "mlflow_conn_id": "mlflow_wrong"}, "refused the credentials of the Airflow "
+                  "connection 'mlflow_wrong' (UNAUTHENTICATED)"),
+        "leaky": ({"set": [*study, f"tracking.uri=http://ltr:{planted}@127.0.0.1:{d.mlflow_port}"]},
+                  "holds a credential, which the Airflow UI shows"),
+    }  # fmt: skip
+    for run_id, (conf, _) in runs.items():
+        d.trigger(run_id, conf)
+    for run_id, (_, says) in runs.items():
+        assert d.wait_run(run_id, 300) == "failed", d.states(run_id)
+        states = d.states(run_id)
+        assert states["study"] == "failed (try 1)", states  # not retried
+        assert all(s.split()[0] in ("upstream_failed", "None", "skipped") for t, s in states.items() if t != "study")
+        log = d.task_log(run_id, "study", -1, 1)
+        lines = [x for x in log.splitlines() if says in x]
+        assert lines, log[-3000:]
+        assert planted not in log and quote(planted) not in log
+    assert d.mlflow_api("experiments/get-by-name?experiment_name=deploy-bad") == 404  # nothing was made

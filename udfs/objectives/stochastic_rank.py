@@ -43,6 +43,44 @@ def _density(x: float, mean: float, sd: float) -> float:
 
 
 @numba.njit(cache=True, nogil=True)
+def _shifted(
+    a: np.ndarray, y: np.ndarray, sigma: float, mu: float, top: int, exp_gain: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """A query's consistent-smoothing scores ``z`` (shifted by ``-sigma * mu * y``, centred), gains, position
+    weights normalised by the ideal DCG@k (``n + 1`` of them, the last 0: one past the last position), and ``k``."""
+    n = a.size
+    z = np.empty(n)
+    g = np.empty(n)
+    for i in range(n):
+        z[i] = a[i] - sigma * mu * y[i]
+        g[i] = 2.0 ** y[i] - 1.0 if exp_gain else y[i]
+    z -= z.mean()
+    k = n if top <= 0 or top > n else top
+    w = np.zeros(n + 1)
+    for p in range(k):
+        w[p] = 1.0 / math.log2(2.0 + p)
+    ideal = 0.0
+    gs_ideal = np.sort(g)[::-1]
+    for p in range(k):
+        ideal += gs_ideal[p] * w[p]
+    if ideal > 2.220446049250313e-16:
+        for p in range(k):
+            w[p] /= ideal
+    return z, g, w, k
+
+
+@numba.njit(cache=True, nogil=True)
+def _project(der: np.ndarray, a: np.ndarray, nu: float, lam: float) -> None:
+    """SFA, in place: ``der`` minus its mean, minus ``lam * <der, a~> / (|a~| + nu)^2 * a~`` (``a~``: the centred
+    margins)."""
+    der -= der.mean()
+    if a.size > 2:
+        at = a - a.mean()
+        norm = math.sqrt((at * at).sum()) + nu
+        der -= lam * (der * at).sum() / (norm * norm) * at
+
+
+@numba.njit(cache=True, nogil=True)
 def _query(
     a: np.ndarray,
     y: np.ndarray,
@@ -60,23 +98,7 @@ def _query(
     if n <= 1:
         out[:] = 0.0
         return
-    z = np.empty(n)
-    g = np.empty(n)
-    for i in range(n):
-        z[i] = a[i] - sigma * mu * y[i]
-        g[i] = 2.0 ** y[i] - 1.0 if exp_gain else y[i]
-    z -= z.mean()
-    k = n if top <= 0 or top > n else top
-    w = np.zeros(n + 1)  # w[n] = 0: one past the last position
-    for p in range(k):
-        w[p] = 1.0 / math.log2(2.0 + p)
-    ideal = 0.0
-    gs_ideal = np.sort(g)[::-1]
-    for p in range(k):
-        ideal += gs_ideal[p] * w[p]
-    if ideal > 2.220446049250313e-16:
-        for p in range(k):
-            w[p] /= ideal
+    z, g, w, k = _shifted(a, y, sigma, mu, top, exp_gain)
     der = np.zeros(n)
     samples = eps.shape[0]
     sd = sigma * math.sqrt(n / (n - 1.0))
@@ -125,11 +147,7 @@ def _query(
                 total += diff * dens
             der[doc] += total / samples
     if sfa:
-        der -= der.mean()
-        if n > 2:
-            at = a - a.mean()
-            norm = math.sqrt((at * at).sum()) + nu
-            der -= lam * (der * at).sum() / (norm * norm) * at
+        _project(der, a, nu, lam)
     out[:] = der
 
 
@@ -163,23 +181,7 @@ def _query_reinforce(
     if n <= 1:
         out[:] = 0.0
         return
-    z = np.empty(n)
-    g = np.empty(n)
-    for i in range(n):
-        z[i] = a[i] - sigma * mu * y[i]
-        g[i] = 2.0 ** y[i] - 1.0 if exp_gain else y[i]
-    z -= z.mean()
-    k = n if top <= 0 or top > n else top
-    w = np.zeros(n)
-    for p in range(k):
-        w[p] = 1.0 / math.log2(2.0 + p)
-    ideal = 0.0
-    gs_ideal = np.sort(g)[::-1]
-    for p in range(k):
-        ideal += gs_ideal[p] * w[p]
-    if ideal > 2.220446049250313e-16:
-        for p in range(k):
-            w[p] /= ideal
+    z, g, w, _ = _shifted(a, y, sigma, mu, top, exp_gain)
     base = _ndcg_of(z, g, w)
     der = np.zeros(n)
     samples = eps.shape[0]
@@ -191,11 +193,7 @@ def _query_reinforce(
         delta = (_ndcg_of(s, g, w) - base) / (sigma * samples)
         for i in range(n):
             der[i] += delta * e[i]
-    der -= der.mean()
-    if n > 2:
-        at = a - a.mean()
-        norm = math.sqrt((at * at).sum()) + nu
-        der -= lam * (der * at).sum() / (norm * norm) * at
+    _project(der, a, nu, lam)
     out[:] = der
 
 
