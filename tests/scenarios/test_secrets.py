@@ -1,19 +1,17 @@
 """A password in the tracking URI appears in no output of a study: its console, its logs, ``work_dir``, the MLflow
 store (the server's database and artifacts) and the report. A real MLflow tracking server (``mlflow ui`` over a
-SQLite store, which takes any credentials), a real ``ltr run`` of the tiny study in its own process."""
+SQLite store, which takes any credentials), a real ``ltr run`` of the tiny study (in the suite's Spark session)."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from pipelines.core.secrets import browser_address, has_secret, redact
 from pipelines.testing.processes import free_port, mlflow_ui, stop_process, wait_http
-from tests.helpers import ROOT, cli_env, tiny_study
+from tests.helpers import set_args, tiny_study
 
 PLANTED = "Pl4ntedSecret9"  # what must not appear anywhere
 
@@ -49,33 +47,31 @@ def test_a_credential_in_the_artifact_location_is_refused():
     assert PLANTED not in str(e.value)
 
 
-def test_a_password_in_the_tracking_uri_is_in_no_output_of_a_study(tmp_path):
+def test_a_password_in_the_tracking_uri_is_in_no_output_of_a_study(spark, tmp_path, capfd):
+    from pipelines.app.cli import main
+
     store, work = tmp_path / "server", tmp_path / "work"
     store.mkdir()
     port = free_port()
     server = mlflow_ui(f"sqlite:///{store / 'mlflow.db'}", port, workers=1, cwd=store)
+    saved = os.environ.pop("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", None)  # MLflow's own lines: off by ltr itself
     try:
         wait_http(f"http://127.0.0.1:{port}/health", 90, server)
         uri = f"http://ltr:{PLANTED}@127.0.0.1:{port}"
-        sets = tiny_study(f"work_dir={work}", f"tracking.uri={uri}", "grid.experiment=secrets")
-        cmd = [sys.executable, "-m", "pipelines.app.cli", "run"] + [a for s in sets for a in ("--set", s)]
-        env = cli_env()
-        env.pop("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", None)  # MLflow's own lines: off by ltr itself
-        r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr[-3000:]
-        console = r.stdout + r.stderr
+        sets = set_args(tiny_study(f"work_dir={work}", f"tracking.uri={uri}", "grid.experiment=secrets"))
+        assert main(["run", "--queries", "20", *sets]) == 0  # in this process: the suite's Spark session
+        console = "".join(capfd.readouterr())
         # the study talked to the server (its runs are there) and told the user where to look, without the password
-        assert f"MLflow UI: http://127.0.0.1:{port}" in console and "report page:" in console
+        assert f"MLflow UI: http://127.0.0.1:{port}" in console and "report page:" in console, console[-2000:]
         assert "View run" not in console  # MLflow's own "View run ... at: <URI>" lines are off
         assert "mlflow ui --backend-store-uri http" not in console  # a server is opened, not served again
-        # and the same failure path: an unknown run id's error names the store without the password
-        bad = subprocess.run([sys.executable, "-m", "pipelines.app.cli", "report", "--run-id", "nosuchrun"]
-                             + [a for s in sets for a in ("--set", s)], cwd=ROOT, env=env, capture_output=True,
-                             text=True, timeout=300)  # fmt: skip
-        assert bad.returncode != 0
-        console += bad.stdout + bad.stderr
+        # a failure's line and its saved trace: an unknown run id's error names the store without the password
+        assert main(["report", "--run-id", "nosuchrun", *sets]) != 0
+        console += "".join(capfd.readouterr())
     finally:
         stop_process(server)
+        if saved is not None:
+            os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = saved
     assert PLANTED not in console
     needle = PLANTED.encode()
     assert _files_holding(work, needle) == []  # work_dir: report, report.json, leases, results, logs
