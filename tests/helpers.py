@@ -172,3 +172,20 @@ def record(fold, strategy, switch, test, perq=(), dists=(), vali=None, code=None
         run_id=run_id,
         code=dict(code or {}),
     )
+
+
+#: A password planted in a URI that must appear in no output (tests of pipelines.core.secrets).
+PLANTED = "Pl4ntedSecret9"
+
+
+def files_holding(root: Path, needle: bytes) -> list[str]:
+    """The files under ``root`` (relative paths) whose bytes hold ``needle``."""
+    hits = []
+    for p in root.rglob("*"):
+        if p.is_file() and not p.is_symlink():
+            try:
+                if needle in p.read_bytes():
+                    hits.append(str(p.relative_to(root)))
+            except OSError:
+                continue
+    return hits

@@ -84,39 +84,65 @@ def test_strict_flag(spark, tmp_path, capsys):
     assert "malformed.txt:2: label is not an integer: token 'x'" in capsys.readouterr().err
 
 
-def test_run_is_the_whole_pipeline(spark, tmp_path, capsys):
+def test_run_is_the_whole_pipeline(spark, tmp_path, capfd):
     """``ltr run`` end to end; run again, every step before training is fresh (nothing generated, ingested or
-    scored again: pipelines.study.steps), the grid resumes with 0 trees trained and the report is the same."""
-    work = tmp_path / "work"
-    argv = [
-        "run",
-        "--queries",
-        "20",
-        *set_args(tiny_study(f"work_dir={work}", "train.max_bin=256")),  # the default's bins, as it always ran
-    ]
-    code = main(argv)
-    assert code == 0
-    manifest = json.loads((work / "dataset" / "_manifest.json").read_text())
-    assert manifest["queries"] == 20 and manifest["layout"] == "mslr_rotation"
-    gen = json.loads((work / "letor" / "generate.json").read_text())
-    assert manifest["rows"] == gen["rows"]
-    assert json.loads((work / "difficulty" / "_difficulty.json").read_text())["queries"] == 20
-    table1 = json.loads((work / "report" / "table1.json").read_text())
-    assert {r["label"] for r in table1} == {"LambdaMART", "MSE-2", "q_nrel-2"}
-    err = capsys.readouterr().err
-    assert "report.html" in err and f"mlflow ui --backend-store-uri sqlite:///{work}/mlflow.db" in err
+    scored again: pipelines.study.steps), the grid resumes with 0 trees trained and the report is the same.
 
-    outputs = [
-        work / "letor" / "generate.json",
-        work / "dataset" / "_manifest.json",
-        work / "difficulty" / "_difficulty.json",
-    ]
-    before = {p: p.stat().st_mtime_ns for p in outputs}
-    assert main(argv) == 0
-    err = capsys.readouterr().err
-    assert err.count("up to date, reused") == 3 and "3 children already finished, 0 child runs created" in err
-    assert {p: p.stat().st_mtime_ns for p in outputs} == before  # generate, ingest, difficulty: fresh, reused
-    assert json.loads((work / "report" / "table1.json").read_text()) == table1
+    Against a real MLflow tracking server (``mlflow ui`` over a SQLite store: it takes any credentials) whose URI
+    carries a password: the password is in no output of the study (issue 56): its console (ours and MLflow's own
+    lines), ``work_dir`` (report, report.json, records, leases), the server's database and artifacts, and the
+    trace a failure saves. (Before the fix: 13 console lines of ``ltr run`` and 4 of ``ltr report`` held it.)"""
+    from pipelines.testing.processes import free_port, mlflow_ui, stop_process, wait_http
+    from tests.helpers import PLANTED, files_holding
+
+    store, work = tmp_path / "server", tmp_path / "work"
+    store.mkdir()
+    port = free_port()
+    server = mlflow_ui(f"sqlite:///{store / 'mlflow.db'}", port, workers=1, cwd=store)
+    saved = os.environ.pop("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", None)  # MLflow's own lines: off by ltr itself
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", 90, server)
+        uri = f"http://ltr:{PLANTED}@127.0.0.1:{port}"
+        sets = set_args(tiny_study(f"work_dir={work}", "train.max_bin=256", f"tracking.uri={uri}"))
+        argv = ["run", "--queries", "20", *sets]  # the default's bins, as it always ran
+        code = main(argv)
+        assert code == 0
+        manifest = json.loads((work / "dataset" / "_manifest.json").read_text())
+        assert manifest["queries"] == 20 and manifest["layout"] == "mslr_rotation"
+        gen = json.loads((work / "letor" / "generate.json").read_text())
+        assert manifest["rows"] == gen["rows"]
+        assert json.loads((work / "difficulty" / "_difficulty.json").read_text())["queries"] == 20
+        table1 = json.loads((work / "report" / "table1.json").read_text())
+        assert {r["label"] for r in table1} == {"LambdaMART", "MSE-2", "q_nrel-2"}
+        console = "".join(capfd.readouterr())
+        # where to look, without the password: the server's own address, not `mlflow ui` serving it again
+        assert "report.html" in console and f"MLflow UI: http://127.0.0.1:{port}" in console, console[-2000:]
+        assert "mlflow ui --backend-store-uri http" not in console and "View run" not in console
+
+        outputs = [
+            work / "letor" / "generate.json",
+            work / "dataset" / "_manifest.json",
+            work / "difficulty" / "_difficulty.json",
+        ]
+        before = {p: p.stat().st_mtime_ns for p in outputs}
+        assert main(argv) == 0
+        err = "".join(capfd.readouterr())
+        console += err
+        assert err.count("up to date, reused") == 3 and "3 children already finished, 0 child runs created" in err
+        assert {p: p.stat().st_mtime_ns for p in outputs} == before  # generate, ingest, difficulty: fresh, reused
+        assert json.loads((work / "report" / "table1.json").read_text()) == table1
+        # a failure's line and its saved trace: an unknown run id's error names the store without the password
+        assert main(["report", "--run-id", "nosuchrun", *sets]) != 0
+        console += "".join(capfd.readouterr())
+    finally:
+        stop_process(server)
+        if saved is not None:
+            os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = saved
+    assert PLANTED not in console
+    assert files_holding(work, PLANTED.encode()) == [] and files_holding(store, PLANTED.encode()) == []
+    tmp = Path(os.environ.get("TMPDIR", "/tmp"))
+    traces = [p for p in tmp.glob("ltr-report-*.log") if p.stat().st_mtime > work.stat().st_mtime]
+    assert all(PLANTED.encode() not in p.read_bytes() for p in traces)
 
 
 @pytest.mark.timeout(300)
