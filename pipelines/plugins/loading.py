@@ -265,6 +265,8 @@ def load(refs: Iterable[str] = (), params: Mapping[str, Any] | None = None, *, e
 
 def configure(sources: tuple[Source, ...], params: Mapping[str, Any]) -> PluginSet:
     """Check ``plugins.params`` against the components' declared settings, set them, return the :class:`PluginSet`."""
+    if not isinstance(params, Mapping):
+        raise PluginError(f"plugins.params: expected a mapping of component name -> settings, got {params!r}")
     from pipelines.core.keys import component_code
 
     checked: dict[str, dict[str, Any]] = {}
