@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from pipelines.testing import fuzz
@@ -45,6 +46,7 @@ def test_config_files_load_or_are_refused_in_one_line(text):
     fuzz.check_config_file(text)
 
 
+@pytest.mark.processes
 def test_defects_the_fuzzing_found_are_one_line_errors_of_the_cli():
     """What the fuzz runs found, through ``ltr``'s own entry point: a YAML error in ``--set`` (was six lines), a
     self-referencing alias (was a RecursionError's traceback, exit 1), ``.nan`` and ``.inf`` settings (loaded),
