@@ -33,9 +33,10 @@ then the scale references, then the ablation.
   (``LambdaMart:metric=NDCG;top=10``) and ``catboost_yetirank`` (``YetiRank``).
 
 NDCG@10 with the project's conventions (:class:`udfs.metrics.NdcgSpec`: exp2 gain, a query without a relevant
-document scores 0) for every system. The table: the mean over seeds of the mean test NDCG@10, the seeds' sd, and
-ours against CatBoost's StochasticRank paired over the test queries (each query's NDCG averaged over the seeds,
-scipy's ``ttest_rel``): the difference, its 95% interval and the two-sided p.
+document scores 1, as ``metric.empty`` defaults) for every system. The table: the mean over seeds of the mean test
+NDCG@10, the seeds' sd, and each system against CatBoost's StochasticRank paired over the test queries (each
+query's NDCG averaged over the seeds, scipy's ``ttest_rel``): the difference, its 95% interval and the two-sided p.
+Each run's seconds a tree are in ``runs.jsonl``, not in the table: the cost part measures cost, alone.
 
 **Ablation** (``--part ablation``, the paper's Table 3 on ours; each row adds one part):
 ``reinforce`` (the score-function estimate, lambda 0), ``ccs`` (lambda 0: no SFA projection), ``ccs_sfa``
@@ -231,19 +232,17 @@ def _fmt_seeds(v: list[float]) -> str:
 def tables(runs: Runs, datasets: list[str]) -> str:
     lines = []
     for ds in datasets:
-        lines += [f"\n### {ds}: compare", "", "| system | NDCG@10, mean ± sd over seeds (n) | s/tree | "
+        lines += [f"\n### {ds}: compare", "", "| system | NDCG@10, mean ± sd over seeds (n) | "
                   "vs CatBoost StochasticRank, paired over queries: diff [95% CI], p |",
-                  "|---|---:|---:|---|"]  # fmt: skip
+                  "|---|---:|---|"]  # fmt: skip
         ref = runs.per_query(ds, "catboost_stochastic_rank")
-        for system in COMPARE:
-            secs = [r["s_per_tree"] for r in runs.rows if r["dataset"] == ds and r["system"] == system]
+        for system in COMPARE:  # (each run's s_per_tree is in runs.jsonl; the cost part measures cost, alone)
             pq = runs.per_query(ds, system)
             cmp = "-"
             if pq is not None and ref is not None and system != "catboost_stochastic_rank":
                 t = paired(pq, ref)
                 cmp = f"{t['diff']:+.4f} [{t['lo']:+.4f}, {t['hi']:+.4f}], p={t['p']:.3g}"
-            sec = f"{statistics.median(secs):.3f}" if secs else "-"
-            lines.append(f"| {system} | {_fmt_seeds(runs.seeds(ds, system))} | {sec} | {cmp} |")
+            lines.append(f"| {system} | {_fmt_seeds(runs.seeds(ds, system))} | {cmp} |")
         abl = [r for r in ABLATION_ROWS if runs.per_query(ds, _abl(r)) is not None]
         if abl:
             lines += [f"\n### {ds}: ablation (each row against the row before it)", "",
