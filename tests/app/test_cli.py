@@ -134,6 +134,20 @@ def test_run_is_the_whole_pipeline(spark, tmp_path, capfd):
         # a failure's line and its saved trace: an unknown run id's error names the store without the password
         assert main(["report", "--run-id", "nosuchrun", *sets]) != 0
         console += "".join(capfd.readouterr())
+        # the results API (pipelines.results) reads the same study back as pandas objects
+        from pipelines import results
+
+        study = results.load(work, tracking_uri=uri)
+        systems = study.systems.set_index("system")
+        assert systems.loc["MSE-2", "path"] == "mse:2,lambdamart:2" and len(systems) == 3
+        assert len(study.per_query) == 3 * 4  # 3 systems x the test queries of 20 (fold 1's fifth)
+        last = study.curves.sort_values("tree").groupby("system").last()
+        assert list(last["tree"]) == [4, 4, 4]
+        for name, row in systems.iterrows():  # a curve's last point is Table 1's number
+            assert abs(last.loc[name, "test"] - row["mean"]) < 1e-12, name
+        assert study.report["parent"] and study.report["experiment"] == "ltr-default"
+        with pytest.raises(results.ResultsError, match="no report here"):
+            results.load(tmp_path)
     finally:
         stop_process(server)
         if saved is not None:
