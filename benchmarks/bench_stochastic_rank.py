@@ -134,12 +134,9 @@ def dataset(name: str, args: argparse.Namespace, threads: int) -> tuple[SplitDat
 def run_ours(objective: str, own: dict[str, Any], trees: dict[str, Any], train: SplitData, test: SplitData,
              seed: int, args: Any, threads: int) -> tuple[np.ndarray, float]:  # fmt: skip
     """Per-query test NDCG@10 and seconds a tree of our worker loop."""
-    from benchmarks import bench_gpu
-
     components.configure({objective: own} if own else {})
     s = settings_for("cpu", threads, args.trees)
     s = replace(s, model=replace(s.model, eta=args.lr, seed=seed, **trees))
-    bench_gpu.LOOP_PATH.setdefault(objective, objective)
     try:
         return _loop_result(objective, train, test, s, args.trees)
     finally:

@@ -57,7 +57,7 @@ class Study:
 
         rows = [{k: v for k, v in s.items() if k != "per_fold"} for s in self.report["systems"]]
         paths: dict[tuple[str, str], set[str]] = {}
-        for r in self._tracker().children(self.report["parent"]):
+        for r in self._tracker.children(self.report["parent"]):
             key = (r.data.tags.get(TAG_STRATEGY, ""), r.data.tags.get(TAG_SWITCH, ""))
             if r.data.params.get("path"):
                 paths.setdefault(key, set()).add(r.data.params["path"])
@@ -73,7 +73,7 @@ class Study:
 
         from pipelines.report.loading import load_grid
 
-        tracker = self._tracker()
+        tracker = self._tracker
         run = tracker.client.get_run(self.report["parent"])
         records, _ = load_grid(tracker, run, self.report["metric_name"])
         names = {(str(x["strategy"]), x.get("switch")): x["system"] for x in self.report["systems"]}
@@ -85,7 +85,9 @@ class Study:
                              "tree": step, "vali": v, "test": t, "run_id": r.run_id})  # fmt: skip
         return pd.DataFrame(rows, columns=["system", "fold", "seed", "tree", "vali", "test", "run_id"])
 
+    @functools.cached_property
     def _tracker(self) -> Any:
+        """The study's experiment, opened once (read only: ``create=False``)."""
         from pipelines.tracking.runs import Tracker
 
         return Tracker(self.tracking_uri, self.report["experiment"], artifact_root="", create=False)

@@ -178,14 +178,17 @@ def record(fold, strategy, switch, test, perq=(), dists=(), vali=None, code=None
 PLANTED = "Pl4ntedSecret9"
 
 
-def files_holding(root: Path, needle: bytes) -> list[str]:
-    """The files under ``root`` (relative paths) whose bytes hold ``needle``."""
+def files_holding(root: Path, *needles: bytes, skip: Path | None = None) -> list[str]:
+    """The files under ``root`` (relative paths, one per needle found) whose bytes hold one of ``needles``; the
+    folder ``skip`` is not searched."""
     hits = []
     for p in root.rglob("*"):
+        if skip is not None and (p == skip or skip in p.parents):
+            continue
         if p.is_file() and not p.is_symlink():
             try:
-                if needle in p.read_bytes():
-                    hits.append(str(p.relative_to(root)))
+                data = p.read_bytes()
             except OSError:
                 continue
+            hits += [str(p.relative_to(root)) for n in needles if n in data]
     return hits

@@ -101,14 +101,14 @@ def check_mlflow_access(uri: str, conn_id: str) -> None:
     from mlflow.tracking import MlflowClient
 
     from pipelines.core.secrets import browser_address
-    from pipelines.tracking.runs import is_server
+    from pipelines.tracking.runs import REFUSED, is_server
 
     if not is_server(uri):
         return
     try:
         MlflowClient(uri).search_experiments(max_results=1)
     except MlflowException as e:
-        if e.error_code not in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+        if e.error_code not in REFUSED:
             raise
         source = f"the Airflow connection {conn_id!r}" if conn_id else "MLFLOW_TRACKING_USERNAME and _PASSWORD"
         raise StudyTaskError(

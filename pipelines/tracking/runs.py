@@ -127,6 +127,10 @@ class RefusedCredentials(UserError):
     """The tracking server refused this process's credentials (401/403): one line, exit 2."""
 
 
+#: MLflow's error codes of a server that refuses the credentials it was given (401, 403).
+REFUSED = ("UNAUTHENTICATED", "PERMISSION_DENIED")
+
+
 def is_server(uri: str) -> bool:
     """A tracking server (REST), as opposed to a store the process opens itself (SQLite, a database URL)."""
     return uri.split("://", 1)[0].lower() in ("http", "https", "databricks")
@@ -215,7 +219,7 @@ class Tracker:
         try:
             return self.client.get_experiment_by_name(self.experiment)
         except MlflowException as e:
-            if e.error_code not in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+            if e.error_code not in REFUSED:
                 raise
             who = os.environ.get("MLFLOW_TRACKING_USERNAME") or "(no user: MLFLOW_TRACKING_USERNAME is not set)"
             raise RefusedCredentials(

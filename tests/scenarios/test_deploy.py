@@ -28,7 +28,7 @@ import pytest
 from pipelines.core.proctree import alive, kill_tree, tree_pids
 from pipelines.store.lease import read_lease
 from pipelines.testing.deployment import Deployment, missing
-from tests.helpers import freeze_if, lower_priority, tiny_study
+from tests.helpers import files_holding, freeze_if, lower_priority, tiny_study
 
 #: spark: the DAG's spark-submits; deployment: PostgreSQL, an MLflow server, Airflow; slow: minutes. Started after
 #: the other slow modules (the lowest rank), so that it runs beside the light tests: beside the standalone-cluster
@@ -105,19 +105,6 @@ def _command_lines(d: Deployment, stop: threading.Event, out: set[str]) -> None:
                 continue
             if p.info["pid"] in pids or str(d.root) in cmd:
                 out.add(cmd)
-
-
-def _files_holding(root: Path, needles: list[bytes], skip: Path) -> list[str]:
-    hits = []
-    for p in root.rglob("*"):
-        if skip in p.parents or p == skip or not p.is_file() or p.is_symlink():
-            continue
-        try:
-            data = p.read_bytes()
-        except OSError:
-            continue
-        hits += [str(p.relative_to(root)) for n in needles if n in data]
-    return hits
 
 
 def _overlapping(tis: list[dict]) -> int:
@@ -302,7 +289,7 @@ def test_concurrent_units_one_run_per_child_and_a_killed_task_resumed_by_airflow
     leaked = {n for n, pw in d.passwords.items() for c in commands if pw in c or quote(pw) in c}
     assert not leaked, leaked
     # nor in any file of the deployment but its secrets: task logs, service logs, work_dir, artifacts, databases
-    assert _files_holding(d.root, [pw.encode() for pw in d.passwords.values()], skip=d.secrets) == []
+    assert files_holding(d.root, *(pw.encode() for pw in d.passwords.values()), skip=d.secrets) == []
 
     # (a) the mapped training tasks ran at once (the LocalExecutor's 3 slots), labelled by what they train
     trains = [t for t in tis if t["task_id"] == "train"]
