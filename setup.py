@@ -60,6 +60,14 @@ DEPLOY_REQUIRES = [
 # benchmarks/bench_scale.py: LightGBM's lambdarank side by side with ours (pip install -e ".[bench]")
 BENCH_REQUIRES = ["lightgbm>=4.5,<5", "catboost>=1.2,<2"]  # benchmarks only (side-by-side references)
 
+# The documentation site (docs/, docs/README.md says why Sphinx): built offline, strictly, by
+# tests/docs/test_site.py and `sphinx-build -W -n docs docs/_build/html`.
+DOCS_REQUIRES = [
+    "sphinx>=8,<10",
+    "myst-parser>=4",  # the pages are Markdown (CommonMark, as README and the report are)
+    "furo>=2024.8",  # a maintained theme whose pages and search work from files, offline
+]
+
 setup(
     name="ltr-curriculum",
     version="0.1.0",
@@ -78,6 +86,7 @@ setup(
         "airflow": AIRFLOW_REQUIRES,
         "deploy": DEPLOY_REQUIRES,
         "bench": BENCH_REQUIRES,
+        "docs": DOCS_REQUIRES,
     },
     entry_points={"console_scripts": ["ltr = pipelines.app.cli:main"]},
 )

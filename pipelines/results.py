@@ -50,7 +50,8 @@ class Study:
     @functools.cached_property
     def systems(self) -> Any:
         """Table 1 (``report.json``'s ``systems``): system, strategy, switch, folds, mean, sd, and each system's
-        training paths (its child runs' ``path`` param: one, or one per seed repetition, ``~i``, joined by `` | ``)."""
+        training paths (its child runs' ``path`` param: one, or one per seed repetition, ``~i``, joined by
+        ``" | "``)."""
         import pandas as pd
 
         from pipelines.tracking.runs import TAG_STRATEGY, TAG_SWITCH

@@ -39,6 +39,11 @@ class UsageError(UserError):
 
 
 # ------------------------------------------------------------- parsing
+#: ``--log-level``'s choices and help (every command's).
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
+LOG_HELP = "the level of ltr's own log messages on stderr (Spark's own: spark.log_level)"
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("common options")
     g.add_argument("--conf", metavar="PATH", help="YAML config (default: conf/default.yaml)")
@@ -59,7 +64,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         dest="plugins",
         help="load a plug-in (a Python file or an importable module: pipelines.plugins) (repeatable)",
     )
-    g.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    g.add_argument("--log-level", default="INFO", choices=LOG_LEVELS, help=LOG_HELP)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("curriculum", help="select the training queries of each curriculum stage")
     p.add_argument("--data", required=True, help="dataset written by `ltr ingest`")
     p.add_argument("--difficulty", required=True, help="scores written by `ltr difficulty`")
-    p.add_argument("--fold", type=int, required=True)
+    p.add_argument("--fold", type=int, required=True, help="the fold whose training split to use (MSLR: 1..5)")
     flags.add(p, "curriculum")
     p.add_argument("--out", required=True, help="directory for the curriculum (replaced atomically)")
     _common(p)
@@ -101,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="distributed XGBoost on Spark along a training path")
     p.add_argument("--data", required=True, help="dataset written by `ltr ingest`")
-    p.add_argument("--fold", type=int, required=True)
+    p.add_argument("--fold", type=int, required=True, help="the fold whose training split to use (MSLR: 1..5)")
     p.add_argument(
         "--curriculum",
         action="append",
@@ -233,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="do not byte-compile the environment: built faster and smaller, the executors compile what they import",
     )
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--log-level", default="INFO", choices=LOG_LEVELS, help=LOG_HELP)
     p.set_defaults(func=cmd_pack)
 
     p = sub.add_parser(
@@ -246,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
         "it off.",
     )
     p.add_argument("--force", action="store_true", help="write it again even if it exists")
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--log-level", default="INFO", choices=LOG_LEVELS, help=LOG_HELP)
     p.set_defaults(func=cmd_jvm_archive)
 
     p = sub.add_parser(
@@ -258,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--explain", action="store_true", help="also list the modules each identity covers")
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
-    p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--log-level", default="WARNING", choices=LOG_LEVELS, help=LOG_HELP)
     p.add_argument(
         "--plugin",
         metavar="FILE_OR_MODULE",

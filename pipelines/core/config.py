@@ -63,13 +63,21 @@ class SparkConfig:
     ``local[*]``. ``conf``: any further Spark properties, passed through.
     """
 
+    #: Spark master URL; empty: spark-submit's --master if any, else local[*]
     master: str = ""
+    #: the Spark application's name (Spark UI, cluster manager)
     app_name: str = "ltr"
+    #: spark.sql.shuffle.partitions of the session
     shuffle_partitions: int = 8
+    #: the driver JVM's heap; the local master runs its tasks in this JVM too (how-to: size memory)
     driver_memory: str = "1g"
+    #: rows per Arrow batch handed to a Pandas UDF (spark.sql.execution.arrow.maxRecordsPerBatch)
     arrow_max_records_per_batch: int = 10000
+    #: start the Spark web UI
     ui: bool = False
+    #: the JVM's log level (WARN, INFO, ERROR, ...)
     log_level: str = "WARN"
+    #: any further Spark properties, passed through, e.g. {spark.executor.memory: 8g}
     conf: dict[str, str] = field(default_factory=dict)
 
 
@@ -82,9 +90,13 @@ GENERATE_SHAPES = ("mslr", "istella", "yahoo")
 class GenerateConfig:
     """Synthetic LETOR data (:mod:`pipelines.data.generate`) shaped like ``shape``'s real dataset."""
 
+    #: number of queries to generate (MSLR-WEB30K has 31531)
     queries: int = 600
+    #: random seed: the same seed writes the same files
     seed: int = 2018
-    workers: int = 0  # processes; 0 = one per CPU core
+    #: generator processes; 0 = one per core
+    workers: int = 0
+    #: the real dataset to mimic: mslr (Fold1..5), istella (full/train,test) or yahoo (set1.train,valid,test)
     shape: str = "mslr"
 
     def __post_init__(self) -> None:
@@ -102,13 +114,20 @@ class IngestConfig:
     values (``conf/datasets``). ``chunk_bytes``: nominal bytes of text per task.
     """
 
+    #: true: fail at the first bad line instead of quarantining it
     strict: bool = False
+    #: nominal bytes of LETOR text per Spark task (32 MiB)
     chunk_bytes: int = 32 * 1024 * 1024
+    #: the Parquet codec
     compression: str = "snappy"
+    #: number of features; 0: the dataset's
     n_features: int = 0
+    #: smallest valid label; null: the dataset's
     min_label: int | None = None
+    #: largest valid label; null: the dataset's
     max_label: int | None = None
-    max_examples: int = 20  # quarantined lines quoted in the manifest
+    #: quarantined lines quoted in _manifest.json
+    max_examples: int = 20
 
     def __post_init__(self) -> None:
         if self.chunk_bytes < 1:
@@ -159,8 +178,12 @@ class DifficultyConfig:
     See :mod:`pipelines.data.curriculum` for what each strategy does with it.
     """
 
+    #: feature id of BM25, whose per-query NDCG is q_bm25's score; 0: the dataset's (MSLR: 110)
     bm25_feature: int = 0
+    #: feature id of PageRank, whose per-query NDCG is q_pagerank's score; 0: the dataset's (MSLR: 130)
     pagerank_feature: int = 0
+    #: queries without a relevant document (NDCG undefined) in the curricula: last (hardest in every difficulty
+    #: order), exclude (only in the last stage, all data) or as_metric (q_bm25/q_pagerank score them metric.empty)
     empty_queries: str = "last"
 
     def __post_init__(self) -> None:
@@ -242,13 +265,23 @@ class CurriculumConfig:
     :data:`STRATEGIES` (``l_hrel`` takes no pacing).
     """
 
+    #: the difficulty order: q_nrel, q_bm25, q_pagerank, l_hrel (a label filter), random (the control) or none, or a
+    #: plug-in difficulty score
     strategy: str = "q_nrel"
+    #: two-stage curriculum: the easiest share of the training queries, then everything
     fraction: float = 0.25
+    #: empty: two stages; linear, root_n, geometric, step or a plug-in pacing function: a multi-stage curriculum
     pacing: str = ""
+    #: stages of a paced curriculum (the last one is all data)
     stages: int = 4
+    #: share of the training queries in the first paced stage
     delta: float = 0.25
+    #: n of the root_n pacing function
     root_n: float = 2.0
+    #: seed of the random strategy's order
     seed: int = 2018
+    #: labels l_hrel keeps in its first stage (MSLR 0-4; each in the dataset's label range, one > 0; LETOR 4.0: [0,
+    #: 2])
     hrel_labels: list[int] = field(default_factory=lambda: [0, 3, 4])
 
     def __post_init__(self) -> None:
@@ -340,36 +373,69 @@ class TrainConfig:
     ``auto`` (``worker`` for a local dataset path, ``spark`` for other URIs); the trees are the same.
     """
 
+    #: the training path OBJ[@DATA]:TREES,... of `ltr train` (reference: training paths)
     path: str = "mse:40,lambdamart:60"
+    #: learning rate
     eta: float = 0.05
+    #: leaves per tree, grown best-first (lossguide)
     leaves: int = 64
+    #: histogram bins per feature (the fold's global cuts)
     max_bin: int = 256
+    #: the histogram cuts come from a deterministic sample of at most this many training rows, whole queries
     cuts_sample_rows: int = 200_000
+    #: XGBoost's min_child_weight: the least hessian sum of a leaf
     min_child_weight: float = 1.0
+    #: XGBoost's reg_lambda: L2 regularisation of leaf values
     reg_lambda: float = 1.0
+    #: share of training rows sampled per tree (1: all)
     subsample: float = 1.0
+    #: share of features sampled per tree (1: all)
     colsample_bytree: float = 1.0
+    #: NDCG@k of the LambdaMART deltas and of its top-k pairs
     k: int = 10
+    #: barrier tasks (XGBoost workers); 0 = one per task slot (cluster), one with all cores (local)
     workers: int = 0
+    #: threads per worker; 0 = the cores of its share
     nthread: int = 0
+    #: cpu or cuda
     device: str = "cpu"
+    #: NDCG on vali and test after every k-th tree (the curves' step)
     eval_every: int = 1
+    #: trees after which the test score distributions per label are kept (Figure 2)
     score_dist_trees: list[int] = field(default_factory=lambda: [20])
+    #: bins of those score distributions
     score_dist_bins: int = 100
+    #: the starting score: auto (the mean label for paths that begin with a regression objective, else 0), zero,
+    #: mean or a number
     base_margin: str = "auto"
+    #: the training seed (sampling, seeded objectives); a grid.seeds repetition i adds i
     seed: int = 0
+    #: steepness of sigmoid_pairwise
     sigmoid_gamma: float = 1.0
+    #: initial noise scale of noisy_lambdamart (annealed to 0)
     stochastic_noise: float = 1.0
+    #: global tree at which noisy_lambdamart's noise reaches 0
     stochastic_anneal: int = 100
+    #: trees per checkpoint inside a plan node (each node also checkpoints at its end)
     checkpoint_every: int = 25
+    #: seconds a node's lease lives without renewal (renewed every ttl/3 while it trains)
     lease_ttl: float = 120.0
+    #: seconds to wait for another process's lease on a node before stopping (exit 75)
     lease_wait: float = 0.0
+    #: seconds XGBoost's tracker waits for workers (a lost worker ends the job, never hangs it)
     tracker_timeout: int = 3600
+    #: a failed training job is started again this often, from the last checkpoints
     job_retries: int = 1
+    #: gamma(tree) of the blend objective: step, linear or sigmoid
     blend_schedule: str = "linear"
+    #: tree where gamma crosses 0.5 (step: switches to 1)
     blend_at: int = 40
+    #: trees over which gamma rises (linear, sigmoid)
     blend_width: int = 40
+    #: a worker's training bin codes stay in memory up to this many GiB, else in a local file (the same trees)
     codes_in_memory_gib: float = 1.0
+    #: who reads a training worker's rows: worker (each reads its Parquet), spark (a shuffle) or auto (worker for a
+    #: local path)
     read: str = "auto"
 
     #: The field that says what to train (the path), beside the model part and the run part.
@@ -436,14 +502,23 @@ class GridConfig:
     i-th time with the curriculum's and the training's seeds + i (:func:`pipelines.study.design.grid_children`); the
     report averages them."""
 
+    #: the MLflow experiment
     experiment: str = "ltr-default"
+    #: the folds of the study
     folds: list[int] = field(default_factory=lambda: [1])
+    #: T, the trees of every path (the paper: 500)
     trees: int = 100
+    #: the trees t at which MSE-t and the curricula switch to LambdaMART on all data
     switch_points: list[int] = field(default_factory=lambda: [20, 40, 60, 80])
+    #: the curriculum strategies of the grid, each at every switch point
     strategies: list[str] = field(default_factory=lambda: ["q_nrel", "q_bm25", "q_pagerank", "l_hrel", "random"])
+    #: train the LambdaMART baseline, T trees
     baseline: bool = True
+    #: train MSE-t, the continuation method, at every switch point
     mse: bool = True
+    #: python (our lambdamart and mse) or builtin (XGBoost's rank:ndcg and reg:squarederror)
     objectives: str = "python"
+    #: name -> training path: more children per fold; curricula named by strategy or by extra_curricula
     extra_paths: dict[str, str] = field(
         default_factory=lambda: {
             "paced_root_n": "lambdamart@paced.*:40,lambdamart:60",
@@ -451,14 +526,20 @@ class GridConfig:
             "mse_on_q_nrel": "mse@q_nrel:40,lambdamart:60",
         }
     )
+    #: name -> the curriculum settings it changes (the others: the curriculum section's), checked alike
     extra_curricula: dict[str, ExtraCurriculum] = field(
         default_factory=lambda: {
             "paced": ExtraCurriculum({"strategy": "q_nrel", "pacing": "root_n", "stages": 4, "delta": 0.25}),
         }
     )
+    #: the dataset; empty: <work_dir>/dataset
     data: str = ""
+    #: the difficulty scores; empty: <work_dir>/difficulty (computed if missing)
     difficulty: str = ""
+    #: log every child's model with mlflow.xgboost
     log_models: bool = True
+    #: children that depend on a seed (random curriculum, seeded objectives) are trained this many times, seeds +
+    #: 0..n-1
     seeds: int = 1
 
     def __post_init__(self) -> None:
@@ -491,7 +572,10 @@ class TrackingConfig:
     """MLflow: ``uri`` empty = ``sqlite:///<work_dir>/mlflow.db``; ``artifacts`` empty = the tracking
     server's artifact store (``http(s)://`` URIs), else ``<work_dir>/mlartifacts``."""
 
+    #: the MLflow tracking URI; empty: sqlite:///<work_dir>/mlflow.db
     uri: str = ""
+    #: artifact location of a new experiment; empty: the server's store (http(s):// uri), else
+    #: <work_dir>/mlartifacts
     artifacts: str = ""
 
     def __post_init__(self) -> None:
@@ -531,18 +615,28 @@ class ReportConfig:
     the NDCG curves (a multiple of ``train.eval_every``) and at most T.
     """
 
+    #: the report's folder; empty: <work_dir>/report
     out: str = ""
+    #: sign flips of the randomisation test (an exact test when 2^queries is fewer)
     permutations: int = 10000
+    #: seed of those sign flips and of the bootstrap
     seed: int = 0
+    #: Table 2's sizes n (trees) of the best MSE-t; empty: 3 sizes chosen on vali, evenly spaced up to the last n at
+    #: which LambdaMART can still catch up within T trees
     table2_sizes: list[int] = field(default_factory=list)
+    #: resamples of the paired bootstrap interval of each mean difference
     bootstrap: int = 10000
+    #: URisk and TRisk against the baseline at these alphas (losses weighted 1 + alpha)
     risk_alphas: list[float] = field(default_factory=lambda: [1.0, 5.0])
+    #: convergence: trees each system needs to reach this fraction of the baseline's final vali NDCG
     target_fraction: float = 0.99
+    #: documents per query in the TREC run files runs/<system>.fold<F>.trec (0: none)
     trec_depth: int = 1000
-    #: the test the headline and every "significant" mark use (the other stays as a robustness column)
+    #: the test of the headline and of every significance mark: randomisation or t (the other is a robustness
+    #: column)
     primary_test: str = "randomisation"
-    #: non-inferiority margin in NDCG: a system is "as good" when its one-sided 95% lower bound of the paired
-    #: difference with LambdaMART's final NDCG is above -margin
+    #: non-inferiority margin in NDCG: as good as LambdaMART = one-sided 95% lower bound of the difference above
+    #: -margin
     margin: float = 0.005
 
     def __post_init__(self) -> None:
@@ -581,7 +675,11 @@ class PluginsConfig:
     own settings (``params.<name>``: checked against the settings it declares). ``load`` is set only by those
     two: ``--set plugins.load`` is refused (:data:`PLUGIN_SOURCES`)."""
 
+    #: plug-in files (relative to the config file) and modules to load; also --plugin and installed packages' entry
+    #: points (group ltr.plugins); never from --set or an Airflow run's conf
     load: list[str] = field(default_factory=list)
+    #: <component name>: {<setting>: value}, checked against the settings the component declares; a component's
+    #: nodes are keyed by them
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -589,7 +687,10 @@ class PluginsConfig:
 class Config:
     """The whole resolved configuration of a run."""
 
+    #: where generated data, datasets, models, difficulty scores, curricula and reports go
     work_dir: str = "work"
+    #: the dataset description conf/datasets/<name>.yaml: feature count, label range, feature roles (mslr, istella,
+    #: yahoo, letor4...)
     dataset: str = "mslr"
     spark: SparkConfig = field(default_factory=SparkConfig)
     generate: GenerateConfig = field(default_factory=GenerateConfig)

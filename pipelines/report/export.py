@@ -38,6 +38,82 @@ log = logging.getLogger(__name__)
 TEST_SCORES = "test_scores.npz"
 
 
+#: ``report.json``'s fields and what each holds: a top-level field by name, a field of each element of a list by
+#: ``name[].field``, of an object by ``name.field``. The reference page (``docs/reference/report-json.md``) is
+#: written from it (:mod:`pipelines.app.reference`), and a test compares it with a report's fields, both ways.
+REPORT_FIELDS: dict[str, str] = {
+    "experiment": "the MLflow experiment of the grid",
+    "parent": "the grid's parent run id",
+    "status": "the parent run's status (FINISHED, or RUNNING for a report of an unfinished grid)",
+    "folds": "the folds the report covers",
+    "split": "the split the tables score (test; the configuration each family's headline takes is chosen on vali)",
+    "data": "where the grid's dataset was read from",
+    "fingerprint": "the dataset's content fingerprint (its key)",
+    "metric": "the NDCG conventions, in one line (cutoff, gain, discount, queries without relevant documents, ties)",
+    "metric_name": "the metric's name in MLflow, e.g. ndcg_at_10",
+    "report_version": "the version of the report's layout",
+    "versions": "the versions of the libraries the report and the grid ran with",
+    "problems": "what the report found wrong or missing in the grid's runs (one line each), or null",
+    "settings": "the report's settings",
+    "settings.permutations": "sign flips of the randomisation test (report.permutations)",
+    "settings.bootstrap": "resamples of the paired bootstrap interval (report.bootstrap)",
+    "settings.seed": "the seed of the sign flips and of the bootstrap (report.seed)",
+    "settings.risk_alphas": "the alphas of URisk and TRisk (report.risk_alphas)",
+    "settings.target_fraction": "the convergence table's target share of the baseline's final vali NDCG",
+    "settings.confidence": "the confidence of every interval (0.95)",
+    "settings.primary_test": "the test of the headline and of every significance mark (randomisation or t)",
+    "settings.margin": "the non-inferiority margin in NDCG",
+    "systems": "Table 1: one object per system",
+    "systems[].system": "the system's label (LambdaMART, MSE-40, q_nrel-40, ...)",
+    "systems[].strategy": "its curriculum strategy (baseline, mse, q_nrel, ..., or an extra path's name)",
+    "systems[].switch": "its switch point in trees (null for the baseline)",
+    "systems[].folds": "the folds it has a final value for",
+    "systems[].missing_folds": "the grid's folds it has no final value for",
+    "systems[].mean": "the mean over folds of its final test NDCG",
+    "systems[].sd": "the standard deviation over folds",
+    "systems[].per_fold": "fold -> its final test NDCG",
+    "comparisons": "each system against the baseline (LambdaMART), paired over the test queries",
+    "comparisons[].system": "the system",
+    "comparisons[].strategy": "its strategy",
+    "comparisons[].switch": "its switch point",
+    "comparisons[].baseline": "the baseline's label",
+    "comparisons[].n": "queries paired (those with a relevant document)",
+    "comparisons[].n_without_relevant": "queries without a relevant document, left out of the paired statistics",
+    "comparisons[].folds": "folds paired",
+    "comparisons[].folds_won": "folds where the system's mean is above the baseline's",
+    "comparisons[].mean_delta": "the mean paired difference (system - baseline) of NDCG",
+    "comparisons[].ci95_t": "its 95% t interval",
+    "comparisons[].ci95_bootstrap": "its 95% paired bootstrap interval (report.bootstrap resamples)",
+    "comparisons[].d_z": "the standardised effect size: the mean difference over the differences' sd",
+    "comparisons[].wins": "queries where the system scores higher",
+    "comparisons[].ties": "queries where both score the same",
+    "comparisons[].losses": "queries where the system scores lower",
+    "comparisons[].t_p": "the paired t test's two-sided p-value",
+    "comparisons[].t_p_holm": "that p-value, Holm-corrected over the comparisons",
+    "comparisons[].perm_p": "the paired randomisation test's two-sided p-value",
+    "comparisons[].perm_p_holm": "that p-value, Holm-corrected over the comparisons",
+    "comparisons[].urisk": 'URisk against the baseline, by alpha ("1", "5")',
+    "comparisons[].trisk": "TRisk against the baseline, by alpha",
+    "comparisons[].mde": "the smallest mean difference the test would detect with 80% power at these n and sd",
+    "comparisons[].es_e": "the equivalence bound reached: the largest difference the interval rules out",
+    "georisk": "per system and alpha, GeoRisk over the systems",
+    "table2": "Table 2: per MSE-t size, the smallest LambdaMART reaching its test NDCG (null when not built)",
+    "convergence": "per system, the trees it needs to reach settings.target_fraction of the baseline's final vali NDCG",
+    "by_difficulty": "per system and difficulty score, the paired difference by difficulty quartile",
+    "figure2": "Figure 2: test score distributions per label after train.score_dist_trees trees",
+    "trec": "the TREC run and qrels files written (report.trec_depth) and, per run file, its tied_queries",
+    "seeds": "per system repeated over grid.seeds, each seed's mean final NDCG and mean difference with LambdaMART",
+    "headline": "the answer: per family, the configuration chosen on vali and its test figures, with primary_test",
+    "noninferiority": "per system, the trees it needs to be as good as LambdaMART's final model within margin, "
+    "the tree ratio and its bootstrap interval",
+    "per_fold": "per system, each fold's difference and 95% interval",
+    "meta": "per system, DerSimonian-Laird random effects over the folds: delta, ci95, tau2, i2",
+    "difficulty_interaction": "per system and difficulty score, the slope of the paired difference on the "
+    "difficulty rank and its difference from the random curriculum's",
+    "notes": "why a part of the report is missing, or null",
+}
+
+
 def comparisons(t1: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each comparison of Table 1 with the baseline, under the names ``report.json`` documents."""
     base = next((r["label"] for r in t1 if r["strategy"] == BASELINE), None)

@@ -656,6 +656,12 @@ def test_report_json_and_trec_runs_that_trec_eval_reads(fake_grid, tmp_path):
     want = {"system", "baseline", "n", "n_without_relevant", "mean_delta", "ci95_t", "ci95_bootstrap", "d_z", "wins",
             "ties", "losses", "t_p", "t_p_holm", "perm_p", "perm_p_holm", "urisk", "trisk"}  # fmt: skip
     assert want <= comp["MSE-3"].keys() and comp["MSE-3"]["baseline"] == "LambdaMART"
+    # every field the report writes is documented (docs/reference/report-json.md), and every documented one written
+    from pipelines.report.export import REPORT_FIELDS
+
+    written = {*rep, *(f"settings.{k}" for k in rep["settings"])}
+    written |= {f"{name}[].{k}" for name in ("systems", "comparisons") for k in rep[name][0]}
+    assert written == set(REPORT_FIELDS)
     row = {x["label"]: x for x in r["table1"]}["MSE-3"]
     assert (comp["MSE-3"]["n"], comp["MSE-3"]["n_without_relevant"]) == (15, 3)
     assert comp["MSE-3"]["ci95_t"] == list(row["ci_t"]) and comp["MSE-3"]["t_p_holm"] == row["t_p_holm"]

@@ -1,0 +1,45 @@
+"""Sphinx configuration of the documentation site (docs/README.md: how to build it, and why Sphinx).
+
+The pages are Markdown (MyST). The reference pages of the CLI, the config and report.json are written here, before
+Sphinx reads the sources, by :mod:`pipelines.app.reference` from the argument parser, the typed config and the
+report's declared fields: they are never edited by hand and cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+ROOT = DOCS.parent
+sys.path.insert(0, str(ROOT))  # the checkout's packages, also when the project is not installed
+
+from pipelines.app import reference  # noqa: E402
+
+reference.write_pages(DOCS / "reference")
+
+project = "ltr-curriculum"
+author = "the ltr-curriculum authors"
+copyright = "2026, the ltr-curriculum authors"
+extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon"]
+source_suffix = {".md": "markdown"}
+root_doc = "index"
+exclude_patterns = ["_build", "README.md", "research", "**/.ipynb_checkpoints"]
+myst_enable_extensions = ["deflist", "colon_fence"]
+myst_heading_anchors = 4  # [text](page.md#a-heading) links, checked by the strict build
+html_theme = "furo"
+html_title = "ltr-curriculum"
+html_static_path = ["_static"]
+html_css_files = ["ltr.css"]
+html_last_updated_fmt = None
+# autodoc: the plug-in API and the results API, from their docstrings
+autodoc_default_options = {"members": True, "member-order": "bysource"}
+autodoc_typehints = "description"
+autodoc_mock_imports: list[str] = []
+nitpicky = False  # -n on the command line turns it on (the strict build: tests/docs/test_site.py)
+nitpick_ignore_regex = [
+    (r"py:.*", r"(pd|np|pandas|numpy|pyspark|mlflow|xgboost|collections\.abc|typing|pathlib|_io)\..*"),
+    (r"py:class", r"(Any|Path|T|Callable|Iterable|Mapping|Sequence|NoReturn)"),
+]
+suppress_warnings: list[str] = []
+smartquotes = False  # `--master` stays two hyphens, quotes stay as typed

@@ -1,0 +1,87 @@
+"""The generated reference pages (pipelines.app.reference): every CLI option and config key has a description, the
+pages hold every option and key, and the columns computed from the code say what the code does."""
+
+from __future__ import annotations
+
+import argparse
+
+import yaml
+
+from pipelines.app import reference
+from pipelines.core.config import conf_dir
+
+
+def test_every_option_and_config_key_has_a_description():
+    assert reference.undocumented() == []
+
+
+def test_a_missing_description_is_found():
+    """The check can fail: an option without help and a field without its ``#:`` comment are both named."""
+    parser = argparse.ArgumentParser(prog="ltr")
+    sub = parser.add_subparsers(dest="command")
+    p = sub.add_parser("x", help="a command")
+    p.add_argument("--documented", help="it says what it is")
+    p.add_argument("--bare")
+    assert [o.flags for o in reference.options(parser) if not o.help] == ["--bare"]
+
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Section:
+        #: described
+        a: int = 1
+        b: int = 2  # a plain comment is not a description
+
+    assert reference._field_docs(Section) == {"a": "described", "b": ""}
+
+
+def test_the_config_page_holds_every_key_of_default_yaml():
+    """Every key of conf/default.yaml (which a test keeps equal to the dataclasses) is a row of the page, with its
+    default as the YAML file writes it."""
+    page = reference.config_page()
+    doc = yaml.safe_load((conf_dir() / "default.yaml").read_text())
+    rows = {k.path: k for k in reference.config_keys()}
+    flat = {
+        f"{section}.{name}" if isinstance(value, dict) else section: v
+        for section, value in doc.items()
+        for name, v in (value.items() if isinstance(value, dict) else [(section, value)])
+    }
+    for path, default in flat.items():
+        assert f"| `{path}` |" in page, path
+        assert rows[path].default == default, path
+    assert {"work_dir", "dataset", "spark.conf", "plugins.params"} <= rows.keys()
+    assert rows.keys() == flat.keys()
+
+
+def test_the_checks_and_keys_columns_follow_the_code():
+    """The checks are the section's own error messages; the keyed column is what the keys do: a tree setting is in
+    the nodes' and the study's keys, a worker count or a retry in none, the report's settings in none, a grid
+    setting in the study's (not the nodes': a new switch point reuses every node it shares)."""
+    rows = {k.path: k for k in reference.config_keys()}
+    assert "must be one of auto, worker, spark" in rows["train.read"].checks
+    assert any("(0, 1]" in c for c in rows["curriculum.fraction"].checks)
+    assert any("strictly between 0" in c for c in rows["grid.switch_points"].checks)
+    assert rows["train.eta"].keyed == ("study", "trees")
+    assert rows["metric.gain"].keyed == ("study", "trees")
+    for path in ("train.workers", "train.nthread", "train.job_retries", "train.lease_ttl", "grid.data", "report.seed"):
+        assert rows[path].keyed == (), path
+    assert rows["grid.switch_points"].keyed == ("study",)
+    assert rows["generate.queries"].keyed == ("data",) and rows["generate.workers"].keyed == ()
+
+
+def test_the_cli_page_holds_every_command_and_option():
+    page = reference.cli_page()
+    from pipelines.app.cli import build_parser
+
+    for o in reference.options(build_parser()):
+        assert f"## ltr {o.command}" in page
+        assert f"`{o.flags}" in page, (o.command, o.flags)
+    assert "sets train.eta" in page  # a flag's config key, from pipelines.app.flags
+
+
+def test_the_pages_are_written_only_when_they_change(tmp_path):
+    paths = reference.write_pages(tmp_path)
+    assert sorted(p.name for p in paths) == ["cli.md", "config.md", "report-json.md"]
+    mtimes = [p.stat().st_mtime_ns for p in paths]
+    reference.write_pages(tmp_path)
+    assert [p.stat().st_mtime_ns for p in paths] == mtimes

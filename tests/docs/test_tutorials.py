@@ -1,0 +1,117 @@
+"""The tutorials' commands run as a reader types them: every fenced block a tutorial marks with
+``<!-- tested: PATH ... -->`` is run, page after page in the reader's order, in one scratch folder that holds what a
+checkout holds (``.venv``, ``conf/``, ``examples/``), and each PATH must exist afterwards.
+
+On tiny data: the scratch ``conf/default.yaml`` is the project's with the tests' tiny study over it
+(``tests/tiny_study.yaml``, 20 queries), so ``.venv/bin/ltr run`` runs the whole main job in seconds. ``ltr``
+commands run in this process, on the suite's shared Spark session (a JVM per command would cost 15 s each);
+other shell lines run in bash; a ``python`` block runs as a script.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipelines.core.config import config_data
+from pipelines.testing.processes import ROOT
+from tests.helpers import tiny_study
+
+pytestmark = [pytest.mark.spark]
+
+#: The tutorials with tested commands, in the order a reader follows them (later ones use the first study).
+TUTORIALS = ("tutorials/first-study.md", "tutorials/your-data.md", "tutorials/your-idea.md", "tutorials/notebook.md")
+MARK = re.compile(r"<!--\s*tested:\s*(.*?)\s*-->")
+
+
+@dataclass(frozen=True)
+class Block:
+    """A tested block: its page and line, its language, its code, and the paths it must create."""
+
+    page: str
+    line: int
+    lang: str
+    code: str
+    creates: tuple[str, ...]
+
+
+def tested_blocks(page: str) -> list[Block]:
+    """The blocks of ``docs/<page>`` marked as tested (a mark must sit right above an ``sh`` or ``python`` fence)."""
+    lines = (ROOT / "docs" / page).read_text().splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        m = MARK.search(line)
+        if not m:
+            continue
+        fence = lines[i + 1].strip() if i + 1 < len(lines) else ""
+        lang = fence.removeprefix("```")
+        assert fence.startswith("```") and lang in ("sh", "python"), f"{page}:{i + 1}: a tested mark above {fence!r}"
+        end = next(j for j in range(i + 2, len(lines)) if lines[j].strip() == "```")
+        out.append(Block(page, i + 1, lang, "\n".join(lines[i + 2 : end]), tuple(m.group(1).split())))
+    return out
+
+
+def commands(code: str) -> list[str]:
+    """A shell block's commands: one per line, ``\\`` continuations joined, comments and blank lines left out."""
+    joined = re.sub(r"\\\n\s*", " ", code)
+    return [c for c in (line.split(" #")[0].strip() for line in joined.splitlines()) if c and not c.startswith("#")]
+
+
+def test_every_tutorial_with_commands_marks_what_it_tests():
+    for page in TUTORIALS:
+        blocks = tested_blocks(page)
+        assert blocks, f"docs/{page} marks no block as tested"
+        assert all(b.creates for b in blocks), page
+
+
+@pytest.fixture
+def scratch(tmp_path, monkeypatch):
+    """A folder as a checkout looks to a reader, with the tiny study as its conf/default.yaml."""
+    conf = tmp_path / "conf"
+    (conf / "datasets").mkdir(parents=True)
+    for f in (ROOT / "conf" / "datasets").glob("*.yaml"):
+        (conf / "datasets" / f.name).write_text(f.read_text())
+    for f in (ROOT / "conf").glob("*.yaml"):
+        (conf / f.name).write_text(f.read_text())
+    _, data = config_data(ROOT / "conf" / "default.yaml", tiny_study("generate.queries=20"))
+    (conf / "default.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    (tmp_path / ".venv").symlink_to(Path(sys.prefix))
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LTR_CONF_DIR", str(conf))
+    return tmp_path
+
+
+def run_block(block: Block, where: Path) -> None:
+    from pipelines.app.cli import main
+
+    if block.lang == "python":
+        code = compile(block.code, f"docs/{block.page}:{block.line}", "exec")
+        exec(code, {"__name__": "__main__"})  # noqa: S102 - the tutorial's own code, as a reader runs it
+        return
+    for cmd in commands(block.code):
+        if cmd.startswith(".venv/bin/ltr "):
+            assert main(shlex.split(cmd)[1:]) == 0, f"docs/{block.page}:{block.line}: {cmd}"
+        else:
+            env = {**os.environ, "PATH": f"{where / '.venv' / 'bin'}:{os.environ['PATH']}"}
+            done = subprocess.run(["bash", "-c", cmd], cwd=where, env=env, capture_output=True, text=True)
+            assert done.returncode == 0, f"docs/{block.page}:{block.line}: {cmd}\n{done.stderr[-2000:]}"
+
+
+def test_the_tutorials_commands_run_on_tiny_data(spark, scratch):
+    for page in TUTORIALS:
+        for block in tested_blocks(page):
+            start = time.monotonic()
+            run_block(block, scratch)
+            print(f"docs/{page}:{block.line}: {time.monotonic() - start:.1f} s")
+            for path in block.creates:
+                assert (scratch / path).exists(), f"docs/{page}:{block.line} did not create {path}"
