@@ -7,15 +7,11 @@ report's declared fields: they are never edited by hand and cannot drift from th
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+from pipelines.app import reference  # the project installed with its docs extra: pip install -e ".[docs]"
+
 DOCS = Path(__file__).resolve().parent
-ROOT = DOCS.parent
-sys.path.insert(0, str(ROOT))  # the checkout's packages, also when the project is not installed
-
-from pipelines.app import reference  # noqa: E402
-
 reference.write_pages(DOCS / "reference")
 
 project = "ltr-curriculum"

@@ -29,6 +29,8 @@ from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from pipelines.core import config as config_module
 from pipelines.core.config import Config
 
@@ -394,6 +396,61 @@ def config_page() -> str:
     return "\n".join(out)
 
 
+#: The first lines of ``conf/default.yaml``.
+DEFAULT_YAML_HEAD = """\
+# The built-in small run: `ltr run` with no arguments uses this file.
+# Every key is listed with its default; any other file may override a subset.
+# Override from the command line with --set section.key=value.
+# Written from the typed config (pipelines/core/config.py: defaults, and the comment above each field) by
+# `python -m pipelines.app.reference --default-yaml conf/default.yaml`; a test keeps the two equal. Each key's type,
+# checks and the keys it reaches: docs/reference/config.md.
+"""
+
+
+def _flow(value: Any) -> str:
+    """``value`` as one line of YAML (flow style)."""
+    text = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=10_000).strip()
+    return text.removesuffix("...").strip()  # a scalar's end-of-document mark
+
+
+def _yaml_entry(name: str, value: Any, indent: str) -> list[str]:
+    """``name: value`` as YAML lines at ``indent``: on one line, but a mapping one entry a line."""
+    if isinstance(value, dict) and value:
+        entries = (f"{indent}  {_flow(k)}: {_flow(dict(v) if isinstance(v, dict) else v)}" for k, v in value.items())
+        return [f"{indent}{name}:", *entries]
+    return [f"{indent}{name}: {_flow(value)}"]
+
+
+def default_yaml() -> str:
+    """``conf/default.yaml``: every key with its default, each under its description (wrapped as comments)."""
+    lines = DEFAULT_YAML_HEAD.rstrip("\n").splitlines()
+    by_section: dict[str, list[ConfigKey]] = {}
+    for k in config_keys():
+        by_section.setdefault(k.path.rpartition(".")[0], []).append(k)
+    for section, keys_ in by_section.items():
+        indent = "  " if section else ""
+        lines.append("")
+        if section:
+            lines.append(f"{section}:")
+        for k in keys_:
+            lines += [f"{indent}# {w}" for w in textwrap.wrap(k.description, 116 - len(indent))]
+            lines += _yaml_entry(k.path.rpartition(".")[2], k.default, indent)
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pipelines.app.reference``: write the reference pages, or ``conf/default.yaml``."""
+    p = argparse.ArgumentParser(prog="python -m pipelines.app.reference", description=main.__doc__)
+    p.add_argument("--pages", metavar="DIR", help="write the generated reference pages into DIR")
+    p.add_argument("--default-yaml", metavar="PATH", help="write conf/default.yaml, from the typed config, to PATH")
+    args = p.parse_args(argv)
+    if args.pages:
+        write_pages(args.pages)
+    if args.default_yaml:
+        Path(args.default_yaml).write_text(default_yaml())
+    return 0
+
+
 # ----------------------------------------------------------------- report.json
 def report_page() -> str:
     """``report.json``'s fields."""
@@ -438,3 +495,7 @@ def write_pages(folder: str | Path) -> list[Path]:
             path.write_text(text)
         written.append(path)
     return written
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

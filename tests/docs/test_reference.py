@@ -85,3 +85,10 @@ def test_the_pages_are_written_only_when_they_change(tmp_path):
     mtimes = [p.stat().st_mtime_ns for p in paths]
     reference.write_pages(tmp_path)
     assert [p.stat().st_mtime_ns for p in paths] == mtimes
+
+
+def test_default_yaml_is_written_from_the_typed_config():
+    """conf/default.yaml is the typed config written out, each key under its description: one source for both (to
+    change a default or a description, edit pipelines/core/config.py, then `python -m pipelines.app.reference
+    --default-yaml conf/default.yaml`)."""
+    assert (conf_dir() / "default.yaml").read_text() == reference.default_yaml()
