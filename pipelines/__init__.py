@@ -4,5 +4,5 @@
 {``plan``, ``data``} -> ``kernel`` -> ``core`` -> ``udfs``. ``kernel`` is the code that decides numbers; every
 key's code identity covers part of it and nothing else.
 
-See docs/ARCHITECTURE.md for the map.
+See docs/explanation/architecture.md for the map.
 """

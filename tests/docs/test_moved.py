@@ -19,7 +19,16 @@ from pipelines.testing.processes import ROOT
 BEFORE = "2fa210e"
 
 #: Sentences of the old README that were reworded on the move, not copied: its start -> where the fact is now.
-REWORDED: dict[str, str] = {}
+REWORDED: dict[str, str] = {
+    "The layers of `pipelines`, from the commands down": "docs/contributing.md: it names the architecture's new page",
+    "The code identity (README,": "docs/contributing.md: it links to explanation/keys.md",
+    "`.ci/run` runs the test command above, taken from this file": "docs/contributing.md: taken from README.md",
+}
+#: Lines of the old README's code blocks that changed on purpose: its start -> why.
+CHANGED_CODE: dict[str, str] = {
+    "python3 -m venv .venv && .venv/bin/pip install -q -c constraints.txt uv": "the test command installs the docs "
+    "extra too (README.md)",
+}
 
 
 def normalise(text: str) -> str:
@@ -65,5 +74,9 @@ def test_every_sentence_of_the_old_readme_is_in_the_site():
     assert not missing, f"{len(missing)} sentences of the old README are nowhere now:\n" + "\n".join(missing[:40])
     raw = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))])
     lines = {line.strip() for line in raw.splitlines()}
-    gone = [line for line in code_lines(old_readme()) if line not in lines]
+    gone = [
+        line
+        for line in code_lines(old_readme())
+        if line not in lines and not any(line.startswith(k) for k in CHANGED_CODE)
+    ]
     assert not gone, f"{len(gone)} lines of the old README's code blocks are nowhere now:\n" + "\n".join(gone[:40])

@@ -92,3 +92,13 @@ def test_default_yaml_is_written_from_the_typed_config():
     change a default or a description, edit pipelines/core/config.py, then `python -m pipelines.app.reference
     --default-yaml conf/default.yaml`)."""
     assert (conf_dir() / "default.yaml").read_text() == reference.default_yaml()
+
+
+def test_the_committed_reference_pages_are_up_to_date():
+    """docs/reference/{cli,config,report-json}.md are committed (readable without a build, and README links them)
+    and rewritten by every build (docs/conf.py); this fails when the code changed and they were not written again:
+    `python -m pipelines.app.reference --pages docs/reference`."""
+    from pipelines.testing.processes import ROOT
+
+    for name, page in reference.PAGES.items():
+        assert (ROOT / "docs" / "reference" / name).read_text() == page(), name
