@@ -23,6 +23,7 @@ REWORDED: dict[str, str] = {
     "The layers of `pipelines`, from the commands down": "docs/contributing.md: it names the architecture's new page",
     "The code identity (README,": "docs/contributing.md: it links to explanation/keys.md",
     "`.ci/run` runs the test command above, taken from this file": "docs/contributing.md: taken from README.md",
+    "What it does: an MSLR-shaped data generator": "docs/index.md: the objectives by today's names (issue 55)",
 }
 #: Lines of the old README's code blocks that changed on purpose: its start -> why.
 CHANGED_CODE: dict[str, str] = {
