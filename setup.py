@@ -11,7 +11,7 @@ from setuptools import find_packages, setup
 
 INSTALL_REQUIRES = [
     "pyspark>=4.0,<5",  # Spark 4: Java 17+, Python 3.10+
-    "xgboost>=3.0,<4",  # the JSON model layout and QuantileDMatrix(ref=) the trainer relies on; GPU: see README
+    "xgboost>=3.0,<4",  # the JSON model layout and QuantileDMatrix(ref=) the trainer relies on; GPU: docs/how-to/gpu.md
     "numpy>=2.0,<3",
     "pandas>=2.2,<3",  # PySpark 4 supports pandas < 3
     "pyarrow>=15",
@@ -29,7 +29,7 @@ TEST_REQUIRES = [
     "pytest>=8",
     "pytest-timeout>=2.3",
     "pytest-xdist>=3.5",  # README's test command runs the suite in 2 processes, each with its own Spark session
-    # the guard rails README's test command runs before the tests (README, "Contributing")
+    # the guard rails README's test command runs before the tests (docs/contributing.md)
     "ruff>=0.15",  # lint and format (ruff.toml)
     "import-linter>=2.1",  # import contracts: layers and no cycles (.importlinter)
     "mypy>=1.15",  # types of pipelines/, udfs/, jobs/ and benchmarks/ (mypy.ini), no baseline
@@ -46,7 +46,7 @@ AIRFLOW_REQUIRES = [
     "apache-airflow-providers-standard>=1.0",
 ]
 
-# The production layout (README, "Airflow in production"): PostgreSQL as Airflow's database and as the
+# The production layout (docs/tutorials/airflow.md): PostgreSQL as Airflow's database and as the
 # `mlflow server`'s backend store. Airflow 3 opens it with psycopg2 (`postgresql+psycopg2://`) and asyncpg
 # (its async engine: `airflow db migrate` fails without it); MLflow's `postgresql://` is SQLAlchemy 2.1's
 # default driver, psycopg 3.
@@ -72,7 +72,7 @@ setup(
     name="ltr-curriculum",
     version="0.1.0",
     description="Curriculum and continuation learning-to-rank on Spark (MSLR-WEB30K scale)",
-    python_requires=">=3.10",  # PySpark 4's floor; CI runs 3.11 (see README)
+    python_requires=">=3.10",  # PySpark 4's floor; CI runs 3.11 (docs/contributing.md)
     packages=find_packages(include=["pipelines", "pipelines.*", "udfs", "udfs.*"]),  # pipelines.report too
     package_data={"pipelines.core": ["log4j2.properties"]},
     data_files=[

@@ -1,4 +1,4 @@
-"""Airflow 3 DAG ``ltr_study``: the whole study, one spark-submit job per step (README, "Airflow").
+"""Airflow 3 DAG ``ltr_study``: the whole study, one spark-submit job per step (docs/reference/airflow-dag.md).
 
 ::
 

@@ -87,7 +87,7 @@ def fail_fast(fn: Callable[..., Any]) -> Callable[..., Any]:
 def mlflow_connection(conn_id: str) -> MlflowServer | None:
     """The MLflow tracking server of Airflow connection ``conn_id`` (None: there is none): ``http(s)://host[:port]``
     (the connection's schema ``https``, else http) and its login and password, which Airflow masks in task logs.
-    Set it from a secrets backend, or ``AIRFLOW_CONN_MLFLOW_DEFAULT`` on the workers (README, "Credentials")."""
+    Set it from a secrets backend, or ``AIRFLOW_CONN_MLFLOW_DEFAULT`` on the workers (docs/how-to/credentials.md)."""
     from airflow.sdk import BaseHook
     from airflow.sdk.exceptions import AirflowNotFoundException
 

@@ -48,7 +48,7 @@ def run_study(cfg: Config, src: str | None = None) -> dict[str, Any]:
     check_preset_strategies(cfg)  # a curriculum the dataset cannot score is refused before any work
     layout = Layout.of(cfg)
     t0 = time.perf_counter()
-    n = 6 if not src else 5
+    n = 5 if not src else 4  # generate (unless --src), ingest, difficulty, curricula and the grid, report
     step = iter(range(1, n + 1))
     if not src:
         src = layout.letor

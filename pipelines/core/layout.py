@@ -10,7 +10,7 @@ Under ``work_dir`` (a local path; the folders below may be set elsewhere by the 
     checkpoints/                 plan nodes' checkpoints, cuts, leases, plan records
     report/                      `ltr report`'s tables and figures (report.out overrides)
     mlflow.db, mlartifacts/      the default MLflow tracking store (tracking.uri / tracking.artifacts override)
-    _ingest_key.json             the DAG's record of what the dataset was ingested from
+    _ingest_key.json             the record of what the dataset was ingested from (ltr run's and the DAG's)
     airflow/<run id>/            the DAG's per-run records (grid_setup.json)
 
 Every command, the grid, the tracker and the Airflow DAG ask this module; none joins ``work_dir`` itself.

@@ -11,7 +11,7 @@ What counts as a credential:
 
 A URI with a password still works where it is used (it is only its printed form that changes); the MLflow client
 reads credentials from ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD`` (or ``MLFLOW_TRACKING_TOKEN``)
-as well, which keeps them off the command line, where ``ps`` shows them (README, "Credentials").
+as well, which keeps them off the command line, where ``ps`` shows them (docs/how-to/credentials.md).
 """
 
 from __future__ import annotations

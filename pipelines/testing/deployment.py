@@ -6,7 +6,7 @@ dag-processor) with the LocalExecutor, the ``ltr_study`` DAG file copied into it
 process is started here and stopped by :meth:`Deployment.stop` (whole process trees: PySpark's workers
 live in process groups of their own), also when a test fails.
 
-Closed as README's production recipe is (README, "Airflow in production"): PostgreSQL asks every role for its
+Closed as README's production recipe is (docs/tutorials/airflow.md): PostgreSQL asks every role for its
 password (scram-sha-256), Airflow and MLflow each have a role and a database of their own; the MLflow server
 runs its authentication app (``--app-name basic-auth``: an admin, and the user ``ltr`` the study logs in as);
 no password is on a command line: the database URIs reach MLflow through ``MLFLOW_BACKEND_STORE_URI`` and

@@ -1,4 +1,4 @@
-"""spark-submit on a real standalone cluster with the packed environment (README: "Standalone cluster").
+"""spark-submit on a real standalone cluster with the packed environment (docs/tutorials/cluster.md).
 
 A master and two one-core workers started with ``spark-class`` on loopback, each worker in its own
 work directory; the environment packed by ``ltr pack`` and shipped with ``--archives ...#env``;
