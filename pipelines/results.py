@@ -12,6 +12,10 @@
 ``report_dir``); ``curves`` and the training paths from the study's MLflow store: ``sqlite:///<work_dir>/mlflow.db``
 by default, or ``tracking_uri`` (a server's credentials from ``MLFLOW_TRACKING_USERNAME`` and ``_PASSWORD``). Read
 only: nothing is written, no run is made.
+
+Without the ``work_dir`` (a study on a tracking server, run elsewhere): ``results.from_mlflow(tracking_uri,
+experiment)`` reads the same from the MLflow experiment alone, the report ``ltr report`` logged on the grid's parent
+run (downloaded into a folder of your choice or a temporary one).
 """
 
 from __future__ import annotations
@@ -111,3 +115,38 @@ def load(
         raise ResultsError(f"{out / 'per_query.csv'}: missing; write the report again with `ltr report`")
     uri = tracking_uri or f"sqlite:///{work.resolve() / 'mlflow.db'}"
     return Study(work, out, uri, report)
+
+
+def from_mlflow(
+    tracking_uri: str, experiment: str, run_id: str | None = None, dest: str | os.PathLike | None = None
+) -> Study:
+    """The finished study of MLflow experiment ``experiment`` at ``tracking_uri``: the grid ``run_id`` (its parent
+    run), by default the experiment's latest FINISHED grid, as ``ltr report`` picks it. Its report (what ``ltr report``
+    logged under the parent run's ``report/``) is downloaded into ``dest`` (default: a new temporary folder), which
+    becomes the study's ``work_dir``. :class:`ResultsError` when the experiment, the grid or its report is missing."""
+    import tempfile
+
+    from mlflow.exceptions import MlflowException
+
+    from pipelines.core.secrets import redact
+    from pipelines.report.loading import find_grid
+    from pipelines.report.records import ReportError
+    from pipelines.tracking.runs import Tracker
+
+    where = f"experiment {experiment!r} at {redact(tracking_uri)}"
+    tracker = Tracker(tracking_uri, experiment, artifact_root="", create=False)  # UnknownExperiment: exit 2
+    try:
+        parent = find_grid(tracker, run_id).info.run_id
+    except ReportError as e:
+        raise ResultsError(f"{where}: {e}") from None
+    work = Path(dest) if dest else Path(tempfile.mkdtemp(prefix="ltr-results-"))
+    work.mkdir(parents=True, exist_ok=True)
+    for name in ("report.json", "per_query.csv"):
+        try:
+            tracker.download(parent, f"report/{name}", str(work))
+        except (MlflowException, OSError) as e:
+            raise ResultsError(
+                f"{where}: could not read report/{name} of the grid {parent} ({redact(str(e))[:200]}); "
+                f"was it reported? `ltr report --experiment {experiment} --run-id {parent}`"
+            ) from None
+    return load(work, tracking_uri)

@@ -145,6 +145,10 @@ def test_run_is_the_whole_pipeline(spark, tmp_path, capfd):
         assert list(last["tree"]) == [4, 4, 4]
         for name, row in systems.iterrows():  # a curve's last point is Table 1's number
             assert abs(last.loc[name, "test"] - row["mean"]) < 1e-12, name
+        # ... and from the MLflow experiment alone (the report logged on the parent run), without the work_dir
+        remote = results.from_mlflow(uri, study.report["experiment"], dest=tmp_path / "remote")
+        assert remote.report == study.report and remote.per_query.equals(study.per_query)
+        assert remote.systems.equals(study.systems)
         assert study.report["parent"] and study.report["experiment"] == "ltr-default"
         with pytest.raises(results.ResultsError, match="no report here"):
             results.load(tmp_path)
