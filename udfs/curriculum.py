@@ -91,12 +91,15 @@ def _progress(stage: int, stages: int) -> float:
 
 @pacing("linear")
 def _linear(stage: int, stages: int, *, params: Mapping[str, Any]) -> float:
+    """Linear: the share grows evenly from ``delta`` at the first stage to 1 at the last."""
     delta = params["delta"]
     return delta + (1.0 - delta) * _progress(stage, stages)
 
 
 @pacing("root_n")
 def _root_n(stage: int, stages: int, *, params: Mapping[str, Any]) -> float:
+    """Root-n (Platanios et al., 2019): ``(delta^n + (1 - delta^n) x)^(1/n)`` with ``n = root_n``: fast growth
+    early, slower later."""
     delta, n = params["delta"], params["root_n"]
     if n <= 0:
         raise ValueError(f"root_n must be > 0, got {n}")
@@ -105,12 +108,14 @@ def _root_n(stage: int, stages: int, *, params: Mapping[str, Any]) -> float:
 
 @pacing("geometric")
 def _geometric(stage: int, stages: int, *, params: Mapping[str, Any]) -> float:
+    """Geometric: ``delta * (1 / delta)^x``, the share multiplied by the same factor at every stage."""
     delta = params["delta"]
     return delta * (1.0 / delta) ** _progress(stage, stages)
 
 
 @pacing("step")
 def _step(stage: int, stages: int, *, params: Mapping[str, Any]) -> float:
+    """Step: ``delta`` for the first third of the stages, ``(1 + delta) / 2`` for the second, then all."""
     x, delta = _progress(stage, stages), params["delta"]
     return delta if x < 1 / 3 else (1.0 + delta) / 2 if x < 2 / 3 else 1.0
 

@@ -470,16 +470,97 @@ def report_page() -> str:
     return "\n".join(out)
 
 
+# ----------------------------------------------------------------- components
+@dataclass(frozen=True)
+class Component:
+    """A built-in component: an objective, a difficulty score or a pacing function."""
+
+    kind: str
+    name: str
+    description: str
+    settings: dict[str, Any]
+    module: str
+
+
+def _score_comments() -> dict[str, str]:
+    """Difficulty score name -> the comment on the line that registers it in :mod:`udfs.scores`."""
+    import udfs.scores
+
+    out = {}
+    for line in inspect.getsource(udfs.scores).splitlines():
+        m = re.match(r'score\(Score\("(\w+)".*\)\)\s*#\s*(.+)$', line)
+        if m:
+            out[m.group(1)] = m.group(2).strip()
+    return out
+
+
+def components() -> list[Component]:
+    """Every built-in component (:func:`pipelines.plugins.loading.describe`'s, the plug-ins left out), described by
+    its function's docstring (its first paragraph), XGBoost's objective it stands for, or its registration's comment."""
+    from pipelines.plugins.loading import _registries
+
+    scores = _score_comments()
+    out = []
+    for kind, reg in _registries().items():
+        for name, comp in sorted(reg.items()):
+            if getattr(comp, "plugin", False):
+                continue
+            fn = getattr(comp, "fn", None)
+            if fn is not None:
+                text = (inspect.getdoc(fn) or "").split("\n\n")[0].replace("\n", " ")
+            elif getattr(comp, "builtin", None):
+                text = f"XGBoost's own `{comp.builtin}` (its C++ code; its version is in every node's key)"
+            else:
+                text = scores.get(name, "")
+            settings = comp.settings() if hasattr(comp, "settings") else {}
+            module = getattr(comp, "module", None) or ("xgboost" if getattr(comp, "builtin", None) else "udfs.scores")
+            out.append(Component(kind, name, _md(text), dict(settings), module))
+    return out
+
+
+def components_page() -> str:
+    """The built-in components, with their settings (``plugins.params.<name>.<setting>``)."""
+    out = [
+        _GENERATED,
+        "# Components: objectives, difficulty scores, pacing functions\n",
+        "The built-in components; a plug-in adds its own the same way ([the plug-in API](plugins-api.md), `ltr "
+        "plugins` lists every component loaded, plug-ins included). A component's own settings are the config keys "
+        "`plugins.params.<name>.<setting>`, checked against the ones it declares (an unknown one exits 2), and in "
+        "the key of every result that uses the component, only those. An objective is a segment of a training path "
+        "(`mse:40,lambdamart:60`, [ltr train](train.md)); a difficulty score orders a curriculum (the strategies "
+        "`q_nrel`, `q_bm25`, `q_pagerank` read `n_rel`, `ndcg_bm25`, `ndcg_pagerank`); a pacing function gives the "
+        "share of the training queries at each stage (`curriculum.pacing`; `x` is the stage's progress, 0 at the "
+        "first stage and 1 at the last).\n",
+    ]
+    by_kind: dict[str, list[Component]] = {}
+    for c in components():
+        by_kind.setdefault(c.kind, []).append(c)
+    for kind, comps in by_kind.items():
+        out += [f"## {kind[0].upper()}{kind[1:]}s\n", "| name | what it is | settings (default) | module |",
+                "|---|---|---|---|"]  # fmt: skip
+        for c in comps:
+            settings = ", ".join(f"`{k}` ({_cell(json.dumps(v))})" for k, v in c.settings.items())
+            out.append(f"| `{c.name}` | {_cell(c.description)} | {settings} | `{c.module}` |")
+        out.append("")
+    return "\n".join(out)
+
+
 # ----------------------------------------------------------------- checks and pages
 def undocumented() -> list[str]:
-    """The CLI options and config keys without a description (none, or the test fails)."""
+    """The CLI options, config keys and built-in components without a description (none, or the test fails)."""
     missing = [f"ltr {o.command} {o.flags}" for o in options() if not o.help.strip()]
     missing += [f"config key {k.path}" for k in config_keys() if not k.description.strip()]
+    missing += [f"{c.kind} {c.name}" for c in components() if not c.description.strip()]
     return missing
 
 
 #: The generated pages, by file name under ``docs/reference/``.
-PAGES: dict[str, Callable[[], str]] = {"cli.md": cli_page, "config.md": config_page, "report-json.md": report_page}
+PAGES: dict[str, Callable[[], str]] = {
+    "cli.md": cli_page,
+    "config.md": config_page,
+    "report-json.md": report_page,
+    "components.md": components_page,
+}
 
 
 def write_pages(folder: str | Path) -> list[Path]:

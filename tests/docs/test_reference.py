@@ -11,8 +11,12 @@ from pipelines.app import reference
 from pipelines.core.config import conf_dir
 
 
-def test_every_option_and_config_key_has_a_description():
+def test_every_option_config_key_and_component_has_a_description():
     assert reference.undocumented() == []
+    names = {c.name for c in reference.components()}
+    assert {"lambdamart", "stochastic_rank", "xgb_lambdamart", "n_rel", "root_n"} <= names
+    settings = {c.name: c.settings for c in reference.components()}
+    assert settings["stochastic_rank"]["estimator"] == "ccs"  # plugins.params.stochastic_rank.estimator
 
 
 def test_a_missing_description_is_found():
@@ -81,7 +85,7 @@ def test_the_cli_page_holds_every_command_and_option():
 
 def test_the_pages_are_written_only_when_they_change(tmp_path):
     paths = reference.write_pages(tmp_path)
-    assert sorted(p.name for p in paths) == ["cli.md", "config.md", "report-json.md"]
+    assert sorted(p.name for p in paths) == ["cli.md", "components.md", "config.md", "report-json.md"]
     mtimes = [p.stat().st_mtime_ns for p in paths]
     reference.write_pages(tmp_path)
     assert [p.stat().st_mtime_ns for p in paths] == mtimes
@@ -95,9 +99,9 @@ def test_default_yaml_is_written_from_the_typed_config():
 
 
 def test_the_committed_reference_pages_are_up_to_date():
-    """docs/reference/{cli,config,report-json}.md are committed (readable without a build, and README links them)
-    and rewritten by every build (docs/conf.py); this fails when the code changed and they were not written again:
-    `python -m pipelines.app.reference --pages docs/reference`."""
+    """docs/reference/{cli,config,components,report-json}.md are committed (readable without a build, and README
+    links them) and rewritten by every build (docs/conf.py); this fails when the code changed and they were not
+    written again: `python -m pipelines.app.reference --pages docs/reference`."""
     from pipelines.testing.processes import ROOT
 
     for name, page in reference.PAGES.items():

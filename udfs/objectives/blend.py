@@ -31,7 +31,8 @@ def blend(
 def blend_objective(
     margins: np.ndarray, labels: np.ndarray, offsets: np.ndarray, *, tree: int, params: Mapping[str, Any], cache: dict
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The blend at the schedule's γ for global tree ``tree``.
+    """Smooth continuation: ``(1 - γ) MSE + γ LambdaMART``, γ rising with the global tree ``tree`` along
+    ``train.blend_schedule`` (step, linear, sigmoid; ``blend_at``, ``blend_width``).
 
     Only the gradients the weights need are computed (no MSE at γ = 1, no LambdaMART at γ = 0).
     """

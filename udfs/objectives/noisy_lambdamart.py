@@ -70,7 +70,9 @@ def noisy_lambdamart(
     doc: np.ndarray,
     cache: dict,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """noisy_lambdamart at global tree ``tree``: its noise depends on (seed, tree, qid, doc) only.
+    """LambdaMART on scores with annealed Gaussian noise (noise regularisation, not StochasticRank): the noise
+    falls from ``train.stochastic_noise`` to 0 at ``train.stochastic_anneal`` and depends on (seed, tree, qid, doc)
+    only.
 
     The noise scale falls linearly from ``stochastic_noise`` at tree 0 to 0 at ``stochastic_anneal``;
     at 0 no noise is drawn (plain LambdaMART).

@@ -43,5 +43,5 @@ def sigmoid_pairwise_grad(
 def sigmoid_pairwise(
     margins: np.ndarray, labels: np.ndarray, offsets: np.ndarray, *, tree: int, params: Mapping[str, Any]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The sigmoid pairwise loss with steepness ``sigmoid_gamma``."""
+    """The sigmoid pairwise loss with steepness ``train.sigmoid_gamma``."""
     return sigmoid_pairwise_grad(margins, labels, offsets, k=params["k"], gamma=params["sigmoid_gamma"])
