@@ -1,6 +1,6 @@
 """The Spark barrier job that trains plan nodes: distributed XGBoost inside Spark, Python objectives.
 
-How it runs (docs/explanation/architecture.md, "Training"):
+How it runs (docs/explanation/architecture.md, "The data path"):
 
 1. Every worker holds whole queries, chosen by a hash of the qid: it reads the fold's
    train/vali/test rows (and, per curriculum, each train query's first stage) from the
