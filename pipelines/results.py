@@ -8,6 +8,8 @@
     study.curves                          # one row per system, fold and tree: vali and test NDCG (from MLflow)
     study.report                          # report.json as a dict (every number of every table)
 
+    study = results.from_mlflow("https://mlflow.example.org", "ltr-default")  # without the work_dir
+
 ``per_query``, ``systems`` and ``report`` come from ``<work_dir>/report`` (``report.out`` elsewhere: pass
 ``report_dir``); ``curves`` and the training paths from the study's MLflow store: ``sqlite:///<work_dir>/mlflow.db``
 by default, or ``tracking_uri`` (a server's credentials from ``MLFLOW_TRACKING_USERNAME`` and ``_PASSWORD``). Read
@@ -73,7 +75,8 @@ class Study:
 
     @functools.cached_property
     def curves(self) -> Any:
-        """The curves of every finished child: system, fold, tree (the number of trees), vali and test NDCG."""
+        """Every finished child's curves, one row a point (system, fold, seed, tree: the number of trees, vali and
+        test NDCG, run id)."""
         import pandas as pd
 
         from pipelines.report.loading import load_grid
