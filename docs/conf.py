@@ -12,7 +12,8 @@ from pathlib import Path
 from pipelines.app import reference  # the project installed with its docs extra: pip install -e ".[docs]"
 
 DOCS = Path(__file__).resolve().parent
-reference.write_pages(DOCS / "reference")
+if (DOCS / "reference").is_dir():  # the site's, not a test's sources of two pages (tests/docs/test_site.py)
+    reference.write_pages(DOCS / "reference")
 
 project = "ltr-curriculum"
 author = "the ltr-curriculum authors"

@@ -67,15 +67,33 @@ def test_the_site_builds_strictly_with_every_part(site):
 
 
 def test_a_broken_link_fails_the_build(tmp_path):
-    """The strict build can fail: a copy of the docs with one link to a page that does not exist."""
-    copy = tmp_path / "docs"
-    shutil.copytree(DOCS, copy, ignore=shutil.ignore_patterns("_build", "research"))
-    (tmp_path / "benchmarks").symlink_to(ROOT / "benchmarks")  # what the site includes from beside docs/
-    page = copy / "how-to" / "index.md"
-    page.write_text(page.read_text() + "\n[gone](no-such-page.md)\n")
-    cmd = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "dummy", str(copy), str(tmp_path / "o")]
+    """The strict build can fail: the site's configuration on two pages, one with a link to a page that does not
+    exist and one to a heading that does not exist; the same pages with the links right build."""
+    src = tmp_path / "docs"
+    src.mkdir()
+    shutil.copy(DOCS / "conf.py", src / "conf.py")
+    shutil.copytree(DOCS / "_static", src / "_static")
+    (src / "other.md").write_text("# Other\n\n## A heading\n")
+    index = "# Home\n\n```{toctree}\nother\n```\n\n[a page](%s) and [a heading](other.md#%s)\n"
+    cmd = [
+        sys.executable,
+        "-m",
+        "sphinx",
+        "-W",
+        "--keep-going",
+        "-E",
+        "-q",
+        "-b",
+        "dummy",
+        str(src),
+        str(tmp_path / "o"),
+    ]
+    (src / "index.md").write_text(index % ("other.md", "a-heading"))
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert done.returncode != 0 and "no-such-page.md" in done.stderr, done.stderr[-3000:]
+    assert done.returncode == 0, done.stderr[-3000:]
+    (src / "index.md").write_text(index % ("no-such-page.md", "no-such-heading"))
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode != 0 and "no-such-page.md" in done.stderr and "no-such-heading" in done.stderr, done.stderr
 
 
 HARNESS = """<!doctype html><html><head><meta charset="utf-8"><title>harness</title></head><body>
