@@ -127,10 +127,11 @@ SPARK_FIXTURES = {"spark", "spark_holder"}
 def pytest_collection_modifyitems(session, config, items):
     """Each module declares its markers (``pytestmark``; pytest.ini lists them): ``spark`` (a module that starts Spark
     itself: ``ltr``/``spark-submit`` subprocesses, a standalone cluster, an inner pytest), ``deployment``, ``slow`` (a
-    module that takes minutes), ``processes``. Here a test that uses a Spark fixture also gets ``spark``; README's fast
-    command runs ``-m "not spark"``. Then the order: the ``slow`` modules first, longest first. README's test command
-    runs the suite in two pytest-xdist workers, one module at a time each (``--dist loadfile``: a module's fixtures
-    are built once), and a long module started last would leave one worker running alone at the end."""
+    module that takes minutes), ``processes``. Here a test that uses a Spark fixture also gets ``spark``; the fast
+    command (docs/contributing.md) runs ``-m "not spark"``. Then the order: the ``slow`` modules first, longest
+    first. README's test command runs the suite in two pytest-xdist workers, one module at a time each (``--dist
+    loadfile``: a module's fixtures are built once), and a long module started last would leave one worker running
+    alone at the end."""
     for item in items:
         if SPARK_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.spark)

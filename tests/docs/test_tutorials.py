@@ -27,7 +27,7 @@ from pipelines.core.config import config_data
 from pipelines.testing.processes import ROOT
 from tests.helpers import tiny_study
 
-pytestmark = [pytest.mark.spark]
+pytestmark = [pytest.mark.spark, pytest.mark.slow(minutes=1)]  # four `ltr` processes, one after another
 
 #: The tutorials with tested commands, in the order a reader follows them (later ones use the first study).
 TUTORIALS = ("tutorials/first-study.md", "tutorials/your-data.md", "tutorials/your-idea.md", "tutorials/notebook.md")
