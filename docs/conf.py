@@ -32,9 +32,7 @@ html_last_updated_fmt = None
 # autodoc: the plug-in API and the results API, from their docstrings
 autodoc_default_options = {"member-order": "bysource"}  # each page names the members it shows
 autodoc_typehints = "description"
-autodoc_mock_imports: list[str] = []
 # The strict build is -W (every warning an error), not -n: the API pages' docstrings name modules of ours that the
 # site does not document (udfs.objectives.registry, pipelines.core.keys...), which -n would report as broken.
 nitpicky = False
-suppress_warnings: list[str] = []
 smartquotes = False  # `--master` stays two hyphens, quotes stay as typed

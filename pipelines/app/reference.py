@@ -6,11 +6,14 @@
   dataclasses'), its description (the ``#:`` comment above the field, the convention Sphinx's autodoc reads too),
   its checks (the messages of the section's ``__post_init__`` and of the functions it calls, found in their syntax
   trees) and which keys hold it (found by changing the value and computing the keys again: :func:`keyed_by`).
+* :func:`components_page`: the built-in objectives, difficulty scores and pacing functions, with their settings.
 * :func:`report_page`: ``report.json``'s fields (:data:`pipelines.report.export.REPORT_FIELDS`, which a test compares
   with a report's fields).
+* :func:`default_yaml`: ``conf/default.yaml``, every key under its description.
 
-:func:`undocumented` lists the options and keys that have no description: ``tests/docs/test_reference.py`` fails on
-any. ``docs/conf.py`` calls :func:`write_pages` before Sphinx reads the sources.
+:func:`undocumented` lists the options, keys and components that have no description: ``tests/docs/test_reference.py``
+fails on any. ``docs/conf.py`` calls :func:`write_pages` before Sphinx reads the sources; the pages and
+``conf/default.yaml`` are committed too, and a test fails when they are stale (``python -m pipelines.app.reference``).
 """
 
 from __future__ import annotations
@@ -152,7 +155,7 @@ def _sections() -> dict[str, type]:
 
 def _field_docs(cls: type) -> dict[str, str]:
     """Field name -> the ``#:`` comment lines right above it in ``cls``'s source, joined."""
-    lines, start = inspect.getsourcelines(cls)
+    lines, _ = inspect.getsourcelines(cls)
     tree = ast.parse(textwrap.dedent("".join(lines)))
     body = tree.body[0]
     assert isinstance(body, ast.ClassDef)
@@ -311,16 +314,21 @@ def _key_docs(cfg: Config) -> dict[str, Any]:
     }
 
 
+@functools.lru_cache(maxsize=1)
+def _default_key_docs() -> dict[str, str]:
+    """:func:`_key_docs` of the default config, as JSON: what every field's change is compared with."""
+    return {k: json.dumps(v, default=str) for k, v in _key_docs(Config()).items()}
+
+
 def keyed_by(section: str, name: str) -> tuple[str, ...]:
     """The kinds of key (:data:`KEY_KINDS`) a config field reaches: each is computed for the default config and for
     one with the field changed (set directly, without the checks, so that any value of its type does)."""
-    base = Config()
-    cfg = copy.deepcopy(base)
+    cfg = copy.deepcopy(Config())
     target = getattr(cfg, section) if section else cfg
     object.__setattr__(target, name, _changed(getattr(target, name)))
-    before, after = _key_docs(base), _key_docs(cfg)
+    before, after = _default_key_docs(), _key_docs(cfg)
     path = f"{section}.{name}" if section else name
-    found = {k for k in KEY_KINDS if json.dumps(before[k], default=str) != json.dumps(after[k], default=str)}
+    found = {k for k in KEY_KINDS if before[k] != json.dumps(after[k], default=str)}
     return tuple(k for k in KEY_KINDS if k in found or k in THROUGH.get(path, ()))
 
 
@@ -354,10 +362,6 @@ def config_keys() -> tuple[ConfigKey, ...]:
     return tuple(out)
 
 
-def _yaml(value: Any) -> str:
-    return json.dumps(value) if not isinstance(value, str) else json.dumps(value)
-
-
 def config_page() -> str:
     """The config reference: per section, a table of its keys."""
     sections = _sections()
@@ -376,9 +380,7 @@ def config_page() -> str:
         'Every key also takes the type check: a value of another type (`"200"` for an int, `"0.3"` for a '
         "number) is refused.\n",
     ]
-    keys_by_section: dict[str, list[ConfigKey]] = {}
-    for k in config_keys():
-        keys_by_section.setdefault(k.path.rpartition(".")[0], []).append(k)
+    keys_by_section = _by_section()
     for section, cls in sections.items():
         title = f"`{section}`" if section else "Top level"
         summary = _md((inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")) if section else ""
@@ -389,8 +391,8 @@ def config_page() -> str:
         for k in keys_by_section.get(section, []):
             checks = "".join(f"; *{_cell(c)}*" for c in k.checks)
             out.append(
-                f"| `{k.path}` | `{_cell(k.type)}` | `{_cell(_yaml(k.default))}` | {_cell(k.description)}{checks} | "
-                f"{', '.join(k.keyed)} |"
+                f"| `{k.path}` | `{_cell(k.type)}` | `{_cell(json.dumps(k.default))}` | "
+                f"{_cell(k.description)}{checks} | {', '.join(k.keyed)} |"
             )
         out.append("")
     return "\n".join(out)
@@ -413,6 +415,14 @@ def _flow(value: Any) -> str:
     return text.removesuffix("...").strip()  # a scalar's end-of-document mark
 
 
+def _by_section() -> dict[str, list[ConfigKey]]:
+    """:func:`config_keys` by section ("" for the top level), in their order."""
+    out: dict[str, list[ConfigKey]] = {}
+    for k in config_keys():
+        out.setdefault(k.path.rpartition(".")[0], []).append(k)
+    return out
+
+
 def _yaml_entry(name: str, value: Any, indent: str) -> list[str]:
     """``name: value`` as YAML lines at ``indent``: on one line, but a mapping one entry a line."""
     if isinstance(value, dict) and value:
@@ -424,10 +434,7 @@ def _yaml_entry(name: str, value: Any, indent: str) -> list[str]:
 def default_yaml() -> str:
     """``conf/default.yaml``: every key with its default, each under its description (wrapped as comments)."""
     lines = DEFAULT_YAML_HEAD.rstrip("\n").splitlines()
-    by_section: dict[str, list[ConfigKey]] = {}
-    for k in config_keys():
-        by_section.setdefault(k.path.rpartition(".")[0], []).append(k)
-    for section, keys_ in by_section.items():
+    for section, keys_ in _by_section().items():
         indent = "  " if section else ""
         lines.append("")
         if section:
@@ -497,11 +504,11 @@ def _score_comments() -> dict[str, str]:
 def components() -> list[Component]:
     """Every built-in component (:func:`pipelines.plugins.loading.describe`'s, the plug-ins left out), described by
     its function's docstring (its first paragraph), XGBoost's objective it stands for, or its registration's comment."""
-    from pipelines.plugins.loading import _registries
+    from pipelines.plugins.loading import registries
 
     scores = _score_comments()
     out = []
-    for kind, reg in _registries().items():
+    for kind, reg in registries().items():
         for name, comp in sorted(reg.items()):
             if getattr(comp, "plugin", False):
                 continue

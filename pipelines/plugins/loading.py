@@ -86,7 +86,7 @@ _ACTIVE: list[str] = []  # digest of the set activate() loaded last
 _CURRENT: list[PluginSet] = []  # the set this process's config loaded (what its tasks load)
 
 
-def _registries() -> dict[str, dict[str, Any]]:
+def registries() -> dict[str, dict[str, Any]]:
     """Kind -> registry (name -> component), the built-in objectives imported first (so a clash is the plug-in's)."""
     from udfs.curriculum import PACINGS
     from udfs.objectives import registry
@@ -97,7 +97,7 @@ def _registries() -> dict[str, dict[str, Any]]:
 
 def component(name: str) -> tuple[str, Any] | None:
     """(kind, component) of the component called ``name`` of any kind; None if there is none."""
-    for kind, reg in _registries().items():
+    for kind, reg in registries().items():
         if name in reg:
             return kind, reg[name]
     return None
@@ -299,7 +299,7 @@ def _sources_hint() -> str:
 def _check_names() -> None:
     """One name, one component: a plug-in's name may not be another kind's (``plugins.params.<name>`` names one)."""
     seen: dict[str, str] = {}
-    for kind, reg in _registries().items():
+    for kind, reg in registries().items():
         for name, comp in reg.items():
             other = seen.get(name)
             if other is not None and getattr(comp, "plugin", False):
@@ -312,7 +312,7 @@ def _check_names() -> None:
 
 def plugin_components() -> dict[str, tuple[str, Any]]:
     """Name -> (kind, component) of every plug-in component loaded in this process."""
-    return {n: (kind, c) for kind, reg in _registries().items() for n, c in reg.items() if getattr(c, "plugin", False)}
+    return {n: (kind, c) for kind, reg in registries().items() for n, c in reg.items() if getattr(c, "plugin", False)}
 
 
 def owner(name: str) -> Source | None:
@@ -367,7 +367,7 @@ def describe() -> list[dict[str, Any]]:
     from udfs.difficulty import difficulty_frame
 
     rows = []
-    for kind, reg in _registries().items():
+    for kind, reg in registries().items():
         for name, comp in sorted(reg.items()):
             fn = getattr(comp, "fn", None)
             if getattr(comp, "plugin", False):
