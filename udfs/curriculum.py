@@ -221,6 +221,7 @@ class Strategy:
     in every stage).
     ``shares``: fixed stage shares (``none``: one stage; ``l_hrel``: two whole ones, its first filters documents).
     ``label_filter``: its first stage keeps only the documents of ``curriculum.hrel_labels``.
+    ``reverse``: the anti-curriculum of the strategy ordered by the same score (hardest first; :data:`ANTI`).
     """
 
     name: str
@@ -228,6 +229,7 @@ class Strategy:
     score: str | None = None
     shares: tuple[float, ...] | None = None
     label_filter: bool = False
+    reverse: bool = False
 
     @property
     def role(self) -> str | None:
@@ -239,21 +241,56 @@ class Strategy:
         """Its queries' order depends on the curriculum's seed (the ``random`` control)."""
         return self.order == "seeded"
 
+    @property
+    def kind(self) -> str | None:
+        """The kind of its difficulty score (:data:`udfs.scores.KINDS`); None for a strategy without one."""
+        return None if self.score is None else SCORES[self.score].kind
+
+
+#: The prefix of an anti-curriculum's name: ``anti_q_nrel`` is ``q_nrel`` hardest first. A prefix, not a suffix
+#: of the path syntax (``~`` is a segment's seed there), so that ``lambdamart@anti_q_nrel:40`` reads as it is.
+ANTI = "anti_"
+
 
 #: Strategy name -> its :class:`Strategy` (registered by :func:`strategy`), in the order the config lists them.
 STRATEGIES: dict[str, Strategy] = {}
 
 
 def strategy(s: Strategy) -> Strategy:
-    """Register ``s`` (a name registered twice is an error)."""
+    """Register ``s`` (a name registered twice is an error) and, for a strategy that orders queries by a score,
+    its anti-curriculum ``anti_<name>`` (the same score, hardest first)."""
     if s.order not in ("score", "seeded", "all") or (s.order == "score") != (s.score is not None):
         raise ValueError(f"strategy {s.name!r}: order must be score (with a score), seeded or all")
     if s.score is not None and s.score not in SCORES:
         raise ValueError(f"strategy {s.name!r}: unknown difficulty score {s.score!r}; known: {', '.join(SCORES)}")
-    if s.name in STRATEGIES and STRATEGIES[s.name] != s:
-        raise ComponentError(f"strategy {s.name!r} is registered twice ({STRATEGIES[s.name]}); rename one")
+    if s.reverse and s.order != "score":
+        raise ValueError(f"strategy {s.name!r}: only an order by a score can be reversed")
+    anti = None if s.reverse or s.order != "score" else Strategy(ANTI + s.name, score=s.score, reverse=True)
+    for t in (s, anti):
+        if t is not None and t.name in STRATEGIES and STRATEGIES[t.name] != t:
+            raise ComponentError(f"strategy {t.name!r} is registered twice ({STRATEGIES[t.name]}); rename one")
     STRATEGIES[s.name] = s
+    if anti is not None:
+        STRATEGIES[anti.name] = anti
     return s
+
+
+def anti_of(name: str) -> str | None:
+    """The anti-curriculum of strategy ``name`` (None: it has no order to reverse, or is an anti-curriculum)."""
+    s = STRATEGIES.get(name)
+    return ANTI + name if s is not None and s.order == "score" and not s.reverse else None
+
+
+def no_order(name: str) -> str | None:
+    """Why ``name`` names no strategy when it reads as the anti-curriculum of one without an order (``anti_random``:
+    a random order reversed is another random order; ``none`` and ``l_hrel`` order no query); None otherwise."""
+    base = name[len(ANTI) :] if name.startswith(ANTI) else None
+    s = STRATEGIES.get(base) if base else None
+    if s is None or s.order == "score":
+        return None
+    what = "a seeded random order (reversed, it is another one)" if s.seeded else "no order of its queries"
+    ordered = ", ".join(n for n, t in STRATEGIES.items() if t.order == "score" and not t.reverse)
+    return f"{name}: strategy {base} has {what}, so it has no anti-curriculum; anti_ takes one of {ordered}"
 
 
 def difficulty(
@@ -262,14 +299,23 @@ def difficulty(
     params: Mapping[str, Any] | None = None,
     features: tuple[str, ...] | list[str] | None = None,
     higher_is_easier: bool = True,
+    kind: str = "oracle",
 ) -> Callable[[Any], Any]:
     """Register the decorated ``f(labels, features, offsets, *, params) -> one score per query`` as difficulty
-    score ``name`` and as the curriculum strategy of the same name that ranks queries by it (easiest first).
+    score ``name``, as the curriculum strategy of the same name that ranks queries by it (easiest first) and as its
+    anti-curriculum ``anti_<name>`` (hardest first).
 
     ``labels``, ``offsets``: the training queries' rows (each query's first row, then the end); ``features``: a
     mapping from feature name (``"f1"``, ...) to the rows' float32 column (``features=`` here: the names it reads,
-    so only those are read; default all); ``params``: its own settings and their defaults."""
+    so only those are read; default all); ``params``: its own settings and their defaults. ``kind``: ``oracle``
+    (the default: the function is given the labels, so a score is taken to read them unless it says otherwise) or
+    ``label_free`` (it reads no label: ``ltr plugins --check`` verifies that its scores do not change when the
+    labels do). ``model`` is the built-in teacher scores' kind, and a plug-in is given no teacher's scores."""
     check_name("difficulty score", name)
+    if kind not in ("oracle", "label_free"):
+        raise ComponentError(
+            f"difficulty score {name!r}: kind {kind!r}; a plug-in score is oracle (it reads the labels) or label_free"
+        )
     own = own_params("difficulty score", name, params)
     cols = None if features is None else tuple(features)
     for c in cols or ():
@@ -279,7 +325,9 @@ def difficulty(
     def register(fn: Any) -> Any:
         accepted(fn, "difficulty score", name, 3, ("params",))
         module = fn.__module__
-        score(Score(name, higher_is_easier, False, None, fn, module, cols, MappingProxyType(own), is_plugin(module)))
+        score(
+            Score(name, higher_is_easier, False, None, fn, module, cols, MappingProxyType(own), is_plugin(module), kind)
+        )
         strategy(Strategy(name, score=name))
         return fn
 
@@ -289,6 +337,8 @@ def difficulty(
 strategy(Strategy("q_nrel", score="n_rel"))
 strategy(Strategy("q_bm25", score="ndcg_bm25"))
 strategy(Strategy("q_pagerank", score="ndcg_pagerank"))
+strategy(Strategy("q_size", score="n_docs"))
+strategy(Strategy("sigma_bm25", score="sigma_bm25"))
 strategy(Strategy("l_hrel", order="all", shares=(1.0, 1.0), label_filter=True))
 strategy(Strategy("random", order="seeded"))
 strategy(Strategy("none", order="all", shares=(1.0,)))
@@ -342,7 +392,13 @@ def place_queries(
             score[empty] = np.nan  # undefined: metric.empty plays no part in the order
         if not info.higher_is_easier:
             score = -score  # easiest first is highest first
-        order = easiest_first(score, qid, last=empty if empty_queries == "last" else None)
+        # An anti-curriculum reverses the order of the ranked queries; the empty-queries policy places the others
+        # as it does for the curriculum: with "last" they still come after every ranked query, since a query
+        # without a relevant document gives LambdaMART no gradient, and a first stage of them would be a defect of
+        # the control, not a finding about hard queries.
+        # A label-free score orders every query by itself alone: "last" would place queries by their labels.
+        last = empty if empty_queries == "last" and info.kind != "label_free" else None
+        order = easiest_first(-score if s.reverse else score, qid, last=last)
     elif s.seeded:
         score = np.full(n, np.nan)
         order = np.random.default_rng(seed).permutation(n)  # of the qid-sorted queries: reproducible

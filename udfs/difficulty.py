@@ -1,12 +1,15 @@
 """Per-query difficulty scores as a plain pandas/numpy function over many whole queries.
 
 For every query: its size, how many documents are relevant (label >= 1) and
-highly relevant (label >= 3), its best label, its ideal DCG@k, and the NDCG@k
+highly relevant (label >= 3), its best label, its ideal DCG@k, the NDCG@k
 of ranking its documents by one feature: BM25 and PageRank in the paper (the
 ``q_bm25`` / ``q_pagerank`` curricula treat queries whose feature ranking is
-good as easy); a dataset without such a feature (``None``: Istella's and Yahoo's are anonymous) gets
-NaN there. Conventions (cutoff, gain, empty queries, ties) come from the
-:class:`~udfs.conventions.NdcgSpec`; ties in a feature (PageRank has many) follow
+good as easy), and the sample standard deviation of its BM25 values (Penha & Hauff's label-free
+``sigma_BM25``: a homogeneous candidate list is easy); a dataset without such a feature (``None``:
+Istella's and Yahoo's are anonymous) gets NaN there. A one-document query's BM25 values have no spread: its
+``sigma_bm25`` is 0 (the sample standard deviation, with n - 1, is undefined for one value; the easiest is
+what the study's reasoning makes of a list with nothing to tell apart). Conventions (cutoff, gain, empty
+queries, ties) come from the :class:`~udfs.conventions.NdcgSpec`; ties in a feature (PageRank has many) follow
 ``spec.ties`` over the rows' input order, which is ``doc`` order here.
 """
 
@@ -25,7 +28,7 @@ from udfs.per_query import map_queries, run_starts
 #: Output schema (Spark DDL) of :func:`difficulty_frame`.
 DIFFICULTY_DDL = (
     "subset string, qid int, n_docs int, n_rel int, n_hrel int, max_label tinyint, "
-    "idcg double, ndcg_bm25 double, ndcg_pagerank double"
+    "idcg double, ndcg_bm25 double, ndcg_pagerank double, sigma_bm25 double"
 )
 
 #: Labels counted as relevant / highly relevant.
@@ -54,19 +57,35 @@ def difficulty_frame(
     def by(col: str | None) -> np.ndarray:
         return ndcg(off, label, pdf[col].to_numpy(), spec) if col else np.full(starts.size, np.nan)
 
+    sizes = np.diff(off)
     return pd.DataFrame(
         {
             schema.SUBSET: head[schema.SUBSET].to_numpy() if schema.SUBSET in pdf else "",
             schema.QID: head[schema.QID].to_numpy().astype(np.int32),
-            "n_docs": np.diff(off).astype(np.int32),
+            "n_docs": sizes.astype(np.int32),
             "n_rel": np.add.reduceat((label >= REL_LABEL).astype(np.int32), starts),
             "n_hrel": np.add.reduceat((label >= HREL_LABEL).astype(np.int32), starts),
             "max_label": np.maximum.reduceat(label, starts).astype(np.int8),
             "idcg": idcg(off, label, spec),
             "ndcg_bm25": by(bm25_col),
             "ndcg_pagerank": by(pagerank_col),
+            "sigma_bm25": spread(starts, sizes, pdf[bm25_col].to_numpy()) if bm25_col else np.full(sizes.size, np.nan),
         }
     )
+
+
+def spread(starts: np.ndarray, sizes: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Per query, the sample standard deviation (n - 1 in the denominator) of ``x``; 0 for a one-document query.
+
+    Two passes in float64 (the mean, then the squared deviations from it), not the one-pass ``E[x^2] - E[x]^2``,
+    which cancels badly when the values are large and close (BM25 values are)."""
+    v = np.asarray(x, dtype=np.float64)
+    mean = np.add.reduceat(v, starts) / sizes
+    ss = np.add.reduceat((v - np.repeat(mean, sizes)) ** 2, starts)
+    out = np.zeros(starts.size)
+    many = sizes > 1
+    out[many] = np.sqrt(ss[many] / (sizes[many] - 1))
+    return out
 
 
 def difficulty_one_query(pdf: pd.DataFrame, bm25_col: str, pagerank_col: str, spec: NdcgSpec) -> pd.DataFrame:
@@ -105,6 +124,7 @@ def difficulty_one_query(pdf: pd.DataFrame, bm25_col: str, pagerank_col: str, sp
             "idcg": [ideal],
             "ndcg_bm25": [by(bm25_col)],
             "ndcg_pagerank": [by(pagerank_col)],
+            "sigma_bm25": [float(np.std(pdf[bm25_col].to_numpy(np.float64), ddof=1)) if len(pdf) > 1 else 0.0],
         }
     )
 

@@ -1,5 +1,11 @@
 """The registry of difficulty scores: the per-query columns a curriculum can order queries by.
 
+Every score declares its *kind* (:data:`KINDS`), because what a score may read decides what a study may claim of
+it: ``oracle`` scores are read from the labels (the number of relevant documents, the NDCG of one feature's
+ranking), ``label_free`` scores read no label (the spread of the BM25 values, the number of documents), ``model``
+scores are a trained model's judgement. A curriculum that beats the random control with an oracle score has used
+the labels of its own training queries in a way no deployed ranker can; the report groups results by kind.
+
 Each score is a column of the difficulty scores (:data:`udfs.difficulty.DIFFICULTY_DDL`, computed by
 :func:`udfs.difficulty.difficulty_frame`) with what the rest of the system needs to know of it: which way is easier,
 whether it is undefined for a query without a relevant document (an NDCG: its IDCG is 0), and the feature role it
@@ -16,10 +22,15 @@ from typing import Any
 
 from udfs.components import ComponentError, settings_of
 
+#: The kinds of difficulty, what each may read: ``oracle`` (the labels), ``label_free`` (no label), ``model`` (a
+#: trained model's scores of the query's documents).
+KINDS = ("oracle", "label_free", "model")
+
 
 @dataclass(frozen=True)
 class Score:
-    """A difficulty score: its column, which way is easier, when it is undefined, the feature role it needs.
+    """A difficulty score: its column, which way is easier, when it is undefined, the feature role it needs, its
+    kind (:data:`KINDS`).
 
     A score with a function (``fn``, registered by :func:`difficulty`) is computed per fold from the training
     queries' rows when a curriculum ranks by it (its ``features``: the feature columns it reads, None: all); the
@@ -34,6 +45,11 @@ class Score:
     features: tuple[str, ...] | None = None
     defaults: Mapping[str, Any] = field(default_factory=dict, compare=False)
     plugin: bool = False
+    kind: str = "oracle"
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ComponentError(f"difficulty score {self.name!r}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
 
     def settings(self) -> dict[str, Any]:
         """Its own settings as configured (``plugins.params.<name>`` over the declared defaults)."""
@@ -58,3 +74,5 @@ def score(s: Score) -> Score:
 score(Score("n_rel"))  # relevant documents (label >= 1): more is easier
 score(Score("ndcg_bm25", undefined_when_empty=True, role="bm25"))  # NDCG@k of the BM25 ranking
 score(Score("ndcg_pagerank", undefined_when_empty=True, role="pagerank"))  # NDCG@k of the PageRank ranking
+score(Score("n_docs", higher_is_easier=False, kind="label_free"))  # documents of the query: fewer is easier
+score(Score("sigma_bm25", False, role="bm25", kind="label_free"))  # sample sd of BM25 in the query: lower is easier

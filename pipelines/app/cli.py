@@ -643,7 +643,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     for r in rows:
         origin = f"{r['source']}" + (f" ({r['package']} {r['version']})" if r.get("package") else "")
         print(f"{r['kind']:<16} {r['name']:<{width}}  {'plug-in ' if r['plugin'] else 'built-in'}  "
-              f"{r['identity'] or '-':<29} {origin}")  # fmt: skip
+              f"{r.get('difficulty', ''):<10}  {r['identity'] or '-':<29} {origin}")  # fmt: skip
     n = sum(r["plugin"] for r in rows)
     print(
         f"{len(rows)} components, {n} from plug-ins" + (f"; {n} checked on the synthetic batch" if args.check else "")

@@ -58,7 +58,9 @@ FLAGS: dict[str, tuple[Flag, ...]] = {
         Flag("--pagerank-feature", "difficulty.pagerank_feature", "feature id of PageRank (0: the dataset's)"),
     ),
     "curriculum": (
-        Flag("--strategy", "curriculum.strategy", "ordering strategy: " + ", ".join(CURRICULUM_STRATEGIES)),
+        Flag("--strategy", "curriculum.strategy", "ordering strategy: "
+             + ", ".join(n for n, s in CURRICULUM_STRATEGIES.items() if not s.reverse)
+             + ", or anti_<one ordered by a score> (the hardest first)"),  # fmt: skip
         Flag("--fraction", "curriculum.fraction", "two-stage curriculum: share of the first stage"),
         Flag("--pacing", "curriculum.pacing", "multi-stage pacing function: " + ", ".join(PACINGS) + " (empty: two "
              "stages)"),

@@ -256,7 +256,7 @@ def _set_up(
             "folds": study,
             "trees": cfg.grid.trees,
             "switch_points": cfg.grid.switch_points,
-            "strategies": cfg.grid.strategies,
+            "strategies": cfg.grid.all_strategies(),
             "objectives": cfg.grid.objectives,
             "data": data,
             "data_fingerprint": ds.fingerprint,

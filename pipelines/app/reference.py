@@ -487,6 +487,7 @@ class Component:
     description: str
     settings: dict[str, Any]
     module: str
+    difficulty: str = ""  # a difficulty score's kind (oracle, label_free, model)
 
 
 def _score_comments() -> dict[str, str]:
@@ -521,7 +522,7 @@ def components() -> list[Component]:
                 text = scores.get(name, "")
             settings = comp.settings() if hasattr(comp, "settings") else {}
             module = getattr(comp, "module", None) or ("xgboost" if getattr(comp, "builtin", None) else "udfs.scores")
-            out.append(Component(kind, name, _md(text), dict(settings), module))
+            out.append(Component(kind, name, _md(text), dict(settings), module, getattr(comp, "kind", "")))
     return out
 
 
@@ -535,21 +536,38 @@ def components_page() -> str:
         "`plugins.params.<name>.<setting>`, checked against the ones it declares (an unknown one exits 2), and in "
         "the key of every result that uses the component, only those. An objective is a segment of a training path "
         "(`mse:40,lambdamart:60`, [ltr train](train.md)); a difficulty score orders a curriculum (the strategies "
-        "`q_nrel`, `q_bm25`, `q_pagerank` read `n_rel`, `ndcg_bm25`, `ndcg_pagerank`); a pacing function gives the "
-        "share of the training queries at each stage (`curriculum.pacing`; `x` is the stage's progress, 0 at the "
-        "first stage and 1 at the last).\n",
+        f"{_score_strategies()}; each has its anti-curriculum `anti_<strategy>`, the hardest first); a pacing "
+        "function gives the share of the training queries at each stage (`curriculum.pacing`; `x` is the stage's "
+        "progress, 0 at the first stage and 1 at the last).\n",
+        "A difficulty score's *kind* says what it reads: `oracle`, the labels (a curriculum ordered by it uses its "
+        "own training queries' labels in a way no deployed ranker can); `label_free`, no label; `model`, a trained "
+        'model\'s scores. A plug-in score is `oracle` unless it declares `kind="label_free"`, because it is given '
+        "the labels: a score that reads them is not label-free, and `ltr plugins --check` refuses a `label_free` "
+        "one whose scores change with the labels.\n",
     ]
     by_kind: dict[str, list[Component]] = {}
     for c in components():
         by_kind.setdefault(c.kind, []).append(c)
     for kind, comps in by_kind.items():
-        out += [f"## {kind[0].upper()}{kind[1:]}s\n", "| name | what it is | settings (default) | module |",
-                "|---|---|---|---|"]  # fmt: skip
+        scores = kind == "difficulty score"
+        out += [f"## {kind[0].upper()}{kind[1:]}s\n",
+                "| name | " + ("kind | " if scores else "") + "what it is | settings (default) | module |",
+                "|---|---|---|---|" + ("---|" if scores else "")]  # fmt: skip
         for c in comps:
             settings = ", ".join(f"`{k}` ({_cell(json.dumps(v))})" for k, v in c.settings.items())
-            out.append(f"| `{c.name}` | {_cell(c.description)} | {settings} | `{c.module}` |")
+            of_kind = f" `{c.difficulty}` |" if scores else ""
+            out.append(f"| `{c.name}` |{of_kind} {_cell(c.description)} | {settings} | `{c.module}` |")
         out.append("")
     return "\n".join(out)
+
+
+def _score_strategies() -> str:
+    """The built-in strategies that order queries by a score, with the score each reads, in words."""
+    from udfs.curriculum import STRATEGIES
+    from udfs.scores import SCORES
+
+    pairs = [(n, s.score) for n, s in STRATEGIES.items() if s.score and not s.reverse and not SCORES[s.score].plugin]
+    return ", ".join(f"`{n}` reads `{score}`" for n, score in pairs)
 
 
 # ----------------------------------------------------------------- checks and pages

@@ -36,7 +36,7 @@ import yaml
 
 from pipelines.core.errors import UserError
 from udfs.conventions import BlendSchedule, NdcgSpec
-from udfs.curriculum import PACINGS, STRATEGIES
+from udfs.curriculum import PACINGS, STRATEGIES, anti_of, no_order
 from udfs.model import Model
 
 T = TypeVar("T")
@@ -168,8 +168,9 @@ class DifficultyConfig:
     ``empty_queries``: how the curricula treat queries with no relevant document
     (their NDCG is undefined; ``metric.empty`` only fills it in):
 
-    * ``last`` (default): they are the hardest queries of every difficulty order
-      (q_nrel, q_bm25, q_pagerank), after all the others, by qid;
+    * ``last`` (default): they are the hardest queries of every difficulty order that reads
+      the labels (q_nrel, q_bm25, q_pagerank), after all the others, by qid; a label-free order
+      (q_size, sigma_bm25) ranks them by its score like any query;
     * ``exclude``: in every strategy but ``none`` they enter only the last stage
       (all training data); the earlier stages' shares count the other queries only;
     * ``as_metric``: q_bm25 / q_pagerank order them by ``metric.empty`` like any score
@@ -200,6 +201,9 @@ class DifficultyConfig:
             )
 
 
+#: What an unknown strategy's message adds to the strategies it lists.
+ANTI_HINT = ", or anti_<one that orders queries by a score> (its anti-curriculum)"
+
 #: Curriculum settings that ``ltr curriculum`` also takes as a flag (``--fraction`` ...).
 _CURRICULUM_FLAGS = ("strategy", "fraction", "pacing", "stages", "delta", "seed")
 
@@ -217,9 +221,9 @@ def _check_curriculum(values: Mapping[str, Any], where: str, flags: bool) -> Non
         return f"{where}.{name}{flag}"
 
     if "strategy" in values and values["strategy"] not in STRATEGIES:
-        raise ConfigError(
-            f"{key('strategy')}: {unknown_name('curriculum strategy', values['strategy'], list(STRATEGIES))}"
-        )
+        ordered = [n for n, s in STRATEGIES.items() if not s.reverse]
+        why = no_order(values["strategy"]) or unknown_name("curriculum strategy", values["strategy"], ordered)
+        raise ConfigError(f"{key('strategy')}: {why}" + ("" if no_order(values["strategy"]) else ANTI_HINT))
     if values.get("pacing") and values["pacing"] not in PACINGS:
         raise ConfigError(
             f"{key('pacing')}: {unknown_name('pacing function', values['pacing'], list(PACINGS))}, or empty for two "
@@ -265,8 +269,9 @@ class CurriculumConfig:
     :data:`STRATEGIES` (``l_hrel`` takes no pacing).
     """
 
-    #: the difficulty order: q_nrel, q_bm25, q_pagerank, l_hrel (a label filter), random (the control) or none, or a
-    #: plug-in difficulty score
+    #: the difficulty order: q_nrel, q_bm25, q_pagerank (oracle), q_size, sigma_bm25 (label-free), l_hrel (a label
+    #: filter), random (the control), none, a plug-in difficulty score, or anti_<any of those that order queries by a
+    #: score> (its anti-curriculum: the hardest first)
     strategy: str = "q_nrel"
     #: two-stage curriculum: the easiest share of the training queries, then everything
     fraction: float = 0.25
@@ -541,6 +546,9 @@ class GridConfig:
     #: children that depend on a seed (random curriculum, seeded objectives) are trained this many times, seeds +
     #: 0..n-1
     seeds: int = 1
+    #: add the anti-curriculum (anti_<strategy>: the same score, hardest first) of every strategy of grid.strategies
+    #: that orders queries by a score, at every switch point
+    anti: bool = False
 
     def __post_init__(self) -> None:
         # entries given as plain mappings (GridConfig(extra_curricula={...}) in Python) are typed and checked too
@@ -563,8 +571,17 @@ class GridConfig:
             raise ConfigError(f"grid.switch_points must lie strictly between 0 and grid.trees={self.trees}; got {bad}")
         choices = [s for s in STRATEGIES if s != "none"]
         unknown = [s for s in self.strategies if s not in choices]
+        why = next((w for w in map(no_order, unknown) if w), None)
+        if why:
+            raise ConfigError(f"grid.strategies: {why}")
         if unknown:
             raise ConfigError(f"grid.strategies: unknown {unknown}; choose from {choices}")
+
+    def all_strategies(self) -> list[str]:
+        """``strategies`` and, with ``anti``, the anti-curriculum of each one that has an order (after it, each
+        once): the curriculum strategies the grid trains at every switch point."""
+        anti = [a for a in map(anti_of, self.strategies) if a] if self.anti else []
+        return list(dict.fromkeys([*self.strategies, *anti]))
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,12 @@ Strategies (Ferro et al. 2018, plus the controls a fair comparison needs):
   feature has the highest NDCG@k first;
 * ``l_hrel``: document level: the first stage keeps only documents whose label
   is in ``hrel_labels`` (default 0, 3, 4: not relevant or highly relevant);
+* ``q_size``: queries with the fewest documents first; ``sigma_bm25``: queries whose BM25 values spread least
+  (sample standard deviation) first (Penha & Hauff's label-free scores; the scores' kinds: :mod:`udfs.scores`);
 * ``random``: a seeded uniform sample of queries, of the same sizes;
-* ``none``: all training data in one stage.
+* ``none``: all training data in one stage;
+* ``anti_<strategy>``: the anti-curriculum of every strategy that orders queries by a score (built-in or
+  plug-in): the same score, hardest first (the control of Wu, Dyer & Neyshabur 2021 beside ``random``).
 
 Ties are ordered deterministically: higher score first, then lower qid. Only
 the fold's training split is read; vali and test are never touched.
@@ -22,7 +26,12 @@ policy         q_bm25, q_pagerank                         q_nrel / random / l_hr
 =============  =========================================  ==================================
 ``last``       after every other query (by qid); their    q_nrel: the same (n_rel = 0 is its
                score is stored as NaN (undefined)         lowest score anyway); random,
-                                                          l_hrel, none: no order, unchanged
+                                                          l_hrel, none: no order, unchanged;
+                                                          label-free scores (q_size,
+                                                          sigma_bm25): unchanged, ordered by
+                                                          the score alone (placing them by
+                                                          their labels would make the order
+                                                          read the labels)
 ``exclude``    enter only the last stage (all data); the  the same for q_nrel, random and
                earlier stages hold ``share`` of the other l_hrel (its first stage drops them);
                queries; score stored as NaN               none: one stage, unchanged
@@ -111,7 +120,8 @@ def check_roles(strategies: list[str], roles: dict[str, int], dataset: str) -> N
     """Refuse, in one line naming the preset, the strategies whose feature the dataset does not have."""
     bad = [s for s in strategies if s not in supported_strategies(roles)]
     if bad:
-        ok = [s for s in supported_strategies(roles) if STRATEGIES[s].shares != (1.0,)]  # not the one-stage none
+        # not the one-stage none, nor the anti-curricula (each ordered one has its own)
+        ok = [s for s in supported_strategies(roles) if STRATEGIES[s].shares != (1.0,) and not STRATEGIES[s].reverse]
         keep = ",".join(s for s in strategies if s in ok) or ",".join(ok)
         needs = " and ".join(
             f"{s} ranks queries by {_ROLE_NAME.get(str(STRATEGIES[s].role), STRATEGIES[s].role)}" for s in bad
@@ -265,8 +275,10 @@ def _order_text(strategy: str, empty_queries: str) -> str:
             if held
             else "no order: every query in every stage"
         )
-    first = "queries without a relevant document last, then " if empty_queries == "last" else ""
-    return f"{first}score descending, then qid ascending{tail}"
+    label_free = s.kind == "label_free"  # ordered by the score alone: "last" would read the labels
+    first = "queries without a relevant document last, then " if empty_queries == "last" and not label_free else ""
+    way = "ascending (the hardest first: an anti-curriculum)" if s.reverse else "descending"
+    return f"{first}score {way}, then qid ascending{tail}"
 
 
 def _stage_summaries(

@@ -4,6 +4,7 @@ on a small synthetic batch of queries (a query of one document and one without a
 An objective must return (grad, hess): float32 arrays of one value per row, finite, hessians >= 0, and the same
 values for the same input (a resumed node must grow the same trees: noise is drawn from ``params["seed"]``,
 ``tree``, ``qid`` and ``doc``). A difficulty score must return one finite number per query (not per row). A
+score declared ``label_free`` must return the same scores for other labels. A
 pacing function must return shares in (0, 1] that never decrease, for any number of stages. The first thing
 wrong exits 2 naming the plug-in and what it returned (:class:`~pipelines.plugins.loading.PluginError`).
 """
@@ -84,11 +85,20 @@ def check_objective(name: str, comp: Any) -> None:
 
 
 def check_difficulty(name: str, comp: Any) -> None:
-    """Difficulty score ``name`` on the batch: one finite number per query."""
+    """Difficulty score ``name`` on the batch: one finite number per query; a ``label_free`` one the same numbers
+    when the labels are others (a score that reads the labels is an oracle, whatever it declares)."""
     b = batch()
-    feats = Features(b["features"] if comp.features is None else {c: b["features"][c] for c in comp.features})
-    out = _call(name, lambda: comp.fn(b["labels"], feats, b["offsets"], params=comp.settings()))
-    scores_of(name, out, len(SIZES), len(b["labels"]))
+    cols = b["features"] if comp.features is None else {c: b["features"][c] for c in comp.features}
+    out = _call(name, lambda: comp.fn(b["labels"], Features(cols), b["offsets"], params=comp.settings()))
+    a = scores_of(name, out, len(SIZES), len(b["labels"]))
+    if comp.kind == "label_free":
+        other = (b["labels"] + 1 + np.arange(len(b["labels"])) % 3).astype(np.float32) % 5
+        again = _call(name, lambda: comp.fn(other, Features(cols), b["offsets"], params=comp.settings()))
+        if not np.array_equal(a, scores_of(name, again, len(SIZES), len(b["labels"])), equal_nan=True):
+            raise PluginError(
+                f"difficulty score {name!r} ({_where(name)}): declared kind='label_free', but its scores change "
+                "when only the labels do; a score that reads the labels is kind='oracle'"
+            )
 
 
 def scores_of(name: str, out: Any, queries: int, rows: int) -> np.ndarray:

@@ -168,15 +168,16 @@ def _import(source: Source) -> None:
 
 def unload(module: str) -> None:
     """Remove every component a plug-in module registered (a file loaded again after an edit, a test's plug-in)."""
-    from udfs.curriculum import PACINGS, STRATEGIES
+    from udfs.curriculum import ANTI, PACINGS, STRATEGIES
     from udfs.objectives import registry
     from udfs.scores import SCORES
 
     for reg in (registry._REGISTRY, SCORES, PACINGS):  # noqa: SLF001 (the registries' own unregistering)
         for name in [n for n, c in reg.items() if getattr(c, "module", None) == module]:
             reg.pop(name)
-            if reg is SCORES:  # a difficulty score's strategy of the same name goes with it
+            if reg is SCORES:  # a difficulty score's strategy of the same name goes with it, and its anti-curriculum
                 STRATEGIES.pop(name, None)
+                STRATEGIES.pop(ANTI + name, None)
             _OWNER.pop(name, None)
     sys.modules.pop(module, None)
     if any(s.module == module for s in current().sources):
@@ -360,7 +361,8 @@ def set_current(plugins: PluginSet) -> None:
 
 def describe() -> list[dict[str, Any]]:
     """Every component (built-in and plug-in): kind, name, whether a plug-in, its source file, its identity (what
-    the keys of the results that use it hold) and, for an installed plug-in, its package and version."""
+    the keys of the results that use it hold), a difficulty score's kind of difficulty (``difficulty``: oracle,
+    label_free or model) and, for an installed plug-in, its package and version."""
     import inspect
 
     from pipelines.core import keys
@@ -393,6 +395,7 @@ def describe() -> list[dict[str, Any]]:
                     "module": getattr(comp, "module", None),
                     "identity": identity,
                     "settings": comp.settings() if hasattr(comp, "settings") else {},
+                    **({"difficulty": comp.kind} if kind == "difficulty score" else {}),
                     **({"package": src.package, "version": src.version} if src and src.package else {}),
                 }
             )

@@ -98,7 +98,7 @@ def grid_children(cfg: Config, fold: int) -> list[Child]:
         out.append(Child(fold, BASELINE, None, parse_path(f"{lm}:{T}", f"{BASELINE}")))
     if g.mse:
         out += [Child(fold, MSE, t, parse_path(f"{mse}:{t},{lm}:{T - t}", f"{MSE}-{t}")) for t in g.switch_points]
-    for s in g.strategies:
+    for s in g.all_strategies():
         out += [Child(fold, s, t, parse_path(f"{lm}@{s}:{t},{lm}:{T - t}", f"{s}-{t}")) for t in g.switch_points]
     for name, text in sorted(g.extra_paths.items()):
         out.append(Child(fold, name, None, parse_path(text, name)))
@@ -351,6 +351,8 @@ def study_keys(cfg: Config, ds: Dataset, code: dict[str, str] | None = None) -> 
     grid_cfg = {k: v for k, v in asdict(cfg.grid).items() if k not in ("data", "difficulty")}
     if grid_cfg["seeds"] == 1:  # the default: the key of a study from before grid.seeds existed
         del grid_cfg["seeds"]
+    if not grid_cfg["anti"]:  # the default: the key of a study from before grid.anti existed
+        del grid_cfg["anti"]
     return keys.study_keys(
         {
             "grid": grid_cfg,

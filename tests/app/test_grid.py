@@ -67,6 +67,27 @@ def test_children_of_a_fold(tmp_path):
         _cfg(tmp_path, **{"grid.switch_points": "[0, 6]"})  # refused where the config is typed
 
 
+def test_grid_anti_adds_the_anti_curriculum_of_each_ordered_strategy_and_keys_only_then(tmp_path):
+    from pipelines.data.dataset import Dataset
+    from pipelines.study.design import study_keys
+
+    plain, anti = _cfg(tmp_path), _cfg(tmp_path, **{"grid.anti": "true"})
+    extra = [c for c in grid_children(anti, 1) if c.name not in {k.name for k in grid_children(plain, 1)}]
+    # q_nrel's anti-curriculum at each switch point; random has no order, so no anti_random
+    assert [(c.strategy, c.switch, c.path.shorthand()) for c in extra] == [
+        ("anti_q_nrel", 2, "lambdamart@anti_q_nrel.0:2,lambdamart:4"),
+        ("anti_q_nrel", 4, "lambdamart@anti_q_nrel.0:4,lambdamart:2"),
+    ]
+    # named in grid.strategies and added by grid.anti: trained once
+    both = _cfg(tmp_path, **{"grid.anti": "true", "grid.strategies": "[q_nrel,anti_q_nrel,random]"})
+    assert sorted(c.name for c in grid_children(both, 1)) == sorted(c.name for c in grid_children(anti, 1))
+    ds = Dataset(path="mem", manifest={"fingerprint": "sha256:abc", "n_features": 136, "folds": {"1": {}, "2": {}}})
+    code = {"sources": "fixed"}
+    assert study_keys(plain, ds, code) != study_keys(anti, ds, code)  # another grid: another study
+    unset = load_config(None, [o for o in tiny_study() if not o.startswith("grid.anti")])
+    assert study_keys(unset, ds, code) == study_keys(load_config(None, [*tiny_study(), "grid.anti=false"]), ds, code)
+
+
 def test_the_methods_study_holds_every_seed_method_in_one_grid():
     """conf/methods.yaml (README's command for comparing every method): one grid with the baseline, MSE-t, a
     curriculum and its random control, a paced curriculum, blend, sigmoid pairwise, RankNet, StochasticRank and
@@ -117,7 +138,9 @@ def test_seeds_repeat_only_the_children_that_depend_on_a_seed(tmp_path):
     ds = SimpleNamespace(fingerprint="sha256:x")
     c1 = _cfg(tmp_path)
     doc = {
-        "grid": {k: v for k, v in dataclasses.asdict(c1.grid).items() if k not in ("data", "difficulty", "seeds")},
+        "grid": {
+            k: v for k, v in dataclasses.asdict(c1.grid).items() if k not in ("data", "difficulty", "seeds", "anti")
+        },
         "train": keys.train_inputs(c1.train),
         "metric": c1.metric.to_dict(),
         "curriculum": dataclasses.asdict(c1.curriculum),

@@ -259,6 +259,41 @@ def test_empty_queries_policy_in_other_strategies(spark, tiny, tmp_path):
     assert stages == [[1, 2, 3, 4, 5, 6]]
 
 
+def test_label_free_strategies_and_anti_curricula_by_hand(spark, tiny, tmp_path):
+    # documents per query (q_size: fewer is easier): qids 1, 2: 2; 3, 4, 5: 3; 6: 4. The sample sd of BM25
+    # (sigma_bm25: lower is easier): 1 0.1/sqrt(2) = 0.071, 3 0.1, 4 and 5 0.4 (the same values), 6 sqrt(0.65/3)
+    # = 0.465, 2 0.8/sqrt(2) = 0.566. Label-free: the queries without a relevant document (1, 3) are ordered by the
+    # score like the others, whatever the policy "last" says (it would read their labels).
+    for policy in ("last", "as_metric"):
+        s, stages, _ = _stages_of(spark, tiny, tmp_path, policy, strategy="q_size", fraction=0.25)
+        assert stages[0] == [1, 2] and s["order"] == "score descending, then qid ascending"
+        _, stages, _ = _stages_of(spark, tiny, tmp_path, policy, strategy="anti_q_size", fraction=0.25)
+        assert stages[0] == [3, 6]  # 4 documents, then the first of the 3-document queries by qid
+    s, stages, score = _stages_of(spark, tiny, tmp_path, "last", strategy="sigma_bm25", fraction=0.25)
+    assert stages[0] == [1, 3] and score[2] == pytest.approx(-0.8 / math.sqrt(2), rel=1e-6)  # stored: higher easier
+    assert score[6] == pytest.approx(-math.sqrt(0.65 / 3), rel=1e-6)
+    _, stages, _ = _stages_of(spark, tiny, tmp_path, "last", strategy="sigma_bm25", fraction=0.6)  # ceil(3.6) = 4
+    assert stages[0] == [1, 3, 4, 5]
+    s, stages, _ = _stages_of(spark, tiny, tmp_path, "last", strategy="anti_sigma_bm25", fraction=0.6)
+    assert stages[0] == [2, 4, 5, 6] and s["strategy"] == "anti_sigma_bm25"
+    assert s["order"] == "score ascending (the hardest first: an anti-curriculum), then qid ascending"
+    # an oracle's anti-curriculum keeps the queries without a relevant document last (their NDCG is undefined):
+    # q_bm25 easiest first 5, 2, 4, 6 (module comment above); reversed 6, 4, 2, 5, then 1 and 3
+    s, stages, _ = _stages_of(spark, tiny, tmp_path, "last", strategy="anti_q_bm25", fraction=0.5)
+    assert stages[0] == [2, 4, 6] and s["order"].startswith("queries without a relevant document last, then score asc")
+
+
+def test_a_strategy_on_a_feature_the_dataset_lacks_is_refused_naming_the_preset():
+    from pipelines.core.config import ConfigError
+    from pipelines.data.curriculum import check_roles
+
+    check_roles(["sigma_bm25", "anti_q_size"], {"bm25": 110}, "mslr")
+    with pytest.raises(ConfigError) as e:
+        check_roles(["q_size", "sigma_bm25"], {"bm25": 0}, "istella")
+    assert str(e.value).startswith("sigma_bm25 ranks queries by BM25, and dataset istella (conf/datasets/istella.yaml)")
+    assert "it supports" in str(e.value) and "q_size" in str(e.value) and "sigma_bm25," not in str(e.value)
+
+
 def test_l_hrel_with_empty_queries_and_labels_of_the_dataset(spark, tiny, tmp_path):
     # 2 + 2 + 3 + 3 + 3 + 4 = 17 documents, all labelled 0 or 1; 5 relevant
     s, stages, _ = _stages_of(spark, tiny, tmp_path, "last", strategy="l_hrel", hrel_labels=[0, 1])

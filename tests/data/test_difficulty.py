@@ -52,6 +52,19 @@ def test_arithmetic_by_hand():
     assert out["ndcg_pagerank"].tolist() == pytest.approx([1.0, 1.0, (1 + 0 + 15 / 2) / ideal3])
     # empty queries follow the spec
     assert difficulty_frame(pdf, "bm25", "pr", NdcgSpec(empty=0.0))["ndcg_bm25"].tolist()[1] == 0.0
+    # sigma_bm25, the sample sd (n - 1): one document 0 (no spread); 3.0 and 2.0: mean 2.5, squared deviations
+    # 0.25 + 0.25 over 1 -> sqrt(0.5); constant 1.0: 0
+    assert out["sigma_bm25"].tolist() == pytest.approx([0.0, math.sqrt(0.5), 0.0])
+    # a dataset without a BM25 feature: NaN (its strategies are refused before any curriculum is built)
+    assert np.isnan(difficulty_frame(pdf, None, "pr", NdcgSpec())["sigma_bm25"]).all()
+
+
+def test_sigma_bm25_by_hand_with_large_close_values():
+    # values near 1e8 differing by 1, 2: the one-pass E[x^2] - E[x]^2 cancels to garbage in float64; two passes do
+    # not. 1e8 + (0, 1, 2): mean 1e8 + 1, squared deviations 1 + 0 + 1 over n - 1 = 2 -> 1.0
+    pdf = _frame([("S1", 9, d, 0, 1e8 + d, 0.0) for d in range(3)] + [("S1", 10, 0, 1, 4.0, 0.0)])
+    out = difficulty_frame(pdf, "bm25", "pr", NdcgSpec())
+    assert out["sigma_bm25"].tolist() == [1.0, 0.0] and out["n_docs"].tolist() == [3, 1]
 
 
 def _random_queries(seed: int, n_queries: int = 200) -> pd.DataFrame:

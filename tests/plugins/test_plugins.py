@@ -63,6 +63,8 @@ def test_the_examples_load_check_and_list_like_built_ins(examples, capsys):
         line = next(x for x in out.splitlines() if f" {name} " in x)
         assert line.startswith(kind) and "plug-in" in line and str(path) in line and "plugin:" in line
     assert "lambdamart" in out and "built-in" in out and "3 checked" in out
+    kinds = {x.split()[2]: x.split()[4] for x in out.splitlines() if x.startswith("difficulty score")}
+    assert kinds["q_len"] == "label_free" and kinds["n_rel"] == "oracle" and kinds["sigma_bm25"] == "label_free"
 
 
 def test_listnet_gradient_is_the_softmax_cross_entropy_derivative(examples):
@@ -112,6 +114,9 @@ BAD = {
                         "outside (0, 1]"),
     "an exception": ("@objective('bad')\ndef bad(m, y, o, *, tree, params):\n    return m[len(m) + 5], m\n",
                      "raised IndexError"),
+    "a label-free score that reads the labels": (
+        "@difficulty('bad', kind='label_free')\ndef bad(labels, features, offsets, *, params):\n"
+        "    return np.add.reduceat(labels, offsets[:-1])\n", "declared kind='label_free', but its scores change"),
 }  # fmt: skip
 
 
@@ -135,6 +140,9 @@ LOAD_ERRORS = {
                           "must take (margins, labels, offsets, *, tree, params)"),
     "a bad name": ("@pacing('Fast-Pace')\ndef p(stage, stages, *, params):\n    return 1.0\n",
                    "lower-case letters, digits and _"),
+    "a kind of difficulty a plug-in cannot have": (
+        "@difficulty('mine', kind='model')\ndef mine(labels, features, offsets, *, params):\n    return offsets\n",
+        "kind 'model'; a plug-in score is oracle (it reads the labels) or label_free"),
 }  # fmt: skip
 
 
