@@ -336,7 +336,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     cfg = resolve_config(args, "generate")
     out = args.out or Layout.of(cfg).letor
     g = cfg.generate
-    s = generate(out, g.queries, g.seed, g.workers, g.shape)
+    s = generate(out, g.queries, g.seed, g.workers, g.shape, g.label_noise)
     log.info("wrote %s: %d %s-shaped queries, %d rows", s.out, s.queries, s.shape, s.rows)
     return 0
 

@@ -44,6 +44,7 @@ FLAGS: dict[str, tuple[Flag, ...]] = {
         Flag("--queries", "generate.queries", "number of queries (MSLR-WEB30K: 31531, Istella: 33018, Yahoo: 29921)"),
         Flag("--seed", "generate.seed", "random seed (same seed, same files)"),
         Flag("--workers", "generate.workers", "processes (0: one per core)"),
+        Flag("--label-noise", "generate.label_noise", "share of training rows whose label is redrawn uniformly"),
     ),
     "ingest": (
         Flag("--dataset", "dataset", "conf/datasets/<NAME>.yaml: feature count, label range, feature roles"),

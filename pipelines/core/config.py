@@ -98,11 +98,19 @@ class GenerateConfig:
     workers: int = 0
     #: the real dataset to mimic: mslr (Fold1..5), istella (full/train,test) or yahoo (set1.train,valid,test)
     shape: str = "mslr"
+    #: share of training rows whose label is redrawn uniformly (seeded; mslr: fold 1's training subsets S1-S3, so
+    #: only fold 1 validates and tests on clean labels; the other shapes: the training file); 0: clean labels
+    label_noise: float = 0.0
 
     def __post_init__(self) -> None:
         if self.shape not in GENERATE_SHAPES:
             raise ConfigError(
                 f"generate.shape (--shape) must be one of {', '.join(GENERATE_SHAPES)}, got {self.shape!r}"
+            )
+        if not 0.0 <= self.label_noise <= 1.0:
+            raise ConfigError(
+                f"generate.label_noise (--label-noise) must be in [0, 1] (the share of training rows whose label is "
+                f"redrawn), got {self.label_noise}"
             )
 
 

@@ -45,7 +45,7 @@ INPUTS: dict[str, tuple[str, ...]] = {
     # what the Airflow DAG ingested a dataset from (its ingest? task): the source's listing (names, sizes,
     # modification times), the output, the ingest and dataset settings and the ingest's format version
     "ingest": ("src", "files", "out", "ingest", "dataset", "format_version"),
-    "generate": ("queries", "seed", "shape"),
+    "generate": ("queries", "seed", "shape", "label_noise"),
     # per-query difficulty scores (pipelines.data.scoring)
     "difficulty": ("dataset", "roles", "settings", "metric", "code"),
     # a curriculum's build: its settings, the fold, the difficulty inputs, and the scores' own content

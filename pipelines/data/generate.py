@@ -96,6 +96,7 @@ class GenerateSummary:
     n_features: int = N_FEATURES
     labels: tuple[int, int] = (0, 4)
     files: tuple[str, ...] = field(default_factory=tuple)
+    label_noise: float = 0.0
 
 
 # ------------------------------------------------------------- the model
@@ -242,38 +243,70 @@ def format_letor(labels: np.ndarray, qids: np.ndarray, X: np.ndarray) -> memoryv
 
 
 # ------------------------------------------------------------- writing
-def _write_subset(args: tuple[str, int, np.ndarray, np.ndarray, int]) -> tuple[int, int]:
-    """Write one subset's queries (in qid order) to ``path``; return (rows, queries)."""
-    path, subset, qids, n_docs, seed = args
-    rows = 0
+def _write_subset(args: tuple[str, int, np.ndarray, np.ndarray, int, float]) -> tuple[int, int, int, int]:
+    """Write one subset's queries (in qid order) to ``path``, the labels of a ``noise`` share of its rows redrawn;
+    return (rows, queries, rows redrawn, labels changed)."""
+    path, subset, qids, n_docs, seed, noise = args
+    rows = redrawn = changed = 0
     with atomic_file(path) as fh:
         for b, start in enumerate(range(0, qids.size, BATCH_QUERIES)):
             q = qids[start : start + BATCH_QUERIES]
             n = n_docs[start : start + BATCH_QUERIES]
             rng = np.random.default_rng([seed, 1, subset, b])
             labels, X = simulate_batch(rng, n)
-            fh.write(format_letor(labels, np.repeat(q, n), X))
+            noisy, r = shapes.redraw_labels(labels, noise, int(LABEL_THRESHOLDS.size), [seed, 2, subset, b])
+            fh.write(format_letor(noisy, np.repeat(q, n), X))
             rows += int(n.sum())
-    return rows, int(qids.size)
+            redrawn += r
+            changed += int((noisy != labels).sum())
+    return rows, int(qids.size), redrawn, changed
 
 
-def generate(out: str, queries: int, seed: int, workers: int = 0, shape: str = "mslr") -> GenerateSummary:
+def noise_record(share: float, where: list[str], redrawn: int, changed: int, rows: int, note: str) -> dict:
+    """What ``generate.json`` says of the label noise beside its share (nothing when there is none)."""
+    if share <= 0.0:
+        return {}
+    return {
+        "noisy_labels": {
+            "share": share,
+            "in": where,
+            "rows": rows,
+            "rows_redrawn": redrawn,
+            "labels_changed": changed,
+            "note": note,
+        }
+    }
+
+
+#: The MSLR subsets that label noise goes into: fold 1's training subsets. Each subset is stored once and the
+#: folds are rotations of the five (MSLR_ROTATION), so every subset is some fold's test set: only fold 1 has
+#: clean validation and test labels with noisy training labels.
+NOISY_SUBSETS = tuple(MSLR_ROTATION[1]["train"])
+
+
+def generate(
+    out: str, queries: int, seed: int, workers: int = 0, shape: str = "mslr", label_noise: float = 0.0
+) -> GenerateSummary:
     """Write a dataset of ``queries`` queries shaped like ``shape``'s under ``out``.
 
     MSLR: each subset S1..S5 is generated once, as the test file of its fold; the
     vali files are hard links to those (copies where links are not possible) and
     the train files are the concatenation of their three subsets. Other shapes:
-    :func:`generate_shape`.
+    :func:`generate_shape`. ``label_noise``: the share of training rows whose label is redrawn uniformly
+    (:func:`pipelines.data.shapes.redraw_labels`): MSLR's :data:`NOISY_SUBSETS` (fold 1's training split), the
+    other shapes' training file; every other byte is the clean generation's.
 
     Raises
     ------
     ValueError
-        An unknown shape, or fewer queries than the shape writes files.
+        An unknown shape, fewer queries than the shape writes files, or a noise share outside [0, 1].
     """
     if shape not in GENERATE_SHAPES:
         raise ValueError(f"unknown shape {shape!r}: choose one of {', '.join(GENERATE_SHAPES)}")
+    if not 0.0 <= label_noise <= 1.0:
+        raise ValueError(f"label_noise must be in [0, 1], got {label_noise}")
     if shape != "mslr":
-        return generate_shape(out, queries, seed, workers, shape)
+        return generate_shape(out, queries, seed, workers, shape, label_noise)
     t0 = time.perf_counter()
     qid, n_docs, subset = query_plan(queries, seed)
     root = Path(out)
@@ -283,7 +316,8 @@ def generate(out: str, queries: int, seed: int, workers: int = 0, shape: str = "
     jobs = []
     for k in range(5):
         sel = subset == k
-        jobs.append((str(test_of[f"S{k + 1}"]), k, qid[sel], n_docs[sel], seed))
+        noise = label_noise if f"S{k + 1}" in NOISY_SUBSETS else 0.0
+        jobs.append((str(test_of[f"S{k + 1}"]), k, qid[sel], n_docs[sel], seed, noise))
     n_workers = min(5, workers or os.cpu_count() or 1)
     if n_workers > 1:
         with ProcessPoolExecutor(n_workers) as pool:
@@ -299,14 +333,26 @@ def generate(out: str, queries: int, seed: int, workers: int = 0, shape: str = "
     summary = GenerateSummary(
         out=str(root),
         queries=queries,
-        rows=sum(r for r, _ in done),
+        rows=sum(d[0] for d in done),
         seed=seed,
         subset_rows={f"S{k + 1}": done[k][0] for k in range(5)},
         subset_queries={f"S{k + 1}": done[k][1] for k in range(5)},
         seconds=round(time.perf_counter() - t0, 2),
         files=tuple(f"Fold{f}/{s}.txt" for f in MSLR_ROTATION for s in ("train", "vali", "test")),
+        label_noise=label_noise,
     )
-    _record(summary, {"generator": "ltr generate (MSLR-shaped synthetic data)"})
+    noisy = [k for k in range(5) if f"S{k + 1}" in NOISY_SUBSETS]
+    note = (
+        f"fold 1 trains on {'+'.join(NOISY_SUBSETS)} with noisy labels and validates and tests on clean ones; "
+        "the other folds validate or test on a noisy subset"
+    )
+    where = list(NOISY_SUBSETS)
+    counts = [sum(done[k][i] for k in noisy) for i in (2, 3, 0)]
+    extra = {
+        "generator": "ltr generate (MSLR-shaped synthetic data)",
+        **noise_record(label_noise, where, *counts, note),
+    }
+    _record(summary, extra)
     return summary
 
 
@@ -325,13 +371,15 @@ def _record(summary: GenerateSummary, extra: dict) -> None:
 
 
 # ---------------------------------------------------- Istella and Yahoo
-def _shape_batch(job: tuple[str, int, int, int, np.ndarray, np.ndarray]) -> bytes:
-    """One batch's text, in a worker process."""
-    return bytes(shapes.batch_text(*job))
+def _shape_batch(job: tuple[str, int, int, int, np.ndarray, np.ndarray, float]) -> tuple[bytes, int, int]:
+    """One batch's text (and its noise counts), in a worker process."""
+    text, redrawn, changed = shapes.batch_text(*job)
+    return bytes(text), redrawn, changed
 
 
-def _texts(jobs: list, workers: int) -> Generator[bytes | memoryview, None, None]:
-    """The batches' texts in order; with several workers at most ``2 * workers`` batches in flight."""
+def _texts(jobs: list, workers: int) -> Generator[tuple[bytes | memoryview, int, int], None, None]:
+    """The batches' texts (with their noise counts) in order; with several workers at most ``2 * workers``
+    batches in flight."""
     if workers <= 1:
         for job in jobs:
             yield shapes.batch_text(*job)
@@ -351,7 +399,9 @@ def _texts(jobs: list, workers: int) -> Generator[bytes | memoryview, None, None
             yield text
 
 
-def generate_shape(out: str, queries: int, seed: int, workers: int, shape: str) -> GenerateSummary:
+def generate_shape(
+    out: str, queries: int, seed: int, workers: int, shape: str, label_noise: float = 0.0
+) -> GenerateSummary:
     """Write ``queries`` queries shaped like ``shape`` (``istella`` or ``yahoo``, :mod:`pipelines.data.shapes`)
     under ``out``, in the real dataset's layout.
 
@@ -367,15 +417,19 @@ def generate_shape(out: str, queries: int, seed: int, workers: int, shape: str) 
         sel = file == k
         q, n = qid[sel], n_docs[sel]
         edges = shapes.batches(n, spec.batch_rows)
-        jobs += [(shape, seed, k, b, q[s:e], n[s:e]) for b, (s, e) in enumerate(zip(edges[:-1], edges[1:]))]
+        noise = label_noise if k == 0 else 0.0  # the first file is the training file of every shape
+        jobs += [(shape, seed, k, b, q[s:e], n[s:e], noise) for b, (s, e) in enumerate(zip(edges[:-1], edges[1:]))]
     n_workers = min(len(jobs), workers or os.cpu_count() or 1)
     texts = _texts(jobs, n_workers)
     root = Path(out)
+    redrawn = changed = 0
     try:
         for k, name in enumerate(spec.files):
             with atomic_file(str(root / name)) as fh:
                 for _ in range(sum(1 for j in jobs if j[2] == k)):
-                    fh.write(next(texts))
+                    text, r, c = next(texts)
+                    fh.write(text)
+                    redrawn, changed = redrawn + r, changed + c
     finally:
         texts.close()  # shuts the pool down
     names = [Path(f).name.removesuffix(".txt") for f in spec.files]
@@ -391,12 +445,15 @@ def generate_shape(out: str, queries: int, seed: int, workers: int, shape: str) 
         n_features=spec.n_features,
         labels=(0, spec.max_label),
         files=spec.files,
+        label_noise=label_noise,
     )
     model = shapes.feature_model(shape)
+    note = f"{spec.files[0]} has noisy labels; {', '.join(spec.files[1:])} clean ones"
     extra: dict = {
         "generator": f"ltr generate ({shape}-shaped synthetic data, pipelines.data.shapes)",
         "label_shares": list(spec.label_shares),
         "label_thresholds": model.thresholds.tolist(),
+        **noise_record(label_noise, [spec.files[0]], redrawn, changed, int(n_docs[file == 0].sum()), note),
     }
     if shape == "istella":
         extra["sentinel"] = {"text": shapes.SENTINEL, "features": shapes.ISTELLA_SENTINEL_FEATURES.tolist()}

@@ -357,14 +357,37 @@ def letor_bytes(lines: pa.Array) -> memoryview:
 
 
 # ------------------------------------------------------------- a batch
-def batch_text(name: str, seed: int, file: int, batch: int, qids: np.ndarray, n_docs: np.ndarray) -> memoryview:
-    """LETOR text of one batch of queries of shape ``name`` (its own seed: the same bytes in any process)."""
+def batch_text(
+    name: str, seed: int, file: int, batch: int, qids: np.ndarray, n_docs: np.ndarray, label_noise: float = 0.0
+) -> tuple[memoryview, int, int]:
+    """LETOR text of one batch of queries of shape ``name`` (its own seed: the same bytes in any process), with
+    the labels of a ``label_noise`` share of its rows redrawn (:func:`redraw_labels`, from a seed of its own, so
+    that the rest of the text is the clean one's); and how many rows were redrawn and how many labels changed."""
     spec = SHAPES[name]
     rng = np.random.default_rng([seed, spec.code, 1, file, batch])
     q = np.repeat(qids, n_docs)
     if name == "istella":
         label, X, is_int, sentinel = simulate_istella(rng, n_docs)
+    else:
+        label, rows, cols, values = simulate_yahoo(rng, n_docs)
+    noisy, redrawn = redraw_labels(label, label_noise, spec.max_label, [seed, spec.code, 2, file, batch])
+    changed = int((noisy != label).sum())
+    if name == "istella":
         overflow = {int(f): sentinel[:, i] for i, f in enumerate(ISTELLA_SENTINEL_FEATURES)}
-        return format_dense(label, q, X, is_int, overflow)
-    label, rows, cols, values = simulate_yahoo(rng, n_docs)
-    return format_sparse(label, q, rows, cols, values, spec.n_features)
+        return format_dense(noisy, q, X, is_int, overflow), redrawn, changed
+    return format_sparse(noisy, q, rows, cols, values, spec.n_features), redrawn, changed
+
+
+def redraw_labels(labels: np.ndarray, share: float, max_label: int, seed: list[int]) -> tuple[np.ndarray, int]:
+    """``labels`` with each row's label replaced, with probability ``share``, by a grade drawn uniformly from
+    0..``max_label`` (it may draw the same grade: a changed label is ``share * max_label / (max_label + 1)`` of the
+    rows on average), from the generator seeded by ``seed``; and how many were redrawn. Features are left as they
+    are: the noise is in the annotation, not in the documents (the noisy-label condition of Wu, Dyer & Neyshabur
+    2021). ``share`` 0 draws nothing and returns ``labels`` itself."""
+    if share <= 0.0:
+        return labels, 0
+    rng = np.random.default_rng(seed)
+    redraw = rng.random(labels.size) < share
+    out = labels.copy()
+    out[redraw] = rng.integers(0, max_label + 1, size=int(redraw.sum())).astype(labels.dtype)
+    return out, int(redraw.sum())

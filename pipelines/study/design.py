@@ -275,7 +275,28 @@ def study_data(cfg: Config, data: str | None) -> tuple[str, Dataset, list[int]]:
     missing = [f for f in folds if f not in ds.folds]
     if missing:
         raise DatasetError(f"{data} has no fold {missing[0]}; folds: {sorted(ds.folds)}")
+    check_clean_evaluation(ds, folds)
     return data, ds, folds
+
+
+def check_clean_evaluation(ds: Dataset, folds: list[int]) -> None:
+    """Refuse a fold that would validate or test on labels ``ltr generate`` made noisy (``generate.label_noise``
+    goes into fold 1's training subsets, each of which is another fold's validation or test set): a score on
+    noisy test labels measures the noise, not the ranker."""
+    noisy = set((ds.manifest.get("label_noise") or {}).get("in") or ())
+    for f in folds:
+        bad = sorted(noisy & {s for split in ("vali", "test") for s in ds.folds[f].get(split, [])})
+        if bad:
+            share = ds.manifest["label_noise"].get("share")
+            clean = [
+                g for g in sorted(ds.folds) if not noisy & {*ds.folds[g].get("vali", []), *ds.folds[g].get("test", [])}
+            ]
+            raise ConfigError(
+                f"grid.folds: fold {f} validates or tests on {'+'.join(bad)}, which holds noisy labels "
+                f"(generate.label_noise {share} went into {'+'.join(sorted(noisy))} of {ds.path}); folds with clean "
+                f"validation and test labels: {clean or 'none'}"
+                + (f" (--set grid.folds=[{clean[0]}])" if clean else "")
+            )
 
 
 def show_plan(cfg: Config, data: str | None = None) -> str:

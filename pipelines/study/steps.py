@@ -14,7 +14,7 @@ None of them writes a freshness expression of its own.
 ========== ================================== ========================================== ======================
 step       inputs                             key                                        fresh when
 ========== ================================== ========================================== ======================
-generate   queries, seed, shape               ``keys.make_key("generate")``              ``letor/generate.json``
+generate   queries, seed, shape, label_noise  ``keys.make_key("generate")``              ``letor/generate.json``
                                                                                          records them
 ingest     source listing (names, sizes,      :func:`pipelines.core.keys.ingest_key`     ``_ingest_key.json``
            mtimes), ingest and dataset                                                   holds the key and the
@@ -71,8 +71,10 @@ class StepState:
 
 # ------------------------------------------------------------ generate
 def generate_inputs(cfg: Config) -> dict[str, Any]:
-    """What determines the generated LETOR text: the number of queries, the seed and the shape (not the workers)."""
-    return {"queries": cfg.generate.queries, "seed": cfg.generate.seed, "shape": cfg.generate.shape}
+    """What determines the generated LETOR text: the number of queries, the seed, the shape and the label noise (not
+    the workers)."""
+    g = cfg.generate
+    return {"queries": g.queries, "seed": g.seed, "shape": g.shape, "label_noise": g.label_noise}
 
 
 def generate_state(cfg: Config, out: str | None = None) -> StepState:
@@ -82,7 +84,7 @@ def generate_state(cfg: Config, out: str | None = None) -> StepState:
     inputs = generate_inputs(cfg)
     try:
         with open(os.path.join(out, GENERATE_RECORD)) as f:
-            done = {"shape": "mslr", **json.load(f)}
+            done = {"shape": "mslr", "label_noise": 0.0, **json.load(f)}  # records from before either existed
     except (OSError, ValueError):
         done = {}
     fresh = all(done.get(k) == v for k, v in inputs.items())
@@ -105,7 +107,7 @@ def run_generate(cfg: Config, out: str | None = None) -> StepState:
     if not state.fresh:
         forget_generate(state)
         g = cfg.generate
-        generate(state.output, g.queries, g.seed, g.workers, g.shape)
+        generate(state.output, g.queries, g.seed, g.workers, g.shape, g.label_noise)
     return state
 
 

@@ -108,6 +108,9 @@ BAD_CONFIGS = [
      "{p}: curriculum.strategy (--strategy): unknown curriculum strategy 'q_hard' (one of: q_nrel, q_bm25, "
      "q_pagerank, q_size, sigma_bm25, l_hrel, random, none), or anti_<one that orders queries by a score> (its "
      "anti-curriculum)"),
+    ("", ["generate.label_noise=1.2"],
+     "{p}: generate.label_noise (--label-noise) must be in [0, 1] (the share of training rows whose label is "
+     "redrawn), got 1.2"),
     ("", ["curriculum.strategy=anti_random"],
      "{p}: curriculum.strategy (--strategy): anti_random: strategy random has a seeded random order (reversed, it is "
      "another one), so it has no anti-curriculum; anti_ takes one of q_nrel, q_bm25, q_pagerank, q_size, sigma_bm25"),

@@ -9,7 +9,7 @@ import pytest
 import xgboost as xgb
 
 from pipelines.data.dataset import MSLR_ROTATION
-from pipelines.data.generate import generate, query_plan
+from pipelines.data.generate import NOISY_SUBSETS, generate, query_plan
 from udfs.letor_chunks import sorted_rows
 from udfs.letor_parse import LineSpec, parse_block
 from udfs.metrics import NdcgSpec, ndcg, offsets_from_qids
@@ -108,3 +108,64 @@ def test_bm25_informative_but_clearly_below_a_trained_model(stats_data):
     assert learned > bm25 + 0.05
     # query difficulty is real: BM25's NDCG@10 varies widely between queries
     assert np.std(per_query_bm25) > 0.15
+
+
+def _labels_and_rest(path) -> tuple[np.ndarray, list[bytes]]:
+    """Each line's label and the rest of it (qid and features)."""
+    lines = path.read_bytes().splitlines()
+    return np.array([int(x.split(b" ", 1)[0]) for x in lines]), [x.split(b" ", 1)[1] for x in lines]
+
+
+@pytest.mark.parametrize("shape, train, clean", [
+    ("mslr", "Fold1/train.txt", ["Fold1/vali.txt", "Fold1/test.txt"]),
+    ("yahoo", "set1.train.txt", ["set1.valid.txt", "set1.test.txt"]),
+])  # fmt: skip
+def test_label_noise_redraws_a_share_of_training_labels_only(tmp_path, shape, train, clean):
+    import json
+
+    share, grades = 0.2, 5  # labels 0..4, drawn uniformly: a redrawn label changes with probability 4/5
+    generate(str(tmp_path / "clean"), queries=120, seed=5, workers=1, shape=shape)
+    generate(str(tmp_path / "noisy"), queries=120, seed=5, workers=1, shape=shape, label_noise=share)
+    for name in clean:  # validation and test: byte for byte the clean generation
+        assert (tmp_path / "noisy" / name).read_bytes() == (tmp_path / "clean" / name).read_bytes()
+    y0, rest0 = _labels_and_rest(tmp_path / "clean" / train)
+    y1, rest1 = _labels_and_rest(tmp_path / "noisy" / train)
+    assert rest1 == rest0  # the same queries, documents and features: only labels change
+    n, changed = y0.size, int((y0 != y1).sum())
+    p = share * (grades - 1) / grades
+    assert abs(changed - n * p) < 4 * (n * p * (1 - p)) ** 0.5, (changed, n)  # within 4 sd of the binomial
+    assert set(np.unique(y1)) <= set(range(grades))
+    record = json.loads((tmp_path / "noisy" / "generate.json").read_text())
+    assert record["label_noise"] == share and record["noisy_labels"]["labels_changed"] == changed
+    assert record["noisy_labels"]["rows"] == n and changed <= record["noisy_labels"]["rows_redrawn"] <= n
+    assert "label_noise" not in json.loads((tmp_path / "clean" / "generate.json").read_text()).get("noisy_labels", {})
+    if shape == "mslr":  # in the subsets themselves (every fold's files agree on a row): fold 1's S1-S3
+        assert NOISY_SUBSETS == ("S1", "S2", "S3") and record["noisy_labels"]["in"] == list(NOISY_SUBSETS)
+        for f, d in MSLR_ROTATION.items():
+            same = [(tmp_path / x / f"Fold{f}" / "test.txt").read_bytes() for x in ("clean", "noisy")]
+            assert (same[0] == same[1]) == (d["test"][0] not in NOISY_SUBSETS)
+    with pytest.raises(ValueError, match=r"label_noise must be in \[0, 1\], got 1.5"):
+        generate(str(tmp_path / "bad"), queries=120, seed=5, shape=shape, label_noise=1.5)
+
+
+def test_a_noisy_generation_reaches_the_manifest_and_refuses_folds_that_test_on_noise(tmp_path):
+    from pipelines.core.config import ConfigError
+    from pipelines.data.dataset import Dataset
+    from pipelines.data.ingest.job import source_noise
+    from pipelines.study.design import check_clean_evaluation
+
+    generate(str(tmp_path / "noisy"), queries=20, seed=5, workers=1, label_noise=0.1)
+    generate(str(tmp_path / "clean"), queries=20, seed=5, workers=1)
+    assert source_noise(str(tmp_path / "clean")) == {} and source_noise(str(tmp_path / "nowhere")) == {}
+    noise = source_noise(str(tmp_path / "noisy"))["label_noise"]
+    assert noise["share"] == 0.1 and noise["in"] == ["S1", "S2", "S3"]
+    folds = {str(f): d for f, d in MSLR_ROTATION.items()}
+    ds = Dataset(path="mem", manifest={"folds": folds, "label_noise": noise})
+    check_clean_evaluation(ds, [1])  # trains on S1-S3, validates on S4, tests on S5
+    with pytest.raises(ConfigError) as e:
+        check_clean_evaluation(ds, [1, 3])  # fold 3 validates on S1 and tests on S2
+    assert str(e.value) == (
+        "grid.folds: fold 3 validates or tests on S1+S2, which holds noisy labels (generate.label_noise 0.1 went "
+        "into S1+S2+S3 of mem); folds with clean validation and test labels: [1] (--set grid.folds=[1])"
+    )
+    check_clean_evaluation(Dataset(path="mem", manifest={"folds": folds}), [1, 2, 3, 4, 5])  # clean data: any fold

@@ -270,4 +270,22 @@ def _ingest_into(
         + [{"name": schema.SUBSET, "type": "string (partition)"}],
         "parquet": {"compression": cfg.compression, "partitioned_by": schema.SUBSET},
         "fingerprint": fingerprint,
+        **source_noise(src),
     }
+
+
+def source_noise(src: str) -> dict[str, Any]:
+    """``{"label_noise": ...}`` when ``src`` is the output of ``ltr generate`` with ``generate.label_noise``: its
+    record's share and the subsets (or files) it went into, which the grid checks its folds' validation and test
+    splits against; nothing for any other source."""
+    from pipelines.core.storage import read_json
+    from pipelines.data.generate import RECORD
+
+    try:
+        record = read_json(src, RECORD)
+    except (OSError, ValueError):
+        return {}
+    noisy = record.get("noisy_labels") if isinstance(record, dict) else None
+    if not isinstance(noisy, dict) or not noisy.get("in"):
+        return {}
+    return {"label_noise": {"share": record.get("label_noise"), "in": list(noisy["in"]), "note": noisy.get("note")}}
