@@ -347,11 +347,9 @@ def generate(
         "the other folds validate or test on a noisy subset"
     )
     where = list(NOISY_SUBSETS)
-    counts = [sum(done[k][i] for k in noisy) for i in (2, 3, 0)]
-    extra = {
-        "generator": "ltr generate (MSLR-shaped synthetic data)",
-        **noise_record(label_noise, where, *counts, note),
-    }
+    redrawn, changed, rows = (sum(done[k][i] for k in noisy) for i in (2, 3, 0))
+    noisy_doc = noise_record(label_noise, where, redrawn, changed, rows, note)
+    extra = {"generator": "ltr generate (MSLR-shaped synthetic data)", **noisy_doc}
     _record(summary, extra)
     return summary
 

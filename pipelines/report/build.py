@@ -14,6 +14,7 @@ from pipelines.core.plots import drawn_in_background
 from pipelines.core.plots import resolve as resolve_figures
 from pipelines.report.answer import RANDOM, Answer, answer
 from pipelines.report.by_difficulty import by_difficulty, load_scores
+from pipelines.report.controls import by_kind, curriculum_controls
 from pipelines.report.export import comparisons, load_test_scores, report_json, trec_files
 from pipelines.report.figures import convergence_figure, difficulty_figure, figure1, figure2, forest_plot
 from pipelines.report.latex import (
@@ -116,6 +117,11 @@ def compute_report(
         pairs=pairs,
     )
     lap("table 1 (tests, bootstrap, risk)")
+    controls = None
+    if state.split == "test":  # the controls pair per-query test NDCG, as Table 1's tests do
+        common = {"n_perm": report.permutations, "n_boot": report.bootstrap, "seed": report.seed}
+        controls = curriculum_controls(records, **common, primary_test=report.primary_test) or None
+    lap("curricula against their controls")
     g = groups(records)
     conv = (
         convergence(records, report.target_fraction) if (BASELINE, None) in g and any(r.vali for r in records) else None
@@ -163,6 +169,8 @@ def compute_report(
             "children of grid %s ran different code: %s", parent, {k: v for k, v in versions.items() if len(v) > 1}
         )
     meta["convergence"] = conv
+    meta["controls"] = controls
+    meta["controls_by_kind"] = by_kind(controls) if controls else None
     by_diff, meta["no_difficulty"] = None, None
     scores = None
     if difficulty and (BASELINE, None) in g and state.split == "test":

@@ -111,6 +111,11 @@ REPORT_FIELDS: dict[str, str] = {
     "difficulty_interaction": "per system and difficulty score, the slope of the paired difference on the "
     "difficulty rank and its difference from the random curriculum's",
     "notes": "why a part of the report is missing, or null",
+    "controls": "per curriculum ordered by a difficulty score and switch point: its kind, and against its "
+    "anti-curriculum (anti) and the random curriculum (random) at the same switch point the paired difference, its "
+    "bootstrap interval, p-values raw and Holm-corrected over these comparisons, significance; beats_both",
+    "controls_by_kind": "per kind of difficulty (oracle, label_free, model): its curricula, those with both "
+    "controls trained (controlled) and those that beat both (beat_both)",
 }
 
 
@@ -224,6 +229,8 @@ def report_json(
         "meta": None if answer is None else answer.meta or None,
         "difficulty_interaction": None if answer is None else answer.interaction,
         "notes": None if answer is None else answer.notes or None,
+        "controls": meta.get("controls"),
+        "controls_by_kind": meta.get("controls_by_kind"),
     }
 
 

@@ -144,6 +144,8 @@ def _report(
     tables += _folds_table(t1, m, split)
     if meta.get("seeds"):
         tables.append(_seeds_table(meta["seeds"], t1, m, split))
+    if meta.get("controls"):
+        tables.append(_controls_table(meta["controls"], meta.get("controls_by_kind") or {}, m))
     if meta.get("convergence"):
         tables.append(_convergence_table(meta["convergence"], t1, m))
     if meta.get("by_difficulty"):
@@ -527,6 +529,56 @@ def _convergence_table(conv: list[dict[str, Any]], t1: list[dict[str, Any]], m: 
         [text, Table(head, rows)],
         "fewer trees to the target is faster; '> T' means the median fold never got there within the curve; a "
         "higher vali AUC per tree means a curve that rises earlier.",
+    )
+
+
+#: How the report names each kind of difficulty.
+KIND_NAMES = {"oracle": "oracle (read from the labels)", "label_free": "label-free", "model": "a model's judgement"}
+
+
+def _controls_table(rows: list[dict[str, Any]], kinds: dict[str, dict[str, Any]], m: str) -> Section:
+    """Each curriculum against its anti-curriculum and the random curriculum, a table per kind of difficulty."""
+
+    def cell(c: dict[str, Any] | None) -> str:
+        if c is None:
+            return "not in the grid"
+        mark = {"win": " (win)", "loss": " (loss)"}.get(str(c.get("significance")), "")
+        return f"{_f(c['delta'])} {_ci(c['ci95_bootstrap'])}{mark}"
+
+    text = (
+        f"Each curriculum minus each of its controls at the same switch point, in {m} over the paired test queries "
+        "(those with a relevant document): its anti-curriculum (the same difficulty score, hardest first; "
+        "`grid.anti: true` adds them) and the random curriculum (a seeded sample of the same size). Interval: "
+        "95% paired bootstrap; win/loss: significant under the primary test after Holm's correction over these "
+        "comparisons. A curriculum beats its controls only when it beats both: beating the random one alone "
+        "says that an order by this score helps, not that easy-first does."
+    )
+    body: list[Block] = [text]
+    for kind, k in kinds.items():
+        won = ", ".join(k["beat_both"]) or "none"
+        answer = (
+            f"{KIND_NAMES.get(kind, kind).capitalize()}: {len(k['controlled'])} of {len(k['curricula'])} "
+            f"curricula have both controls in the grid; beat both: {won}."
+        )
+        body.append(answer)
+        body.append(
+            Table(
+                ["curriculum", "minus its anti-curriculum", "minus the random curriculum", "beats both"],
+                [
+                    [r["system"], cell(r["anti"]), cell(r["random"]), "yes" if r["beats_both"] else "no"]
+                    for r in rows
+                    if r["kind"] == kind
+                ],
+                f"Difficulty {KIND_NAMES.get(kind, kind)}",
+            )
+        )
+    return Section(
+        "controls",
+        "Curricula against their controls",
+        "each curriculum against its anti-curriculum and the random curriculum at the same switch point, by kind",
+        body,
+        "a cell is Δ [95% interval]; a positive Δ favours the curriculum; 'not in the grid': that control was not "
+        "trained at this switch point.",
     )
 
 

@@ -88,6 +88,23 @@ def test_grid_anti_adds_the_anti_curriculum_of_each_ordered_strategy_and_keys_on
     assert study_keys(unset, ds, code) == study_keys(load_config(None, [*tiny_study(), "grid.anti=false"]), ds, code)
 
 
+def test_the_curricula_study_holds_each_curriculum_with_both_controls():
+    """conf/curricula.yaml: every curriculum of an order beside its anti-curriculum and the random one, each at
+    the switch point, the random one repeated per seed, oracle and label-free scores both; and its noisy cell's
+    override is a valid config."""
+    from pipelines.core.config import conf_dir
+    from pipelines.report.controls import kind_of
+
+    cfg = load_config(conf_dir() / "curricula.yaml")
+    names = {c.name for c in grid_children(cfg, 1)}
+    ordered = [s for s in cfg.grid.strategies if kind_of(s)]
+    assert {kind_of(s) for s in ordered} == {"oracle", "label_free"}
+    for s in ordered:
+        assert {f"fold1/{s}-40", f"fold1/anti_{s}-40"} <= names, (s, sorted(names))
+    assert {"fold1/lambdamart", "fold1/random-40", "fold1/random-40/seed1", "fold1/random-40/seed2"} <= names
+    assert load_config(conf_dir() / "curricula.yaml", ["generate.label_noise=0.2"]).generate.label_noise == 0.2
+
+
 def test_the_methods_study_holds_every_seed_method_in_one_grid():
     """conf/methods.yaml (README's command for comparing every method): one grid with the baseline, MSE-t, a
     curriculum and its random control, a paced curriculum, blend, sigmoid pairwise, RankNet, StochasticRank and
