@@ -71,8 +71,9 @@ def score(s: Score) -> Score:
     return s
 
 
-score(Score("n_rel"))  # relevant documents (label >= 1): more is easier
-score(Score("ndcg_bm25", undefined_when_empty=True, role="bm25"))  # NDCG@k of the BM25 ranking
-score(Score("ndcg_pagerank", undefined_when_empty=True, role="pagerank"))  # NDCG@k of the PageRank ranking
-score(Score("n_docs", higher_is_easier=False, kind="label_free"))  # documents of the query: fewer is easier
-score(Score("sigma_bm25", False, role="bm25", kind="label_free"))  # sample sd of BM25 in the query: lower is easier
+_HERE = __name__  # the built-in scores' module, named by a clash with a plug-in's score
+score(Score("n_rel", module=_HERE))  # relevant documents (label >= 1): more is easier
+score(Score("ndcg_bm25", undefined_when_empty=True, role="bm25", module=_HERE))  # NDCG@k of the BM25 ranking
+score(Score("ndcg_pagerank", undefined_when_empty=True, role="pagerank", module=_HERE))  # NDCG@k of PageRank
+score(Score("n_docs", False, kind="label_free", module=_HERE))  # documents of the query: fewer is easier
+score(Score("sigma_bm25", False, role="bm25", kind="label_free", module=_HERE))  # sample sd of BM25: lower is easier

@@ -132,6 +132,18 @@ def check_roles(strategies: list[str], roles: dict[str, int], dataset: str) -> N
         )
 
 
+def missing_features(score: str, ds: Dataset) -> None:
+    """Refuse, in one line, a plug-in difficulty score whose ``features=`` names columns ``ds`` does not have."""
+    info = SCORES[score]
+    bad = [c for c in info.features or () if int(c[1:]) > ds.n_features]
+    if bad:
+        name = ds.manifest.get("dataset", "?")
+        raise DatasetError(
+            f"difficulty score {score!r} reads {', '.join(bad)} (features=), and {ds.path} (dataset {name}) has "
+            f"{ds.n_features} features, f1..f{ds.n_features}"
+        )
+
+
 def check_curriculum(
     cfg: CurriculumConfig,
     ds: Dataset,
@@ -146,6 +158,9 @@ def check_curriculum(
     by a feature the dataset lacks: ``roles``, default the manifest's, as the difficulty scores resolved them).
     """
     check_roles([cfg.strategy], ds.feature_roles if roles is None else roles, ds.manifest.get("dataset", "?"))
+    score = STRATEGIES[cfg.strategy].score
+    if score is not None:
+        missing_features(score, ds)
     shares = shares_for(cfg)
     DifficultyConfig(empty_queries=empty_queries)  # the section's one check of the policy (ConfigError)
     if cfg.strategy == "l_hrel":

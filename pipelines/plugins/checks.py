@@ -84,11 +84,22 @@ def check_objective(name: str, comp: Any) -> None:
             )
 
 
-def check_difficulty(name: str, comp: Any) -> None:
-    """Difficulty score ``name`` on the batch: one finite number per query; a ``label_free`` one the same numbers
-    when the labels are others (a score that reads the labels is an oracle, whatever it declares)."""
+def check_difficulty(name: str, comp: Any, n_features: int = N_FEATURES, dataset: str = "mslr") -> None:
+    """Difficulty score ``name`` on the batch: its ``features=`` among the ``n_features`` of ``dataset`` (the
+    configured preset); one finite number per query; a ``label_free`` one the same numbers when the labels are
+    others (a score that reads the labels is an oracle, whatever it declares)."""
+    bad = [c for c in comp.features or () if int(c[1:]) > n_features]
+    if bad:
+        raise PluginError(
+            f"difficulty score {name!r} ({_where(name)}): features= names {', '.join(bad)}, and dataset {dataset} "
+            f"(conf/datasets/{dataset}.yaml) has {n_features} features, f1..f{n_features}"
+        )
     b = batch()
-    cols = b["features"] if comp.features is None else {c: b["features"][c] for c in comp.features}
+    n = len(b["labels"])
+    # a score may read features beyond MSLR's 136 (Istella has 220, Yahoo! 699): the batch has them too; whether
+    # the dataset has them is checked against it (pipelines.data.curriculum.missing_features)
+    extra = {c: np.random.default_rng(int(c[1:])).normal(size=n).astype(np.float32) for c in comp.features or ()}
+    cols = b["features"] if comp.features is None else {c: b["features"].get(c, extra[c]) for c in comp.features}
     out = _call(name, lambda: comp.fn(b["labels"], Features(cols), b["offsets"], params=comp.settings()))
     a = scores_of(name, out, len(SIZES), len(b["labels"]))
     if comp.kind == "label_free":
@@ -147,9 +158,10 @@ def _call(name: str, f: Any) -> Any:
 CHECKS = {"objective": check_objective, "difficulty score": check_difficulty, "pacing function": check_pacing}
 
 
-def check_all(names: list[str] | None = None) -> list[str]:
+def check_all(names: list[str] | None = None, *, n_features: int = N_FEATURES, dataset: str = "mslr") -> list[str]:
     """Check every plug-in component, and every built-in one whose settings ``plugins.params`` sets (a bad value,
-    ``stochastic_rank``'s ``estimator: foo`` say, exits 2 here, not in a Spark task); ``names``: only these. Return
+    ``stochastic_rank``'s ``estimator: foo`` say, exits 2 here, not in a Spark task); ``names``: only these;
+    ``n_features``, ``dataset``: the features of the configured dataset, which a difficulty score may read. Return
     the names checked."""
     todo = dict(plugin_components())
     for name in components.configured():
@@ -159,6 +171,9 @@ def check_all(names: list[str] | None = None) -> list[str]:
     done = []
     for name, (kind, comp) in sorted(todo.items()):
         if names is None or name in names:
-            CHECKS[kind](name, comp)
+            if kind == "difficulty score":
+                check_difficulty(name, comp, n_features, dataset)
+            else:
+                CHECKS[kind](name, comp)
             done.append(name)
     return done

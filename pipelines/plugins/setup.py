@@ -1,5 +1,5 @@
-"""A run's config with its plug-ins: loaded, configured and checked before the config is (its paths and
-strategies name components), and before any Spark job."""
+"""A run's config with its plug-ins: loaded and configured before the config is typed (its paths and strategies
+name components), checked against the dataset it names after, and all before any Spark job."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def load_config(
     ``plugins.params``, each plug-in checked on the synthetic batch (``check``). ``files``: whether files and
     modules may be named (the Airflow DAG loads installed plug-ins only: whoever triggers a run must not make a
     worker import a file)."""
-    from pipelines.core.config import PLUGIN_SOURCES, ConfigError, config_data, config_of
+    from pipelines.core.config import PLUGIN_SOURCES, ConfigError, config_data, config_of, load_dataset_spec
 
     p, data = config_data(path, overrides)
     section = data.get("plugins") or {}
@@ -41,9 +41,9 @@ def load_config(
             f"install the package on the workers), not {PLUGIN_SOURCES.split(',')[0]} or a config file's list"
         )
     pset = load(refs, section.get("params") or {})
-    if check:
-        check_all()
     data["plugins"] = {**section, "load": [s.ref for s in pset.sources if s.kind != "entry point"]}
     cfg = config_of(p, data)
+    if check:  # against the features the configured dataset has (a score may read only those)
+        check_all(n_features=cfg.ingest.n_features or load_dataset_spec(cfg.dataset).n_features, dataset=cfg.dataset)
     set_current(pset)
     return cfg

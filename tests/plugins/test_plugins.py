@@ -114,6 +114,10 @@ BAD = {
                         "outside (0, 1]"),
     "an exception": ("@objective('bad')\ndef bad(m, y, o, *, tree, params):\n    return m[len(m) + 5], m\n",
                      "raised IndexError"),
+    "a feature the dataset lacks": (
+        "@difficulty('bad', features=['f3', 'f9999'])\ndef bad(labels, features, offsets, *, params):\n"
+        "    return np.add.reduceat(features['f9999'], offsets[:-1])\n",
+        "features= names f9999, and dataset mslr (conf/datasets/mslr.yaml) has 136 features, f1..f136"),
     "a label-free score that reads the labels": (
         "@difficulty('bad', kind='label_free')\ndef bad(labels, features, offsets, *, params):\n"
         "    return np.add.reduceat(labels, offsets[:-1])\n", "declared kind='label_free', but its scores change"),
@@ -140,6 +144,9 @@ LOAD_ERRORS = {
                           "must take (margins, labels, offsets, *, tree, params)"),
     "a bad name": ("@pacing('Fast-Pace')\ndef p(stage, stages, *, params):\n    return 1.0\n",
                    "lower-case letters, digits and _"),
+    "a clash with a built-in score": (
+        "@difficulty('n_rel')\ndef n_rel(labels, features, offsets, *, params):\n    return np.diff(offsets)\n",
+        "difficulty score 'n_rel' is registered twice: by udfs.scores and by"),
     "a kind of difficulty a plug-in cannot have": (
         "@difficulty('mine', kind='model')\ndef mine(labels, features, offsets, *, params):\n    return offsets\n",
         "kind 'model'; a plug-in score is oracle (it reads the labels) or label_free"),
@@ -153,6 +160,28 @@ def test_a_plugin_that_cannot_load_exits_2_in_one_line(what, plugin, examples, c
     assert main(["plugins", "--plugin", str(examples[0]), "--plugin", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and expected in err[0] and str(path) in err[0], err
+
+
+def test_a_score_reads_the_features_of_the_configured_dataset_and_the_built_dataset(plugin, capsys):
+    from pipelines.core.config import CurriculumConfig
+    from pipelines.data.curriculum import check_curriculum
+    from pipelines.data.dataset import Dataset, DatasetError
+
+    path = plugin("@difficulty('wide', features=['f200'])\ndef wide(labels, features, offsets, *, params):\n"
+                  "    return np.add.reduceat(features['f200'], offsets[:-1]).astype(float)\n")  # fmt: skip
+    assert main(["plugins", "--check", "--plugin", str(path), "--set", "dataset=istella"]) == 0  # 220 features
+    capsys.readouterr()
+    assert main(["plugins", "--check", "--plugin", str(path)]) == 2  # MSLR's 136
+    assert "features= names f200, and dataset mslr" in capsys.readouterr().err
+    # a built dataset with fewer features: refused where the curriculum is checked, before any Spark job
+    ds = Dataset(path="/data/mine", manifest={"n_features": 136, "dataset": "mslr", "feature_roles": {}})
+    with pytest.raises(DatasetError) as e:
+        check_curriculum(CurriculumConfig(strategy="wide"), ds)
+    assert str(e.value) == (
+        "difficulty score 'wide' reads f200 (features=), and /data/mine (dataset mslr) has 136 features, f1..f136"
+    )
+    with pytest.raises(DatasetError, match="reads f200"):
+        check_curriculum(CurriculumConfig(strategy="anti_wide"), ds)  # its anti-curriculum reads it too
 
 
 def test_where_plugins_come_from_and_only_there(examples, tmp_path, capsys):
