@@ -164,13 +164,33 @@ def significance(row: Mapping[str, Any], primary_test: str, alpha: float = ALPHA
     return holm_significance(row.get(P_KEYS[primary_test]), row.get("mean_delta"), alpha)
 
 
+#: How a forest plot's heading names a kind of difficulty.
+KIND_LABELS = {"oracle": "oracle", "label_free": "label-free", "model": "model"}
+
+
 def _group_name(strategy: str, random_strategy: str = RANDOM) -> str:
-    """A strategy's heading in the forest plot."""
+    """A strategy's heading in the forest plot: a curriculum's with the kind of its difficulty score."""
     if strategy == MSE:
         return "MSE-t (continuation)"
     if strategy == random_strategy:
         return f"{strategy} (control curriculum)"
+    s = STRATEGIES.get(strategy)
+    if s is not None and s.kind is not None:
+        kind = KIND_LABELS.get(s.kind, s.kind)
+        return f"{strategy} ({kind}, anti-curriculum)" if s.reverse else f"{strategy} ({kind})"
     return strategy
+
+
+def _group_rank(strategy: str, random_strategy: str = RANDOM) -> int:
+    """Where a strategy's group stands in the forest plot: MSE-t, then the curricula by kind of difficulty (oracle,
+    label-free, model), then the other curricula, then the random control."""
+    if strategy == MSE:
+        return 0
+    if strategy == random_strategy:
+        return 2 + len(KIND_LABELS)
+    s = STRATEGIES.get(strategy)
+    kind = None if s is None else s.kind
+    return 1 + (list(KIND_LABELS).index(kind) if kind in KIND_LABELS else len(KIND_LABELS))
 
 
 def forest_plot(comparisons: list[dict[str, Any]], primary_test: str, metric: str) -> dict[str, bytes]:
@@ -196,7 +216,7 @@ def forest_plot(comparisons: list[dict[str, Any]], primary_test: str, metric: st
     # each, an extra path) together under one heading, after the strategies
     lines: list[tuple[str, dict[str, Any] | None]] = []
     paths: list[tuple[str, dict[str, Any] | None]] = []
-    for strategy, rows in by_group.items():
+    for strategy, rows in sorted(by_group.items(), key=lambda kv: _group_rank(kv[0])):  # stable: Table 1's order
         if len(rows) == 1 and rows[0]["system"] == strategy:
             paths.append((rows[0]["system"], rows[0]))
         else:
