@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 
 from pipelines.core.config import TrainConfig
 from pipelines.core.keys import curriculum_content_key, plan_context
+from pipelines.core.secrets import redact
 from pipelines.core.storage import atomic_output
 from pipelines.data.curriculum import load_curricula
 from pipelines.data.dataset import open_dataset
@@ -120,9 +121,9 @@ def run_train(
         "path": tp.shorthand(),
         "fold": fold,
         "trees": tp.trees,
-        "dataset": data,
+        "dataset": redact(data),
         "dataset_fingerprint": ds.fingerprint,
-        "curricula": {c.name: c.path for c in curs},
+        "curricula": {c.name: redact(c.path) for c in curs},
         "runs": r.runs,
         "metric": {**metric.to_dict(), "description": metric.describe()},
         "final": {
@@ -149,8 +150,8 @@ def run_train(
                 "metric": metric.to_dict(),
                 "path": tp.shorthand(),
                 "fold": fold,
-                "data": data,
-                "curricula": curricula,
+                "data": redact(data),
+                "curricula": [redact(c) for c in curricula],
                 "plugins": used_plugins([s.objective for s in tp.segments]),
             },
         )

@@ -65,6 +65,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from pipelines.core.config import ConfigError, CurriculumConfig, DifficultyConfig
+from pipelines.core.secrets import redact
 from pipelines.core.storage import atomic_output, read_json
 from pipelines.data.dataset import MANIFEST, Dataset, DatasetError, load_split, open_dataset
 from pipelines.data.scoring import SUMMARY as DIFFICULTY_SUMMARY
@@ -247,9 +248,9 @@ def build_curriculum(
         "stages": stages,
         "n_stages": len(stages),
         "queries": n,
-        "dataset": data,
+        "dataset": redact(data),
         "dataset_fingerprint": ds.fingerprint,
-        "difficulty": difficulty,
+        "difficulty": redact(difficulty),
         "difficulty_conventions": diff_meta.get("conventions"),
     }
     table = pa.table(

@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 
 from pipelines.core.config import DifficultyConfig
 from pipelines.core.keys import difficulty_key, rows_fingerprint
+from pipelines.core.secrets import redact
 from pipelines.core.spark_progress import spark_progress
 from pipelines.core.storage import atomic_output
 from pipelines.data.dataset import Dataset, DatasetError, open_dataset
@@ -135,7 +136,7 @@ def run_difficulty(spark: SparkSession, data: str, out: str, cfg: DifficultyConf
         summary = {
             "key": difficulty_key(**difficulty_inputs(ds, cfg, spec)),
             "content_fingerprint": content_fingerprint(written),
-            "dataset": data,
+            "dataset": redact(data),
             "dataset_fingerprint": ds.fingerprint,
             "feature_roles": {"bm25": roles.bm25, "pagerank": roles.pagerank},
             "conventions": {**spec.to_dict(), "description": spec.describe()},

@@ -40,6 +40,7 @@ from pipelines.core import keys
 from pipelines.core.config import Config, load_dataset_spec
 from pipelines.core.layout import Layout
 from pipelines.core.outputs import claim_output
+from pipelines.core.secrets import redact
 from pipelines.core.storage import write_file_atomic
 from pipelines.data.curriculum import Curriculum, build_curriculum, stored_curriculum
 from pipelines.data.dataset import DatasetError, open_dataset
@@ -134,10 +135,10 @@ def ingest_inputs(cfg: Config, src: str, data: str) -> dict[str, Any]:
     """What determines the dataset: the source listing, the ingest and dataset settings, the output, the format."""
     from pipelines.data.ingest import FORMAT_VERSION
 
-    return {
-        "src": to_uri(src),
+    return {  # the locations as they are shown (core.secrets): a rotated password or token keeps the key
+        "src": redact(to_uri(src)),
         "files": _listing(src),
-        "out": to_uri(data),
+        "out": redact(to_uri(data)),
         "ingest": asdict(cfg.ingest),
         "dataset": asdict(load_dataset_spec(cfg.dataset)),
         "format_version": FORMAT_VERSION,
@@ -180,7 +181,7 @@ def record_ingest(record: str, key: str, src: str, data: str) -> dict[str, Any]:
     fp = dataset_fingerprint(data)
     if fp is None:
         raise DatasetError(f"ingest succeeded but {data} has no readable _manifest.json")
-    doc = {"key": key, "fingerprint": fp, "src": src, "data": data}
+    doc = {"key": key, "fingerprint": fp, "src": redact(src), "data": redact(data)}
     write_file_atomic(record, json.dumps(doc, indent=2, sort_keys=True).encode())
     return doc
 

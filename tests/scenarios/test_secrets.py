@@ -28,3 +28,29 @@ def test_a_credential_in_the_artifact_location_is_refused():
     with pytest.raises(ConfigError, match=r"tracking.artifacts 'https://u:\*\*\*@store/a' holds a credential") as e:
         load_config(None, [f"tracking.artifacts=https://u:{PLANTED}@store/a"])
     assert PLANTED not in str(e.value)
+
+
+def test_a_credential_in_a_data_path_is_in_no_ingest_record_and_in_no_key(tmp_path, monkeypatch):
+    """The ingest step's key and its record (``_ingest_key.json``) hold a data path's credentials masked, and a
+    rotated password or token keeps the key: it must not ingest again (nor re-key anything after it)."""
+    import json
+
+    from pipelines.core import keys
+    from pipelines.core.config import load_config
+    from pipelines.study import steps
+
+    monkeypatch.setattr(steps, "_listing", lambda src: [["Fold1/train.txt", 10, 1]])  # no store to list here
+    monkeypatch.setattr(steps, "dataset_fingerprint", lambda data: "sha256:abc")
+    cfg = load_config(None, [f"work_dir={tmp_path}"])
+
+    def key(password: str, token: str) -> str:
+        src = f"s3://ltr:{password}@bucket/mslr"
+        return keys.ingest_key(steps.ingest_inputs(cfg, src, f"https://store/ds?token={token}"))
+
+    assert key(PLANTED, "t1") == key("rotated", "t2")
+    doc = steps.ingest_inputs(cfg, f"s3://ltr:{PLANTED}@bucket/mslr", "/w/ds")
+    assert doc["src"] == "s3://ltr:***@bucket/mslr"
+    record = tmp_path / "_ingest_key.json"
+    steps.record_ingest(str(record), "k", f"s3://ltr:{PLANTED}@bucket/mslr", f"/w/ds?token={PLANTED}")
+    text = record.read_text()
+    assert PLANTED not in text and json.loads(text)["src"] == "s3://ltr:***@bucket/mslr"

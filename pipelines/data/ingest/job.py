@@ -11,6 +11,7 @@ import pyarrow.fs as pafs
 from pyspark.sql import SparkSession
 
 from pipelines.core.config import DatasetSpec, IngestConfig
+from pipelines.core.secrets import redact
 from pipelines.core.spark_progress import spark_context, spark_progress
 from pipelines.core.storage import OutputError, atomic_output, delete_quietly
 from pipelines.data.dataset import MANIFEST, MSLR_ROTATION
@@ -243,7 +244,7 @@ def _ingest_into(
     return {
         "format_version": FORMAT_VERSION,
         "dataset": dataset.name,
-        "source": src,
+        "source": redact(src),  # a password or token of the source's URI is in no file (core.secrets)
         "layout": "mslr_rotation" if rotation.get("verified") else "as_given",
         "source_layout": layout.kind,
         "rotation": rotation,

@@ -14,6 +14,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from pipelines.core.config import DatasetSpec, IngestConfig
+from pipelines.core.secrets import redact
 from pipelines.core.storage import OutputError, atomic_output, delete_quietly
 from pipelines.data.dataset import QUARANTINE
 from pipelines.data.ingest.checks import FileResult, short_text
@@ -94,7 +95,7 @@ def keep_quarantine(fs: pafs.FileSystem, src_dir: str, dest: str, src: str, summ
     with atomic_output(dest, QUARANTINE_MARKER) as q:
         for info in fs.get_file_info(pafs.FileSelector(src_dir)):
             fs.move(info.path, f"{q.path}/{info.base_name}")
-        q.write_json(QUARANTINE_MARKER, {"source": src, **summary})
+        q.write_json(QUARANTINE_MARKER, {"source": redact(src), **summary})
     return dest
 
 
