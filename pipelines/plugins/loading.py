@@ -258,6 +258,9 @@ def sources_of(refs: Iterable[str], entry_points: bool = True) -> list[Source]:
 def load(refs: Iterable[str] = (), params: Mapping[str, Any] | None = None, *, entry_points: bool = True) -> PluginSet:
     """Import the plug-ins of ``refs`` and (``entry_points``) the installed ones, set every component's settings
     from ``params`` (``plugins.params``, checked), and return the :class:`PluginSet` a Spark task loads."""
+    from udfs.objectives import registry
+
+    registry.objectives()  # the built-ins first (they load lazily): a plug-in that takes one's name is the one refused
     sources = sources_of(refs, entry_points)
     for s in sources:
         _import(s)

@@ -297,3 +297,20 @@ def test_a_plugin_may_call_any_code_of_ours_and_is_keyed_by_it(plugin):
     loading.load([str(path)])
     _, comp = loading.plugin_components()["uses_cli"]
     assert keys.component_code(comp.fn, comp.settings()).startswith("plugin:")
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("command", [["plugins", "--check"], ["train", "--data", "nowhere", "--fold", "1",
+                                                                 "--path", "lambdamart:2", "--out", "o"]])  # fmt: skip
+def test_a_plugin_taking_a_built_in_name_exits_2_in_one_line_in_a_fresh_process(plugin, tmp_path, command):
+    """The built-in objectives load lazily: a fresh process that loads the plug-in first must still refuse the
+    plug-in, not the built-in (which ended in a traceback deep in an import)."""
+    import subprocess
+    import sys
+
+    path = plugin("@objective('lambdamart')\ndef lm(m, y, o, *, tree, params):\n    return m, m\n")
+    out = subprocess.run([sys.executable, "-m", "pipelines.app.cli", *command, "--plugin", str(path)],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120)  # fmt: skip
+    err = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(err) == 1, out.stderr
+    assert f"plugin {path}: objective 'lambdamart' is registered twice: by udfs.objectives.lambdamart and by" in err[0]
