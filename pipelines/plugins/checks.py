@@ -60,8 +60,10 @@ def batch(seed: int = 0) -> dict[str, Any]:
     qid = np.repeat(np.arange(1, len(sizes) + 1, dtype=np.int64), sizes)
     doc = np.concatenate([np.arange(s, dtype=np.int64) for s in sizes])
     features = {f"f{i}": rng.normal(size=n).astype(np.float32) for i in range(1, N_FEATURES + 1)}
-    return {"labels": labels, "offsets": offsets, "qid": qid, "doc": doc, "features": features,
-            "margins": rng.normal(size=n).astype(np.float32)}  # fmt: skip
+    margins = rng.normal(size=n).astype(np.float32)
+    for a in (labels, offsets, qid, doc, margins, *features.values()):
+        a.setflags(write=False)  # a plug-in that writes into its inputs fails here, not in a worker's training data
+    return {"labels": labels, "offsets": offsets, "qid": qid, "doc": doc, "features": features, "margins": margins}
 
 
 def check_objective(name: str, comp: Any) -> None:
@@ -75,7 +77,7 @@ def check_objective(name: str, comp: Any) -> None:
         outs = []
         for _ in range(2):
             f = comp.make(ObjectiveSettings(), b["labels"], b["offsets"], b["qid"], b["doc"])
-            out = _call(name, lambda f=f, tree=tree: f(b["margins"].copy(), tree))
+            out = _call(name, lambda f=f, tree=tree: f(b["margins"], tree))
             outs.append(check_gradients(name, out, n, f"synthetic batch, tree {tree}"))
         if any(not np.array_equal(x, y) for x, y in zip(outs[0], outs[1], strict=True)):
             raise PluginError(
@@ -151,7 +153,14 @@ def _call(name: str, f: Any) -> Any:
         raise
     except ComponentError as e:
         raise PluginError(f"{e} ({_where(name)})") from None
-    except Exception as e:
+    except ValueError as e:
+        if "read-only" in str(e):  # numpy's refusal to write into the batch's arrays (batch())
+            raise PluginError(
+                f"{name!r} ({_where(name)}) writes into its inputs ({e}); a plug-in must not modify the margins, "
+                "labels, offsets, qid, doc or features it is given (the training data's own arrays): copy them first"
+            ) from None
+        raise PluginError(f"{name!r} ({_where(name)}) raised {type(e).__name__}: {e} on the synthetic batch") from None
+    except (Exception, SystemExit) as e:  # sys.exit() in a plug-in would end the run with no word said
         raise PluginError(f"{name!r} ({_where(name)}) raised {type(e).__name__}: {e} on the synthetic batch") from None
 
 

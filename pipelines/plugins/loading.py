@@ -159,7 +159,7 @@ def _import(source: Source) -> None:
             importlib.import_module(source.module)
     except PluginError:
         raise
-    except Exception as e:  # anything the plug-in raises: one line naming it
+    except (Exception, SystemExit) as e:  # anything the plug-in raises, sys.exit() too: one line naming it
         raise _fail(source.label, e, path) from None
     for name, (_, comp) in plugin_components().items():
         if comp.module == source.module:

@@ -118,6 +118,17 @@ BAD = {
         "@difficulty('bad', features=['f3', 'f9999'])\ndef bad(labels, features, offsets, *, params):\n"
         "    return np.add.reduceat(features['f9999'], offsets[:-1])\n",
         "features= names f9999, and dataset mslr (conf/datasets/mslr.yaml) has 136 features, f1..f136"),
+    "sys.exit in an objective": ("@objective('bad')\ndef bad(m, y, o, *, tree, params):\n    raise SystemExit(3)\n",
+                                 "raised SystemExit: 3 on the synthetic batch"),
+    "an objective that writes into its labels": (
+        "@objective('bad')\ndef bad(m, y, o, *, tree, params):\n    y[:] = 0\n    return m - y, np.ones_like(m)\n",
+        "writes into its inputs (assignment destination is read-only)"),
+    "an objective that updates its margins in place": (
+        "@objective('bad')\ndef bad(m, y, o, *, tree, params):\n    m -= y\n    return m, np.ones_like(m)\n",
+        "writes into its inputs"),
+    "a score that writes into its labels": (
+        "@difficulty('bad')\ndef bad(labels, features, offsets, *, params):\n    labels[0] = 9\n"
+        "    return np.diff(offsets).astype(float)\n", "a plug-in must not modify the margins, labels"),
     "a label-free score that reads the labels": (
         "@difficulty('bad', kind='label_free')\ndef bad(labels, features, offsets, *, params):\n"
         "    return np.add.reduceat(labels, offsets[:-1])\n", "declared kind='label_free', but its scores change"),
@@ -140,6 +151,7 @@ LOAD_ERRORS = {
                              "has the name of the objective 'listnet'; rename it"),
     "a syntax error": ("def broken(:\n    pass\n", "SyntaxError"),
     "an import that fails": ("import not_a_module_anywhere\n", "No module named 'not_a_module_anywhere' (line 4"),
+    "sys.exit at import": ("import sys\nsys.exit(4)\n", "failed to import: SystemExit: 4 (line 5: sys.exit(4))"),
     "a wrong signature": ("@objective('two')\ndef two(m, y):\n    return m, m\n",
                           "must take (margins, labels, offsets, *, tree, params)"),
     "a bad name": ("@pacing('Fast-Pace')\ndef p(stage, stages, *, params):\n    return 1.0\n",
