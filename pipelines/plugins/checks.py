@@ -61,7 +61,8 @@ def batch(seed: int = 0) -> dict[str, Any]:
     doc = np.concatenate([np.arange(s, dtype=np.int64) for s in sizes])
     features = {f"f{i}": rng.normal(size=n).astype(np.float32) for i in range(1, N_FEATURES + 1)}
     margins = rng.normal(size=n).astype(np.float32)
-    for a in (labels, offsets, qid, doc, margins, *features.values()):
+    arrays: list[np.ndarray] = [labels, offsets, qid, doc, margins, *features.values()]
+    for a in arrays:
         a.setflags(write=False)  # a plug-in that writes into its inputs fails here, not in a worker's training data
     return {"labels": labels, "offsets": offsets, "qid": qid, "doc": doc, "features": features, "margins": margins}
 
