@@ -3,8 +3,9 @@ on a small synthetic batch of queries (a query of one document and one without a
 
 An objective must return (grad, hess): float32 arrays of one value per row, finite, hessians >= 0, and the same
 values for the same input (a resumed node must grow the same trees: noise is drawn from ``params["seed"]``,
-``tree``, ``qid`` and ``doc``). A difficulty score must return one finite number per query (not per row). A
-score declared ``label_free`` must return the same scores for other labels. A
+``tree``, ``qid`` and ``doc``). A difficulty score must return one finite real number per query (not per row),
+the same for the same input, and one declared ``label_free`` the same scores for other labels. Neither may write
+into the arrays it is given (the batch is read-only). A
 pacing function must return shares in (0, 1] that never decrease, for any number of stages. The first thing
 wrong exits 2 naming the plug-in and what it returned (:class:`~pipelines.plugins.loading.PluginError`).
 """
@@ -105,6 +106,12 @@ def check_difficulty(name: str, comp: Any, n_features: int = N_FEATURES, dataset
     cols = b["features"] if comp.features is None else {c: b["features"].get(c, extra[c]) for c in comp.features}
     out = _call(name, lambda: comp.fn(b["labels"], Features(cols), b["offsets"], params=comp.settings()))
     a = scores_of(name, out, len(SIZES), len(b["labels"]))
+    again = _call(name, lambda: comp.fn(b["labels"], Features(cols), b["offsets"], params=comp.settings()))
+    if not np.array_equal(a, scores_of(name, again, len(SIZES), len(b["labels"]))):
+        raise PluginError(
+            f"difficulty score {name!r} ({_where(name)}): returned other scores for the same input; a curriculum "
+            "built again must be the same one: draw any noise from a fixed seed"
+        )
     if comp.kind == "label_free":
         other = (b["labels"] + 1 + np.arange(len(b["labels"])) % 3).astype(np.float32) % 5
         again = _call(name, lambda: comp.fn(other, Features(cols), b["offsets"], params=comp.settings()))
@@ -117,6 +124,9 @@ def check_difficulty(name: str, comp: Any, n_features: int = N_FEATURES, dataset
 
 def scores_of(name: str, out: Any, queries: int, rows: int) -> np.ndarray:
     """A difficulty score's result as float64, one per query; :class:`PluginError` naming what it returned."""
+    if np.iscomplexobj(out):  # np.asarray would drop the imaginary part with a warning, not refuse it
+        raise PluginError(f"difficulty score {name!r} ({_where(name)}): returned complex numbers, expected one real "
+                          "number per query")  # fmt: skip
     try:
         a = np.asarray(out, dtype=np.float64)
     except (TypeError, ValueError):

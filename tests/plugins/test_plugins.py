@@ -126,6 +126,10 @@ BAD = {
     "an objective that updates its margins in place": (
         "@objective('bad')\ndef bad(m, y, o, *, tree, params):\n    m -= y\n    return m, np.ones_like(m)\n",
         "writes into its inputs"),
+    "complex scores": ("@difficulty('bad')\ndef bad(labels, features, offsets, *, params):\n"
+                       "    return np.diff(offsets).astype(complex)\n", "returned complex numbers"),
+    "unseeded scores": ("@difficulty('bad')\ndef bad(labels, features, offsets, *, params):\n"
+                        "    return np.diff(offsets) * np.random.rand()\n", "returned other scores for the same input"),
     "a score that writes into its labels": (
         "@difficulty('bad')\ndef bad(labels, features, offsets, *, params):\n    labels[0] = 9\n"
         "    return np.diff(offsets).astype(float)\n", "a plug-in must not modify the margins, labels"),
