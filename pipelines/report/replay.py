@@ -131,8 +131,9 @@ def replay(model_json: bytes, base_margin: float, split: EvalSplit, spec: NdcgSp
 
     The margins start at the run's ``base_margin`` (float32, as the workers start them) and each tree adds its
     leaf's value in float32, tree after tree: the workers' sum, in their order, so the same bits. Which leaf
-    a row reaches is XGBoost's own traversal (``predict(pred_leaf=True)``, multi-threaded, a chunk of trees at
-    a time): a tree walk over row-major float32 rows is cache-bound, XGBoost's blocked predictor much faster."""
+    a row reaches is XGBoost's own traversal (``predict(pred_leaf=True)``, multi-threaded, on a slice of
+    :data:`LEAF_CHUNK` trees at a time): a tree walk over row-major float32 rows is cache-bound, XGBoost's
+    blocked predictor much faster."""
     import xgboost as xgb
 
     values = leaf_values(model_json)
@@ -150,7 +151,8 @@ def replay(model_json: bytes, base_margin: float, split: EvalSplit, spec: NdcgSp
     dm = split.dmatrix() if last else None
     for a in range(0, last, LEAF_CHUNK):
         b = min(a + LEAF_CHUNK, last)
-        leaves = booster.predict(dm, pred_leaf=True, iteration_range=(a, b)).reshape(n, b - a).astype(np.int32)
+        # a slice of the model, not iteration_range: XGBoost's leaf prediction takes ranges from tree 0 only
+        leaves = booster[a:b].predict(dm, pred_leaf=True).reshape(n, b - a).astype(np.int32)
         for t in range(a, b):
             margins += values[t][leaves[:, t - a]]
             j = want.get(t + 1)

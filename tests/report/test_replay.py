@@ -22,7 +22,11 @@ def _split(seed: int = 0, queries: int = 40) -> EvalSplit:
     return EvalSplit(qid, label, X, offsets_from_qids(qid))
 
 
-def test_replay_is_xgboosts_prediction_tree_by_tree():
+@pytest.mark.parametrize("chunk", [100, 4])  # the trees walked in one chunk, or in three (9 trees, 4 a chunk)
+def test_replay_is_xgboosts_prediction_tree_by_tree(chunk, monkeypatch):
+    from pipelines.report import replay as module
+
+    monkeypatch.setattr(module, "LEAF_CHUNK", chunk)
     s = _split()
     base = 0.37
     booster = xgb.train(
