@@ -230,8 +230,10 @@ def _check_curriculum(values: Mapping[str, Any], where: str, flags: bool) -> Non
 
     if "strategy" in values and values["strategy"] not in STRATEGIES:
         ordered = [n for n, s in STRATEGIES.items() if not s.reverse]
-        why = no_order(values["strategy"]) or unknown_name("curriculum strategy", values["strategy"], ordered)
-        raise ConfigError(f"{key('strategy')}: {why}" + ("" if no_order(values["strategy"]) else ANTI_HINT))
+        why = (
+            no_order(values["strategy"]) or unknown_name("curriculum strategy", values["strategy"], ordered) + ANTI_HINT
+        )
+        raise ConfigError(f"{key('strategy')}: {why}")
     if values.get("pacing") and values["pacing"] not in PACINGS:
         raise ConfigError(
             f"{key('pacing')}: {unknown_name('pacing function', values['pacing'], list(PACINGS))}, or empty for two "
