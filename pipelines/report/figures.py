@@ -24,7 +24,7 @@ from pipelines.report.pairing import groups
 from pipelines.report.records import Record, ReportError, label_of, order_systems
 from pipelines.report.stats import kl_divergence
 from pipelines.study.design import BASELINE, MSE
-from udfs.curriculum import control
+from udfs.curriculum import ANTI, control
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +216,10 @@ def forest_plot(comparisons: list[dict[str, Any]], primary_test: str, metric: st
     # each, an extra path) together under one heading, after the strategies
     lines: list[tuple[str, dict[str, Any] | None]] = []
     paths: list[tuple[str, dict[str, Any] | None]] = []
-    for strategy, rows in sorted(by_group.items(), key=lambda kv: _group_rank(kv[0])):  # stable: Table 1's order
+    # by kind, each anti-curriculum right after its curriculum, else Table 1's order (a stable sort)
+    first = {s.removeprefix(ANTI): i for i, s in reversed(list(enumerate(by_group)))}
+    order = sorted(by_group, key=lambda s: (_group_rank(s), first[s.removeprefix(ANTI)], s.startswith(ANTI)))
+    for strategy, rows in ((s, by_group[s]) for s in order):
         if len(rows) == 1 and rows[0]["system"] == strategy:
             paths.append((rows[0]["system"], rows[0]))
         else:
