@@ -288,12 +288,65 @@ def _start_tracker(spark: SparkSession, workers: int, timeout: int = 0) -> dict[
     ``timeout`` (seconds, 0 = none): how long the tracker waits for the workers
     to connect and finish, so that a lost worker ends the job instead of hanging it.
     """
+    return start_tracker(driver_host(spark), workers, timeout)
+
+
+def start_tracker(host: str, workers: int, timeout: int = 0) -> dict[str, Any]:
+    """A Rabit tracker for ``workers`` on ``host``, started, with a thread that waits for it; the workers'
+    arguments (see :func:`_start_tracker`)."""
     from xgboost.tracker import RabitTracker
 
-    tracker = RabitTracker(n_workers=workers, host_ip=driver_host(spark), sortby="task", timeout=timeout)
-    tracker.start()
-    threading.Thread(target=tracker.wait_for, daemon=True).start()
+    tracker = RabitTracker(n_workers=workers, host_ip=host, sortby="task", timeout=timeout)
+    # The tracker's native thread and the thread that waits for it start with SIGTERM blocked (a thread inherits
+    # its creator's mask): the kernel then hands a SIGTERM to a thread of the driver that handles it
+    # (pipelines.app.stop), never to the tracker's poll, which it would interrupt ("Poll failed ... Interrupted
+    # system call", a traceback on the console of a stopped ``ltr``). A SIGTERM that comes meanwhile waits, pending,
+    # until the mask is lifted.
+    blocked = _block_sigterm()
+    try:
+        tracker.start()
+        threading.Thread(target=_wait_for_tracker, args=(tracker,), name="xgboost-tracker", daemon=True).start()
+    finally:
+        _unblock_sigterm(blocked)
     return dict(tracker.worker_args())
+
+
+def _block_sigterm() -> bool:
+    """Block SIGTERM in this thread; whether it was blocked here (only the main thread's mask matters, and only
+    where the platform has ``pthread_sigmask``)."""
+    import signal
+
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        return False
+    return signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+
+def _unblock_sigterm(blocked: bool) -> None:
+    import signal
+
+    if blocked:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+def _wait_for_tracker(tracker: Any) -> None:
+    """The tracker's waiting thread. A tracker that fails (a worker lost, a stopped job) fails the barrier job too,
+    whose error says why: the tracker's own error is logged here, not raised as an uncaught thread exception, and
+    the tracker is freed here, so that its ``__del__`` raises nothing at garbage collection."""
+    from xgboost.core import XGBoostError
+
+    from pipelines.core.signals import STOP
+
+    try:
+        tracker.wait_for()
+    except XGBoostError as e:
+        # its causes are the lines "- [file:line|time]: what" (the first line is where it was raised)
+        causes = "; ".join(line.strip()[2:] for line in str(e).splitlines() if line.strip().startswith("- "))
+        (log.debug if STOP.is_set() else log.warning)("the XGBoost tracker ended with an error: %s", causes or e)
+    finally:
+        try:
+            tracker.free()
+        except XGBoostError:
+            log.debug("could not free the XGBoost tracker", exc_info=True)
 
 
 def run_nodes_distributed(
