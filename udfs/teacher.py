@@ -1,0 +1,82 @@
+"""A teacher's judgement of a query's difficulty: per-query scores from a trained model's scores of the query's
+documents (Penha & Hauff's ``BERT_pred`` and ``BERT_loss``, for graded labels and trees), and the cross-fitting
+groups that keep a query's teacher from having seen it.
+
+Per query, over its *pairs*: the ordered pairs of documents (hi, lo) whose labels differ, hi the one with the
+higher label (a query of labels 2, 1, 0 has three pairs; documents of equal labels make none):
+
+* ``teacher_margin``: the mean of ``s_hi - s_lo`` (how far the teacher scores the better document above the
+  worse one): higher is easier;
+* ``teacher_loss``: the mean pairwise logistic loss ``log(1 + exp(-(s_hi - s_lo)))`` (RankNet's, with its sigma 1):
+  lower is easier;
+* ``n_pairs``: how many pairs the means are over. A query without a pair (one document, or all its labels equal:
+  no relevant document, most often) has no margin and no loss (NaN): the curriculum places it as
+  ``difficulty.empty_queries`` says, as it does a query whose ``ndcg_bm25`` is undefined.
+
+``teacher_ndcg`` is :func:`udfs.metrics.ndcg` of the teacher's scores. All of it is a function of the offsets,
+labels and scores alone: no order of the rows within a query changes it but the NDCG's ties.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from udfs.spark_hashes import xxhash64
+
+
+@numba.njit(cache=True, nogil=True)
+def _pairs(offsets, labels, scores, margin, loss, count):  # pragma: no cover - compiled
+    for q in range(offsets.size - 1):
+        a, b = offsets[q], offsets[q + 1]
+        n = 0
+        sum_d = 0.0
+        sum_l = 0.0
+        for i in range(a, b):
+            for j in range(a, b):
+                if labels[i] > labels[j]:
+                    d = scores[i] - scores[j]
+                    n += 1
+                    sum_d += d
+                    # log(1 + exp(-d)), stable for any d: max(-d, 0) + log1p(exp(-|d|))
+                    sum_l += max(-d, 0.0) + np.log1p(np.exp(-abs(d)))
+        count[q] = n
+        if n > 0:
+            margin[q] = sum_d / n
+            loss[q] = sum_l / n
+        else:
+            margin[q] = np.nan
+            loss[q] = np.nan
+
+
+def pair_scores(
+    offsets: np.ndarray, labels: np.ndarray, scores: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per query (rows ``offsets[q]:offsets[q + 1]``): ``teacher_margin``, ``teacher_loss`` (float64, NaN for a
+    query without a pair) and ``n_pairs`` (int64), as the module docstring defines them. The scores are taken in
+    float64 (a float32 margin's difference would round)."""
+    off = np.ascontiguousarray(offsets, dtype=np.int64)
+    if off.ndim != 1 or off.size == 0 or off[0] != 0 or np.any(np.diff(off) < 0):
+        raise ValueError("offsets must start at 0 and never decrease")
+    lab = np.ascontiguousarray(labels, dtype=np.float64)
+    s = np.ascontiguousarray(scores, dtype=np.float64)
+    if lab.shape != (off[-1],) or s.shape != (off[-1],):
+        raise ValueError(f"{off[-1]} rows in the offsets, {lab.size} labels and {s.size} scores")
+    if not np.all(np.isfinite(s)):
+        raise ValueError("the teacher's scores hold NaN or infinity")
+    nq = off.size - 1
+    margin, loss, count = np.empty(nq), np.empty(nq), np.empty(nq, dtype=np.int64)
+    _pairs(off, lab, s, margin, loss, count)
+    return margin, loss, count
+
+
+def crossfit_groups(qids: np.ndarray, k: int, seed: int) -> np.ndarray:
+    """The cross-fitting group (0..k-1) of each query id: a seeded hash of the qid, so that a query's group does not
+    depend on which other queries there are, their order, or the number of workers. ``k`` >= 2: the teacher of
+    group g is trained on the queries of the other groups and scores only group g's."""
+    if k < 2:
+        raise ValueError(f"cross-fitting needs at least 2 groups, not {k}")
+    ids = np.asarray(qids, dtype=np.int64)
+    # the seed mixed into the id's hash (xxhash64 takes Spark's fixed seed): another seed, other groups
+    mixed = (xxhash64(ids.astype(np.int32)) ^ xxhash64(np.full(ids.shape, seed, dtype=np.int32))).astype(np.uint64)
+    return (xxhash64((mixed % np.uint64(2**31 - 1)).astype(np.int32)) % np.uint64(k)).astype(np.int64)
