@@ -129,7 +129,7 @@ def pytest_collection_modifyitems(session, config, items):
     itself: ``ltr``/``spark-submit`` subprocesses, a standalone cluster, an inner pytest), ``deployment``, ``slow`` (a
     module that takes minutes), ``processes``. Here a test that uses a Spark fixture also gets ``spark``; the fast
     command (docs/contributing.md) runs ``-m "not spark"``. Then the order: the ``slow`` modules first, longest
-    first. README's test command runs the suite in two pytest-xdist workers, one module at a time each (``--dist
+    first. pytest.ini runs the suite in two pytest-xdist workers, one module at a time each (``--dist
     loadfile``: a module's fixtures are built once), and a long module started last would leave one worker running
     alone at the end."""
     for item in items:
