@@ -254,8 +254,9 @@ def node_states(plan: Plan, latest: Mapping[str, int | None]) -> dict[str, NodeS
 
 def states_of(plan: Plan, store: Any) -> dict[str, NodeState]:
     """State of every node from the checkpoints in ``store`` (a :class:`pipelines.store.checkpoints.CheckpointStore`:
-    its ``latest_all``)."""
-    return node_states(plan, store.latest_all([n.key for n in plan.nodes]))
+    its ``intact_latest_all``, which sets aside a checkpoint changed on disk, so that its node is trained again from
+    its newest intact one)."""
+    return node_states(plan, store.intact_latest_all([n.key for n in plan.nodes]))
 
 
 def ready(plan: Plan, states: Mapping[str, NodeState]) -> list[Node]:

@@ -29,6 +29,14 @@ gone and gets a :class:`CheckpointError` saying so (list again). The newest
 checkpoint at the node's last tree is its output. A commit can be fenced by the
 node's lease (``lease_token=``): a writer whose lease was taken over cannot commit.
 
+Nothing changed on disk is trusted. A commit records checksums (sha256) of its own metadata and of every tree
+segment it names (``segment_sha256``); :meth:`CheckpointStore.meta` and :meth:`CheckpointStore.segment` check them
+when they read, and shards carry zip's CRC-32 of each array. A checkpoint whose metadata or segments fail the check
+is *set aside* by :meth:`CheckpointStore.intact_latest` (its marker renamed ``_checkpoint.json.corrupt-<uuid8>``:
+uncommitted, so the next commit at that tree overwrites it), with one warning naming the file and the node, and
+the node goes on from its newest intact checkpoint, which the store keeps for this: the plan's states
+(:func:`pipelines.plan.trie.states_of`) come from it, so what was lost is trained again, the same trees.
+
 Shards hold, per split, the qids of the worker's rows (queries contiguous, in
 stored document order) and their float32 margins, so that a run with another
 number of workers can take each of its queries' rows from whichever shard has
@@ -37,10 +45,12 @@ them (:func:`pipelines.kernel.matrices.margins_of_rows`).
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import logging
 import re
+import uuid
 import zipfile
 from collections.abc import Mapping
 from typing import Any
@@ -63,8 +73,28 @@ PLANS_DIR = "_plans"  # beside the nodes: ``_plans/<digest>-fold<f>.json``
 _TREE_DIR = re.compile(r"t(\d{6,})$")
 
 
+#: The metadata's checksum of itself (of the rest of the document, as :func:`_doc_digest` writes it).
+META_DIGEST = "sha256"
+#: The metadata's checksums of the node's tree segments it names: ``"<t_start>-<t_end>"`` -> sha256 hex.
+SEGMENT_DIGESTS = "segment_sha256"
+
+
 class CheckpointError(LtrError, RuntimeError):
     """A checkpoint that cannot be read or does not fit the data."""
+
+
+class CheckpointCorrupt(CheckpointError):
+    """A committed checkpoint's file whose bytes are not those its commit recorded (changed, truncated, unreadable)."""
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _doc_digest(doc: Mapping[str, Any]) -> str:
+    """The checksum of a metadata document (without its own): of its JSON, keys sorted, as :meth:`commit` writes
+    it (Python's JSON writes a float back as it read it, so a document read back has the same checksum)."""
+    return _sha256(json.dumps(doc, sort_keys=True).encode())
 
 
 class CheckpointStore:
@@ -73,6 +103,8 @@ class CheckpointStore:
     def __init__(self, root: str) -> None:
         self.root = root.rstrip("/")
         self.fs, self.path = resolve(self.root)
+        self._written: dict[str, str] = {}  # segment path -> checksum of what this store wrote there
+        self._intact: set[tuple[str, int]] = set()  # checkpoints verified (a committed checkpoint never changes)
 
     def __reduce__(self) -> tuple[Any, ...]:  # pickled into Spark tasks by its root only
         return (CheckpointStore, (self.root,))
@@ -166,7 +198,9 @@ class CheckpointStore:
         """The trees ``t_start..t_end`` of a node (a booster's XGBoost JSON); ``lease_token`` as for shards."""
         if lease_token is not None:
             verify_token(self, key, lease_token)
-        self.put(self.segment_path(key, t_start, t_end), model)
+        path = self.segment_path(key, t_start, t_end)
+        self.put(path, model)
+        self._written[path] = _sha256(model)
 
     def commit(self, key: str, tree: int, meta: Mapping[str, Any], *, lease_token: str | None = None) -> None:
         """Write the marker (by rename: the commit point), then drop checkpoints older than the previous one.
@@ -188,10 +222,32 @@ class CheckpointStore:
         """
         if lease_token is not None:
             verify_token(self, key, lease_token)
-        self.put(f"{self.node_dir(key, tree)}/{MARKER}", json.dumps({**meta, "tree": tree}, sort_keys=True).encode())
+        doc: dict[str, Any] = {**meta, "tree": tree}
+        if "segments" in meta:
+            doc[SEGMENT_DIGESTS] = self._segment_digests(key, tree, meta["segments"])
+        doc[META_DIGEST] = _doc_digest(doc)
+        self.put(f"{self.node_dir(key, tree)}/{MARKER}", json.dumps(doc, sort_keys=True).encode())
         older = [t for t in self.trees(key) if t < tree]
         for old in older[:-1]:  # keep the previous checkpoint: a reader may be loading it
             self.delete(key, old)
+
+    def _segment_digests(self, key: str, tree: int, segments: list[list[int]]) -> dict[str, str]:
+        """The checksums of ``segments`` of node ``key`` for its commit at ``tree``: of the bytes this store wrote,
+        else as the node's previous checkpoint recorded them (a resumed node's earlier segments), else of the file
+        as it is (a checkpoint committed before checksums were recorded)."""
+        known: dict[str, str] = {}
+        older = [t for t in self.trees(key) if t < tree]
+        if older:
+            try:
+                known = dict(self.meta(key, older[-1]).get(SEGMENT_DIGESTS, {}))
+            except CheckpointError:  # gone or corrupt: the segments' own bytes below
+                known = {}
+        out = {}
+        for a, b in segments:
+            path = self.segment_path(key, a, b)
+            digest = self._written.get(path) or known.get(f"{a}-{b}")
+            out[f"{a}-{b}"] = digest if digest is not None else _sha256(self.segment(key, a, b))
+        return out
 
     def delete(self, key: str, tree: int) -> None:
         """Remove checkpoint ``tree`` of node ``key`` (its directory); best effort.
@@ -239,9 +295,20 @@ class CheckpointStore:
         """
         raw = self._read(key, tree, MARKER)
         try:
-            return json.loads(raw.decode())
+            doc = json.loads(raw.decode())
+            if not isinstance(doc, dict):
+                raise ValueError(f"a JSON {type(doc).__name__}, not an object")
         except ValueError as e:
-            raise CheckpointError(f"checkpoint {self._where(key, tree)} is unreadable: {e}") from None
+            raise CheckpointCorrupt(
+                f"checkpoint {self._where(key, tree)} of node {key}: {MARKER} is unreadable: {e}"
+            ) from None
+        want = doc.pop(META_DIGEST, None)
+        if want is not None and _doc_digest(doc) != want:
+            raise CheckpointCorrupt(
+                f"checkpoint {self._where(key, tree)} of node {key}: {MARKER} does not match the checksum it was "
+                "committed with (it changed on disk)"
+            )
+        return doc
 
     def cost(self, keys: list[str]) -> dict[str, float]:
         """Rank 0's seconds (boost, objective, eval, checkpoint) and trees over the newest checkpoints of
@@ -253,23 +320,82 @@ class CheckpointStore:
                     total[k] = total.get(k, 0.0) + v
         return total
 
-    def segment(self, key: str, t_start: int, t_end: int) -> bytes:
-        """The trees ``t_start..t_end`` of node ``key`` as :meth:`write_segment` wrote them (XGBoost JSON).
+    def segment(self, key: str, t_start: int, t_end: int, digest: str | None = None) -> bytes:
+        """The trees ``t_start..t_end`` of node ``key`` as :meth:`write_segment` wrote them (XGBoost JSON), checked
+        against ``digest`` (the checksum a commit recorded, ``meta[SEGMENT_DIGESTS]``) when one is given.
 
         Raises
         ------
         CheckpointError
-            When the segment cannot be read (removed with its node, or never written).
+            When the segment cannot be read (removed with its node, or never written); :class:`CheckpointCorrupt`
+            when its bytes are not those ``digest`` was taken of.
         """
         path = self.segment_path(key, t_start, t_end)
         try:
             with self.fs.open_input_stream(path) as f:
-                return f.read()
+                data = f.read()
         except OSError as e:
             raise CheckpointError(
                 f"segment {self.root}/{key}/trees-{t_start:06d}-{t_end:06d}.json of node {key} is "
                 f"unreadable (is the node's checkpoint still there? list again): {e}"
             ) from None
+        if digest is not None and _sha256(data) != digest:
+            raise CheckpointCorrupt(
+                f"segment {self.root}/{key}/trees-{t_start:06d}-{t_end:06d}.json of node {key} does not match the "
+                "checksum its checkpoint recorded (it changed on disk)"
+            )
+        return data
+
+    def segments(self, key: str, meta: Mapping[str, Any]) -> list[tuple[bytes, int]]:
+        """The tree segments a checkpoint's ``meta`` names, each checked against the checksum the commit recorded
+        (none for a checkpoint committed before checksums were), and its number of trees."""
+        digests = meta.get(SEGMENT_DIGESTS, {})
+        return [(self.segment(key, a, b, digests.get(f"{a}-{b}")), b - a) for a, b in meta["segments"]]
+
+    # -- integrity ---------------------------------------------------------
+    def verify(self, key: str, tree: int) -> None:
+        """Check checkpoint ``tree`` of node ``key``: its metadata and every segment it names against the checksums
+        its commit recorded (once a store: a committed checkpoint never changes). Raises :class:`CheckpointCorrupt`
+        (or :class:`CheckpointError` for a checkpoint that is gone)."""
+        if (key, tree) in self._intact:
+            return
+        meta = self.meta(key, tree)
+        if "segments" in meta:
+            self.segments(key, meta)
+        self._intact.add((key, tree))
+
+    def set_aside(self, key: str, tree: int) -> None:
+        """Uncommit checkpoint ``tree`` of node ``key``: its marker renamed ``_checkpoint.json.corrupt-<uuid8>`` (kept
+        to be looked at), so that listings skip it and the node's next commit at that tree overwrites it."""
+        marker = f"{self.node_dir(key, tree)}/{MARKER}"
+        try:
+            self.fs.move(marker, f"{marker}.corrupt-{uuid.uuid4().hex[:8]}")
+        except FileNotFoundError:  # set aside (or replaced) by another reader meanwhile
+            pass
+        self._intact.discard((key, tree))
+
+    def intact_latest(self, key: str) -> int | None:
+        """Tree of the newest checkpoint of node ``key`` that passes :meth:`verify`; those newer that fail it are set
+        aside (:meth:`set_aside`), each with one warning. None when no intact checkpoint is left."""
+        while True:
+            trees = self.trees(key)
+            if not trees:
+                return None
+            tree = trees[-1]
+            try:
+                self.verify(key, tree)
+                return tree
+            except CheckpointCorrupt as e:
+                log.warning("%s: set aside, the node goes on from its newest intact checkpoint", e)
+                self.set_aside(key, tree)
+            except CheckpointError:
+                if tree in self.trees(key):
+                    raise
+                # replaced by a newer commit after it was listed: list again
+
+    def intact_latest_all(self, keys: list[str]) -> dict[str, int | None]:
+        """Node key -> :meth:`intact_latest` for each of ``keys``."""
+        return {k: self.intact_latest(k) for k in keys}
 
     def shards(self, key: str, tree: int) -> list[dict[str, np.ndarray]]:
         """Every worker's shard of a checkpoint, in rank order."""

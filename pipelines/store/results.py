@@ -74,7 +74,7 @@ def path_result(store: CheckpointStore, name: str, chain: Iterable[str], with_mo
                 }
             )
         if with_model:
-            parts += [(store.segment(node["key"], a, b), b - a) for a, b in meta["segments"]]
+            parts += store.segments(node["key"], meta)
     if with_model:
         r.model = concat_models(parts, r.base_margin, r.runs, metas[-1].get("conventions", {}), name)
     last = metas[-1]

@@ -4,6 +4,7 @@ trainer on Spark (== single-node xgb.train, 2 workers == 1 worker, split-query g
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -668,3 +669,39 @@ def test_the_allocator_returns_a_builds_memory_and_reuses_the_loops():
         pytest.skip("not glibc: the allocator is left as it is")
     assert got["freed_mib"] > 100, got  # 126 MiB freed; glibc's own thresholds keep them in the heap
     assert got["faults_per_buffer"] < 16, got  # a fresh 3 MiB mapping faults in 768 pages
+
+
+def test_a_segment_changed_on_disk_is_trained_again_not_served(spark, small_dataset, tmp_path, caplog):
+    """A finished ``ltr train`` whose last tree segment then changed by one character on disk (a split value, still
+    valid JSON): the same command sets that checkpoint aside in one warning, trains only its trees again from the
+    previous checkpoint, and writes the model it trained the first time, byte for byte."""
+    import logging
+
+    from pipelines.app.train import run_train
+    from pipelines.core.config import load_config
+    from tests.helpers import tiny_study
+
+    path = "lambdamart:6"
+    cfg = load_config(None, [*tiny_study("train.checkpoint_every=2", sections=["train"]), f"work_dir={tmp_path}"])
+    ckpt = tmp_path / "checkpoints"
+
+    def train(out: str) -> dict[str, Any]:
+        return run_train(spark, small_dataset, 1, path, [], cfg.train, cfg.metric, str(tmp_path / out), str(ckpt))
+
+    first = train("first")
+    assert first["training"]["trees"] == 6
+    (seg,) = ckpt.glob("*/trees-000004-000006.json")
+    text = seg.read_text()
+    m = re.search(r'"split_conditions":\[([-0-9.E+]+)', text)
+    assert m, text[:500]
+    value = m.group(1)
+    changed = text.replace(f'"split_conditions":[{value}', f'"split_conditions":[{float(value) + 1.0!r}', 1)
+    assert changed != text
+    seg.write_text(changed)
+    with caplog.at_level(logging.WARNING, "pipelines.store.checkpoints"):
+        again = train("again")
+    lines = [r.getMessage() for r in caplog.records if "does not match" in r.getMessage()]
+    assert len(lines) == 1 and "trees-000004-000006.json" in lines[0] and "set aside" in lines[0], lines
+    assert again["training"]["trees"] == 2  # trees 4..6 only, from the intact checkpoint at tree 4
+    assert (tmp_path / "again" / "model.json").read_bytes() == (tmp_path / "first" / "model.json").read_bytes()
+    assert seg.read_text() == text  # the segment trained again, the same bytes
