@@ -43,7 +43,7 @@ from pipelines.execution.barrier_job import (
 from pipelines.execution.events import EventServer, ProgressDisplay
 from pipelines.kernel.cuts import FoldCuts
 from pipelines.kernel.loop import Settings
-from pipelines.plan.trie import DONE, Node, Plan, pending, states_of
+from pipelines.plan.trie import DONE, PARTIAL, Node, Plan, pending, states_of
 from pipelines.store.checkpoints import CheckpointStore
 from pipelines.store.cuts import fold_cuts
 from pipelines.store.lease import hold
@@ -131,9 +131,10 @@ def execute_plan(
 
     ``on_event`` receives the executors' events (after the progress display), one at a time.
     """
+    want = {n.key for n in plan.nodes} if only is None else set(only)
+    _check_shards_to_read(plan, store, want)
     states = states_of(plan, store)
     todo = pending(plan, states)
-    want = {n.key for n in plan.nodes} if only is None else set(only)
     unknown = sorted(want - {n.key for n in plan.nodes})
     if unknown:  # a key from another environment or an older plan: never a silent no-op
         raise UnknownNode(
@@ -188,6 +189,25 @@ def execute_plan(
     # what this process built (another process may have finished a node while we waited for its lease)
     info["trees_planned"], info["trees"] = info["trees"], sum(int(j.get("trees_built", 0)) for j in info["jobs"])
     return info
+
+
+def _check_shards_to_read(plan: Plan, store: CheckpointStore, want: set[str]) -> None:
+    """Check with their shards the checkpoints whose shards this run reads (the plan's states check the metadata and
+    segments only): a resumed node's newest checkpoint and a starting node's parent's output (read by the workers),
+    and each path's last node's output (read on the driver for the path's results, after the run). A corrupt one is
+    set aside (:meth:`~pipelines.store.checkpoints.CheckpointStore.intact_latest`) before the plan's states are
+    taken, so that what it held is trained again, parents before their children."""
+    states = states_of(plan, store)
+    read = {chain[-1] for chain in plan.chains.values()} & want
+    for n in pending(plan, states):
+        if n.key not in want:
+            continue
+        if states[n.key].state == PARTIAL:
+            read.add(n.key)
+        elif n.parent is not None and states[n.parent].state == DONE:
+            read.add(n.parent)
+    for key in sorted(read):
+        store.intact_latest(key, shards=True)
 
 
 def _run_parallel(

@@ -35,7 +35,9 @@ when they read, and shards carry zip's CRC-32 of each array. A checkpoint whose 
 is *set aside* by :meth:`CheckpointStore.intact_latest` (its marker renamed ``_checkpoint.json.corrupt-<uuid8>``:
 uncommitted, so the next commit at that tree overwrites it), with one warning naming the file and the node, and
 the node goes on from its newest intact checkpoint, which the store keeps for this: the plan's states
-(:func:`pipelines.plan.trie.states_of`) come from it, so what was lost is trained again, the same trees.
+(:func:`pipelines.plan.trie.states_of`) come from it, so what was lost is trained again, the same trees. Shards,
+the bulk of a checkpoint, are checked only where a run reads them (a resumed node's newest checkpoint, a starting
+node's parent's output, each path's last output: :func:`pipelines.execution.executor.execute_plan`).
 
 Shards hold, per split, the qids of the worker's rows (queries contiguous, in
 stored document order) and their float32 margins, so that a run with another
@@ -104,7 +106,8 @@ class CheckpointStore:
         self.root = root.rstrip("/")
         self.fs, self.path = resolve(self.root)
         self._written: dict[str, str] = {}  # segment path -> checksum of what this store wrote there
-        self._intact: set[tuple[str, int]] = set()  # checkpoints verified (a committed checkpoint never changes)
+        # checkpoints verified, with their shards or not (a committed checkpoint never changes)
+        self._intact: set[tuple[str, int, bool]] = set()
 
     def __reduce__(self) -> tuple[Any, ...]:  # pickled into Spark tasks by its root only
         return (CheckpointStore, (self.root,))
@@ -353,16 +356,19 @@ class CheckpointStore:
         return [(self.segment(key, a, b, digests.get(f"{a}-{b}")), b - a) for a, b in meta["segments"]]
 
     # -- integrity ---------------------------------------------------------
-    def verify(self, key: str, tree: int) -> None:
+    def verify(self, key: str, tree: int, shards: bool = False) -> None:
         """Check checkpoint ``tree`` of node ``key``: its metadata and every segment it names against the checksums
-        its commit recorded (once a store: a committed checkpoint never changes). Raises :class:`CheckpointCorrupt`
-        (or :class:`CheckpointError` for a checkpoint that is gone)."""
-        if (key, tree) in self._intact:
+        its commit recorded, and with ``shards`` every worker's shard against zip's CRC-32 of its arrays (once a
+        store: a committed checkpoint never changes). Raises :class:`CheckpointCorrupt` (or
+        :class:`CheckpointError` for a checkpoint that is gone)."""
+        if (key, tree, shards) in self._intact or (key, tree, True) in self._intact:
             return
         meta = self.meta(key, tree)
         if "segments" in meta:
             self.segments(key, meta)
-        self._intact.add((key, tree))
+        if shards and "shards" in meta:
+            self.shards(key, tree)
+        self._intact.add((key, tree, shards))
 
     def set_aside(self, key: str, tree: int) -> None:
         """Uncommit checkpoint ``tree`` of node ``key``: its marker renamed ``_checkpoint.json.corrupt-<uuid8>`` (kept
@@ -372,18 +378,19 @@ class CheckpointStore:
             self.fs.move(marker, f"{marker}.corrupt-{uuid.uuid4().hex[:8]}")
         except FileNotFoundError:  # set aside (or replaced) by another reader meanwhile
             pass
-        self._intact.discard((key, tree))
+        self._intact -= {(key, tree, False), (key, tree, True)}
 
-    def intact_latest(self, key: str) -> int | None:
-        """Tree of the newest checkpoint of node ``key`` that passes :meth:`verify`; those newer that fail it are set
-        aside (:meth:`set_aside`), each with one warning. None when no intact checkpoint is left."""
+    def intact_latest(self, key: str, shards: bool = False) -> int | None:
+        """Tree of the newest checkpoint of node ``key`` that passes :meth:`verify` (``shards``: its shards too);
+        those newer that fail it are set aside (:meth:`set_aside`), each with one warning. None when no intact
+        checkpoint is left."""
         while True:
             trees = self.trees(key)
             if not trees:
                 return None
             tree = trees[-1]
             try:
-                self.verify(key, tree)
+                self.verify(key, tree, shards)
                 return tree
             except CheckpointCorrupt as e:
                 log.warning("%s: set aside, the node goes on from its newest intact checkpoint", e)
@@ -407,7 +414,7 @@ class CheckpointStore:
                 with np.load(io.BytesIO(raw)) as z:
                     out.append({k: z[k] for k in z.files})
             except (OSError, ValueError, zipfile.BadZipFile) as e:
-                raise CheckpointError(
-                    f"checkpoint {self._where(key, tree)}: shard-{r:05d}.npz is unreadable: {e}"
+                raise CheckpointCorrupt(
+                    f"checkpoint {self._where(key, tree)} of node {key}: shard-{r:05d}.npz is unreadable: {e}"
                 ) from None
         return out

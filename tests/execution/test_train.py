@@ -671,37 +671,59 @@ def test_the_allocator_returns_a_builds_memory_and_reuses_the_loops():
     assert got["faults_per_buffer"] < 16, got  # a fresh 3 MiB mapping faults in 768 pages
 
 
-def test_a_segment_changed_on_disk_is_trained_again_not_served(spark, small_dataset, tmp_path, caplog):
-    """A finished ``ltr train`` whose last tree segment then changed by one character on disk (a split value, still
-    valid JSON): the same command sets that checkpoint aside in one warning, trains only its trees again from the
-    previous checkpoint, and writes the model it trained the first time, byte for byte."""
+def test_a_checkpoint_changed_on_disk_is_trained_again_not_served(spark, small_dataset, tmp_path, caplog):
+    """A finished ``ltr train mse:2,lambdamart:4`` (checkpoints every 2 trees), then, each time, a file of its
+    checkpoints changed on disk and the same command again: it sets the checkpoint aside in one warning naming the
+    file, trains only what was lost from the newest intact checkpoint, and writes the model it trained the first
+    time, byte for byte. (a) one character of the last tree segment (a split value, still valid JSON); (b) a byte of
+    the last shard's margins; (c) a byte of the first node's last shard, which the second node's workers read when
+    it starts again (its checkpoints removed): their job fails, is started again, and the first node trains again."""
     import logging
+    import shutil
 
     from pipelines.app.train import run_train
     from pipelines.core.config import load_config
     from tests.helpers import tiny_study
 
-    path = "lambdamart:6"
+    path = "mse:2,lambdamart:4"
     cfg = load_config(None, [*tiny_study("train.checkpoint_every=2", sections=["train"]), f"work_dir={tmp_path}"])
     ckpt = tmp_path / "checkpoints"
+    model = tmp_path / "first" / "model.json"
 
-    def train(out: str) -> dict[str, Any]:
-        return run_train(spark, small_dataset, 1, path, [], cfg.train, cfg.metric, str(tmp_path / out), str(ckpt))
+    def train(out: str) -> int:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, "pipelines.store.checkpoints"):
+            r = run_train(spark, small_dataset, 1, path, [], cfg.train, cfg.metric, str(tmp_path / out), str(ckpt))
+        assert (tmp_path / out / "model.json").read_bytes() == model.read_bytes()
+        return int(r["training"]["trees"])
 
-    first = train("first")
-    assert first["training"]["trees"] == 6
-    (seg,) = ckpt.glob("*/trees-000004-000006.json")
+    def set_aside(name: str) -> None:
+        lines = [r.getMessage() for r in caplog.records if "set aside" in r.getMessage()]
+        assert len(lines) == 1 and name in lines[0], lines
+
+    def flip(shard: Path) -> None:
+        data = bytearray(shard.read_bytes())
+        at = data.index(b"train_margin.npy") + 200  # inside the margins' bytes (stored, not compressed)
+        data[at] ^= 0x10
+        shard.write_bytes(bytes(data))
+
+    run_train(spark, small_dataset, 1, path, [], cfg.train, cfg.metric, str(model.parent), str(ckpt))
+    (second,) = {p.parent for p in ckpt.glob("*/trees-000004-000006.json")}
+    (first,) = {p.parent for p in ckpt.glob("*/trees-000000-000002.json")}
+
+    seg = second / "trees-000004-000006.json"
     text = seg.read_text()
-    m = re.search(r'"split_conditions":\[([-0-9.E+]+)', text)
-    assert m, text[:500]
-    value = m.group(1)
-    changed = text.replace(f'"split_conditions":[{value}', f'"split_conditions":[{float(value) + 1.0!r}', 1)
-    assert changed != text
-    seg.write_text(changed)
-    with caplog.at_level(logging.WARNING, "pipelines.store.checkpoints"):
-        again = train("again")
-    lines = [r.getMessage() for r in caplog.records if "does not match" in r.getMessage()]
-    assert len(lines) == 1 and "trees-000004-000006.json" in lines[0] and "set aside" in lines[0], lines
-    assert again["training"]["trees"] == 2  # trees 4..6 only, from the intact checkpoint at tree 4
-    assert (tmp_path / "again" / "model.json").read_bytes() == (tmp_path / "first" / "model.json").read_bytes()
-    assert seg.read_text() == text  # the segment trained again, the same bytes
+    value = re.search(r'"split_conditions":\[([-0-9.E+]+)', text).group(1)
+    seg.write_text(text.replace(f'"split_conditions":[{value}', f'"split_conditions":[{float(value) + 1.0!r}', 1))
+    assert train("a") == 2  # trees 4..6, from the intact checkpoint at tree 4
+    set_aside("trees-000004-000006.json")
+    assert seg.read_text() == text  # trained again: the same bytes
+
+    flip(second / "t000006" / "shard-00000.npz")
+    assert train("b") == 2
+    set_aside("shard-00000.npz")
+
+    shutil.rmtree(second)
+    flip(first / "t000002" / "shard-00000.npz")
+    assert train("c") == 6  # the first node's 2 trees again, then the second's 4
+    set_aside("shard-00000.npz")
