@@ -262,6 +262,13 @@ def build_parser() -> argparse.ArgumentParser:
         "Prints each kind's identity (a hash of its modules' syntax trees, and library versions).",
     )
     p.add_argument("--explain", action="store_true", help="also list the modules each identity covers")
+    p.add_argument(
+        "--verify",
+        metavar="DIR",
+        help="instead, check every checkpoint the next run would read under DIR (a work_dir or its checkpoints/) "
+        "against the checksums its commit recorded, without changing anything: one line for each that fails and "
+        "what the next run trains again; exit 1 when one fails",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
     p.add_argument("--log-level", default="WARNING", choices=LOG_LEVELS, help=LOG_HELP)
     p.add_argument(
@@ -596,6 +603,8 @@ def cmd_jvm_archive(args: argparse.Namespace) -> int:
 def cmd_keys(args: argparse.Namespace) -> int:
     """Each kind of result's code identity (:func:`pipelines.core.keys.code_identity`), with ``--explain`` the
     modules it covers (:func:`pipelines.core.keys.explain`)."""
+    if args.verify:
+        return _verify_checkpoints(args.verify)
     from pipelines.core import keys
     from pipelines.plugins.loading import load
 
@@ -627,6 +636,34 @@ def cmd_keys(args: argparse.Namespace) -> int:
             print(f"      {m}")
     print("libraries: " + ", ".join(f"{k} {v or '-'}" for k, v in libraries.items()))
     return 0
+
+
+def _verify_checkpoints(where: str) -> int:
+    """``ltr keys --verify DIR``: :meth:`~pipelines.store.checkpoints.CheckpointStore.audit` of every node under
+    ``DIR/checkpoints`` (or ``DIR``); 0 when every node's newest checkpoint is intact, else 1."""
+    import pyarrow.fs as pafs
+
+    from pipelines.store.checkpoints import CheckpointStore
+    from udfs.uris import resolve
+
+    root = where.rstrip("/")
+    fs, path = resolve(root)
+    if fs.get_file_info(f"{path}/checkpoints").type == pafs.FileType.Directory:
+        root = f"{root}/checkpoints"
+    elif fs.get_file_info(path).type != pafs.FileType.Directory:
+        raise UsageError(f"--verify {redact(where)}: no such directory")
+    store = CheckpointStore(root)
+    nodes, corrupt = store.node_keys(), 0
+    for key in nodes:
+        newest, intact, problems = store.audit(key)
+        for line in problems:
+            print(line)
+        if problems:
+            corrupt += 1
+            again = f"from its checkpoint at tree {intact}" if intact is not None else "from its start"
+            print(f"node {key}: the next run sets {len(problems)} checkpoint(s) aside and trains it again {again}")
+    print(f"{len(nodes)} nodes checked under {redact(root)}: {corrupt} with a checkpoint that changed on disk")
+    return 1 if corrupt else 0
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:

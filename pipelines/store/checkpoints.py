@@ -400,6 +400,25 @@ class CheckpointStore:
                     raise
                 # replaced by a newer commit after it was listed: list again
 
+    def node_keys(self) -> list[str]:
+        """Every node folder under the root (not ``_cuts``, ``_runs``, ``_plans``), sorted."""
+        infos = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
+        return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory and i.base_name[:1] != "_")
+
+    def audit(self, key: str) -> tuple[int | None, int | None, list[str]]:
+        """What :meth:`intact_latest` (with shards) would find for node ``key``, read-only: its newest committed
+        checkpoint's tree, its newest intact checkpoint's tree (None: none, the node trains from its start), and
+        one line for each newer checkpoint that fails its checks."""
+        trees = self.trees(key)
+        problems: list[str] = []
+        for tree in reversed(trees):
+            try:
+                self.verify(key, tree, shards=True)
+                return trees[-1], tree, problems
+            except CheckpointCorrupt as e:
+                problems.append(str(e))
+        return (trees[-1] if trees else None), None, problems
+
     def intact_latest_all(self, keys: list[str]) -> dict[str, int | None]:
         """Node key -> :meth:`intact_latest` for each of ``keys``."""
         return {k: self.intact_latest(k) for k in keys}

@@ -8,6 +8,7 @@ import json
 import logging
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pipelines.store.checkpoints import MARKER, SEGMENT_DIGESTS, CheckpointCorrupt, CheckpointStore
@@ -16,13 +17,15 @@ KEY = "node0123abcd"
 
 
 def _train(store: CheckpointStore, ends: list[int], t0: int = 0, segments: list[list[int]] | None = None) -> None:
-    """Segments and commits as the loop writes them: a segment ``a-b`` of trees, then the commit at ``b``."""
+    """Segments, a shard and commits as the loop writes them: a segment ``a-b`` of trees, then the commit at ``b``."""
     segments = list(segments or [])
     a = t0
     for b in ends:
         store.write_segment(KEY, a, b, json.dumps({"trees": list(range(a, b)), "split": 51.0}).encode())
+        store.write_shard(KEY, b, 0, {"train_margin": np.full(100, b, dtype=np.float32)})
         segments.append([a, b])
-        store.commit(KEY, b, {"segments": list(segments), "curve": [[b, 0.5, 0.25]], "done": b == ends[-1]})
+        meta = {"segments": list(segments), "curve": [[b, 0.5, 0.25]], "done": b == ends[-1], "shards": 1}
+        store.commit(KEY, b, meta)
         a = b
 
 
@@ -114,3 +117,29 @@ def test_a_checkpoint_committed_without_checksums_is_read_as_before(tmp_path):
     store.write_segment(KEY, 2, 4, b"{}")
     store.commit(KEY, 4, {"segments": [[0, 2], [2, 4]], "done": True})
     assert sorted(store.meta(KEY, 4)[SEGMENT_DIGESTS]) == ["0-2", "2-4"]
+
+
+def test_ltr_keys_verify_says_what_the_next_run_trains_again_and_changes_nothing(tmp_path, capsys):
+    from pipelines.app.cli import main
+
+    work = tmp_path / "work"
+    store = CheckpointStore(str(work / "checkpoints"))
+    _train(store, [2, 4])
+    (work / "checkpoints" / "_cuts").mkdir()  # not a node
+    assert main(["keys", "--verify", str(work)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"1 nodes checked under {work}/checkpoints: 0 with a checkpoint that changed on disk"
+    ]
+    shard = work / "checkpoints" / KEY / "t000004" / "shard-00000.npz"
+    data = bytearray(shard.read_bytes())
+    data[data.index(b"train_margin.npy") + 150] ^= 1
+    shard.write_bytes(bytes(data))
+    assert main(["keys", "--verify", str(work / "checkpoints")]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 3 and "shard-00000.npz is unreadable: Bad CRC-32" in out[0], out
+    assert out[1] == (
+        f"node {KEY}: the next run sets 1 checkpoint(s) aside and trains it again from its checkpoint at tree 2"
+    )
+    assert store.trees(KEY) == [2, 4]  # read-only
+    assert main(["keys", "--verify", str(tmp_path / "nowhere")]) == 2
+    assert "--verify" in capsys.readouterr().err
