@@ -27,7 +27,7 @@ from pipelines.core.config import (
     dataset_presets,
     load_dataset_spec,
 )
-from pipelines.core.errors import LtrError, UserError
+from pipelines.core.errors import LtrError, StorageError, UserError, storage_failure
 from pipelines.core.layout import Layout
 from pipelines.core.secrets import RedactingFormatter, redact
 
@@ -711,15 +711,19 @@ def setup_logging(level: str) -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
-def save_trace(command: str) -> str:
-    """Write the traceback being handled (with the Spark/Python trace of the failed task) to a file
-    under the temporary directory and return its path: the console keeps one line."""
+def save_trace(command: str, error: BaseException | None = None) -> str:
+    """Write the traceback being handled (with the Spark/Python trace of the failed task, and ``error``'s
+    ``detail``: a task's trace that came back as text) to a file under the temporary directory and return its path:
+    the console keeps one line."""
     import tempfile
     import traceback
 
     fd, path = tempfile.mkstemp(prefix=f"ltr-{command}-{time.strftime('%Y%m%d-%H%M%S')}-", suffix=".log")
     with os.fdopen(fd, "w") as f:
         f.write(redact(traceback.format_exc()))
+        detail = getattr(error, "detail", "")
+        if detail:
+            f.write("\nwhere it happened:\n" + redact(str(detail)))
     log.debug("full trace in %s", path)
     return path
 
@@ -745,11 +749,11 @@ def main(argv: list[str] | None = None) -> int:
             if stop.stopping():  # whatever the exception became on its way up (a cancelled Spark job's error)
                 raise stop.Stopped() from None
             raise
-    except LtrError as e:  # one line; exit 2 (the user's to fix), 75 (busy: retry later) or 1 (where the trace is)
+    except LtrError as e:  # one line; exit 2 (the user's to fix), 75 (busy: retry later), 74 (storage) or 1
         # The line below is the one the user reads; logged at ERROR as well, the message stood twice on the same
         # stderr (the log and the print), in a terminal and in an Airflow task's log alike.
         log.debug("%s: %s", type(e).__name__, e)
-        where = f" (full trace: {save_trace(args.command)})" if e.exit_code == 1 else ""
+        where = f" (full trace: {save_trace(args.command, e)})" if e.exit_code in (1, StorageError.exit_code) else ""
         print(redact(f"ltr {args.command}: error: {e}{where}"), file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
@@ -764,7 +768,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"ltr {args.command}: stopped (SIGTERM); {kept}", file=sys.stderr)
         return 143
-    except Exception:
+    except Exception as e:
+        cause = storage_failure(str(e)) or storage_failure(repr(e))
+        if cause is not None:  # a full disk, a read-only or vanished directory: one line, exit 74, not a traceback
+            trace = save_trace(args.command, e)
+            print(
+                redact(f"ltr {args.command}: error: the storage failed: {cause} (full trace: {trace})"), file=sys.stderr
+            )
+            return StorageError.exit_code
         log.exception("ltr %s failed with an unexpected error", args.command)
         return 1
     finally:

@@ -7,6 +7,9 @@ process ends (``exit_code``):
   one line that names the file, key or value and the fix.
 * :class:`BusyError` (exit 75, ``EX_TEMPFAIL``): another process holds what this one needs (a node's lease); a
   scheduler's retry after it is gone succeeds.
+* :class:`StorageError` (exit 74, ``EX_IOERR``): the storage failed under the command (a full disk, a read-only
+  or vanished directory, a quota, an I/O error): not the input's fault, and nothing half-written is left that a
+  later run could take for done. :func:`storage_failure` finds such a cause in any error's text (a Spark task's).
 * anything else (exit 1): a failure of the run itself (a node that failed after its retries, a checkpoint that is
   gone, a pack that failed).
 
@@ -23,9 +26,20 @@ boundary and raised again as one of these (ingest's ``IngestError``).
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar, TypeVar
 
-__all__ = ["CROSSES_TASKS", "BusyError", "LtrError", "UserError", "crosses_tasks", "relay"]
+__all__ = [
+    "CROSSES_TASKS",
+    "BusyError",
+    "LtrError",
+    "STORAGE_ERRNOS",
+    "StorageError",
+    "UserError",
+    "crosses_tasks",
+    "relay",
+    "storage_failure",
+]
 
 
 class LtrError(Exception):
@@ -52,6 +66,35 @@ class BusyError(LtrError, RuntimeError):
     """Another process holds what this one needs: exit code 75 (``EX_TEMPFAIL``); a later retry succeeds."""
 
     exit_code: ClassVar[int] = 75
+
+
+class StorageError(LtrError, OSError):
+    """The storage failed under the command: exit code 74 (``EX_IOERR``), one line naming the path and the cause;
+    ``detail``: the trace of where it happened (a Spark task's), written to the trace file, not the console."""
+
+    exit_code: ClassVar[int] = 74
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
+#: The errnos of a storage failure: ENOSPC, EROFS, EDQUOT, EIO.
+STORAGE_ERRNOS = frozenset({28, 30, 122, 5})
+#: The same causes as Python, pyarrow and the JVM word them in an error's text.
+_STORAGE = re.compile(
+    r"\[errno (?:28|30|122|5)\][^\n]*|No space left on device|Read-only file system|Disk quota exceeded",
+    re.IGNORECASE,
+)
+
+
+def storage_failure(text: str) -> str | None:
+    """The line of ``text`` (an error's message, a task's trace) that names a storage failure (:class:`StorageError`),
+    stripped; None when it names none."""
+    for line in text.splitlines():
+        if _STORAGE.search(line):
+            return line.strip()
+    return None
 
 
 #: Name -> class of the errors that cross from a Spark task to the driver as themselves (:func:`relay`).

@@ -32,7 +32,7 @@ from contextlib import ExitStack, contextmanager
 
 import pyarrow.fs as pafs
 
-from pipelines.core.errors import BusyError
+from pipelines.core.errors import STORAGE_ERRNOS, BusyError, StorageError
 from pipelines.core.storage import OutputError
 from udfs.uris import resolve
 
@@ -145,8 +145,10 @@ def _lock(path: str, out: str, wait: bool) -> int:
     try:
         os.makedirs(parent, exist_ok=True)
         fd = os.open(os.path.join(parent, f".{name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:  # a folder that cannot be written: the user's to fix, said before any work
-        raise OutputError(f"cannot write {out}: {e.strerror}: {e.filename}") from None
+    except OSError as e:  # a folder that cannot be written, said before any work
+        if e.errno in STORAGE_ERRNOS:  # the storage's failure (full, read-only): not the user's input
+            raise StorageError(f"cannot write {out}: {e.strerror}: {e.filename}") from None
+        raise OutputError(f"cannot write {out}: {e.strerror}: {e.filename}") from None  # (permissions: the user's)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

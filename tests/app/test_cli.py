@@ -278,3 +278,42 @@ def test_sigterm_stops_an_ingest_and_keeps_nothing(tmp_path, istella_text, when)
     while any(tree_pids(p) for p in tree) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [p for p in tree if tree_pids(p)], "a process of the stopped ingest is still running"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 KiB tmpfs at ``tmp_path/disk`` (root, Linux), unmounted afterwards; skipped where it cannot be mounted."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip() or r.returncode}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+@pytest.mark.parametrize("how", ["full", "read-only"])
+def test_a_full_or_read_only_disk_is_its_own_exit_code_in_one_line_and_leaves_nothing(
+    spark, small_letor, small_disk, capsys, how
+):
+    """``ltr ingest`` onto a disk that fills up, or that is read-only: exit 74 (not 2, the input is fine), one line
+    naming the cause and where the trace is, and no dataset (no manifest) left behind."""
+    if how == "read-only":
+        subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    out = small_disk / "dataset"
+    code = main(["ingest", "--src", str(small_letor), "--out", str(out), "--log-level", "ERROR"])
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.startswith("ltr ingest: error:")]
+    assert code == 74, err[-3000:]
+    cause = "No space left on device" if how == "full" else "Read-only file system"
+    assert len(lines) == 1 and cause in lines[0] and "full trace: " in lines[0], err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    trace = Path(lines[0].split("full trace: ")[1].rstrip(")"))
+    assert cause in trace.read_text()  # the trace of where it happened, in the file
+    assert not list(small_disk.rglob("_manifest.json"))
+    # only the output's lock files (kept, as after any ingest): no temporary folder, no partial dataset
+    assert all(p.name.startswith(".") and p.name.endswith(".lock") for p in small_disk.iterdir()), list(
+        small_disk.rglob("*")
+    )

@@ -11,6 +11,7 @@ import pyarrow.fs as pafs
 from pyspark.sql import SparkSession
 
 from pipelines.core.config import DatasetSpec, IngestConfig
+from pipelines.core.errors import StorageError, storage_failure
 from pipelines.core.secrets import redact
 from pipelines.core.spark_progress import spark_context, spark_progress
 from pipelines.core.storage import OutputError, atomic_output, delete_quietly
@@ -94,7 +95,11 @@ def _run(
         if rows[cid]["error"]:
             t = by_task[cid]
             name = next(f.name for f in files if f.uri == t.source)
-            raise IngestError(f"{name}: reading bytes {t.start}-{t.end} failed: {rows[cid]['error']}")
+            error = rows[cid]["error"]
+            cause = storage_failure(error)
+            if cause is not None:  # the storage's failure, not the input's: its own exit code, the trace in the file
+                raise StorageError(f"writing {t.out_dir} ({name}, bytes {t.start}-{t.end}) failed: {cause}", error)
+            raise IngestError(f"{name}: reading bytes {t.start}-{t.end} failed: {error}")
     missing = set(by_task) - set(rows)
     if missing:
         raise IngestError(f"internal error: no result for chunks {sorted(missing)[:5]}")
