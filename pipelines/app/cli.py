@@ -769,7 +769,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ltr {args.command}: stopped (SIGTERM); {kept}", file=sys.stderr)
         return 143
     except Exception as e:
-        cause = storage_failure(str(e)) or storage_failure(repr(e))
+        cause = storage_failure(str(e))
         if cause is not None:  # a full disk, a read-only or vanished directory: one line, exit 74, not a traceback
             trace = save_trace(args.command, e)
             print(

@@ -83,7 +83,8 @@ class StorageError(LtrError, OSError):
 STORAGE_ERRNOS = frozenset({28, 30, 122, 5})
 #: The same causes as Python, pyarrow and the JVM word them in an error's text.
 _STORAGE = re.compile(
-    r"\[errno (?:28|30|122|5)\][^\n]*|No space left on device|Read-only file system|Disk quota exceeded",
+    rf"\[errno (?:{'|'.join(map(str, sorted(STORAGE_ERRNOS)))})\]|No space left on device|Read-only file system|"
+    "Disk quota exceeded",
     re.IGNORECASE,
 )
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import threading
 import time
 import uuid
@@ -302,30 +303,25 @@ def start_tracker(host: str, workers: int, timeout: int = 0) -> dict[str, Any]:
     # (pipelines.app.stop), never to the tracker's poll, which it would interrupt ("Poll failed ... Interrupted
     # system call", a traceback on the console of a stopped ``ltr``). A SIGTERM that comes meanwhile waits, pending,
     # until the mask is lifted.
-    blocked = _block_sigterm()
-    try:
+    with _sigterm_blocked():
         tracker.start()
         threading.Thread(target=_wait_for_tracker, args=(tracker,), name="xgboost-tracker", daemon=True).start()
-    finally:
-        _unblock_sigterm(blocked)
     return dict(tracker.worker_args())
 
 
-def _block_sigterm() -> bool:
-    """Block SIGTERM in this thread; whether it was blocked here (only the main thread's mask matters, and only
-    where the platform has ``pthread_sigmask``)."""
-    import signal
-
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
-        return False
-    return signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-
-
-def _unblock_sigterm(blocked: bool) -> None:
-    import signal
-
-    if blocked:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+@contextmanager
+def _sigterm_blocked() -> Iterator[None]:
+    """SIGTERM blocked in this thread for the block (the threads it starts keep the mask), then as it was: in
+    whichever thread starts a tracker (the main thread, or a pool thread of ``--parallel``)."""
+    if not hasattr(signal, "pthread_sigmask"):  # not on this platform: nothing to block
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        if signal.SIGTERM not in before:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
 def _wait_for_tracker(tracker: Any) -> None:

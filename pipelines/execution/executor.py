@@ -21,7 +21,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import Any
@@ -43,7 +43,7 @@ from pipelines.execution.barrier_job import (
 from pipelines.execution.events import EventServer, ProgressDisplay
 from pipelines.kernel.cuts import FoldCuts
 from pipelines.kernel.loop import Settings
-from pipelines.plan.trie import DONE, PARTIAL, Node, Plan, pending, states_of
+from pipelines.plan.trie import DONE, PARTIAL, Node, NodeState, Plan, pending, states_of
 from pipelines.store.checkpoints import CheckpointStore
 from pipelines.store.cuts import fold_cuts
 from pipelines.store.lease import hold
@@ -132,8 +132,9 @@ def execute_plan(
     ``on_event`` receives the executors' events (after the progress display), one at a time.
     """
     want = {n.key for n in plan.nodes} if only is None else set(only)
-    _check_shards_to_read(plan, store, want)
     states = states_of(plan, store)
+    if _set_aside_shards_to_read(plan, store, want, states):
+        states = states_of(plan, store)
     todo = pending(plan, states)
     unknown = sorted(want - {n.key for n in plan.nodes})
     if unknown:  # a key from another environment or an older plan: never a silent no-op
@@ -191,13 +192,14 @@ def execute_plan(
     return info
 
 
-def _check_shards_to_read(plan: Plan, store: CheckpointStore, want: set[str]) -> None:
-    """Check with their shards the checkpoints whose shards this run reads (the plan's states check the metadata and
-    segments only): a resumed node's newest checkpoint and a starting node's parent's output (read by the workers),
-    and each path's last node's output (read on the driver for the path's results, after the run). A corrupt one is
-    set aside (:meth:`~pipelines.store.checkpoints.CheckpointStore.intact_latest`) before the plan's states are
-    taken, so that what it held is trained again, parents before their children."""
-    states = states_of(plan, store)
+def _set_aside_shards_to_read(
+    plan: Plan, store: CheckpointStore, want: set[str], states: Mapping[str, NodeState]
+) -> bool:
+    """Check with their shards the checkpoints whose shards this run reads (``states``, the plan's, checked the
+    metadata and segments only): a resumed node's newest checkpoint and a starting node's parent's output (read by
+    the workers), and each path's last node's output (read on the driver for the path's results, after the run). A
+    corrupt one is set aside (:meth:`~pipelines.store.checkpoints.CheckpointStore.intact_latest`), so that what it
+    held is trained again, parents before their children; returns whether one was (the states are then stale)."""
     read = {chain[-1] for chain in plan.chains.values()} & want
     for n in pending(plan, states):
         if n.key not in want:
@@ -206,8 +208,11 @@ def _check_shards_to_read(plan: Plan, store: CheckpointStore, want: set[str]) ->
             read.add(n.key)
         elif n.parent is not None and states[n.parent].state == DONE:
             read.add(n.parent)
+    changed = False
     for key in sorted(read):
-        store.intact_latest(key, shards=True)
+        newest = store.latest(key)
+        changed |= store.intact_latest(key, shards=True) != newest
+    return changed
 
 
 def _run_parallel(

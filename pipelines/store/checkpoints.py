@@ -108,6 +108,7 @@ class CheckpointStore:
         self._written: dict[str, str] = {}  # segment path -> checksum of what this store wrote there
         # checkpoints verified, with their shards or not (a committed checkpoint never changes)
         self._intact: set[tuple[str, int, bool]] = set()
+        self._intact_segments: set[tuple[str, int, int, str | None]] = set()  # (key, start, end, checksum) read
 
     def __reduce__(self) -> tuple[Any, ...]:  # pickled into Spark tasks by its root only
         return (CheckpointStore, (self.root,))
@@ -238,6 +239,9 @@ class CheckpointStore:
         """The checksums of ``segments`` of node ``key`` for its commit at ``tree``: of the bytes this store wrote,
         else as the node's previous checkpoint recorded them (a resumed node's earlier segments), else of the file
         as it is (a checkpoint committed before checksums were recorded)."""
+        out = {f"{a}-{b}": self._written.get(self.segment_path(key, a, b)) for a, b in segments}
+        if all(out.values()):  # a node trained by this store from its start: no read
+            return {k: v for k, v in out.items() if v}
         known: dict[str, str] = {}
         older = [t for t in self.trees(key) if t < tree]
         if older:
@@ -245,12 +249,12 @@ class CheckpointStore:
                 known = dict(self.meta(key, older[-1]).get(SEGMENT_DIGESTS, {}))
             except CheckpointError:  # gone or corrupt: the segments' own bytes below
                 known = {}
-        out = {}
+        done: dict[str, str] = {}
         for a, b in segments:
-            path = self.segment_path(key, a, b)
-            digest = self._written.get(path) or known.get(f"{a}-{b}")
-            out[f"{a}-{b}"] = digest if digest is not None else _sha256(self.segment(key, a, b))
-        return out
+            name = f"{a}-{b}"
+            digest = out[name] or known.get(name)
+            done[name] = digest if digest is not None else _sha256(self.segment(key, a, b))
+        return done
 
     def delete(self, key: str, tree: int) -> None:
         """Remove checkpoint ``tree`` of node ``key`` (its directory); best effort.
@@ -364,8 +368,12 @@ class CheckpointStore:
         if (key, tree, shards) in self._intact or (key, tree, True) in self._intact:
             return
         meta = self.meta(key, tree)
-        if "segments" in meta:
-            self.segments(key, meta)
+        digests = meta.get(SEGMENT_DIGESTS, {})
+        for a, b in meta.get("segments", []):  # a segment named by several checkpoints of the node is read once
+            seen = (key, a, b, digests.get(f"{a}-{b}"))
+            if seen not in self._intact_segments:
+                self.segment(*seen)
+                self._intact_segments.add(seen)
         if shards and "shards" in meta:
             self.shards(key, tree)
         self._intact.add((key, tree, shards))
