@@ -265,9 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--verify",
         metavar="DIR",
-        help="instead, check every checkpoint the next run would read under DIR (a work_dir or its checkpoints/) "
-        "against the checksums its commit recorded, without changing anything: one line for each that fails and "
-        "what the next run trains again; exit 1 when one fails",
+        help="instead, check every node's checkpoints under DIR (a work_dir or its checkpoints/) against the "
+        "checksums their commits recorded, without changing anything: one line for each that fails and what a run "
+        "that trains on the node trains again; exit 1 when one fails",
     )
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
     p.add_argument("--log-level", default="WARNING", choices=LOG_LEVELS, help=LOG_HELP)
@@ -661,7 +661,9 @@ def _verify_checkpoints(where: str) -> int:
         if problems:
             corrupt += 1
             again = f"from its checkpoint at tree {intact}" if intact is not None else "from its start"
-            print(f"node {key}: the next run sets {len(problems)} checkpoint(s) aside and trains it again {again}")
+            print(
+                f"node {key}: a run that needs it sets {len(problems)} checkpoint(s) aside and trains it again {again}"
+            )
     print(f"{len(nodes)} nodes checked under {redact(root)}: {corrupt} with a checkpoint that changed on disk")
     return 1 if corrupt else 0
 

@@ -138,7 +138,7 @@ def test_ltr_keys_verify_says_what_the_next_run_trains_again_and_changes_nothing
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 3 and "shard-00000.npz is unreadable: Bad CRC-32" in out[0], out
     assert out[1] == (
-        f"node {KEY}: the next run sets 1 checkpoint(s) aside and trains it again from its checkpoint at tree 2"
+        f"node {KEY}: a run that needs it sets 1 checkpoint(s) aside and trains it again from its checkpoint at tree 2"
     )
     assert store.trees(KEY) == [2, 4]  # read-only
     assert main(["keys", "--verify", str(tmp_path / "nowhere")]) == 2
