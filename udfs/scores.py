@@ -77,3 +77,13 @@ score(Score("ndcg_bm25", undefined_when_empty=True, role="bm25", module=_HERE)) 
 score(Score("ndcg_pagerank", undefined_when_empty=True, role="pagerank", module=_HERE))  # NDCG@k of PageRank
 score(Score("n_docs", False, kind="label_free", module=_HERE))  # documents of the query: fewer is easier
 score(Score("sigma_bm25", False, role="bm25", kind="label_free", module=_HERE))  # sample sd of BM25: lower is easier
+# A cross-fitted teacher's judgement (udfs.teacher; computed per fold from the teachers the plan trains, not columns of
+# the difficulty scores): NaN for a query without a pair of different labels, placed as an undefined NDCG is.
+score(Score("teacher_margin", undefined_when_empty=True, kind="model", module=_HERE))  # mean s_hi - s_lo: higher easier
+score(Score("teacher_loss", False, True, kind="model", module=_HERE))  # mean pairwise logistic loss: lower is easier
+score(Score("teacher_ndcg", undefined_when_empty=True, kind="model", module=_HERE))  # the teacher's NDCG@k of the query
+
+
+def teacher_scores() -> tuple[str, ...]:
+    """The scores a teacher computes (kind ``model``): not columns of the difficulty scores."""
+    return tuple(n for n, s in SCORES.items() if s.kind == "model")

@@ -19,9 +19,13 @@ labels and scores alone: no order of the rows within a query changes it but the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numba
 import numpy as np
 
+from udfs.metrics import NdcgSpec
 from udfs.spark_hashes import xxhash64
 
 
@@ -80,3 +84,42 @@ def crossfit_groups(qids: np.ndarray, k: int, seed: int) -> np.ndarray:
     # the seed mixed into the id's hash (xxhash64 takes Spark's fixed seed): another seed, other groups
     mixed = (xxhash64(ids.astype(np.int32)) ^ xxhash64(np.full(ids.shape, seed, dtype=np.int32))).astype(np.uint64)
     return (xxhash64((mixed % np.uint64(2**31 - 1)).astype(np.int32)) % np.uint64(k)).astype(np.int64)
+
+
+def teacher_frame(
+    pdf: Any, boosters: Mapping[int, Any], crossfit: int, seed: int, features: list[str], spec: NdcgSpec
+) -> Any:
+    """One row per query of ``pdf`` (whole queries, rows of a query contiguous): its cross-fitting group, its pairs
+    and the three teacher scores, each query scored by ``boosters[group]`` (``crossfit`` 0: group 0 for all)."""
+    import pandas as pd
+    import xgboost as xgb
+
+    from udfs import schema
+    from udfs.metrics import ndcg
+    from udfs.per_query import run_starts
+
+    keys = (schema.SUBSET, schema.QID)
+    starts = run_starts(pdf, keys)
+    sizes = np.diff(np.append(starts, len(pdf)))
+    offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    qids = pdf[schema.QID].to_numpy()[starts].astype(np.int64)
+    group = crossfit_groups(qids, crossfit, seed) if crossfit else np.zeros(qids.size, np.int64)
+    row_group = np.repeat(group, sizes)
+    x = pdf[features].to_numpy(np.float32)
+    margins = np.empty(len(pdf), np.float64)
+    for g in np.unique(group):
+        rows = row_group == g
+        margins[rows] = boosters[int(g)].predict(xgb.DMatrix(x[rows], missing=np.nan), output_margin=True)
+    labels = pdf[schema.LABEL].to_numpy()
+    margin, loss, n_pairs = pair_scores(offsets, labels, margins)
+    return pd.DataFrame(
+        {
+            schema.SUBSET: pdf[schema.SUBSET].to_numpy()[starts],
+            schema.QID: qids.astype(np.int32),
+            "group": group.astype(np.int32),
+            "n_pairs": n_pairs,
+            "teacher_margin": margin,
+            "teacher_loss": loss,
+            "teacher_ndcg": ndcg(offsets, labels.astype(np.float64), margins.astype(np.float32), spec),
+        }
+    )

@@ -40,13 +40,15 @@ from pipelines.study.design import (
     check_curricula,
     curricula_needed,
     grid_children,
+    is_taught,
     plan_fold,
     record_plan,
     study_data,
     study_finished,
     study_keys,
 )
-from pipelines.study.steps import ensure_curricula, ensure_difficulty
+from pipelines.study.steps import ensure_curricula, ensure_difficulty, ensure_teachers
+from pipelines.study.teachers import check_teacher
 from pipelines.tracking.live import LiveChildren, children_lock
 from pipelines.tracking.runs import TAG_GRID_KEY, TAG_STUDY_KEY, Tracker, open_ui
 
@@ -106,6 +108,7 @@ class _Study:
     lives: dict[int, LiveChildren]
     train_keys: dict[int, set[str] | None]  # per fold, the nodes trained here (None: all the fold needs)
     existing: dict[str, tuple[str, str]]  # the child runs as they were at setup
+    teacher_trees: int = 0  # trees the teachers of teacher-based curricula cost in this process
 
     def summary(self, finished: bool, folds: list[int], **counts: int) -> dict[str, Any]:
         """The summary :func:`run_grid` returns: the parent run, the tracking store, whether it resumed.
@@ -162,15 +165,15 @@ def run_grid(
     ``setup_only``: find or create the parent run, compute the difficulty scores
     and every fold's curricula, train nothing (``ltr grid --setup-only``).
     """
-    s = _set_up(spark, cfg, folds, data, only, new_parent, setup_only, units)
+    workers, nthread = resolve_workers(spark, cfg.train, parallel)
+    how = Execution.from_config(cfg.train, workers=workers, nthread=nthread, parallel=parallel, resume_hint=resume_hint)
+    s = _set_up(spark, cfg, folds, data, only, new_parent, setup_only, units, how)
     if setup_only:
         finished = study_finished(s.plans, s.existing)
         s.tracker.finish(s.parent, "FINISHED" if finished else "RUNNING")
-        return s.summary(finished, s.folds, trained=0, skipped=0, trees_built=0)
-    workers, nthread = resolve_workers(spark, cfg.train, parallel)
+        return s.summary(finished, s.folds, trained=0, skipped=0, trees_built=s.teacher_trees)
     settings = make_settings(cfg.train, cfg.metric, s.ds, nthread)
-    how = Execution.from_config(cfg.train, workers=workers, nthread=nthread, parallel=parallel, resume_hint=resume_hint)
-    counts = {"trained": 0, "skipped": 0, "trees_built": 0}
+    counts = {"trained": 0, "skipped": 0, "trees_built": s.teacher_trees}
     live = None
     try:
         for f in s.run_folds:
@@ -206,9 +209,11 @@ def _set_up(
     new_parent: bool,
     setup_only: bool,
     units: list[tuple[int, int]] | None,
+    how: Execution,
 ) -> _Study:
-    """Check the folds and node keys asked for, build (or find) the difficulty scores and curricula, plan
-    every fold, find or create the parent run and make every child run of the folds set up here, once."""
+    """Check the folds and node keys asked for, build (or find) the difficulty scores and curricula (training the
+    teachers of teacher-based ones first), plan every fold, find or create the parent run and make every child run
+    of the folds set up here, once."""
     data, ds, study = study_data(cfg, data)
     run_folds = list(dict.fromkeys(folds)) if folds else study
     outside = [f for f in run_folds if f not in study]
@@ -222,11 +227,23 @@ def _set_up(
     # before the difficulty scores: a curriculum this dataset cannot build (a strategy ranking by a feature its
     # preset lacks, hrel_labels outside its labels) is refused in one line, not after a Spark job
     check_curricula(cfg, ds, {n for f in study for n in needs[f]})
+    taught = {f: any(is_taught(cfg, n) for n in needs[f]) for f in study}
+    if any(taught.values()):
+        check_teacher(cfg, ds, study)
     if any(needs[f] for f in build):
         ensure_difficulty(spark, cfg, data, difficulty)
     curricula = {}  # node keys hold the curricula's content: built (or found built) before planning
+    store = CheckpointStore(Layout.of(cfg).checkpoints)
+    teacher_trees = 0
     for f in build:
-        curricula[f] = {c.name: c for c in ensure_curricula(spark, cfg, data, difficulty, f, needs[f])}
+        teacher = None
+        if taught[f]:  # its teachers trained and their scores computed first (pipelines.study.teachers)
+            teacher = ensure_teachers(
+                spark, cfg, data, difficulty, f, store, make_settings(cfg.train, cfg.metric, ds, how.nthread), how
+            )
+            teacher_trees += teacher.trees_built
+        built = ensure_curricula(spark, cfg, data, difficulty, f, needs[f], teacher)
+        curricula[f] = {c.name: c for c in [*built, *(teacher.curricula if teacher else ())]}
     plans = {f: plan_fold(cfg, ds, f) for f in study}
     for f, index in units or []:
         fold_units = plans[f].plan.units()
@@ -267,6 +284,12 @@ def _set_up(
             "fraction": cfg.curriculum.fraction,
             "difficulty.empty_queries": cfg.difficulty.empty_queries,
             "extra_paths": json.dumps(cfg.grid.extra_paths, sort_keys=True),
+            # the teachers of teacher-based curricula (their trees are in the study's cost: trees_built)
+            **(
+                {"teacher.path": cfg.teacher.path, "teacher.crossfit": cfg.teacher.crossfit}
+                if any(taught.values())
+                else {}
+            ),
             **{f"code.{k}": v for k, v in code.items()},
             "code.git": code_version()["git"],
         },
@@ -274,7 +297,6 @@ def _set_up(
     )
     if not resumed:
         tracker.log_dataset(parent, data, os.path.basename(data.rstrip("/")), ds.fingerprint, "grid")
-    store = CheckpointStore(Layout.of(cfg).checkpoints)
     # per fold, the nodes this process trains (None: all the fold needs); it owns the children ending in them
     train_keys = {f: None if only is None else set(only) & {n.key for n in plans[f].plan.nodes} for f in build}
     lives = {}
@@ -295,7 +317,21 @@ def _set_up(
         made,
     )
     return _Study(
-        data, ds, study, run_folds, plans, curricula, only, tracker, parent, resumed, store, lives, train_keys, existing
+        data,
+        ds,
+        study,
+        run_folds,
+        plans,
+        curricula,
+        only,
+        tracker,
+        parent,
+        resumed,
+        store,
+        lives,
+        train_keys,
+        existing,
+        teacher_trees,
     )
 
 

@@ -303,6 +303,49 @@ class CurriculumConfig:
         _check_curriculum({f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, "curriculum", True)
 
 
+@dataclass(frozen=True)
+class TeacherConfig:
+    """The teacher whose judgement the ``model`` difficulty scores are (``teacher_margin``, ``teacher_loss``,
+    ``teacher_ndcg``; :mod:`udfs.teacher`): a training path trained by the plan on the fold's training queries.
+
+    With ``crossfit`` K >= 2 (the default, 5) the training queries are split into K groups by a seeded hash of the
+    qid, and each group is scored by the teacher trained on the other K - 1 groups: no query's difficulty comes from
+    a model that saw its labels (a teacher that scores its own training queries rates them by how well it fitted
+    them, and a curriculum built on that orders queries by the teacher's memory, not their difficulty). ``0`` is the
+    study's literal protocol (Penha & Hauff 2020): one teacher trained on every training query scores them all.
+    A section of its own, so that a study with no teacher-based curriculum keeps its keys."""
+
+    #: the teacher's training path (e.g. lambdamart:100, mse:50,lambdamart:50); its segments train on the teacher's
+    #: own queries (every training query outside the group it scores), so none names a curriculum
+    path: str = "lambdamart:100"
+    #: cross-fitting groups K (>= 2): each group scored by the teacher trained on the other K - 1; 0: one teacher
+    #: trained on every training query scores them all (the study's protocol)
+    crossfit: int = 5
+    #: seed of the hash of the qid that splits the queries into the cross-fitting groups
+    seed: int = 2018
+
+    def __post_init__(self) -> None:
+        if self.crossfit == 1 or self.crossfit < 0:
+            raise ConfigError(
+                f"teacher.crossfit must be 0 (one teacher trained on every training query) or a number of groups "
+                f">= 2, got {self.crossfit}"
+            )
+        if "@" in self.path:
+            name = self.path.split("@", 1)[1].split(":", 1)[0].split(".", 1)[0]
+            s = STRATEGIES.get(name)
+            cycle = s is not None and s.kind == "model"
+            raise ConfigError(
+                f"teacher.path {self.path!r}: "
+                + (
+                    f"curriculum {name} is ordered by the teacher's own scores, a cycle"
+                    if cycle
+                    else f"a teacher trains on its own queries (the training queries outside the group it scores), "
+                    f"not on curriculum {name}"
+                )
+                + "; give objectives and trees only, e.g. lambdamart:100"
+            )
+
+
 class ExtraCurriculum(dict[str, Any]):
     """One curriculum of ``grid.extra_curricula``: the ``curriculum:`` settings it changes, by name; the
     others are the ``curriculum:`` section's (:meth:`over`). Typed and checked when made, then frozen.
@@ -725,6 +768,7 @@ class Config:
     metric: NdcgSpec = field(default_factory=NdcgSpec)
     difficulty: DifficultyConfig = field(default_factory=DifficultyConfig)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     grid: GridConfig = field(default_factory=GridConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)

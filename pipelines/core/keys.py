@@ -77,6 +77,9 @@ INPUTS: dict[str, tuple[str, ...]] = {
     # a study (the grid's parent run in MLflow), with and without the code that runs it
     "study": ("grid", "train", "metric", "curriculum", "difficulty", "dataset", "folds"),
     "grid": ("study", "code"),
+    # a fold's teacher scores (pipelines.data.teacher_scores): the teachers' last nodes, the cross-fitting, the
+    # metric, the dataset and the scoring code
+    "teacher_scores": ("teachers", "crossfit", "seed", "metric", "dataset", "fold", "code"),
 }
 
 #: Libraries whose arithmetic a result depends on (their versions are part of the code identity).
@@ -92,6 +95,7 @@ IDENTITY_ROOTS: dict[str, tuple[str, ...]] = {
     "curriculum": ("udfs.curriculum",),
     "cuts": ("pipelines.kernel.cuts",),
     "node": ("pipelines.kernel.loop",),
+    "teacher_scores": ("udfs.teacher",),
 }
 
 #: The kernel: the modules whose code decides numbers (:mod:`pipelines.kernel`, and ``udfs``' per-query math).
@@ -111,6 +115,7 @@ KERNEL = (
     "udfs.schema",
     "udfs.scores",
     "udfs.spark_hashes",
+    "udfs.teacher",
     "udfs.trees",
 )
 #: What the kernel may import of the rest: the exceptions (each with its exit code).

@@ -7,6 +7,7 @@ Under ``work_dir`` (a local path; the folders below may be set elsewhere by the 
                                  always ingests its own data here)
     difficulty/                  per-query difficulty scores (grid.difficulty overrides)
     curricula/fold<F>/<name>/    a fold's curriculum
+    teachers/fold<F>/            a fold's teacher scores (the teachers themselves are plan nodes: checkpoints/)
     checkpoints/                 plan nodes' checkpoints, cuts, leases, plan records
     report/                      `ltr report`'s tables and figures (report.out overrides)
     mlflow.db, mlartifacts/      the default MLflow tracking store (tracking.uri / tracking.artifacts override)
@@ -66,6 +67,10 @@ class Layout:
     def curriculum(self, fold: int, name: str) -> str:
         """Curriculum ``name`` of ``fold``: ``<work_dir>/curricula/fold<F>/<name>``."""
         return os.path.join(self.work_dir, "curricula", f"fold{fold}", name)
+
+    def teacher_scores(self, fold: int) -> str:
+        """The teacher scores of ``fold``'s training queries: ``<work_dir>/teachers/fold<F>``."""
+        return os.path.join(self.work_dir, "teachers", f"fold{fold}")
 
     @property
     def ingest_key(self) -> str:

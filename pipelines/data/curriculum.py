@@ -180,13 +180,15 @@ def build_curriculum(
     key: str = "",
     *,
     empty_queries: str = DifficultyConfig.empty_queries,
+    teacher: str | None = None,
 ) -> dict[str, Any]:
     """Select the stages of fold ``fold``'s training queries; write ``out``; return the summary.
 
     ``name``: what training paths call it (default: the strategy); ``key``: an
     opaque version stamp recorded in the summary (the grid uses it to reuse it);
     ``empty_queries``: ``difficulty.empty_queries``, how queries without a relevant
-    document are placed (see the module docstring)."""
+    document are placed (see the module docstring); ``teacher``: the fold's teacher scores
+    (:mod:`pipelines.data.teacher_scores`), which a strategy ordered by a ``model`` score reads."""
     t0 = time.perf_counter()
     ds = open_dataset(data)
     diff_meta = _read_json(difficulty, DIFFICULTY_SUMMARY)
@@ -212,8 +214,29 @@ def build_curriculum(
         raise DatasetError(f"fold {fold}: the training split has no queries in {difficulty}")
     qid = pdf[schema.QID].to_numpy()
     empty = pdf["n_rel"].to_numpy() == 0
-    columns = {c: pdf[c].to_numpy() for c in ("n_rel", *ranked_by()) if SCORES[c].fn is None}
+    columns = {c: pdf[c].to_numpy() for c in ("n_rel", *ranked_by()) if SCORES[c].fn is None and c in pdf}
     ranked = STRATEGIES[cfg.strategy].score
+    if ranked is not None and SCORES[ranked].kind == "model":  # a teacher's judgement: the fold's teacher scores
+        from pipelines.data.teacher_scores import read_teacher_scores
+
+        if teacher is None:
+            raise ConfigError(
+                f"curriculum {name or cfg.strategy}: strategy {cfg.strategy} is ordered by a teacher's judgement; "
+                "`ltr grid` trains its teachers and builds it"
+            )
+        judged = pdf[[schema.SUBSET, schema.QID]].merge(
+            read_teacher_scores(teacher)[[schema.SUBSET, schema.QID, ranked]],
+            on=[schema.SUBSET, schema.QID],
+            how="left",
+            indicator=True,
+        )
+        missing = judged[schema.QID][judged["_merge"] != "both"]
+        if len(missing):
+            raise DatasetError(
+                f"{teacher}: no teacher score for qid {int(missing.iloc[0])} ({len(missing)} of fold {fold}'s "
+                f"{n} training queries); the teacher scores are another fold's or dataset's"
+            )
+        columns[ranked] = judged[ranked].to_numpy()
     if ranked is not None and SCORES[ranked].fn is not None:  # a plug-in's score: computed from the fold's rows
         computed = plugin_scores(spark, ds, fold, ranked)
         merged = pdf[[schema.SUBSET, schema.QID]].merge(computed, on=[schema.SUBSET, schema.QID], how="left")
@@ -252,6 +275,7 @@ def build_curriculum(
         "dataset_fingerprint": ds.fingerprint,
         "difficulty": redact(difficulty),
         "difficulty_conventions": diff_meta.get("conventions"),
+        **({"teacher": redact(teacher)} if teacher and STRATEGIES[cfg.strategy].kind == "model" else {}),
     }
     table = pa.table(
         {

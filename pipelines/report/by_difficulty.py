@@ -80,7 +80,7 @@ def load_scores(path: str, dataset: str | None, folds: list[int]) -> dict[tuple[
 def scores_present(scores: Mapping[tuple[int, int], Mapping[str, float]]) -> dict[str, str]:
     """The scores of :data:`SCORES` the study has: a dataset without a BM25 or PageRank feature (Istella's and
     Yahoo!'s are anonymous) leaves that score missing for every query, and it is left out of the breakdowns."""
-    return {c: n for c, n in SCORES.items() if any(not math.isnan(v[c]) for v in scores.values())}
+    return {c: n for c, n in SCORES.items() if any(not math.isnan(v.get(c, math.nan)) for v in scores.values())}
 
 
 def by_difficulty(

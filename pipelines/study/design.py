@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pipelines.core import keys
@@ -171,14 +171,37 @@ def scores_fingerprint(difficulty: str) -> str:
         return ""
 
 
-def stored_curriculum_keys(cfg: Config, ds: Dataset, fold: int, names: set[str]) -> dict[str, str]:
+def is_taught(cfg: Config, name: str) -> bool:
+    """Whether curriculum ``name`` is ordered by a teacher's score (kind ``model``: it needs the fold's teachers).
+    Read from the settings as written (no settings are made: the reference pages ask with unchecked values)."""
+    if name in cfg.grid.extra_curricula:
+        strategy = cfg.grid.extra_curricula[name].get("strategy", cfg.curriculum.strategy)
+    else:
+        base, sep, i = name.rpartition(SEED_SUFFIX)
+        strategy = base if name not in CURRICULUM_STRATEGIES and sep and i.isdigit() else name
+    s = CURRICULUM_STRATEGIES.get(strategy)
+    return s is not None and s.kind == "model"
+
+
+def curriculum_scores(cfg: Config, name: str, difficulty: str, teacher: str) -> str:
+    """What curriculum ``name`` is built from, as its key holds it: the difficulty scores' content fingerprint, and
+    for a teacher-based one also its teacher scores' identity (:func:`pipelines.study.teachers.teacher_identity`;
+    "" while they are not computed, and then the curriculum cannot be built: "" too)."""
+    if not is_taught(cfg, name):
+        return difficulty
+    return f"{difficulty} {teacher}" if difficulty and teacher else ""
+
+
+def stored_curriculum_keys(cfg: Config, ds: Dataset, fold: int, names: set[str], teacher: str = "") -> dict[str, str]:
     """Content key (:func:`pipelines.core.keys.curriculum_content_key`) of each curriculum as built in the work
     directory, read without Spark; a curriculum not built yet, or built from other inputs, gets a provisional
-    key (``unbuilt:...``) that matches no checkpoint: its nodes show as to do until it is built."""
+    key (``unbuilt:...``) that matches no checkpoint: its nodes show as to do until it is built. ``teacher``: the
+    identity of the fold's teacher scores, which a teacher-based curriculum is built from ("" while there are none)."""
     layout = Layout.of(cfg)
-    scores = scores_fingerprint(layout.difficulty)
+    difficulty = scores_fingerprint(layout.difficulty)
     out = {}
     for name in sorted(names):
+        scores = curriculum_scores(cfg, name, difficulty, teacher)
         key = curriculum_key_of(cfg, ds, fold, name, scores)
         summary = stored_curriculum(layout.curriculum(fold, name), key) if scores else None
         out[name] = keys.curriculum_content_key(summary) if summary is not None else f"unbuilt:{key}"
@@ -193,6 +216,14 @@ class FoldPlan:
     children: list[Child]
     paths: list[TrainingPath]
     plan: Plan
+    #: the teachers' paths (:mod:`pipelines.study.teachers`), in group order; empty without a teacher-based curriculum
+    teachers: list[TrainingPath] = field(default_factory=list)
+    #: the key of the fold's teacher scores (:func:`pipelines.study.teachers.teacher_scores_key`; "" without teachers)
+    teacher_scores_key: str = ""
+
+    def teacher_keys(self) -> dict[int, str]:
+        """Group -> the last node of its teacher's chain."""
+        return {g: self.plan.chains[p.label][-1] for g, p in enumerate(self.teachers)}
 
     def child_key(self, i: int) -> str:
         """The key of the ``i``-th child's MLflow run (:func:`pipelines.core.keys.child_key`).
@@ -257,13 +288,24 @@ def plan_fold(cfg: Config, ds: Dataset, fold: int) -> FoldPlan:
     names = curricula_needed(children)
     stages = check_curricula(cfg, ds, names)
     paths = [resolve(c.path, stages) for c in children]
-    plan = build_plan(
-        paths,
-        fold=fold,
-        context=keys.plan_context(cfg.train, cfg.metric, ds.fingerprint, fold),
-        curriculum_keys=stored_curriculum_keys(cfg, ds, fold, names),
-    )
-    return FoldPlan(fold, children, paths, plan)
+    context = keys.plan_context(cfg.train, cfg.metric, ds.fingerprint, fold)
+    taught = {n for n in names if is_taught(cfg, n)}
+    ckeys = stored_curriculum_keys(cfg, ds, fold, names - taught)
+    teachers: list[TrainingPath] = []
+    scores_key = ""
+    if taught:  # the teachers first: their node keys are in the key of the scores the taught curricula are built from
+        from pipelines.data.teacher_scores import stored_teacher_scores
+        from pipelines.study import teachers as tt
+
+        teachers = tt.teacher_paths(cfg)
+        tkeys = tt.stored_teacher_query_keys(cfg, ds, fold)
+        tplan = build_plan(teachers, fold=fold, context=context, curriculum_keys=tkeys)
+        last = {g: tplan.chains[p.label][-1] for g, p in enumerate(teachers)}
+        scores_key = tt.teacher_scores_key(cfg, ds, fold, last)
+        stored = stored_teacher_scores(Layout.of(cfg).teacher_scores(fold), scores_key)
+        ckeys |= tkeys | stored_curriculum_keys(cfg, ds, fold, taught, tt.teacher_identity(scores_key, stored))
+    plan = build_plan(paths + teachers, fold=fold, context=context, curriculum_keys=ckeys)
+    return FoldPlan(fold, children, paths, plan, teachers, scores_key)
 
 
 def study_data(cfg: Config, data: str | None) -> tuple[str, Dataset, list[int]]:
@@ -374,12 +416,16 @@ def study_keys(cfg: Config, ds: Dataset, code: dict[str, str] | None = None) -> 
         del grid_cfg["seeds"]
     if not grid_cfg["anti"]:  # the default: the key of a study from before grid.anti existed
         del grid_cfg["anti"]
+    paths = [t for t in cfg.grid.extra_paths.values() if isinstance(t, str)]  # the reference pages ask with any value
+    named = {*cfg.grid.all_strategies(), *(n for t in paths for n in parse_path(t).curricula)}
+    taught = any(is_taught(cfg, n) for n in named)
     return keys.study_keys(
         {
             "grid": grid_cfg,
             "train": keys.train_inputs(cfg.train),
             "metric": cfg.metric.to_dict(),
-            "curriculum": asdict(cfg.curriculum),
+            # the teacher only in a study that has one: every other study keeps the key it had
+            "curriculum": asdict(cfg.curriculum) | ({"teacher": asdict(cfg.teacher)} if taught else {}),
             "difficulty": asdict(cfg.difficulty),
             "dataset": ds.fingerprint,
             "folds": list(dict.fromkeys(cfg.grid.folds)),

@@ -46,7 +46,13 @@ from pipelines.data.curriculum import Curriculum, build_curriculum, stored_curri
 from pipelines.data.dataset import DatasetError, open_dataset
 from pipelines.data.generate import RECORD as GENERATE_RECORD
 from pipelines.data.scoring import difficulty_inputs, run_difficulty, stored_summary
-from pipelines.study.design import curriculum_config, curriculum_key_of, scores_fingerprint
+from pipelines.study.design import (
+    curriculum_config,
+    curriculum_key_of,
+    curriculum_scores,
+    is_taught,
+    scores_fingerprint,
+)
 from udfs.uris import to_uri
 
 log = logging.getLogger(__name__)
@@ -247,20 +253,25 @@ def curriculum_state(cfg: Config, ds: Any, fold: int, name: str, scores: str) ->
 
 
 def ensure_curricula(
-    spark: Any, cfg: Config, data: str, difficulty: str, fold: int, names: set[str]
+    spark: Any, cfg: Config, data: str, difficulty: str, fold: int, names: set[str], teacher: Teacher | None = None
 ) -> list[Curriculum]:
     """Build (or reuse, when fresh) each curriculum of the fold: strategies with the grid's fraction, and the extra
     curricula of the config (``grid.extra_curricula``: name -> settings).
 
     A curriculum's key covers its settings, the dataset, the fold, the difficulty inputs and the content fingerprint
     of the very scores it was built from: scores computed again (by ``ltr run`` or ``ltr difficulty``) into the same
-    folder with another result rebuild it."""
+    folder with another result rebuild it. A teacher-based curriculum (:func:`pipelines.study.design.is_taught`) is
+    built from ``teacher`` (:func:`ensure_teachers`), and its key holds the teacher scores' identity too."""
     if not names:
         return []
     ds = open_dataset(data)
-    scores = scores_fingerprint(difficulty)
+    difficulty_fp = scores_fingerprint(difficulty)
     out = []
     for name in sorted(names):
+        taught = is_taught(cfg, name)
+        if taught and teacher is None:
+            raise RuntimeError(f"internal error: curriculum {name} of fold {fold} needs its teachers (ensure_teachers)")
+        scores = curriculum_scores(cfg, name, difficulty_fp, teacher.identity if teacher else "")
         state, summary = _curriculum(cfg, ds, fold, name, scores)
         if summary is None:
             with claim_output(state.output, wait=True):
@@ -276,6 +287,90 @@ def ensure_curricula(
                         name=name,
                         key=state.key,
                         empty_queries=cfg.difficulty.empty_queries,
+                        teacher=teacher.scores if taught and teacher else None,
                     )
         out.append(Curriculum(to_uri(state.output), summary))
     return out
+
+
+# ------------------------------------------------------------ teachers
+@dataclass(frozen=True)
+class Teacher:
+    """A fold's teacher scores, made: where they are, their identity in the keys of the curricula built on them, the
+    teachers' curricula (the plan trains the teachers on them) and what training the teachers cost here."""
+
+    scores: str
+    identity: str
+    curricula: tuple[Curriculum, ...]
+    trees_built: int = 0
+
+
+def ensure_teachers(
+    spark: Any, cfg: Config, data: str, difficulty: str, fold: int, store: Any, settings: Any, how: Any
+) -> Teacher:
+    """The fold's teacher scores, made unless fresh: the teachers' curricula (:mod:`pipelines.study.teachers`),
+    the teachers trained by the plan (checkpointed and leased like any node: a killed run resumes them), then the
+    scores computed on the workers (:mod:`pipelines.data.teacher_scores`)."""
+    from pipelines.data.teacher_scores import compute_teacher_scores, stored_teacher_scores
+    from pipelines.execution.executor import execute_plan
+    from pipelines.store.results import path_result
+    from pipelines.study import teachers as tt
+    from pipelines.study.design import plan_fold
+
+    ds = open_dataset(data)
+    layout = Layout.of(cfg)
+    curricula = []
+    queries = None
+    for name in tt.teacher_data(cfg):
+        out, key = layout.curriculum(fold, name), tt.teacher_query_key(cfg, ds, fold, name)
+        summary = stored_curriculum(out, key)
+        if summary is None:
+            with claim_output(out, wait=True):
+                summary = stored_curriculum(out, key)
+                if summary is None:
+                    if queries is None:  # one row per training query, as build_curriculum reads them
+                        queries = _training_queries(spark, ds, difficulty, fold)
+                    summary = tt.build_teacher_queries(queries, ds, fold, cfg, name, out, key)
+        curricula.append(Curriculum(to_uri(out), summary))
+    fp = plan_fold(cfg, ds, fold)  # the teachers' node keys hold their curricula's content
+    where = layout.teacher_scores(fold)
+    summary = stored_teacher_scores(where, fp.teacher_scores_key)
+    built = 0
+    if summary is None:
+        chains = sorted({k for p in fp.teachers for k in fp.plan.chains[p.label]})
+        info = execute_plan(spark, fp.plan, ds, {c.name: c for c in curricula}, settings, store, how, only=chains)
+        built = int(info["trees"])
+        with claim_output(where, wait=True):
+            summary = stored_teacher_scores(where, fp.teacher_scores_key)
+            if summary is None:
+                models = {
+                    g: path_result(store, p.label, fp.plan.chains[p.label]).model for g, p in enumerate(fp.teachers)
+                }
+                summary = compute_teacher_scores(
+                    spark,
+                    ds,
+                    fold,
+                    models,
+                    cfg.teacher.crossfit,
+                    cfg.teacher.seed,
+                    cfg.metric,
+                    where,
+                    fp.teacher_scores_key,
+                    fp.teacher_keys(),
+                )
+    return Teacher(where, tt.teacher_identity(fp.teacher_scores_key, summary), tuple(curricula), built)
+
+
+def _training_queries(spark: Any, ds: Any, difficulty: str, fold: int) -> Any:
+    """The fold's training queries from the difficulty scores (one row per query: ``subset, qid, n_docs``), by qid."""
+    from pyspark.sql import functions as F
+
+    from udfs import schema
+
+    pdf = (
+        spark.read.parquet(to_uri(difficulty))
+        .where(F.col(schema.SUBSET).isin(ds.subsets(fold, "train")))
+        .select(schema.SUBSET, schema.QID, "n_docs")
+        .toPandas()
+    )
+    return pdf.sort_values([schema.QID, schema.SUBSET], kind="stable").reset_index(drop=True)

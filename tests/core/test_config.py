@@ -87,7 +87,8 @@ BAD_CONFIGS = [
     # the checks of the sections, each written once (pipelines.core.config)
     ("grid:\n  extra_curricula:\n    paced: {strategy: q_hard}\n", [],
      "{p}: grid.extra_curricula.paced.strategy: unknown curriculum strategy 'q_hard' (one of: q_nrel, q_bm25, "
-     "q_pagerank, q_size, sigma_bm25, l_hrel, random, none), or anti_<one that orders queries by a score> (its "
+     "q_pagerank, q_size, sigma_bm25, teacher_margin, teacher_loss, teacher_ndcg, l_hrel, random, none), or "
+     "anti_<one that orders queries by a score> (its "
      "anti-curriculum)"),
     ("grid:\n  extra_curricula:\n    paced: {pacing: cosine}\n", [],
      "{p}: grid.extra_curricula.paced.pacing: unknown pacing function 'cosine' (one of: linear, root_n, geometric, "
@@ -106,17 +107,20 @@ BAD_CONFIGS = [
      "{p}: curriculum.fraction (--fraction) must be in (0, 1] (a share of the training queries), got 0.0"),
     ("", ["curriculum.strategy=q_hard"],
      "{p}: curriculum.strategy (--strategy): unknown curriculum strategy 'q_hard' (one of: q_nrel, q_bm25, "
-     "q_pagerank, q_size, sigma_bm25, l_hrel, random, none), or anti_<one that orders queries by a score> (its "
+     "q_pagerank, q_size, sigma_bm25, teacher_margin, teacher_loss, teacher_ndcg, l_hrel, random, none), or "
+     "anti_<one that orders queries by a score> (its "
      "anti-curriculum)"),
     ("", ["generate.label_noise=1.2"],
      "{p}: generate.label_noise (--label-noise) must be in [0, 1] (the share of training rows whose label is "
      "redrawn), got 1.2"),
     ("", ["curriculum.strategy=anti_random"],
      "{p}: curriculum.strategy (--strategy): anti_random: strategy random has a seeded random order (reversed, it is "
-     "another one), so it has no anti-curriculum; anti_ takes one of q_nrel, q_bm25, q_pagerank, q_size, sigma_bm25"),
+     "another one), so it has no anti-curriculum; anti_ takes one of q_nrel, q_bm25, q_pagerank, q_size, sigma_bm25, "
+     "teacher_margin, teacher_loss, teacher_ndcg"),
     ("", ["grid.strategies=[q_nrel,anti_none]"],
      "{p}: grid.strategies: anti_none: strategy none has no order of its queries, so it has no anti-curriculum; "
-     "anti_ takes one of q_nrel, q_bm25, q_pagerank, q_size, sigma_bm25"),
+     "anti_ takes one of q_nrel, q_bm25, q_pagerank, q_size, sigma_bm25, "
+     "teacher_margin, teacher_loss, teacher_ndcg"),
     ("", ["difficulty.empty_queries=first"],
      "{p}: difficulty.empty_queries (--empty-queries) must be one of last, exclude, as_metric, got 'first'"),
     ("", ["train.checkpoint_every=0"], "{p}: train.checkpoint_every must be >= 1, got 0"),

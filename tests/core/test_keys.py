@@ -356,6 +356,7 @@ MUST_COVER = {
     "difficulty": {"udfs.difficulty", "udfs.metrics", "udfs.per_query"},
     "curriculum": {"udfs.curriculum"},
     "cuts": {"pipelines.kernel.cuts", "udfs.spark_hashes"},
+    "teacher_scores": {"udfs.teacher", "udfs.metrics", "udfs.per_query", "udfs.spark_hashes"},
     "node": {
         "pipelines.kernel.loop",
         "pipelines.kernel.matrices",
@@ -419,12 +420,15 @@ IDENTITY_TABLE = [
     ("udfs/objectives/noisy_lambdamart.py", set()),  # in the key of its own nodes only (objective_code)
     ("udfs/model.py", {"node"}),
     ("udfs/trees.py", {"node"}),
-    ("udfs/metrics.py", {"node", "difficulty"}),
+    ("udfs/metrics.py", {"node", "difficulty", "teacher_scores"}),
     ("udfs/difficulty.py", {"difficulty"}),
-    ("udfs/per_query.py", {"difficulty"}),
+    ("udfs/per_query.py", {"difficulty", "teacher_scores"}),
+    ("udfs/teacher.py", {"teacher_scores"}),
+    ("pipelines/data/teacher_scores.py", set()),
+    ("pipelines/study/teachers.py", set()),
     ("udfs/curriculum.py", {"curriculum"}),
     ("udfs/scores.py", {"curriculum"}),
-    ("udfs/spark_hashes.py", {"cuts", "node"}),
+    ("udfs/spark_hashes.py", {"cuts", "node", "teacher_scores"}),
 ]
 
 

@@ -94,7 +94,7 @@ def test_yahoo_ingest_stores_absent_as_missing_and_refuses_bm25_curricula(spark,
     err = capsys.readouterr().err
     refusal = [line for line in err.splitlines() if line.startswith("ltr curriculum: error:")]
     assert len(refusal) == 1 and "q_bm25 ranks queries by BM25" in refusal[0], err
-    supports = "it supports q_nrel, q_size, l_hrel, random"
+    supports = "it supports q_nrel, q_size, teacher_margin, teacher_loss, teacher_ndcg, l_hrel, random"
     assert f"dataset yahoo (conf/datasets/yahoo.yaml) has no such feature: {supports}" in err
     assert not (tmp_path / "c1").exists()
     assert main([*base, "--strategy", "q_nrel", "--out", str(tmp_path / "c2")]) == 0

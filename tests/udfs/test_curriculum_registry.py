@@ -11,10 +11,19 @@ from udfs import curriculum as cu
 
 def test_the_built_in_strategies_and_what_each_needs():
     s = cu.STRATEGIES
-    ordered = ["q_nrel", "q_bm25", "q_pagerank", "q_size", "sigma_bm25"]
+    ordered = [
+        "q_nrel",
+        "q_bm25",
+        "q_pagerank",
+        "q_size",
+        "sigma_bm25",
+        "teacher_margin",
+        "teacher_loss",
+        "teacher_ndcg",
+    ]
     assert list(s) == [n for o in ordered for n in (o, "anti_" + o)] + ["l_hrel", "random", "none"]
     base = {"q_nrel": "n_rel", "q_bm25": "ndcg_bm25", "q_pagerank": "ndcg_pagerank", "q_size": "n_docs"}
-    base["sigma_bm25"] = "sigma_bm25"
+    base |= {n: n for n in ("sigma_bm25", "teacher_margin", "teacher_loss", "teacher_ndcg")}
     assert {n: x.score for n, x in s.items() if x.score and not x.reverse} == base
     assert {n: x.score for n, x in s.items() if x.reverse} == {"anti_" + n: v for n, v in base.items()}
     assert {n: x.kind for n, x in s.items() if x.score and not x.reverse} == {
@@ -23,6 +32,9 @@ def test_the_built_in_strategies_and_what_each_needs():
         "q_pagerank": "oracle",
         "q_size": "label_free",
         "sigma_bm25": "label_free",
+        "teacher_margin": "model",
+        "teacher_loss": "model",
+        "teacher_ndcg": "model",
     }
     with_role = {"q_bm25", "q_pagerank", "sigma_bm25"}
     assert {n for n, x in s.items() if x.role} == with_role | {"anti_" + n for n in with_role}
