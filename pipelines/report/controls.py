@@ -72,6 +72,7 @@ def curriculum_controls(
     keys = [k for k in order_systems(list(g)) if k[1] is not None and kind_of(k[0]) is not None]
     for s, t in sorted(keys, key=lambda k: KIND_ORDER.index(str(kind_of(k[0])))):
         row: dict[str, Any] = {"system": label_of(s, t), "strategy": s, "switch": t, "kind": kind_of(s)}
+        row["teacher_trees"] = float(np.mean([r.teacher_trees for r in g[(s, t)]]))  # per fold; 0: no teacher
         for name, other in (("anti", ANTI + s), ("random", control())):
             theirs = g.get((other, t))
             row[name] = _compare(g[(s, t)], theirs, n_perm, n_boot, seed) if theirs else None

@@ -384,6 +384,9 @@ def convergence_figure(
         for key in ([base] if base else []) + panel:
             rs = g[key]
             x, ys = _curve(rs, split)
+            # a teacher-based curriculum starts after its teachers' trees: its cost counted where the trees are
+            shift = float(np.mean([r.teacher_trees for r in rs]))
+            x = x + shift
             mean = ys.mean(axis=0)
             if key == base:
                 colour, ls, lw = BASE_COLOUR, "-", 2.0
@@ -395,8 +398,10 @@ def convergence_figure(
                 ax.fill_between(x, ys.min(axis=0), ys.max(axis=0), color=colour, alpha=0.15, lw=0)
             ax.plot(x, mean, color=colour, ls=ls, lw=lw)
             if key[1] is not None:
-                ax.plot([key[1]], [np.interp(key[1], x, mean)], marker="o", ms=6, color=colour, mfc="white", mew=1.5)
-            ends.append((float(x[-1]), float(mean[-1]), rs[0].label, colour))
+                at = key[1] + shift
+                ax.plot([at], [np.interp(at, x, mean)], marker="o", ms=6, color=colour, mfc="white", mew=1.5)
+            label = f"{rs[0].label} (after {shift:g} teachers' trees)" if shift else rs[0].label
+            ends.append((float(x[-1]), float(mean[-1]), label, colour))
         lo, hi = ax.get_ylim()
         for (x_end, _, label, colour), y in zip(ends, _spread([e[1] for e in ends], (hi - lo) * 0.045), strict=True):
             ax.annotate(

@@ -199,6 +199,7 @@ def load_grid(tracker: Tracker, run: Any, metric: str) -> tuple[list[Record], Gr
                 conventions={k[7:]: v for k, v in params.items() if k.startswith("metric.")},
                 seed=seed,
                 logged=dict(r.data.metrics),
+                teacher_trees=int(params.get("teacher_trees") or 0),
             )
         )
     done = {(r.strategy, r.switch, r.fold, r.seed) for r in records}

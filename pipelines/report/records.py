@@ -58,6 +58,8 @@ class Record:
     seeds: int = 1
     #: the run's metrics (latest values) when the report read it: what :func:`log_child_metrics` need not log again
     logged: dict[str, float] = field(default_factory=dict)
+    #: the trees of the teachers its curriculum was ordered by (a teacher-based curriculum; 0: none): its cost too
+    teacher_trees: int = 0
 
     @property
     def label(self) -> str:

@@ -222,7 +222,8 @@ def _figures(
             "Convergence: trees to reach LambdaMART",
             f"how many trees each system needs to reach {target}LambdaMART's final validation {m} (chosen on "
             "validation, as the convergence table below): fewer is faster; a fold that never gets there is "
-            "beyond the end of the curve.",
+            "beyond the end of the curve. A teacher-based curriculum's curve starts after its teachers' trees "
+            "(per fold), which it needs before its first tree.",
         ),
         "by_difficulty.png": Figure(
             "by_difficulty.png",
@@ -502,7 +503,9 @@ def _convergence_table(conv: list[dict[str, Any]], t1: list[dict[str, Any]], m: 
     col = f"trees to {frac:g} x LambdaMART: median [min, max] (folds reaching it)"
     text = (
         f"Over folds. Trees to target: {how_tt}. Best iteration: the curve point of the highest vali {m} (mean over "
-        f"folds), and the test {m} there. Vali AUC per tree: the mean of the vali curve's points."
+        f"folds), and the test {m} there. Vali AUC per tree: the mean of the vali curve's points. A teacher-based "
+        "curriculum's row states the trees of its teachers per fold (teacher.path on each cross-fitting group), "
+        "which it trains before its own first tree."
     )
     by = {r["label"]: r for r in conv}
     rows = []
@@ -512,6 +515,8 @@ def _convergence_table(conv: list[dict[str, Any]], t1: list[dict[str, Any]], m: 
         rng = r.get("trees_to_target_range")
         if rng:
             tt += f" [{_trees(rng[0], T)}, {_trees(rng[1], T)}]"
+        if r.get("teacher_trees"):  # a teacher-based curriculum: its teachers' trees come first
+            tt += f", after {r['teacher_trees']:g} teachers' trees"
         rows.append(
             [
                 r["label"],
@@ -565,7 +570,13 @@ def _controls_table(rows: list[dict[str, Any]], kinds: dict[str, dict[str, Any]]
             Table(
                 ["curriculum", "minus its anti-curriculum", "minus the random curriculum", "beats both"],
                 [
-                    [r["system"], cell(r["anti"]), cell(r["random"]), "yes" if r["beats_both"] else "no"]
+                    [
+                        r["system"]
+                        + (f" (its teachers: {r['teacher_trees']:g} trees)" if r.get("teacher_trees") else ""),
+                        cell(r["anti"]),
+                        cell(r["random"]),
+                        "yes" if r["beats_both"] else "no",
+                    ]
                     for r in rows
                     if r["kind"] == kind
                 ],

@@ -358,6 +358,8 @@ def convergence(records: list[Record], fraction: float = TARGET_FRACTION) -> lis
                 "vali_auc": float(np.mean([p["vali_auc"] for p in per_fold])),
                 "fraction": fraction,
                 "per_fold": per_fold,
+                # a teacher-based curriculum's teachers, per fold: trees it needs before its first tree
+                "teacher_trees": float(np.mean([r.teacher_trees for r, _ in runs])),
             }
         )
     return rows

@@ -200,6 +200,11 @@ class LiveChildren:
             **{f"code.{k}": v for k, v in {**code_version(), **code_identity()}.items()},
             "plan_nodes": ",".join(self.fold_plan.plan.chains[e.path.label]),
         }
+        taught = [n for n in e.path.curricula if self.curricula[n].summary.get("teacher")]
+        if taught:  # a teacher-based curriculum: what its teachers cost, stated beside the result (the report's)
+            fp = self.fold_plan
+            params["teacher.path"], params["teacher.crossfit"] = cfg.teacher.path, cfg.teacher.crossfit
+            params["teacher_trees"] = sum(fp.plan.node(k).trees for p in fp.teachers for k in fp.plan.chains[p.label])
         for n in e.path.curricula:
             s = self.curricula[n].summary
             params[f"curriculum.{n}"] = json.dumps(

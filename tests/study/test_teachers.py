@@ -4,6 +4,8 @@ teachers and what is built on them."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
@@ -11,15 +13,17 @@ import pytest
 import xgboost as xgb
 
 from pipelines.app.grid import run_grid
-from pipelines.core.config import ConfigError, load_config
+from pipelines.core.config import ConfigError, ReportConfig, load_config
 from pipelines.core.layout import Layout
 from pipelines.data.curriculum import QUERIES
 from pipelines.data.dataset import open_dataset, scan_subsets
 from pipelines.data.teacher_scores import read_teacher_scores
+from pipelines.report import build_report
 from pipelines.store.checkpoints import CheckpointStore
 from pipelines.store.results import path_result
 from pipelines.study.design import plan_fold
 from pipelines.study.teachers import check_teacher, teacher_data, teacher_paths
+from pipelines.tracking.runs import Tracker
 from tests.helpers import tiny_study
 from udfs import schema
 from udfs.metrics import NdcgSpec, ndcg
@@ -108,6 +112,21 @@ def test_teachers_are_cross_fitted_plan_nodes_and_an_edit_of_their_path_retrains
     assert first["trees_built"] == 2 * 3 + sum(
         n.trees for n in fp.plan.nodes if n.key not in fp.teacher_keys().values()
     )
+
+    # the report states the teachers' trees beside the result they teach, and counts them in its convergence
+    rep = build_report(
+        Tracker.for_config(cfg),
+        str(tmp_path / "report"),
+        first["parent_run_id"],
+        report=ReportConfig(permutations=100, bootstrap=100),
+        metric_name="ndcg_at_10",
+        difficulty=None,
+    )
+    controls = {c["system"]: c for c in json.loads((tmp_path / "report" / "report.json").read_text())["controls"]}
+    assert controls["teacher_margin-2"]["teacher_trees"] == 6 and controls["q_nrel-2"]["teacher_trees"] == 0
+    conv = {c["label"]: c for c in rep["convergence"]}
+    assert conv["teacher_margin-2"]["teacher_trees"] == 6 and conv["LambdaMART"]["teacher_trees"] == 0
+    assert "teacher_margin-2 (its teachers: 6 trees)" in (tmp_path / "report" / "report.md").read_text()
 
     before = {n.key for n in fp.plan.nodes}
     edited = _cfg(tmp_path, small_dataset, "teacher.path=lambdamart:2")
