@@ -153,3 +153,24 @@ def test_bad_teacher_settings_exit_2_in_one_line(small_dataset, tmp_path):
     assert [p.shorthand() for p in teacher_paths(_cfg(tmp_path, small_dataset, "teacher.crossfit=0"))] == [
         "lambdamart@teacher_all.0:3"
     ]
+
+
+def test_one_and_two_workers_train_the_same_teachers_and_give_the_same_scores(spark, small_dataset, tmp_path):
+    """``ltr grid --setup-only`` trains the teachers and builds the curricula they teach, no child; with 1 and with 2
+    training workers the teachers' models, their per-query scores and the curriculum built on them are the same
+    bytes (the fold's global cuts: :mod:`pipelines.store.cuts`)."""
+    out = {}
+    for w in (1, 2):
+        cfg = _cfg(tmp_path / f"w{w}", small_dataset, f"train.workers={w}", "grid.strategies=[teacher_loss]")
+        summary = run_grid(spark, cfg, setup_only=True)
+        layout = Layout.of(cfg)
+        fp = plan_fold(cfg, open_dataset(small_dataset), 1)
+        store = CheckpointStore(layout.checkpoints)
+        models = [path_result(store, p.label, fp.plan.chains[p.label]).model for p in fp.teachers]
+        cur = pq.read_table(f"{layout.curriculum(1, 'teacher_loss')}/{QUERIES}").to_pandas()
+        out[w] = (summary["trees_built"], models, read_teacher_scores(layout.teacher_scores(1)), cur)
+        assert not any(fp.plan.node(k).trees for k in fp.plan.chains["lambdamart"] if store.latest(k) is not None)
+    assert out[1][0] == out[2][0] == 2 * 3  # the two teachers' trees, no child's
+    assert out[1][1] == out[2][1]
+    pd.testing.assert_frame_equal(out[1][2], out[2][2])
+    pd.testing.assert_frame_equal(out[1][3], out[2][3])
