@@ -235,6 +235,7 @@ def _set_up(
     curricula = {}  # node keys hold the curricula's content: built (or found built) before planning
     store = CheckpointStore(Layout.of(cfg).checkpoints)
     teacher_trees = 0
+    teachers = {}
     for f in build:
         teacher = None
         if taught[f]:  # its teachers trained and their scores computed first (pipelines.study.teachers)
@@ -242,6 +243,7 @@ def _set_up(
                 spark, cfg, data, difficulty, f, store, make_settings(cfg.train, cfg.metric, ds, how.nthread), how
             )
             teacher_trees += teacher.trees_built
+            teachers[f] = teacher
         built = ensure_curricula(spark, cfg, data, difficulty, f, needs[f], teacher)
         curricula[f] = {c.name: c for c in [*built, *(teacher.curricula if teacher else ())]}
     plans = {f: plan_fold(cfg, ds, f) for f in study}
@@ -297,6 +299,8 @@ def _set_up(
     )
     if not resumed:
         tracker.log_dataset(parent, data, os.path.basename(data.rstrip("/")), ds.fingerprint, "grid")
+    for f, teacher in teachers.items():  # the teachers are the study's too: what they are and cost, on the parent
+        tracker.log_text(parent, json.dumps(teacher.doc, indent=1, sort_keys=True), f"fold{f}.json", "teachers")
     # per fold, the nodes this process trains (None: all the fold needs); it owns the children ending in them
     train_keys = {f: None if only is None else set(only) & {n.key for n in plans[f].plan.nodes} for f in build}
     lives = {}

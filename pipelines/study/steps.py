@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pipelines.core import keys
@@ -303,6 +303,8 @@ class Teacher:
     identity: str
     curricula: tuple[Curriculum, ...]
     trees_built: int = 0
+    #: what the parent run records of them (:meth:`record`): settings, nodes, trees, cost, the scores' summary
+    doc: dict[str, Any] = field(default_factory=dict)
 
 
 def ensure_teachers(
@@ -358,7 +360,18 @@ def ensure_teachers(
                     fp.teacher_scores_key,
                     fp.teacher_keys(),
                 )
-    return Teacher(where, tt.teacher_identity(fp.teacher_scores_key, summary), tuple(curricula), built)
+    nodes = {p.label: list(fp.plan.chains[p.label]) for p in fp.teachers}
+    doc = {
+        "fold": fold,
+        "teacher": asdict(cfg.teacher),
+        "nodes": nodes,
+        "trees": sum(fp.plan.node(k).trees for ks in nodes.values() for k in ks),
+        "cost_seconds": store.cost([k for ks in nodes.values() for k in ks]),
+        "scores": {
+            k: summary.get(k) for k in ("key", "queries", "queries_without_pair", "per_group", "content_fingerprint")
+        },
+    }
+    return Teacher(where, tt.teacher_identity(fp.teacher_scores_key, summary), tuple(curricula), built, doc)
 
 
 def _training_queries(spark: Any, ds: Any, difficulty: str, fold: int) -> Any:

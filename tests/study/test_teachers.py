@@ -113,6 +113,10 @@ def test_teachers_are_cross_fitted_plan_nodes_and_an_edit_of_their_path_retrains
         n.trees for n in fp.plan.nodes if n.key not in fp.teacher_keys().values()
     )
 
+    # the parent run records the teachers: their nodes, trees, cost and scores
+    doc = Tracker.for_config(cfg).load_json(first["parent_run_id"], "teachers/fold1.json")
+    assert doc["trees"] == 6 and doc["nodes"] == {p.label: list(fp.plan.chains[p.label]) for p in fp.teachers}
+    assert doc["scores"]["queries"] == len(scores) and doc["cost_seconds"]["boost"] > 0
     # the report states the teachers' trees beside the result they teach, and counts them in its convergence
     rep = build_report(
         Tracker.for_config(cfg),
