@@ -1,7 +1,7 @@
 """The long fuzz run: the properties of :mod:`pipelines.testing.fuzz` (the LETOR parser, the path syntax, the config
-loader) on many more random inputs than the tests draw, each target for ``--examples`` inputs.
+loader, the plug-in boundary) on many more random inputs than the tests draw, each target for ``--examples`` inputs.
 
-    python -m benchmarks.bench_fuzz [--examples 20000] [--targets letor,letor_roundtrip,paths,overrides,files]
+    python -m benchmarks.bench_fuzz [--examples 20000] [--targets letor,letor_roundtrip,paths,overrides,files,plugins]
                                     [--seed 0] [--out bench-out/fuzz]
 
 Per target: the inputs tried, the seconds, what the inputs came to (LETOR: rows, skipped and quarantined lines;
@@ -43,6 +43,7 @@ def targets() -> dict[str, tuple[Any, Callable[[Any], Any]]]:
         "paths": (fuzz.path_texts(), lambda t: "parsed" if fuzz.check_path(t) else "refused"),
         "overrides": (fuzz.overrides(), lambda s: "loaded" if fuzz.check_overrides(s) else "refused"),
         "files": (fuzz.config_files(), lambda t: "loaded" if fuzz.check_config_file(t) else "refused"),
+        "plugins": (fuzz.plugin_sources(), lambda t: "passed" if fuzz.check_plugin(t) else "refused"),
     }
 
 
@@ -75,7 +76,7 @@ def run(name: str, strategy: Any, prop: Callable[[Any], Any], examples: int, at:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--examples", type=int, default=20_000)
-    p.add_argument("--targets", default="letor,letor_roundtrip,paths,overrides,files")
+    p.add_argument("--targets", default="letor,letor_roundtrip,paths,overrides,files,plugins")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=str(ROOT / "bench-out" / "fuzz"))
     args = p.parse_args()

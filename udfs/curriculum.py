@@ -325,6 +325,12 @@ def difficulty(
     def register(fn: Any) -> Any:
         accepted(fn, "difficulty score", name, 3, ("params",))
         module = fn.__module__
+        for s in (name, ANTI + name):  # its strategies' names before its score is registered: nothing half-done
+            if s in STRATEGIES and STRATEGIES[s].score != name:
+                raise ComponentError(
+                    f"difficulty score {name!r} ({module}) would register the curriculum strategy {s!r}, which is "
+                    f"a built-in one ({STRATEGIES[s].score or 'no score'}); rename it"
+                )
         score(
             Score(name, higher_is_easier, False, None, fn, module, cols, MappingProxyType(own), is_plugin(module), kind)
         )

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.plugins.loading import PluginError, component, owner, plugin_components
+from pipelines.plugins.loading import PluginError, component, one_line, owner, plugin_components
 from udfs import components
 from udfs.components import ComponentError
 
@@ -164,16 +164,22 @@ def _call(name: str, f: Any) -> Any:
     except PluginError:
         raise
     except ComponentError as e:
-        raise PluginError(f"{e} ({_where(name)})") from None
+        raise PluginError(f"{one_line(e)} ({_where(name)})") from None
     except ValueError as e:
         if "read-only" in str(e):  # numpy's refusal to write into the batch's arrays (batch())
             raise PluginError(
                 f"{name!r} ({_where(name)}) writes into its inputs ({e}); a plug-in must not modify the margins, "
                 "labels, offsets, qid, doc or features it is given (the training data's own arrays): copy them first"
             ) from None
-        raise PluginError(f"{name!r} ({_where(name)}) raised {type(e).__name__}: {e} on the synthetic batch") from None
-    except (Exception, SystemExit) as e:  # sys.exit() in a plug-in would end the run with no word said
-        raise PluginError(f"{name!r} ({_where(name)}) raised {type(e).__name__}: {e} on the synthetic batch") from None
+        raise PluginError(
+            f"{name!r} ({_where(name)}) raised {type(e).__name__}: {one_line(e)} on the synthetic batch"
+        ) from None
+    except KeyboardInterrupt:  # Ctrl-C, wherever it lands: ltr stops as it does for Ctrl-C
+        raise
+    except BaseException as e:  # sys.exit() in a plug-in would end the run with no word said; GeneratorExit too
+        raise PluginError(
+            f"{name!r} ({_where(name)}) raised {type(e).__name__}: {one_line(e)} on the synthetic batch"
+        ) from None
 
 
 CHECKS = {"objective": check_objective, "difficulty score": check_difficulty, "pacing function": check_pacing}

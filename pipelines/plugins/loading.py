@@ -109,10 +109,15 @@ def _module_name(path: Path) -> str:
     return f"ltr_plugin_{stem}"
 
 
+def one_line(e: BaseException) -> str:
+    """A plug-in's exception message on one line (its own newlines would break the one-line error)."""
+    return " ".join(str(e).split())
+
+
 def _fail(label: str, e: BaseException, path: str | None = None) -> PluginError:
     """A plug-in that raised while importing: one line with the exception and the line of the plug-in."""
     if isinstance(e, ComponentError):
-        return PluginError(f"plugin {label}: {e}")
+        return PluginError(f"plugin {label}: {one_line(e)}")
     where = ""
     frames = traceback.extract_tb(e.__traceback__)
     mine = [f for f in frames if path and os.path.abspath(f.filename) == path] or frames[-1:]
@@ -121,7 +126,7 @@ def _fail(label: str, e: BaseException, path: str | None = None) -> PluginError:
     elif mine:
         where = f" (line {mine[-1].lineno}: {(mine[-1].line or '').strip()})"
     return PluginError(
-        f"plugin {label} failed to import: {type(e).__name__}: {e}{where}; fix it and check it with "
+        f"plugin {label} failed to import: {type(e).__name__}: {one_line(e)}{where}; fix it and check it with "
         f"`ltr plugins --check --plugin {label}`"
     )
 
@@ -153,13 +158,17 @@ def _import(source: Source) -> None:
                 code = compile(source.text or b"", source.ref, "exec")
                 exec(code, module.__dict__)  # noqa: S102 (the user's own plug-in, named on their command line)
             except BaseException:
-                sys.modules.pop(source.module, None)
+                # what it registered before it failed goes too: a load of the fixed file in this process (a notebook,
+                # a test) would otherwise find its own half-registered components and refuse them as a clash
+                unload(source.module)
                 raise
         else:
             importlib.import_module(source.module)
     except PluginError:
         raise
-    except (Exception, SystemExit) as e:  # anything the plug-in raises, sys.exit() too: one line naming it
+    except KeyboardInterrupt:  # Ctrl-C, wherever it lands: ltr stops as it does for Ctrl-C
+        raise
+    except BaseException as e:  # anything the plug-in raises, sys.exit() and GeneratorExit too: one line naming it
         raise _fail(source.label, e, path) from None
     for name, (_, comp) in plugin_components().items():
         if comp.module == source.module:
@@ -176,8 +185,9 @@ def unload(module: str) -> None:
         for name in [n for n, c in reg.items() if getattr(c, "module", None) == module]:
             reg.pop(name)
             if reg is SCORES:  # a difficulty score's strategy of the same name goes with it, and its anti-curriculum
-                STRATEGIES.pop(name, None)
-                STRATEGIES.pop(ANTI + name, None)
+                for s in (name, ANTI + name):  # theirs only: a built-in strategy of that name orders by another score
+                    if s in STRATEGIES and STRATEGIES[s].score == name:
+                        STRATEGIES.pop(s)
             _OWNER.pop(name, None)
     sys.modules.pop(module, None)
     if any(s.module == module for s in current().sources):

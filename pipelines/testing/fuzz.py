@@ -291,3 +291,102 @@ def check_config_file(text: str) -> bool:
             return False
     json.dumps(cfg.to_dict(), allow_nan=False)
     return True
+
+
+# ------------------------------------------------------------ the plug-in boundary
+#: What an objective's gradient or hessian may come back as (numpy as ``np``; ``m``, ``y``, ``o``: its margins,
+#: labels and offsets): the right thing, and each way of getting it wrong.
+_ARRAYS = [
+    "np.ones_like(m)", "(m - y).astype(np.float32)", "(m - y).astype(np.float64)", "np.ones(len(m) + 1, np.float32)",
+    "np.ones(len(o) - 1, np.float32)", "-np.ones_like(m)", "np.full_like(m, np.nan)", "np.full_like(m, np.inf)",
+    "np.zeros_like(m)", "1.0", "0", "None", "[1.0] * len(m)", "list(m)", "'x'", "m.astype(complex)",
+    "np.ones((len(m), 1), np.float32)", "m.astype(np.int32)", "np.ones_like(m).astype(object)", "m",
+    "(x for x in m)", "{'g': m}", "np.float32(1)", "np.ones_like(m)[::2]", "np.array([])", "True",
+]  # fmt: skip
+#: What a difficulty score may come back as (``labels``, ``features``, ``offsets`` its arguments).
+_SCORES = [
+    "np.diff(offsets).astype(float)", "np.diff(offsets)", "np.add.reduceat(labels, offsets[:-1])", "labels",
+    "np.ones(len(offsets))", "np.full(len(offsets) - 1, np.nan)", "np.full(len(offsets) - 1, -np.inf)", "None",
+    "1.0", "[1.0] * (len(offsets) - 1)", "'x'", "np.diff(offsets).astype(complex)", "np.array([])",
+    "np.diff(offsets).astype(object)", "np.diff(offsets).reshape(-1, 1)", "{'a': 1}", "np.diff(offsets) > 2",
+    "features['f1'][offsets[:-1]]", "features['f9999']", "features",
+]  # fmt: skip
+#: What a pacing function may come back as (``stage``, ``stages``).
+_SHARES = ["stage / stages", "1.0", "0.0", "-0.5", "2.0", "float('nan')", "None", "'half'", "[0.5]", "1 / stage",
+           "stage", "np.float32(0.5)", "True", "complex(0.5, 0)", "1.0 - stage / stages"]  # fmt: skip
+#: Exceptions a plug-in may raise, and what else it may do to its inputs first (not KeyboardInterrupt: it is Ctrl-C
+#: wherever it is raised, and ltr stops as it does for Ctrl-C, exit 130).
+_RAISES = ["ValueError('bad')", "KeyError('f1')", "ZeroDivisionError()", "RuntimeError()", "SystemExit(3)",
+           "MemoryError()", "RecursionError()", "Exception('x\\ny')", "TypeError(None)", "StopIteration()",
+           "GeneratorExit()", "AssertionError()", "OSError(28, 'No space left on device')"]  # fmt: skip
+_SIDE = ["", "", "", "m -= 1", "y[:] = 0", "o[0] = 1", "labels[0] = 9", "offsets[-1] = 0",
+         "features['f1'][0] = 1"]  # fmt: skip
+#: How a component may be declared: good and bad names, params= and features=.
+_NAMES = ["mine", "mine2", "Mine", "my-score", "", "1x", "lambdamart", "n_rel", "q_nrel", "random", "linear",
+          "anti_mine", "x" * 80, "mine ", "none"]  # fmt: skip
+_PARAMS = ["", "", "params={'a': 1.0}", "params={'a': float('nan')}", "params=3", "params={'seed': 'x'}",
+           "params={1: 2}", "params={'a': [1, 2]}", "params={'a': {'b': 1}}", "params=None"]  # fmt: skip
+_FEATURES = ["", "", "features=['f1']", "features=['f9999']", "features=['g1']", "features='f1'", "features=[]",
+             "features=['f0']", "features=[1]", "features=None", "features=['f1', 'f1']"]  # fmt: skip
+_KINDS = ["", "", "kind='label_free'", "kind='oracle'", "kind='model'", "kind='dynamic'", "kind=3"]
+
+
+@st.composite
+def plugin_sources(draw: Any) -> str:
+    """The text of a plug-in file: one component of a drawn kind, declared with a drawn name and ``params=`` (and
+    for a score ``features=`` and ``kind=``), whose function returns a drawn value, raises a drawn exception or
+    writes into its inputs first; sometimes two components of one name."""
+    kind = draw(st.sampled_from(["objective", "difficulty", "pacing"]))
+    name = draw(st.sampled_from(_NAMES))
+    opts = [draw(st.sampled_from(_PARAMS))]
+    if kind == "difficulty":
+        opts += [draw(st.sampled_from(_FEATURES)), draw(st.sampled_from(_KINDS))]
+    decl = ", ".join([repr(name), *[o for o in opts if o]])
+    raises = draw(st.one_of(st.none(), st.none(), st.sampled_from(_RAISES)))
+    side = draw(st.sampled_from(_SIDE))
+    if kind == "objective":
+        sig, ret = "m, y, o, *, tree, params", f"{draw(st.sampled_from(_ARRAYS))}, {draw(st.sampled_from(_ARRAYS))}"
+        side = side if side[:1] in ("", "m", "y", "o") else ""
+    elif kind == "difficulty":
+        sig, ret = "labels, features, offsets, *, params", draw(st.sampled_from(_SCORES))
+        side = side if side[:1] in ("", "l", "o", "f") and not side.startswith("o[") else ""
+    else:
+        sig, ret, side = "stage, stages, *, params", draw(st.sampled_from(_SHARES)), ""
+    body = (f"    {side}\n" if side else "") + (f"    raise {raises}\n" if raises else f"    return {ret}\n")
+    text = f"@{kind}({decl})\ndef f({sig}):\n{body}"
+    if draw(st.integers(0, 9)) == 0:  # the same name registered twice in one file
+        text += f"\n\n@{kind}({decl})\ndef g({sig}):\n{body}"
+    return "import numpy as np\nfrom pipelines.plugins import difficulty, objective, pacing\n\n\n" + text
+
+
+def check_plugin(text: str) -> bool:
+    """The plug-in property: ``ltr plugins --check --plugin FILE`` on the file ``text`` exits 0 (the component
+    loads and passes its checks) or 2 with one line naming the file, never a traceback or another code; True if
+    it passed. Each call loads the file under a name of its own and unloads every plug-in afterwards."""
+    import contextlib
+    import io
+    import uuid
+
+    from pipelines.app.cli import main
+    from pipelines.plugins import loading
+    from udfs import components
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / f"fuzz_{uuid.uuid4().hex[:12]}.py"
+        path.write_text(text)
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                rc = main(["plugins", "--check", "--plugin", str(path)])
+        finally:
+            for src in list(loading._OWNER.values()):  # noqa: SLF001
+                loading.unload(src.module)
+            components.configure({})
+        # nothing of a plug-in that failed to load stays registered (a fixed file loaded again would clash with it)
+        assert not loading.plugin_components(), f"left registered: {sorted(loading.plugin_components())}"
+        lines = [line for line in err.getvalue().splitlines() if line.strip()]
+        assert rc in (0, 2), f"exit {rc}: {err.getvalue()[-2000:]}"
+        if rc == 2:
+            assert len(lines) == 1, f"{len(lines)} lines: {err.getvalue()[-2000:]}"
+            assert str(path) in lines[0] or path.stem in lines[0], lines[0]
+    return rc == 0

@@ -46,6 +46,12 @@ def test_config_files_load_or_are_refused_in_one_line(text):
     fuzz.check_config_file(text)
 
 
+@settings(CI, max_examples=200)
+@given(fuzz.plugin_sources())
+def test_a_plugin_passes_its_checks_or_is_refused_in_one_line_naming_it(text):
+    fuzz.check_plugin(text)
+
+
 @pytest.mark.processes
 def test_defects_the_fuzzing_found_are_one_line_errors_of_the_cli():
     """What the fuzz runs found, through ``ltr``'s own entry point: a YAML error in ``--set`` (was six lines), a

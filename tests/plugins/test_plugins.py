@@ -133,6 +133,12 @@ BAD = {
     "a score that writes into its labels": (
         "@difficulty('bad')\ndef bad(labels, features, offsets, *, params):\n    labels[0] = 9\n"
         "    return np.diff(offsets).astype(float)\n", "a plug-in must not modify the margins, labels"),
+    # found by the fuzzing (pipelines.testing.fuzz.plugin_sources): a traceback, and a message on two lines
+    "GeneratorExit in a pacing": ("@pacing('bad')\ndef bad(stage, stages, *, params):\n    raise GeneratorExit()\n",
+                                  "raised GeneratorExit"),
+    "an exception whose message has a newline": (
+        "@objective('bad')\ndef bad(m, y, o, *, tree, params):\n    raise ValueError('first\\nsecond')\n",
+        "raised ValueError: first second on the synthetic batch"),
     "a label-free score that reads the labels": (
         "@difficulty('bad', kind='label_free')\ndef bad(labels, features, offsets, *, params):\n"
         "    return np.add.reduceat(labels, offsets[:-1])\n", "declared kind='label_free', but its scores change"),
@@ -163,6 +169,9 @@ LOAD_ERRORS = {
     "a clash with a built-in score": (
         "@difficulty('n_rel')\ndef n_rel(labels, features, offsets, *, params):\n    return np.diff(offsets)\n",
         "difficulty score 'n_rel' is registered twice: by udfs.scores and by"),
+    "a score named like a built-in strategy": (
+        "@difficulty('q_nrel')\ndef q(labels, features, offsets, *, params):\n    return np.diff(offsets)\n",
+        "would register the curriculum strategy 'q_nrel', which is a built-in one (n_rel)"),
     "a kind of difficulty a plug-in cannot have": (
         "@difficulty('mine', kind='model')\ndef mine(labels, features, offsets, *, params):\n    return offsets\n",
         "kind 'model'; a plug-in score is oracle (it reads the labels) or label_free"),
@@ -330,3 +339,25 @@ def test_a_plugin_taking_a_built_in_name_exits_2_in_one_line_in_a_fresh_process(
     err = out.stderr.strip().splitlines()
     assert out.returncode == 2 and len(err) == 1, out.stderr
     assert f"plugin {path}: objective 'lambdamart' is registered twice: by udfs.objectives.lambdamart and by" in err[0]
+
+
+def test_a_plugin_that_failed_to_load_leaves_nothing_registered_and_loads_once_fixed(plugin):
+    """Found by the fuzzing: a file whose second component failed left its first one registered, so the fixed file
+    loaded again in the same process (a notebook, the tests) clashed with itself; and a score named like the
+    built-in strategy q_nrel, refused, took the built-in strategy away with it."""
+    from udfs.curriculum import STRATEGIES
+
+    head = "@objective('ok')\ndef ok(m, y, o, *, tree, params):\n    return (m - y).astype(np.float32), m * 0 + 1\n\n"
+    path = plugin(head + "@objective('ok')\ndef again(m, y, o, *, tree, params):\n    return m, m\n")
+    with pytest.raises(PluginError, match="registered twice"):
+        loading.load([str(path)])
+    assert "ok" not in loading.plugin_components()
+    plugin(head)  # fixed
+    loading.load([str(path)])
+    assert loading.plugin_components()["ok"][0] == "objective"
+    clash = plugin(
+        "@difficulty('q_nrel')\ndef q(labels, features, offsets, *, params):\n    return np.diff(offsets)\n", "q.py"
+    )
+    with pytest.raises(PluginError, match="built-in one"):
+        loading.load([str(clash)])
+    assert STRATEGIES["q_nrel"].score == "n_rel" and STRATEGIES["anti_q_nrel"].score == "n_rel"
