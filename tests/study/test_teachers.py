@@ -21,7 +21,7 @@ from pipelines.data.teacher_scores import read_teacher_scores
 from pipelines.report import build_report
 from pipelines.store.checkpoints import CheckpointStore
 from pipelines.store.results import path_result
-from pipelines.study.design import plan_fold
+from pipelines.study.design import plan_fold, show_plan
 from pipelines.study.teachers import check_teacher, teacher_data, teacher_paths
 from pipelines.tracking.runs import Tracker
 from tests.helpers import tiny_study
@@ -77,6 +77,8 @@ def test_teachers_are_cross_fitted_plan_nodes_and_an_edit_of_their_path_retrains
     fp = plan_fold(cfg, ds, 1)
     assert [p.label for p in fp.teachers] == ["teacher-0of2", "teacher-1of2"]
     assert not fp.provisional  # the taught curriculum is built: its nodes have their real keys
+    shown = show_plan(cfg)  # ltr grid --plan: the teachers' nodes beside the children's, done
+    assert "lambdamart@teacher_xfit0of2.0" in shown and "lambdamart@teacher_xfit1of2.0" in shown, shown
     scores = read_teacher_scores(layout.teacher_scores(1)).set_index(schema.QID)
     # cross-fitting: each query scored by the teacher whose training queries do not hold it
     trained_on = {}
