@@ -539,3 +539,15 @@ def test_a_new_objective_re_keys_no_existing_node(source_copy, tmp_path):
         assert [n.key for n in build_plan(paths, fold=1, context=ctx).nodes] == before
     finally:
         registry._REGISTRY.pop("listnet_test_only")
+
+
+def test_the_kernel_is_declared_once_the_import_contract_holds_the_same_modules():
+    """``keys.KERNEL`` (what a code identity may cover) and the ``kernel`` contract of ``.importlinter`` (what may not
+    import operations code) list the same modules: one added to one list only (udfs.teacher was, by hand, to both)
+    would be keyed without the contract's guard, or guarded without being keyed."""
+    import configparser
+
+    ini = configparser.ConfigParser()
+    ini.read(ROOT / ".importlinter")
+    contract = ini["importlinter:contract:kernel"]["source_modules"].split()
+    assert sorted(contract) == sorted(keys.KERNEL)
