@@ -245,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
         "jvm-archive",
         help="write Spark's class archive now: later driver JVMs start in about half the time",
         description="Write the class-data sharing archive of Spark's classes for this Java and these Spark jars "
-        "(about 190 MB under $LTR_JVM_CACHE, default ~/.cache/ltr/jvm; 40-50 s, once). A local session that "
+        "(about 190 MB under $LTR_JVM_CACHE, default ~/.cache/ltr/jvm; written once). A local session that "
         "ltr starts uses it, and starts writing it in the background when it is missing; give it to a "
         "spark-submit driver with --driver-java-options <the printed option>. LTR_CLASS_ARCHIVE=off turns "
         "it off.",

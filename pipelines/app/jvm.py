@@ -21,8 +21,8 @@ The archive lies in ``$LTR_JVM_CACHE`` (default ``$XDG_CACHE_HOME/ltr/jvm``, els
 named by the Java binary and the jars it was made from (:func:`class_archive`), about 190 MB. ``ltr
 jvm-archive`` writes it; a local session ``ltr`` starts uses it when it exists and otherwise starts writing
 it in the background at nice 10 (:func:`use_class_archive`). ``LTR_CLASS_ARCHIVE=off`` turns both off. Writing
-it takes 40-50 s on 2 cores: the job runs in dump mode (about 20 s) and the JVM then verifies and writes some 17,000
-classes at exit; a static archive from a class list (``-Xshare:dump``) took as long.
+it runs a Spark job in dump mode, and the JVM then verifies and writes Spark's classes at exit (a static archive
+from a class list, ``-Xshare:dump``, is no faster: benchmarks/RESULTS.md, ``bench_session``).
 
 The Airflow DAG's steps (``pipelines.app.airflow.LtrSubmitOperator``) give their spark-submit's JVM the archive
 when it exists on the Airflow worker (:func:`with_archive`; they never write it: ``ltr jvm-archive`` there once).

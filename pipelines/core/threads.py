@@ -1,31 +1,17 @@
 """How the project's processes run their OpenMP threads when the machine is shared, and how many they get.
 
-Measured on a 2-core machine (benchmarks/RESULTS.md, "Two trainings on one machine", `python -m
-benchmarks.bench_sharing`): ``ltr train --path lambdamart:150`` on a 2,000-query fold trained 8.8 trees a second
-alone; two of them started together trained 0.7 each, 12.4x slower each, where a fair share is 2x. The cause is
-OpenMP's wait policy: a thread that reaches the end of a parallel region first spins (GNU libgomp: 300,000 spins by
-default) before it sleeps. XGBoost grows a tree in thousands of short parallel regions, so with two processes of
-two threads on two cores every region waits for a thread the kernel has descheduled, while its own threads spin
-away the time slice the other one needs. The same happens, more mildly, inside one training: XGBoost's libgomp
-(bundled in its wheel) and numba's (the system's, for the objectives' ``prange``) are two thread pools in one
-process, each spinning while the other works.
+Why: OpenMP's wait policy. A thread that reaches the end of a parallel region first spins (GNU libgomp: 300,000
+spins by default) before it sleeps. XGBoost grows a tree in thousands of short parallel regions, so two processes
+of two threads on two cores make every region wait for a thread the kernel has descheduled, while its own threads
+spin away the time slice the other one needs; the same happens, more mildly, inside one training, where XGBoost's
+libgomp (bundled in its wheel) and numba's (the system's, for the objectives' ``prange``) are two thread pools in
+one process, each spinning while the other works.
 
-:data:`SETTINGS` is the result: ``GOMP_SPINCOUNT=1000`` (a thread spins about a microsecond, then sleeps).
-
-| setting (alone; two at once, each) | trees/s alone | x slower each of two |
-|---|---:|---:|
-| libgomp's default (300,000 spins) | 8.5-8.9 | 12.4 |
-| ``OMP_WAIT_POLICY=PASSIVE`` (no spin) | 8.4-8.5 | 1.45 |
-| ``GOMP_SPINCOUNT=10000`` | 8.8 | 3.1 |
-| ``GOMP_SPINCOUNT=3000`` | 9.2-10.2 | 2.25 |
-| **``GOMP_SPINCOUNT=1000``** | 8.8-9.8 | 1.83 |
-| ``GOMP_SPINCOUNT=100`` | 8.9 | 1.49 |
-| ``NUMBA_THREADING_LAYER=workqueue`` (numba's pool never spins; XGBoost's still does) | 8.9 | 17 |
-
-1,000 spins keep a lone training as fast as before or faster (the two pools no longer steal each other's cores),
-and make two trainings share the machine about fairly. A user's own ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY``
-wins (:func:`thread_environment` then sets nothing). LLVM's and Intel's OpenMP runtimes (``KMP_BLOCKTIME``) are
-not set: none is loaded here, so nothing could be measured.
+:data:`SETTINGS` is the choice: ``GOMP_SPINCOUNT=1000`` (a thread spins about a microsecond, then sleeps), which
+keeps a lone training as fast and lets two share a machine about fairly. The settings tried and their figures:
+benchmarks/RESULTS.md, "Two trainings on one machine" (``python -m benchmarks.bench_sharing``). A user's own
+``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY`` wins (:func:`thread_environment` then sets nothing). LLVM's and Intel's
+OpenMP runtimes (``KMP_BLOCKTIME``) are not set: none is loaded here.
 
 The settings reach every process that runs OpenMP: this process (:func:`apply`, before XGBoost or numba load
 their runtime, which read the environment once), the Python workers of a local session (they inherit it), and a
