@@ -47,7 +47,7 @@ def named(stem: str, fig: dict[str, bytes]) -> dict[str, bytes]:
 
 
 @dataclass
-class Report:
+class ComputedReport:
     """What a report computed from a grid's runs (:func:`compute_report`), before anything is drawn or written:
     the records, the tables, the answer and the data of every figure. :func:`render_report` turns it into files,
     :func:`publish_report` writes them and logs them to MLflow."""
@@ -91,7 +91,7 @@ class _Laps:
 
 def compute_report(
     tracker: Tracker, parent: str | None, *, report: ReportConfig, metric_name: str, difficulty: str | None
-) -> Report:
+) -> ComputedReport:
     """Read a grid's runs from MLflow and compute its tables, statistics and answer (see :func:`build_report`)."""
     laps: dict[str, float] = {}
     lap = _Laps(laps)
@@ -197,14 +197,14 @@ def compute_report(
     if report.trec_depth and state.split == "test":
         test_scores = {r.run_id: s for r in runs if (s := load_test_scores(tracker, r.run_id)) is not None}
     lap("test scores (MLflow)")
-    return Report(
+    return ComputedReport(
         tracker, parent, state, runs, records, seed_rows, problems, report, metric_name,
         t1, t2, conv, by_diff, ans, meta, test_scores, laps,
     )  # fmt: skip
 
 
 @drawn_in_background  # the figures are drawn in a second process while the tables are written
-def render_report(r: Report) -> dict[str, bytes]:
+def render_report(r: ComputedReport) -> dict[str, bytes]:
     """The report's files: figures (PNG and PDF), the page and its Markdown, JSON, LaTeX, CSV and TREC files."""
     lap = _Laps(r.laps)
     records, m_label, split, meta = r.records, r.m_label, r.state.split, dict(r.meta)
@@ -275,7 +275,7 @@ def render_report(r: Report) -> dict[str, bytes]:
     return files
 
 
-def publish_report(r: Report, files: dict[str, bytes], out: str) -> None:
+def publish_report(r: ComputedReport, files: dict[str, bytes], out: str) -> None:
     """Write ``files`` to ``out``, log them to the grid's parent run (under ``report/``) with the headline, and
     log each child run's figures on it."""
     lap = _Laps(r.laps)

@@ -17,17 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.report.headline import LEVEL
-from pipelines.report.headline import significance as holm_significance
 from pipelines.report.pairing import groups, paired_samples
 from pipelines.report.records import Record, label_of, order_systems
+from pipelines.report.significance import LEVEL, TESTS, significance, test_of
 from pipelines.report.stats import bootstrap_interval, holm, paired_t_test, randomization_test
 from udfs.curriculum import ANTI, STRATEGIES, control
 
 #: The kinds in the order the report shows them (:data:`udfs.scores.KINDS`).
 KIND_ORDER = ("oracle", "label_free", "model")
-#: The p-value of each primary test (``report.primary_test``) in a comparison.
-P_OF = {"randomisation": "perm_p", "t": "t_p"}
 
 
 def kind_of(strategy: str) -> str | None:
@@ -65,8 +62,7 @@ def curriculum_controls(
     the report (``perm_p_holm``, ``t_p_holm``), and ``significance`` (``win`` / ``loss`` / None under
     ``primary_test``). ``beats_both``: a significant win over both controls (False when one is missing). Rows are
     in the order of the kinds (:data:`KIND_ORDER`), then the report's order of systems."""
-    if primary_test not in P_OF:
-        raise ValueError(f"unknown primary test {primary_test!r}; expected one of {', '.join(P_OF)}")
+    primary = test_of(primary_test)
     g = groups(records)
     rows = []
     keys = [k for k in order_systems(list(g)) if k[1] is not None and kind_of(k[0]) is not None]
@@ -78,11 +74,11 @@ def curriculum_controls(
             row[name] = _compare(g[(s, t)], theirs, n_perm, n_boot, seed) if theirs else None
         rows.append(row)
     compared = [c for r in rows for c in (r["anti"], r["random"]) if c is not None]
-    for raw in ("perm_p", "t_p"):
+    for raw in (t.p for t in TESTS.values()):
         for c, adj in zip(compared, holm([c[raw] for c in compared]), strict=True):
             c[f"{raw}_holm"] = adj
     for c in compared:
-        c["significance"] = holm_significance(c[f"{P_OF[primary_test]}_holm"], c["delta"], level)
+        c["significance"] = significance(c[primary.p_holm], c["delta"], level)
     for r in rows:
         r["beats_both"] = all(r[k] is not None and r[k]["significance"] == "win" for k in ("anti", "random"))
     return rows

@@ -8,8 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-#: The paired tests of the significance table: name (``report.primary_test``) -> label, raw and Holm keys of Table 1.
-TESTS = {"t": ("t-test", "t_p", "t_p_holm"), "randomisation": ("randomisation", "perm_p", "perm_p_holm")}
+from pipelines.report.significance import TESTS
 
 #: The figures the page can show, in the page's order (``images`` of :func:`render`, by file name).
 FIGURE_NAMES = ("forest.png", "convergence.png", "by_difficulty.png", "figure1.png", "figure2.png")
@@ -86,7 +85,7 @@ Part = str | tuple[str, Any, str]
 
 
 def test_name(k: str) -> str:
-    return "t-test" if k == "t" else f"{TESTS[k][0]} test"
+    return "t-test" if k == "t" else f"{TESTS[k].label} test"
 
 
 def text_of(parts: Iterable[Part]) -> str:
@@ -131,13 +130,13 @@ def headline_lines(rep: Report) -> tuple[list[Part], list[dict[str, Any]]]:
             parts += [" [", (k + "ci95.0", ci[0], num_text(ci[0], "+.4f")), ", "]
             parts += [(k + "ci95.1", ci[1], num_text(ci[1], "+.4f")), "]"]
         lines = [parts]
-        parts = [f"{TESTS[primary][0]} p, Holm (primary) " if primary else "p, Holm "]
+        parts = [f"{TESTS[primary].label} p, Holm (primary) " if primary else "p, Holm "]
         lines.append(parts)
         parts.append((k + "p_holm", r.get("p_holm"), p_text(r.get("p_holm"))))
         if primary and "p_holm_other" in r:
             other = next(x for x in TESTS if x != primary)
             parts += [
-                f" ({TESTS[other][0]} p, Holm ",
+                f" ({TESTS[other].label} p, Holm ",
                 (k + "p_holm_other", r["p_holm_other"], p_text(r["p_holm_other"])),
             ]
             parts.append(")")

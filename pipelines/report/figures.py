@@ -19,9 +19,9 @@ import numpy as np
 
 from pipelines.core.config import STRATEGIES
 from pipelines.core.plots import figure_bytes, pyplot
-from pipelines.report.headline import significance as holm_significance
 from pipelines.report.pairing import groups
 from pipelines.report.records import Record, ReportError, label_of, order_systems
+from pipelines.report.significance import LEVEL, TESTS, row_significance
 from pipelines.report.stats import kl_divergence
 from pipelines.study.design import BASELINE, MSE
 from udfs.curriculum import ANTI, control
@@ -37,11 +37,6 @@ CLASS_COLOUR = {"win": "#0072B2", "loss": "#D55E00", None: "#9A9A9A"}
 CLASS_MARKER = {"win": "o", "loss": "D", None: "o"}
 #: The random curriculum's strategy name (``curriculum.strategy``; ``grid.strategies`` lists it as a curriculum).
 RANDOM = control()  # the seeded strategy: a random subset of the same size
-#: The Holm-corrected p-value of each primary test (``report.primary_test``) in a comparison of ``report.json``.
-P_KEYS = {"randomisation": "perm_p_holm", "t": "t_p_holm"}
-TEST_NAMES = {"randomisation": "randomisation test", "t": "paired t-test"}
-#: The significance level of the figures' colours.
-ALPHA = 0.05
 #: Systems beyond which :func:`convergence_figure` splits into two panels (continuation, curricula).
 MAX_PANEL_SYSTEMS = 6
 
@@ -154,14 +149,12 @@ def figure2(records: list[Record], tree: int) -> tuple[dict[str, bytes], dict[st
 
 
 # ------------------------------------------------------------ forest plot
-def significance(row: Mapping[str, Any], primary_test: str, alpha: float = ALPHA) -> str | None:
-    """``"win"`` when the comparison ``row`` (report.json's: ``mean_delta``, ``perm_p_holm``, ``t_p_holm``) is
-    significant at ``alpha`` under the primary test's Holm-corrected p-value (``randomisation``: ``perm_p_holm``,
-    ``t``: ``t_p_holm``) with a positive difference, ``"loss"`` with a negative one, None else (not significant,
-    no difference or no p-value). ReportError for another test."""
-    if primary_test not in P_KEYS:
-        raise ReportError(f"unknown primary test {primary_test!r} (report.primary_test: {', '.join(P_KEYS)})")
-    return holm_significance(row.get(P_KEYS[primary_test]), row.get("mean_delta"), alpha)
+def significance(row: Mapping[str, Any], primary_test: str) -> str | None:
+    """A forest plot row's colour: :func:`pipelines.report.significance.row_significance` of the comparison ``row``
+    (report.json's, whose difference is ``mean_delta``). ReportError for an unknown test."""
+    if primary_test not in TESTS:
+        raise ReportError(f"unknown primary test {primary_test!r} (report.primary_test: {', '.join(TESTS)})")
+    return row_significance(row, primary_test, "mean_delta")
 
 
 #: How a forest plot's heading names a kind of difficulty.
@@ -205,8 +198,8 @@ def forest_plot(comparisons: list[dict[str, Any]], primary_test: str, metric: st
     ReportError
         No comparison has a difference to draw, or ``primary_test`` is unknown.
     """
-    if primary_test not in P_KEYS:
-        raise ReportError(f"unknown primary test {primary_test!r} (report.primary_test: {', '.join(P_KEYS)})")
+    if primary_test not in TESTS:
+        raise ReportError(f"unknown primary test {primary_test!r} (report.primary_test: {', '.join(TESTS)})")
     if not any(c.get("mean_delta") is not None for c in comparisons):
         raise ReportError("no forest plot: no system was paired with the LambdaMART baseline")
     by_group: dict[str, list[dict[str, Any]]] = {}
@@ -303,7 +296,7 @@ def forest_plot(comparisons: list[dict[str, Any]], primary_test: str, metric: st
         columnspacing=1.0,
         borderaxespad=0.2,
     )
-    note = f"Colours: Holm-corrected {TEST_NAMES[primary_test]}, p < {ALPHA:g}. Bars: 95% bootstrap interval." + (
+    note = f"Colours: Holm-corrected {TESTS[primary_test].name}, p < {LEVEL:g}. Bars: 95% bootstrap interval." + (
         f"\nShaded: minimum detectable effect ±{mde:.3f} (median over {len(mdes)} systems)." if mde else ""
     )
     ax.annotate(

@@ -20,17 +20,10 @@ import numpy as np
 
 from pipelines.report.pairing import groups
 from pipelines.report.records import Record, label_of
+from pipelines.report.significance import TESTS, other_test, significance, test_of
 from pipelines.study.design import BASELINE, MSE
 
 log = logging.getLogger(__name__)
-
-#: Family-wise level at which the headline calls a difference significant.
-LEVEL = 0.05
-#: The t1 keys of each test's Holm-corrected p-value and of the interval that goes with it.
-TESTS = {
-    "randomisation": {"p": "perm_p_holm", "ci": "ci_boot", "name": "randomisation test"},
-    "t": {"p": "t_p_holm", "ci": "ci_t", "name": "paired t-test"},
-}
 
 
 def family_of(strategy: str) -> str:
@@ -68,13 +61,6 @@ def choose_on_vali(records: list[Record]) -> dict[str, tuple[str, int | None]]:
     return out
 
 
-def significance(p: float | None, delta: float | None, level: float = LEVEL) -> str | None:
-    """``win`` / ``loss`` when the Holm-corrected ``p`` is below ``level``, by the sign of ``delta``; else None."""
-    if p is None or delta is None or p >= level or delta == 0:
-        return None
-    return "win" if delta > 0 else "loss"
-
-
 def _fmt_ci(ci: Any) -> str:
     if not ci:
         return "[n/a]"
@@ -102,7 +88,7 @@ def headline(
     chosen = choose_on_vali(records)
     if base is None or not chosen:
         return None
-    test, other = TESTS[primary_test], TESTS["t" if primary_test == "randomisation" else "randomisation"]
+    test, other = test_of(primary_test), TESTS[other_test(primary_test)]
     base_trees = max((r.steps[-1] for r in records if (r.strategy, r.switch) == (BASELINE, None)), default=None)
     rows = []
     by_key = {(r["strategy"], r["switch"]): r for r in t1}
@@ -112,7 +98,7 @@ def headline(
             continue
         label = label_of(*key)
         ni = (noninferiority or {}).get(label) or {}
-        ci = row[test["ci"]]
+        ci = row[test.ci]
         out = {
             "family": family_of(strategy),
             "family_label": family_label(strategy, random_strategy, path=key[1] is None),
@@ -123,16 +109,16 @@ def headline(
             "vali": float(np.mean([r.final_vali for r in records if (r.strategy, r.switch) == key])),
             "delta": row["delta"],
             "ci95": None if ci is None else list(ci),
-            "p_holm": row[test["p"]],
-            "p_holm_other": row[other["p"]],
-            "significant": significance(row[test["p"]], row["delta"]),
+            "p_holm": row[test.p_holm],
+            "p_holm_other": row[other.p_holm],
+            "significant": significance(row[test.p_holm], row["delta"]),
             "trees": ni.get("trees"),
             "trees_ci95": ni.get("trees_ci95"),
             "ratio": ni.get("ratio"),
             "ratio_ci95": ni.get("ratio_ci95"),
             "baseline_trees": ni.get("baseline_trees", base_trees),
         }
-        out["sentence"] = sentence(out, metric, margin, test["name"], ni)
+        out["sentence"] = sentence(out, metric, margin, test.name, ni)
         rows.append(out)
     return {
         "primary_test": primary_test,

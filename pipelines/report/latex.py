@@ -4,8 +4,9 @@ Significance is marked the way ranx's ``Report.to_latex`` marks it: every system
 baseline ``a``), and a mean carries the superscript letter of each system it is significantly better
 than; here each system is compared with the baseline only, by the report's primary test
 (``report.primary_test``: the randomisation test or the paired t-test), Holm-corrected over the table, at
-``SIGNIFICANCE``. A mean significantly *worse* than the baseline carries :data:`LOSS_MARK` before the letter
-(ranx marks gains only). The table's caption says which test and what each mark means.
+:data:`pipelines.report.significance.LEVEL`. A mean significantly *worse* than the baseline carries
+:data:`LOSS_MARK` before the letter (ranx marks gains only). The table's caption says which test and what each
+mark means.
 """
 
 from __future__ import annotations
@@ -15,17 +16,13 @@ import io
 import string
 from typing import Any
 
-from pipelines.report.headline import significance as holm_significance
 from pipelines.report.records import Record
+from pipelines.report.significance import LEVEL, TESTS, row_significance
 from pipelines.report.stats import alpha_key
 from pipelines.study.design import BASELINE
 
-#: Level at which a Holm-corrected p-value marks a mean as significantly better (or worse) than the baseline.
-SIGNIFICANCE = 0.05
 #: What marks a mean significantly worse than the system whose letter follows it.
 LOSS_MARK = r"$\downarrow$"
-#: Table 1's Holm-corrected p-value column and the test's name in a caption, by ``report.primary_test``.
-PRIMARY_P = {"randomisation": ("perm_p_holm", "randomisation test"), "t": ("t_p_holm", "paired t-test")}
 
 _ESCAPES = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\~{}",
             "^": r"\^{}", "\\": r"\textbackslash{}"}  # fmt: skip
@@ -67,11 +64,9 @@ def letters(t1: list[dict[str, Any]]) -> dict[str, str]:
 
 def significance(row: dict[str, Any], primary_test: str = "randomisation") -> str | None:
     """``"win"`` or ``"loss"`` when Table 1's ``row`` differs significantly from the baseline by
-    ``primary_test``'s Holm-corrected p-value (:data:`PRIMARY_P`) at :data:`SIGNIFICANCE`, the sign of its mean
+    ``primary_test``'s Holm-corrected p-value (:mod:`pipelines.report.significance`), the sign of its mean
     difference deciding which; None otherwise (the baseline's own row, no test)."""
-    if primary_test not in PRIMARY_P:
-        raise ValueError(f"primary_test must be one of {', '.join(PRIMARY_P)}, got {primary_test!r}")
-    return holm_significance(row.get(PRIMARY_P[primary_test][0]), row.get("delta"), SIGNIFICANCE)
+    return row_significance(row, primary_test)
 
 
 def table1_tex(t1: list[dict[str, Any]], metric: str, primary_test: str = "randomisation") -> str:
@@ -79,7 +74,7 @@ def table1_tex(t1: list[dict[str, Any]], metric: str, primary_test: str = "rando
     ``randomisation`` or ``t``, see :func:`significance`), Δ with its t interval, d_z."""
     mark = letters(t1)
     base = next((r["label"] for r in t1 if r["strategy"] == BASELINE), None)
-    test = PRIMARY_P[primary_test][1] if primary_test in PRIMARY_P else primary_test
+    test = TESTS[primary_test].name if primary_test in TESTS else primary_test
     rows = []
     for r in t1:
         sig = significance(r, primary_test) if base and r["label"] != base else None
@@ -104,7 +99,7 @@ def table1_tex(t1: list[dict[str, Any]], metric: str, primary_test: str = "rando
         f"every system); $\\Delta$ against {tex(base or 'the baseline')}, its 95\\% paired t interval, $d_z$ "
         "and the tests over the test queries with a relevant document only (Queries: how many). A superscript "
         f"letter: significantly better than that system; {LOSS_MARK} before the letter: significantly worse "
-        f"({test}, two-sided, Holm-corrected over the table, $p < {SIGNIFICANCE}$)."
+        f"({test}, two-sided, Holm-corrected over the table, $p < {LEVEL:g}$)."
     )
     head = ["System", "Mean", "SD", r"$\Delta$", r"95\% CI", "$d_z$", "Queries"]
     return _table(caption, "tab:table1", head, rows, "lrrrrrr")

@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from pipelines.core.secrets import browser_address
+from pipelines.report.significance import LEVEL, TESTS
 from pipelines.tracking.runs import Tracker, is_server, open_ui
 
 log = logging.getLogger(__name__)
@@ -33,8 +34,6 @@ NOTE_TAG = "mlflow.note.content"
 HEADLINE_METRIC = "headline."
 #: The report's page among the parent run's artifacts (``build_report`` logs its files under ``report/``).
 REPORT_ARTIFACT = "report/report.html"
-#: The statistical tests by the name ``report.primary_test`` gives them.
-TEST_NAMES = {"randomisation": "randomisation test", "t": "paired t-test"}
 
 
 def metric_key(name: str) -> str:
@@ -49,7 +48,7 @@ def headline_metrics(headline: dict[str, Any], primary_test: str) -> dict[str, f
     ``vali``, ``switch``, ``trees``, ``trees_ci95_low/high``, ``ratio``, ``ratio_ci95_low/high`` and
     ``baseline_trees``; and ``headline.baseline.mean``, ``headline.baseline.trees``, ``headline.margin``.
     A value that is None (or not finite) is left out."""
-    other = next((t for t in TEST_NAMES if t != primary_test), "other")
+    other = next((t for t in TESTS if t != primary_test), "other")
     out: dict[str, Any] = {}
     base = headline.get("baseline") or {}
     out[f"{HEADLINE_METRIC}baseline.mean"] = base.get("mean")
@@ -84,7 +83,7 @@ def headline_metrics(headline: dict[str, Any], primary_test: str) -> dict[str, f
 def headline_note(headline: dict[str, Any], primary_test: str) -> str:
     """The parent run's description (Markdown): the headline's sentences, how significance was decided, and
     where the report's page is."""
-    test = TEST_NAMES.get(primary_test, primary_test)
+    test = TESTS[primary_test].name if primary_test in TESTS else primary_test
     base = headline.get("baseline") or {}
     lines = [f"## Headline: {headline.get('metric', 'NDCG@10')} on test against {base.get('system', 'the baseline')}"]
     lines.append("")
@@ -94,7 +93,7 @@ def headline_note(headline: dict[str, Any], primary_test: str) -> str:
         lines += ["", str(headline["note"])]
     lines += [
         "",
-        f"Significance: two-sided {test}, Holm-corrected over the report's comparisons, p < 0.05"
+        f"Significance: two-sided {test}, Holm-corrected over the report's comparisons, p < {LEVEL:g}"
         + (f"; non-inferiority margin {headline['margin']:g}." if headline.get("margin") is not None else "."),
         "",
         f"The report: this run's artifact `{REPORT_ARTIFACT}` (Artifacts tab; also `report.md`, `report.json`, "

@@ -12,7 +12,6 @@ from typing import Any
 
 from pipelines.report.document import (
     FIGURE_NAMES,
-    TESTS,
     Block,
     Figure,
     Report,
@@ -22,6 +21,7 @@ from pipelines.report.document import (
     p_text,
     test_name,
 )
+from pipelines.report.significance import LEVEL, TESTS
 from pipelines.report.stats import KL_PSEUDO_COUNT, alpha_key
 from pipelines.study.design import BASELINE, MSE
 
@@ -323,10 +323,10 @@ def _significance(tested: list[dict], meta: dict[str, Any], m: str, primary: str
     order = [primary, *(k for k in TESTS if k != primary)] if primary else ["t", "randomisation"]
     head = ["model", f"Δ {m}", "queries (folds)", "left out: no relevant document"]
     for k in order:
-        name, _, _ = TESTS[k]
+        name = TESTS[k].label
         mark = "" if primary is None else (" (primary)" if k == primary else " (robustness)")
         head += [f"{name} p{mark}", f"{name} p, Holm{mark}"]
-    keys = [key for k in order for key in TESTS[k][1:]]
+    keys = [key for k in order for key in (TESTS[k].p, TESTS[k].p_holm)]
     rows = [
         [r["label"], _f(r["delta"]), f"{r['queries']} ({len(r['paired_folds'])})", str(r["queries_no_relevant"])]
         + [p_text(r[k]) for k in keys]
@@ -351,13 +351,13 @@ def _significance(tested: list[dict], meta: dict[str, Any], m: str, primary: str
         f"p-values are shown raw and Holm-corrected side by side (Holm-Bonferroni step-down over the "
         f"{len(tested)} comparisons of this table, for each test separately).{which}"
     )
-    p_col = f"the {TESTS[primary][0]} p, Holm (primary)" if primary else "a Holm-corrected p"
+    p_col = f"the {TESTS[primary].label} p, Holm (primary)" if primary else "a Holm-corrected p"
     return Section(
         "significance",
         "Significance against LambdaMART",
         "each system's mean paired difference with LambdaMART and the p-values of both tests, raw and Holm",
         [text, Table(head, rows)],
-        f"{p_col} below 0.05 means a difference unlikely under no difference at all, after correcting for the "
+        f"{p_col} below {LEVEL:g} means a difference unlikely under no difference at all, after correcting for the "
         f"{len(tested)} comparisons; its sign is Δ's. A large p says nothing about being as good (see the headline's "
         "margin).",
     )
