@@ -65,7 +65,7 @@ import xgboost as xgb
 
 from pipelines.core.config import TrainConfig
 from pipelines.data.dataset import Dataset
-from pipelines.data.generate import BATCH_QUERIES, query_plan, simulate_batch
+from pipelines.data.generate import BATCH_QUERIES, mslr_queries, simulate_batch
 from pipelines.execution.barrier_job import make_settings
 from pipelines.kernel.env import check_device
 from pipelines.kernel.loop import Settings, SplitData, WorkerData, booster_params, run_nodes
@@ -94,7 +94,7 @@ def make_data(train_rows: int, test_queries: int, procs: int) -> tuple[SplitData
     t0 = time.perf_counter()
     mean_docs = 121.0
     queries = int(train_rows / mean_docs * 1.05) + test_queries + 64
-    qid, n_docs, _ = query_plan(queries, SEED)
+    qid, n_docs, _ = mslr_queries(queries, SEED)
     cum = np.cumsum(n_docs)
     n_train = int(np.searchsorted(cum, train_rows) + 1)
     if n_train + test_queries > queries:

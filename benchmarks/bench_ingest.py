@@ -41,7 +41,7 @@ from pathlib import Path
 from pipelines.core.config import IngestConfig, SparkConfig, load_dataset_spec
 from pipelines.core.proctree import tree_rss
 from pipelines.core.session import build_session
-from pipelines.data.generate import generate, query_plan
+from pipelines.data.generate import generate, mslr_queries
 from pipelines.data.ingest import ingest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +79,7 @@ def make_file(work: Path, rows: int) -> Path:
     path = work / "one" / "train.txt"
     if path.exists():
         return path
-    _, n, _ = query_plan(10**6, seed=77)
+    _, n, _ = mslr_queries(10**6, seed=77)
     queries = int((n.cumsum() < rows).sum()) + 1
     queries = max(queries, 5)
     gen = work / "gen_one"

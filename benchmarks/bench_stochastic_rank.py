@@ -104,9 +104,9 @@ def ablation(mu: float) -> dict[str, Spec]:
 # ------------------------------------------------------------ data
 def yahoo_data(train_queries: int, test_queries: int) -> tuple[SplitData, SplitData]:
     """Yahoo!-shaped rows in memory: dense float32, an absent feature 0."""
-    from pipelines.data.shapes import YAHOO, query_plan, simulate_yahoo
+    from pipelines.data.shapes import YAHOO, shape_queries, simulate_yahoo
 
-    qid, n_docs, _ = query_plan(YAHOO, train_queries + test_queries, DATA_SEED)
+    qid, n_docs, _ = shape_queries(YAHOO, train_queries + test_queries, DATA_SEED)
     parts = []
     for b, s in enumerate(range(0, qid.size, 500)):
         nd = n_docs[s : s + 500]

@@ -37,9 +37,9 @@ for m in ("numpy", "scipy", "pandas", "pyarrow", "numba", "yaml", "pyspark", "py
     print(m, getattr(mod, "__version__", "?"), mod.__file__)
 import numba, numpy as np
 print("numba njit:", numba.njit(lambda a: a.sum())(np.arange(10)))
-from pipelines.data.generate import query_plan, simulate_batch
+from pipelines.data.generate import mslr_queries, simulate_batch
 t0 = time.perf_counter()
-_, n, _ = query_plan(512, 1)
+_, n, _ = mslr_queries(512, 1)
 labels, X = simulate_batch(np.random.default_rng(0), n[:256])
 print(f"simulate_batch: {X.shape[0]} rows in {time.perf_counter() - t0:.2f} s")
 EOF

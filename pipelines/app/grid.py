@@ -40,12 +40,12 @@ from pipelines.study.design import (
     check_curricula,
     curricula_needed,
     grid_children,
+    grid_keys,
     is_taught,
     plan_fold,
     record_plan,
     study_data,
     study_finished,
-    study_keys,
 )
 from pipelines.study.steps import ensure_curricula, ensure_difficulty, ensure_teachers
 from pipelines.study.teachers import check_teacher
@@ -266,7 +266,7 @@ def _set_up(
             )
     tracker = Tracker.for_config(cfg)
     code = {**code_identity(), **plugins_code()}
-    study_key, grid_key = study_keys(cfg, ds, code)
+    study_key, grid_key = grid_keys(cfg, ds, code)
     _refuse_other_code(tracker, study_key, grid_key, code, new_parent)
     parent, resumed = tracker.find_or_create_parent(
         grid_key,

@@ -308,7 +308,7 @@ def _key_docs(cfg: Config) -> dict[str, Any]:
 
     code = {"stand-in": "0"}
     return {
-        "study": design.study_keys(cfg, _Data(), code),  # type: ignore[arg-type]
+        "study": design.grid_keys(cfg, _Data(), code),  # type: ignore[arg-type]
         "trees": keys.plan_context(cfg.train, cfg.metric, _Data.fingerprint, 1, code, code),
         "data": generate_inputs(cfg),
     }

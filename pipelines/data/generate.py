@@ -100,7 +100,7 @@ class GenerateSummary:
 
 
 # ------------------------------------------------------------- the model
-def query_plan(queries: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def mslr_queries(queries: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per query: qid (increasing), number of documents, subset index 0..4."""
     if queries < 5:
         raise ValueError(f"--queries must be at least 5 (one per subset), got {queries}")
@@ -308,7 +308,7 @@ def generate(
     if shape != "mslr":
         return generate_shape(out, queries, seed, workers, shape, label_noise)
     t0 = time.perf_counter()
-    qid, n_docs, subset = query_plan(queries, seed)
+    qid, n_docs, subset = mslr_queries(queries, seed)
     root = Path(out)
     for f in MSLR_ROTATION:
         (root / f"Fold{f}").mkdir(parents=True, exist_ok=True)
@@ -409,7 +409,7 @@ def generate_shape(
     """
     t0 = time.perf_counter()
     spec = shapes.SHAPES[shape]
-    qid, n_docs, file = shapes.query_plan(spec, queries, seed)
+    qid, n_docs, file = shapes.shape_queries(spec, queries, seed)
     jobs = []
     for k in range(len(spec.files)):
         sel = file == k

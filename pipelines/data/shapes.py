@@ -129,7 +129,7 @@ def split_counts(queries: int, weights: tuple[int, ...]) -> np.ndarray:
     return counts
 
 
-def query_plan(spec: ShapeSpec, queries: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def shape_queries(spec: ShapeSpec, queries: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per query: qid (increasing), number of documents, index of its file in ``spec.files``.
 
     Raises

@@ -404,7 +404,7 @@ def record_plan(store: CheckpointStore, experiment: str, fp: FoldPlan) -> None:
         )
 
 
-def study_keys(cfg: Config, ds: Dataset, code: dict[str, str] | None = None) -> tuple[str, str]:
+def grid_keys(cfg: Config, ds: Dataset, code: dict[str, str] | None = None) -> tuple[str, str]:
     """(study key, grid key) of the grid of ``cfg`` on ``ds`` (:func:`pipelines.core.keys.study_keys`).
 
     Where the inputs were read from is not what they are: the data by its fingerprint, the difficulty

@@ -151,7 +151,7 @@ def ingest_inputs(cfg: Config, src: str, data: str) -> dict[str, Any]:
     }
 
 
-def dataset_fingerprint(data: str) -> str | None:
+def fingerprint_at(data: str) -> str | None:
     """The content fingerprint of the dataset at ``data``; None when there is no readable dataset there."""
     try:
         return open_dataset(data).fingerprint
@@ -171,7 +171,7 @@ def ingest_state(cfg: Config, src: str, data: str, record: str | None = None) ->
     except (OSError, ValueError):
         done = {}
     fingerprint = done.get("fingerprint")
-    fresh = done.get("key") == key and bool(fingerprint) and fingerprint == dataset_fingerprint(data)
+    fresh = done.get("key") == key and bool(fingerprint) and fingerprint == fingerprint_at(data)
     return StepState("ingest", data, key, fresh)
 
 
@@ -184,7 +184,7 @@ def forget_ingest(record: str) -> None:
 def record_ingest(record: str, key: str, src: str, data: str) -> dict[str, Any]:
     """After a successful ingest, write ``record`` (atomically): the inputs' ``key`` and the dataset's content
     fingerprint."""
-    fp = dataset_fingerprint(data)
+    fp = fingerprint_at(data)
     if fp is None:
         raise DatasetError(f"ingest succeeded but {data} has no readable _manifest.json")
     doc = {"key": key, "fingerprint": fp, "src": redact(src), "data": redact(data)}

@@ -69,7 +69,7 @@ def test_children_of_a_fold(tmp_path):
 
 def test_grid_anti_adds_the_anti_curriculum_of_each_ordered_strategy_and_keys_only_then(tmp_path):
     from pipelines.data.dataset import Dataset
-    from pipelines.study.design import study_keys
+    from pipelines.study.design import grid_keys
 
     plain, anti = _cfg(tmp_path), _cfg(tmp_path, **{"grid.anti": "true"})
     extra = [c for c in grid_children(anti, 1) if c.name not in {k.name for k in grid_children(plain, 1)}]
@@ -83,9 +83,9 @@ def test_grid_anti_adds_the_anti_curriculum_of_each_ordered_strategy_and_keys_on
     assert sorted(c.name for c in grid_children(both, 1)) == sorted(c.name for c in grid_children(anti, 1))
     ds = Dataset(path="mem", manifest={"fingerprint": "sha256:abc", "n_features": 136, "folds": {"1": {}, "2": {}}})
     code = {"sources": "fixed"}
-    assert study_keys(plain, ds, code) != study_keys(anti, ds, code)  # another grid: another study
+    assert grid_keys(plain, ds, code) != grid_keys(anti, ds, code)  # another grid: another study
     unset = load_config(None, [o for o in tiny_study() if not o.startswith("grid.anti")])
-    assert study_keys(unset, ds, code) == study_keys(load_config(None, [*tiny_study(), "grid.anti=false"]), ds, code)
+    assert grid_keys(unset, ds, code) == grid_keys(load_config(None, [*tiny_study(), "grid.anti=false"]), ds, code)
 
 
 def test_the_curricula_study_holds_each_curriculum_with_both_controls():
@@ -150,7 +150,7 @@ def test_seeds_repeat_only_the_children_that_depend_on_a_seed(tmp_path):
     from types import SimpleNamespace
 
     from pipelines.core import keys
-    from pipelines.study.design import study_keys
+    from pipelines.study.design import grid_keys
 
     ds = SimpleNamespace(fingerprint="sha256:x")
     c1 = _cfg(tmp_path)
@@ -165,8 +165,8 @@ def test_seeds_repeat_only_the_children_that_depend_on_a_seed(tmp_path):
         "dataset": "sha256:x",
         "folds": [1, 2],
     }
-    assert study_keys(c1, ds, {"sources": "s"}) == keys.study_keys(doc, {"sources": "s"})
-    assert study_keys(_cfg(tmp_path, **{"grid.seeds": 2}), ds, {"sources": "s"})[0] != study_keys(c1, ds)[0]
+    assert grid_keys(c1, ds, {"sources": "s"}) == keys.study_keys(doc, {"sources": "s"})
+    assert grid_keys(_cfg(tmp_path, **{"grid.seeds": 2}), ds, {"sources": "s"})[0] != grid_keys(c1, ds)[0]
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 import xgboost as xgb
 
 from pipelines.data.dataset import MSLR_ROTATION
-from pipelines.data.generate import NOISY_SUBSETS, generate, query_plan
+from pipelines.data.generate import NOISY_SUBSETS, generate, mslr_queries
 from udfs.letor_chunks import sorted_rows
 from udfs.letor_parse import LineSpec, parse_block
 from udfs.metrics import NdcgSpec, ndcg, offsets_from_qids
@@ -52,7 +52,7 @@ def test_rejects_fewer_queries_than_subsets(tmp_path):
 
 
 def test_query_sizes_like_mslr():
-    _, n, subset = query_plan(31531, seed=2018)
+    _, n, subset = mslr_queries(31531, seed=2018)
     assert 3.4e6 < n.sum() < 4.2e6  # MSLR-WEB30K: 3,771,125 rows
     assert n.min() == 1 and n.max() > 1000
     assert 100 < n.mean() < 140

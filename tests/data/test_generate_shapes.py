@@ -87,11 +87,11 @@ def test_yahoo_layout_split_and_record(yahoo):
 
 
 def test_query_sizes_like_the_real_sets():
-    _, n, file = shapes.query_plan(shapes.ISTELLA, 33018, seed=2018)
+    _, n, file = shapes.shape_queries(shapes.ISTELLA, 33018, seed=2018)
     assert 9.5e6 < n.sum() < 11.5e6  # Istella: 10,454,629 rows
     assert n.min() == 1 and n.max() > 2000
     assert np.bincount(file).tolist() == [23219, 9799]
-    _, n, file = shapes.query_plan(shapes.YAHOO, 29921, seed=2018)
+    _, n, file = shapes.shape_queries(shapes.YAHOO, 29921, seed=2018)
     assert 650_000 < n.sum() < 770_000  # Yahoo set 1: 709,877 rows
     assert np.bincount(file).tolist() == [19944, 2994, 6983]
 

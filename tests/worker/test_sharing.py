@@ -25,7 +25,7 @@ import numpy as np
 from pipelines.core.config import TrainConfig
 from pipelines.core.threads import usable_cpus
 from pipelines.data.dataset import Dataset
-from pipelines.data.generate import query_plan, simulate_batch
+from pipelines.data.generate import mslr_queries, simulate_batch
 from pipelines.execution.barrier_job import make_settings
 from pipelines.kernel.loop import SplitData, WorkerData, run_nodes
 from pipelines.plan.paths import parse_path
@@ -34,7 +34,7 @@ from pipelines.store.checkpoints import CheckpointStore
 from udfs.metrics import NdcgSpec
 
 trees = int(sys.argv[1])
-qid, n_docs, _ = query_plan(int(sys.argv[2]), 5)
+qid, n_docs, _ = mslr_queries(int(sys.argv[2]), 5)
 y, X = simulate_batch(np.random.default_rng(5), n_docs)
 sp = SplitData(X.astype(np.float32), y.astype(np.float32), np.repeat(qid, n_docs).astype(np.int32))
 n = usable_cpus()

@@ -26,7 +26,7 @@ from pipelines.data.ingest.checks import (
 from pipelines.data.ingest.discovery import IngestError, SourceFile, SourceLayout, discover
 from pipelines.data.ingest.manifest import (
     FORMAT_VERSION,
-    dataset_fingerprint,
+    content_fingerprint,
     folds_as_given,
     source_stats,
     split_stats,
@@ -245,7 +245,7 @@ def _ingest_into(
     shared = qids_in_several_subsets_of(file_results)
     if shared:
         log.warning("%d qids appear in several stored subsets (e.g. %s)", len(shared), shared[:5])
-    fingerprint = dataset_fingerprint(spec, folds, subsets, subset_hash)
+    fingerprint = content_fingerprint(spec, folds, subsets, subset_hash)
     return {
         "format_version": FORMAT_VERSION,
         "dataset": dataset.name,

@@ -76,7 +76,7 @@ def folds_as_given(files: list[SourceFile]) -> dict[str, dict[str, list[str]]]:
     return folds
 
 
-def dataset_fingerprint(spec: LineSpec, folds: dict, subsets: dict, subset_hash: dict[str, int]) -> str:
+def content_fingerprint(spec: LineSpec, folds: dict, subsets: dict, subset_hash: dict[str, int]) -> str:
     """sha256 of the content: schema, fold layout, and per subset its row count and the
     order-independent sum of row hashes (so chunking and file layout do not matter)."""
     from pipelines.core.keys import dataset_key
