@@ -26,6 +26,7 @@ systems; on object stores the marker file, written last, is the commit point).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import uuid
@@ -96,6 +97,19 @@ class Output:
         with self.fs.open_output_stream(f"{self.path}/{name}") as f:
             f.write(json.dumps(doc, indent=2, sort_keys=True).encode())
 
+    def write_parquet(self, name: str, table: Any) -> str:
+        """Write the Arrow ``table`` as the Parquet file ``name`` of the output directory; return the sha256 of its
+        bytes, which its summary records and a reader checks (:func:`file_sha256`)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        data = sink.getvalue().to_pybytes()
+        with self.fs.open_output_stream(f"{self.path}/{name}") as f:
+            f.write(data)
+        return hashlib.sha256(data).hexdigest()
+
 
 def _check_replaceable(fs: pafs.FileSystem, path: str, shown: str, marker: str) -> None:
     info = fs.get_file_info(path)
@@ -110,6 +124,16 @@ def _check_replaceable(fs: pafs.FileSystem, path: str, shown: str, marker: str) 
             f"refusing to replace --out {shown}: it exists and is not an ltr output "
             f"(no {marker}); choose another path or remove it"
         )
+
+
+def file_sha256(path: str, name: str) -> str | None:
+    """The sha256 of ``path/name``'s bytes (``path`` local or a URI); None when it cannot be read."""
+    fs, p = resolve(path)
+    try:
+        with fs.open_input_stream(f"{p}/{name}") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
 
 
 def read_json(path: str, name: str) -> Any:

@@ -60,13 +60,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from pipelines.core.config import ConfigError, CurriculumConfig, DifficultyConfig
 from pipelines.core.secrets import redact
-from pipelines.core.storage import atomic_output, read_json
+from pipelines.core.storage import atomic_output, file_sha256, read_json
 from pipelines.data.dataset import MANIFEST, Dataset, DatasetError, load_split, open_dataset
 from pipelines.data.scoring import SUMMARY as DIFFICULTY_SUMMARY
 from pipelines.data.scoring import plugin_scores
@@ -79,6 +78,8 @@ log = logging.getLogger(__name__)
 
 SUMMARY = "_curriculum.json"
 QUERIES = "queries.parquet"
+#: The summary's record of the sha256 of ``queries.parquet``, checked whenever the curriculum is used.
+QUERIES_SHA256 = "queries_sha256"
 
 
 def _read_json(path: str, name: str) -> dict[str, Any]:
@@ -286,7 +287,7 @@ def build_curriculum(
         }
     )
     with atomic_output(out, SUMMARY) as tmp:
-        pq.write_table(table, f"{tmp.path}/{QUERIES}", filesystem=tmp.fs)
+        summary[QUERIES_SHA256] = tmp.write_parquet(QUERIES, table)
         tmp.write_json(SUMMARY, summary)
     log.info(
         "curriculum %s fold %d (empty queries: %s, %d of %d): %d stages, queries per stage %s, in %.1f s",
@@ -383,15 +384,30 @@ def read_curriculum(path: str) -> dict[str, Any]:
     return _read_json(path, SUMMARY)
 
 
+def changed_on_disk(path: str, summary: dict[str, Any]) -> bool:
+    """Whether the curriculum's ``queries.parquet`` no longer has the sha256 its summary recorded (a curriculum
+    built before the record existed is taken as it is)."""
+    want = summary.get(QUERIES_SHA256)
+    return want is not None and file_sha256(path, QUERIES) != want
+
+
 def stored_curriculum(path: str, key: str) -> dict[str, Any] | None:
     """The summary of the curriculum at ``path`` when it was built from the inputs whose
-    :func:`pipelines.core.keys.curriculum_key` is ``key``; None when missing, unreadable or built from other inputs
-    (the freshness check of :func:`pipelines.study.steps.curriculum_state`)."""
+    :func:`pipelines.core.keys.curriculum_key` is ``key`` and its queries are the bytes it wrote; None when missing,
+    unreadable, built from other inputs or changed on disk (the freshness check of
+    :func:`pipelines.study.steps.curriculum_state`: it is built again)."""
     try:
         summary = read_curriculum(path)
     except DatasetError:
         return None
-    return summary if summary.get("key") == key else None
+    if summary.get("key") != key:
+        return None
+    if changed_on_disk(path, summary):
+        log.warning(
+            "curriculum %s: %s does not match the checksum it was written with; it is built again", path, QUERIES
+        )
+        return None
+    return summary
 
 
 @dataclass(frozen=True)
@@ -433,6 +449,11 @@ def load_curricula(paths: list[str], ds: Dataset, fold: int) -> list[Curriculum]
     out: dict[str, Curriculum] = {}
     for p in paths:
         c = Curriculum(to_uri(p), read_curriculum(p))
+        if changed_on_disk(p, c.summary):
+            raise DatasetError(
+                f"curriculum {p}: {QUERIES} does not match the checksum it was written with (it changed on disk); "
+                "build it again with `ltr curriculum`"
+            )
         if c.summary.get("dataset_fingerprint") != ds.fingerprint:
             raise DatasetError(f"curriculum {p} was built for another dataset; rebuild it with `ltr curriculum`")
         if int(c.summary.get("fold", -1)) != fold:

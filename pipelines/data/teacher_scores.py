@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from pipelines.core.storage import atomic_output, read_json
+from pipelines.core.storage import atomic_output, file_sha256, read_json
 from pipelines.data.dataset import Dataset, load_split
 from udfs import schema
 from udfs.metrics import NdcgSpec
@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 SUMMARY = "_teacher.json"
 SCORES = "scores.parquet"
+SCORES_SHA256 = "scores_sha256"
 DDL = (
     f"{schema.SUBSET} string, {schema.QID} int, group int, n_pairs long, "
     "teacher_margin double, teacher_loss double, teacher_ndcg double"
@@ -93,9 +94,7 @@ def compute_teacher_scores(
         "dataset_fingerprint": ds.fingerprint,
         "content_fingerprint": "sha256:" + content,
     }
-    with atomic_output(out, SUMMARY) as tmp:
-        pq.write_table(table, f"{tmp.path}/{SCORES}", filesystem=tmp.fs)
-        tmp.write_json(SUMMARY, summary)
+    write_teacher_scores(table, summary, out)
     log.info(
         "teacher scores of fold %d (%s): %d queries, %d without a pair of different labels, in %.1f s",
         fold,
@@ -110,14 +109,29 @@ def compute_teacher_scores(
 _SCORE_COLS = ("teacher_margin", "teacher_loss", "teacher_ndcg")
 
 
+def write_teacher_scores(table: pa.Table, summary: dict[str, Any], out: str) -> None:
+    """Write the scores and their summary to ``out`` at once, the summary recording the sha256 of the scores' file."""
+    with atomic_output(out, SUMMARY) as tmp:
+        summary[SCORES_SHA256] = tmp.write_parquet(SCORES, table)
+        tmp.write_json(SUMMARY, summary)
+
+
 def stored_teacher_scores(out: str, key: str) -> dict[str, Any] | None:
-    """The summary of the teacher scores at ``out`` when they were computed from the inputs whose key is ``key``;
-    None when missing, unreadable or computed from others."""
+    """The summary of the teacher scores at ``out`` when they were computed from the inputs whose key is ``key`` and
+    are the bytes written then; None when missing, unreadable, computed from others or changed on disk (they are
+    computed again: the teachers themselves are checkpoints, checked as such)."""
     try:
         summary = read_json(out, SUMMARY)
     except (OSError, ValueError):
         return None
-    return summary if summary.get("key") == key else None
+    if summary.get("key") != key:
+        return None
+    if file_sha256(out, SCORES) != summary.get(SCORES_SHA256):
+        log.warning(
+            "teacher scores %s: %s does not match the checksum it was written with; computed again", out, SCORES
+        )
+        return None
+    return summary
 
 
 def read_teacher_scores(out: str) -> pd.DataFrame:

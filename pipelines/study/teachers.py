@@ -24,13 +24,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipelines.core import keys
 from pipelines.core.config import Config, ConfigError
 from pipelines.core.layout import Layout
 from pipelines.core.storage import atomic_output
-from pipelines.data.curriculum import QUERIES, SUMMARY, stored_curriculum
+from pipelines.data.curriculum import QUERIES, QUERIES_SHA256, SUMMARY, stored_curriculum
 from pipelines.data.dataset import Dataset, DatasetError
 from pipelines.plan.paths import TrainingPath, parse_path
 from udfs import schema
@@ -156,7 +155,7 @@ def build_teacher_queries(
         }
     )
     with atomic_output(out, SUMMARY) as tmp:
-        pq.write_table(table, f"{tmp.path}/{QUERIES}", filesystem=tmp.fs)
+        summary[QUERIES_SHA256] = tmp.write_parquet(QUERIES, table)
         tmp.write_json(SUMMARY, summary)
     log.info("teacher curriculum %s of fold %d: %d of %d training queries", name, fold, stages[0]["queries"], n)
     return summary
