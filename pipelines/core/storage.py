@@ -136,6 +136,17 @@ def file_sha256(path: str, name: str) -> str | None:
         return None
 
 
+def files_sha256(path: str, suffix: str = ".parquet") -> dict[str, str]:
+    """The sha256 of each file named ``*<suffix>`` directly in ``path`` (Spark's part files), by name."""
+    fs, p = resolve(path)
+    out = {}
+    for info in fs.get_file_info(pafs.FileSelector(p)):
+        if info.type == pafs.FileType.File and info.base_name.endswith(suffix):
+            with fs.open_input_stream(info.path) as f:
+                out[info.base_name] = hashlib.sha256(f.read()).hexdigest()
+    return dict(sorted(out.items()))
+
+
 def read_json(path: str, name: str) -> Any:
     """``path/name`` parsed as JSON (``path`` local or a URI); FileNotFoundError if it is missing."""
     fs, p = resolve(path)

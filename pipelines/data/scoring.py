@@ -28,7 +28,7 @@ from pipelines.core.config import DifficultyConfig
 from pipelines.core.keys import difficulty_key, rows_fingerprint
 from pipelines.core.secrets import redact
 from pipelines.core.spark_progress import spark_progress
-from pipelines.core.storage import atomic_output
+from pipelines.core.storage import atomic_output, files_sha256
 from pipelines.data.dataset import Dataset, DatasetError, open_dataset
 from udfs import schema
 from udfs.difficulty import DIFFICULTY_DDL
@@ -38,6 +38,8 @@ from udfs.metrics import NdcgSpec
 log = logging.getLogger(__name__)
 
 SUMMARY = "_difficulty.json"
+#: The summary's record of the sha256 of each part file, checked by :func:`stored_summary`.
+FILES_SHA256 = "files_sha256"
 
 
 @dataclass(frozen=True)
@@ -81,15 +83,24 @@ def difficulty_inputs(ds: Dataset, cfg: DifficultyConfig, spec: NdcgSpec) -> dic
 
 def stored_summary(path: str, key: str) -> dict[str, Any] | None:
     """The summary of the scores stored at ``path`` when they were computed from the inputs whose
-    :func:`pipelines.core.keys.difficulty_key` is ``key``; None when missing, unreadable or computed from other inputs
-    (what ``ltr grid`` and the Airflow DAG both check before they compute the scores again)."""
+    :func:`pipelines.core.keys.difficulty_key` is ``key`` and their part files are the bytes written then; None when
+    missing, unreadable, computed from other inputs or changed on disk (what ``ltr grid`` and the Airflow DAG both
+    check before they compute the scores again)."""
     from pipelines.core.storage import read_json
 
     try:
         summary = read_json(path, SUMMARY)
     except (OSError, ValueError):
         return None
-    return summary if summary.get("key") == key else None
+    if summary.get("key") != key:
+        return None
+    want = summary.get(FILES_SHA256)  # None: scores of an older ltr, taken as they are
+    if want is not None and files_sha256(path) != want:
+        log.warning(
+            "difficulty scores %s: their files do not match the checksums they were written with; computed again", path
+        )
+        return None
+    return summary
 
 
 def content_fingerprint(scores: DataFrame) -> str:
@@ -147,6 +158,7 @@ def run_difficulty(spark: SparkSession, data: str, out: str, cfg: DifficultyConf
             "mean_ndcg_bm25": agg["bm25"] if roles.bm25 else None,  # None: the dataset has no such feature
             "mean_ndcg_pagerank": agg["pagerank"] if roles.pagerank else None,
             "columns": DIFFICULTY_DDL,
+            FILES_SHA256: files_sha256(tmp.uri),
         }
         if summary["rows"] != ds.manifest["rows"]:
             raise RuntimeError(

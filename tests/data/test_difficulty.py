@@ -213,3 +213,23 @@ def test_content_fingerprint_is_unchanged_and_order_independent(spark):
     assert content_fingerprint(df) == "sha256:39fee70a00b25aee"
     assert content_fingerprint(df.repartition(3)) == "sha256:39fee70a00b25aee"
     assert content_fingerprint(df.limit(0)) == "sha256:e8ca2bd51293d64a"
+
+
+def test_difficulty_scores_changed_on_disk_are_computed_again(small_difficulty, tmp_path, caplog):
+    """The summary records each part file's sha256; scores whose file changed on disk fail the freshness check (the
+    study computes them again) instead of ordering curricula."""
+    import shutil
+
+    from pipelines.data.scoring import FILES_SHA256, stored_summary
+
+    copy = tmp_path / "scores"
+    shutil.copytree(small_difficulty, copy)
+    summary = json.loads((copy / "_difficulty.json").read_text())
+    assert summary[FILES_SHA256] and set(summary[FILES_SHA256]) == {p.name for p in copy.glob("part-*.parquet")}
+    assert stored_summary(str(copy), summary["key"]) == summary
+    part = sorted(copy.glob("part-*.parquet"))[0]
+    data = bytearray(part.read_bytes())
+    data[-20] ^= 0x01
+    part.write_bytes(bytes(data))
+    assert stored_summary(str(copy), summary["key"]) is None
+    assert "do not match the checksums they were written with; computed again" in caplog.text
