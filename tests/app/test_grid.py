@@ -90,15 +90,15 @@ def test_grid_anti_adds_the_anti_curriculum_of_each_ordered_strategy_and_keys_on
 
 def test_the_curricula_study_holds_each_curriculum_with_both_controls():
     """conf/curricula.yaml: every curriculum of an order beside its anti-curriculum and the random one, each at
-    the switch point, the random one repeated per seed, oracle and label-free scores both; and its noisy cell's
-    override is a valid config."""
+    the switch point, the random one repeated per seed, oracle, label-free and model (teacher) scores; and its noisy
+    cell's override is a valid config."""
     from pipelines.core.config import conf_dir
     from pipelines.report.controls import kind_of
 
     cfg = load_config(conf_dir() / "curricula.yaml")
     names = {c.name for c in grid_children(cfg, 1)}
     ordered = [s for s in cfg.grid.strategies if kind_of(s)]
-    assert {kind_of(s) for s in ordered} == {"oracle", "label_free"}
+    assert {kind_of(s) for s in ordered} == {"oracle", "label_free", "model"}
     for s in ordered:
         assert {f"fold1/{s}-40", f"fold1/anti_{s}-40"} <= names, (s, sorted(names))
     assert {"fold1/lambdamart", "fold1/random-40", "fold1/random-40/seed1", "fold1/random-40/seed2"} <= names
