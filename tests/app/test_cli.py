@@ -55,7 +55,7 @@ def test_keys_explain_lists_each_kind_s_kernel_modules(capsys):
 
     assert main(["keys", "--explain", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc["kinds"]) == {"difficulty", "curriculum", "cuts", "node"}
+    assert set(doc["kinds"]) == {"difficulty", "curriculum", "cuts", "node", "teacher_scores"}
     for kind, d in doc["kinds"].items():
         assert d["sources"] == keys.code_identity(kind)["sources"] and d["modules"] == keys.explain()[kind]
     assert "pipelines.kernel.loop" in doc["kinds"]["node"]["modules"]
