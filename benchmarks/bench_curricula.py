@@ -160,6 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--crossfit0", action="store_true", help="also time the crossfit-0 teacher on the clean, full cell's data"
     )
+    p.add_argument(
+        "--reuse",
+        action="store_true",
+        help="take a cell that an earlier run of this command finished (WORK/cells.json) as it is, without `ltr run`"
+        " (a cell run again by later code may retrain: its curricula's code is in their keys)",
+    )
     a = p.parse_args(argv)
     work = Path(a.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -167,9 +173,16 @@ def main(argv: list[str] | None = None) -> int:
     if a.cells:
         todo = {k: v for k, v in todo.items() if k in a.cells.split(",")}
     results = {}
+    done = json.loads((work / "cells.json").read_text()) if (work / "cells.json").exists() else {}
     for name, overrides in todo.items():
-        seconds = run_cell(work, name, overrides)
-        report = json.loads((work / name.replace(", ", "-") / "report" / "report.json").read_text())
+        rep = work / name.replace(", ", "-") / "report" / "report.json"
+        if a.reuse and name in done and rep.exists():  # finished by an earlier run: its report and seconds as they are
+            seconds = done[name]
+        else:
+            seconds = run_cell(work, name, overrides)
+            done[name] = seconds
+            (work / "cells.json").write_text(json.dumps(done, indent=1))
+        report = json.loads(rep.read_text())
         teachers = teacher_cost(cell_config(work, name, overrides))
         results[name] = {"seconds": seconds, "overrides": overrides, "report": report, "teachers": teachers}
         print(f"{name}: {seconds:.0f} s; {_teacher_line(teachers)}", flush=True)
