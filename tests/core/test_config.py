@@ -193,7 +193,7 @@ def test_the_keys_of_extra_curricula_are_those_of_the_plain_dicts_they_were(monk
     document then had no code of its own, so its old key is the digest of the same inputs without it)."""
     from pipelines.core import keys
     from pipelines.data.dataset import Dataset
-    from pipelines.study.design import curriculum_inputs, study_keys
+    from pipelines.study.design import curriculum_inputs, grid_keys
 
     monkeypatch.setattr(keys, "code_identity", lambda kind=None: {"sources": "fixed", "xgboost": "x"})
     manifest = {"fingerprint": "sha256:abc", "n_features": 136, "feature_roles": {"bm25": 110, "pagerank": 130}}
@@ -207,7 +207,7 @@ def test_the_keys_of_extra_curricula_are_those_of_the_plain_dicts_they_were(monk
         cfg = load_config(None, overrides)
         inputs = curriculum_inputs(cfg, ds, 1, "paced", "sha256:scores")
         assert keys.digest({"kind": "curriculum", **inputs}, 16) == curriculum
-        assert study_keys(cfg, ds, {"sources": "fixed"})[0] == study
+        assert grid_keys(cfg, ds, {"sources": "fixed"})[0] == study
 
 
 def test_overrides():

@@ -40,7 +40,7 @@ def test_a_credential_in_a_data_path_is_in_no_ingest_record_and_in_no_key(tmp_pa
     from pipelines.study import steps
 
     monkeypatch.setattr(steps, "_listing", lambda src: [["Fold1/train.txt", 10, 1]])  # no store to list here
-    monkeypatch.setattr(steps, "dataset_fingerprint", lambda data: "sha256:abc")
+    monkeypatch.setattr(steps, "fingerprint_at", lambda data: "sha256:abc")
     cfg = load_config(None, [f"work_dir={tmp_path}"])
 
     def key(password: str, token: str) -> str:
