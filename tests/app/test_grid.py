@@ -107,22 +107,24 @@ def test_the_curricula_study_holds_each_curriculum_with_both_controls():
 
 def test_the_methods_study_holds_every_seed_method_in_one_grid():
     """conf/methods.yaml (README's command for comparing every method): one grid with the baseline, MSE-t, a
-    curriculum and its random control, a paced curriculum, blend, sigmoid pairwise, RankNet, StochasticRank and
-    noisy LambdaMART; the seeded ones repeated per seed, and every path's objective a registered one."""
+    curriculum and its random control, a paced curriculum, blend, sigmoid pairwise, RankNet, StochasticRank, noisy
+    LambdaMART and SelGB; the seeded ones repeated per seed, and every path's objective a registered one."""
     from pipelines.core.config import conf_dir
 
     cfg = load_config(conf_dir() / "methods.yaml")
     children = grid_children(cfg, 1)
     names = {c.name for c in children}
     for system in ("lambdamart", "mse-40", "q_nrel-40", "random-40", "paced_root_n", "blend_linear",
-                   "sigmoid_pairwise", "ranknet", "stochastic_rank", "noisy_lambdamart"):  # fmt: skip
+                   "sigmoid_pairwise", "ranknet", "stochastic_rank", "noisy_lambdamart", "selgb"):  # fmt: skip
         assert f"fold1/{system}" in names, (system, sorted(names))
     for seeded in ("random-40", "stochastic_rank", "noisy_lambdamart"):
         assert {f"fold1/{seeded}/seed1", f"fold1/{seeded}/seed2"} <= names
     objectives = {s.objective for c in children for s in c.path.segments}
     assert {"lambdamart", "mse", "blend", "sigmoid_pairwise", "ranknet", "stochastic_rank",
-            "noisy_lambdamart"} <= objectives  # fmt: skip
+            "noisy_lambdamart", "selgb"} <= objectives  # fmt: skip
     assert all(c.path.trees == cfg.grid.trees for c in children)
+    assert "fold1/selgb/seed1" not in names  # deterministic: one run
+    assert cfg.plugins.params["selgb"] == {"negatives": 0.1}
 
 
 def test_seeds_repeat_only_the_children_that_depend_on_a_seed(tmp_path):

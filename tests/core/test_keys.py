@@ -495,9 +495,13 @@ OBJECTIVE_TABLE = [
     ("udfs/objectives/noisy_lambdamart.py", {"noisy_lambdamart"}),
     ("udfs/objectives/sigmoid_pairwise.py", {"sigmoid_pairwise"}),
     ("udfs/objectives/mse.py", {"mse", "blend"}),
-    ("udfs/objectives/lambdamart.py", {"lambdamart", "ranknet", "blend", "noisy_lambdamart"}),
-    ("udfs/objectives/pairwise.py", {"lambdamart", "ranknet", "blend", "noisy_lambdamart", "sigmoid_pairwise"}),
+    ("udfs/objectives/lambdamart.py", {"lambdamart", "ranknet", "blend", "noisy_lambdamart", "selgb"}),
+    (
+        "udfs/objectives/pairwise.py",
+        {"lambdamart", "ranknet", "blend", "noisy_lambdamart", "sigmoid_pairwise", "selgb"},
+    ),
     ("udfs/objectives/blend.py", {"blend"}),
+    ("udfs/objectives/selgb.py", {"selgb"}),
 ]
 
 
