@@ -230,6 +230,11 @@ def _set_up(
     taught = {f: any(is_taught(cfg, n) for n in needs[f]) for f in study}
     if any(taught.values()):
         check_teacher(cfg, ds, study)
+    # a study of other code is refused before anything is computed for it (difficulty scores, teachers)
+    tracker = Tracker.for_config(cfg)
+    code = {**code_identity(), **plugins_code()}
+    study_key, grid_key = grid_keys(cfg, ds, code)
+    _refuse_other_code(tracker, study_key, grid_key, code, new_parent)
     if any(needs[f] for f in build):
         ensure_difficulty(spark, cfg, data, difficulty)
     curricula = {}  # node keys hold the curricula's content: built (or found built) before planning
@@ -264,10 +269,6 @@ def _set_up(
                 "other code, config or data?); list the plan with `ltr grid --plan` and the same "
                 "config, or name a unit with `--unit FOLD:INDEX`"
             )
-    tracker = Tracker.for_config(cfg)
-    code = {**code_identity(), **plugins_code()}
-    study_key, grid_key = grid_keys(cfg, ds, code)
-    _refuse_other_code(tracker, study_key, grid_key, code, new_parent)
     parent, resumed = tracker.find_or_create_parent(
         grid_key,
         cfg.grid.experiment,
