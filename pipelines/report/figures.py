@@ -158,7 +158,7 @@ def significance(row: Mapping[str, Any], primary_test: str) -> str | None:
 
 
 #: How a forest plot's heading names a kind of difficulty.
-KIND_LABELS = {"oracle": "oracle", "label_free": "label-free", "model": "model"}
+KIND_LABELS = {"oracle": "oracle", "label_free": "label-free", "model": "model", "dynamic": "self-paced"}
 
 
 def _group_name(strategy: str, random_strategy: str = RANDOM) -> str:

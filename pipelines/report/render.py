@@ -538,7 +538,12 @@ def _convergence_table(conv: list[dict[str, Any]], t1: list[dict[str, Any]], m: 
 
 
 #: How the report names each kind of difficulty.
-KIND_NAMES = {"oracle": "oracle (read from the labels)", "label_free": "label-free", "model": "a model's judgement"}
+KIND_NAMES = {
+    "oracle": "oracle (read from the labels)",
+    "label_free": "label-free",
+    "model": "a model's judgement",
+    "dynamic": "the model being trained (self-paced)",
+}
 
 
 def _controls_table(rows: list[dict[str, Any]], kinds: dict[str, dict[str, Any]], m: str) -> Section:
