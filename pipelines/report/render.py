@@ -225,6 +225,14 @@ def _figures(
             "beyond the end of the curve. A teacher-based curriculum's curve starts after its teachers' trees "
             "(per fold), which it needs before its first tree.",
         ),
+        "selfpaced.png": Figure(
+            "selfpaced.png",
+            "Self-paced curricula: the queries kept",
+            "the share of the training queries (with a pair of documents of different labels) each self-paced "
+            "system trained on after each selection, against trees: the self-paced curriculum and its two controls "
+            "keep the same number at the same trees by design (the pacing function's shares); a line that differs "
+            "from the others would be a fault.",
+        ),
         "by_difficulty.png": Figure(
             "by_difficulty.png",
             "The effect by difficulty (oracle difficulty)",
