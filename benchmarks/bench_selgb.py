@@ -72,7 +72,8 @@ def summary(report: dict[str, Any]) -> dict[str, Any]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     out = [
-        "| label noise | negatives | LambdaMART | selgb | selgb - LambdaMART [95% CI] | perm p | W/T/L queries | run s |",
+        "| label noise | negatives | LambdaMART | selgb | selgb - LambdaMART [95% CI] | perm p | W/T/L queries "
+        "| run s |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:

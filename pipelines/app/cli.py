@@ -455,7 +455,18 @@ def cmd_train(args: argparse.Namespace) -> int:
         with cuts_ahead(args.data, [args.fold], cfg.train, checkpoints):  # while the JVM starts
             spark = _session(cfg)
         train = cfg.train
-        run_train(spark, args.data, args.fold, train.path, args.curriculum, train, cfg.metric, args.out, checkpoints)
+        run_train(
+            spark,
+            args.data,
+            args.fold,
+            train.path,
+            args.curriculum,
+            train,
+            cfg.metric,
+            args.out,
+            checkpoints,
+            cfg.selfpaced,
+        )
     return 0
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pipelines.core.config import Config, ConfigError
@@ -172,7 +172,8 @@ def run_grid(
         finished = study_finished(s.plans, s.existing)
         s.tracker.finish(s.parent, "FINISHED" if finished else "RUNNING")
         return s.summary(finished, s.folds, trained=0, skipped=0, trees_built=s.teacher_trees)
-    settings = make_settings(cfg.train, cfg.metric, s.ds, nthread)
+    paced = {d: sch for f in s.run_folds for d, sch in s.plans[f].paced.items()}  # the same in every fold
+    settings = replace(make_settings(cfg.train, cfg.metric, s.ds, nthread), paced=paced)
     counts = {"trained": 0, "skipped": 0, "trees_built": s.teacher_trees}
     live = None
     try:

@@ -7,12 +7,12 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from pyspark.sql import SparkSession
 
-from pipelines.core.config import TrainConfig
+from pipelines.core.config import SelfPacedConfig, TrainConfig
 from pipelines.core.keys import curriculum_content_key, plan_context
 from pipelines.core.secrets import redact
 from pipelines.core.storage import atomic_output
@@ -20,11 +20,11 @@ from pipelines.data.curriculum import load_curricula
 from pipelines.data.dataset import open_dataset
 from pipelines.execution.barrier_job import make_settings, resolve_workers, task_errors
 from pipelines.execution.executor import Execution, execute_plan
-from pipelines.plan.paths import parse_path, resolve
+from pipelines.plan.paths import paced_schedules, parse_path, resolve
 from pipelines.plan.trie import build_plan
 from pipelines.plugins.loading import used_plugins
 from pipelines.store.checkpoints import CheckpointStore
-from pipelines.store.results import path_result
+from pipelines.store.results import path_result, selections
 from udfs.metrics import NdcgSpec
 
 log = logging.getLogger(__name__)
@@ -91,24 +91,28 @@ def run_train(
     metric: NdcgSpec,
     out: str,
     checkpoints: str,
+    selfpaced: SelfPacedConfig | None = None,
 ) -> dict[str, Any]:
     """``ltr train``: train one path, write ``out`` (model.json, curve.csv, config.json, _train.json).
 
     The path is a plan of nodes checkpointed under ``checkpoints``: a re-run
-    after a crash continues from the last checkpoint.
+    after a crash continues from the last checkpoint. ``selfpaced``: the settings of its self-paced segments
+    (the config's ``selfpaced:`` section).
     """
     ds = open_dataset(data)
     ds.subsets(fold, "train")
     curs = load_curricula(curricula, ds, fold)
     tp = resolve(parse_path(path), {c.name: c.n_stages for c in curs})
     curs = [c for c in curs if c.name in tp.curricula]
+    paced = paced_schedules(selfpaced or SelfPacedConfig(), [tp])
     workers, nthread = resolve_workers(spark, cfg)
-    settings = make_settings(cfg, metric, ds, nthread)
+    settings = replace(make_settings(cfg, metric, ds, nthread), paced=paced)
     plan = build_plan(
         [tp],
         fold=fold,
         context=plan_context(cfg, metric, ds.fingerprint, fold),
         curriculum_keys={c.name: curriculum_content_key(c.summary) for c in curs},
+        paced=paced,
     )
     store = CheckpointStore(checkpoints)
     how = Execution.from_config(
@@ -134,6 +138,7 @@ def run_train(
         "score_dists": r.score_dists,
         "base_margin": r.base_margin,
         "training": info,
+        **({"selections": selections(store, plan, plan.chains[tp.label])} if paced else {}),
     }
     with atomic_output(out, SUMMARY) as tmp:
         with tmp.fs.open_output_stream(f"{tmp.path}/model.json") as f:

@@ -346,6 +346,41 @@ class TeacherConfig:
             )
 
 
+@dataclass(frozen=True)
+class SelfPacedConfig:
+    """Self-paced curricula: the path segments ``OBJ@selfpaced:T`` (the easiest queries first, by the model being
+    trained), ``OBJ@antipaced:T`` (the hardest first) and ``OBJ@randompaced:T`` (a seeded random choice), which
+    re-choose their training queries every ``every`` trees, keeping a share that a pacing function raises from
+    ``delta`` to 1 over the segment (:mod:`pipelines.kernel.selfpaced`). A section of its own, so that a study
+    with no self-paced segment keeps its keys; the settings are in the key of every self-paced node."""
+
+    #: trees between two selections (a self-paced node checkpoints at each); a segment needs at least two
+    every: int = 10
+    #: a query's ease under the current margins: ndcg (its NDCG, higher is easier) or loss (its mean pairwise
+    #: logistic loss, lower is easier)
+    by: str = "ndcg"
+    #: the pacing function of the shares (linear, root_n, geometric, step or a plug-in's), from delta to 1
+    pacing: str = "root_n"
+    #: share of the training queries the first selection keeps
+    delta: float = 0.25
+    #: n of the root_n pacing function
+    root_n: float = 2.0
+    #: seed of the random control's choices (randompaced), added to a grid.seeds repetition's
+    seed: int = 2018
+
+    def __post_init__(self) -> None:
+        if isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1:
+            raise ConfigError(f"selfpaced.every must be a number of trees >= 1, got {self.every!r}")
+        if self.by not in ("ndcg", "loss"):
+            raise ConfigError(f"selfpaced.by must be ndcg or loss, got {self.by!r}")
+        if not 0.0 < self.delta <= 1.0:
+            raise ConfigError(f"selfpaced.delta (the first selection's share) must be in (0, 1], got {self.delta}")
+        if not self.root_n > 0:
+            raise ConfigError(f"selfpaced.root_n must be > 0, got {self.root_n}")
+        if not self.pacing:
+            raise ConfigError("selfpaced.pacing must name a pacing function (linear, root_n, geometric, step, ...)")
+
+
 class ExtraCurriculum(dict[str, Any]):
     """One curriculum of ``grid.extra_curricula``: the ``curriculum:`` settings it changes, by name; the
     others are the ``curriculum:`` section's (:meth:`over`). Typed and checked when made, then frozen.
@@ -602,6 +637,9 @@ class GridConfig:
     #: add the anti-curriculum (anti_<strategy>: the same score, hardest first) of every strategy of grid.strategies
     #: that orders queries by a score, at every switch point
     anti: bool = False
+    #: add the self-paced curriculum and its two controls (selfpaced, antipaced, randompaced: queries chosen by the
+    #: model being trained, the selfpaced: section) at every switch point
+    selfpaced: bool = False
 
     def __post_init__(self) -> None:
         # entries given as plain mappings (GridConfig(extra_curricula={...}) in Python) are typed and checked too
@@ -769,6 +807,7 @@ class Config:
     difficulty: DifficultyConfig = field(default_factory=DifficultyConfig)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    selfpaced: SelfPacedConfig = field(default_factory=SelfPacedConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     grid: GridConfig = field(default_factory=GridConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)

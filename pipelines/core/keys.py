@@ -77,6 +77,9 @@ INPUTS: dict[str, tuple[str, ...]] = {
     # a study (the grid's parent run in MLflow), with and without the code that runs it
     "study": ("grid", "train", "metric", "curriculum", "difficulty", "dataset", "folds"),
     "grid": ("study", "code"),
+    # a self-paced segment's rule (pipelines.kernel.selfpaced): what a node of it knows of its choices, the shares
+    # of its selections included (the pacing function's values, not its code)
+    "selfpaced": ("rule", "every", "by", "shares", "seed"),
     # a fold's teacher scores (pipelines.data.teacher_scores): the teachers' last nodes, the cross-fitting, the
     # metric, the dataset and the scoring code
     "teacher_scores": ("teachers", "crossfit", "seed", "metric", "dataset", "fold", "code"),
@@ -111,6 +114,7 @@ KERNEL = (
     "udfs.difficulty",
     "udfs.metrics",
     "udfs.objectives",
+    "udfs.pairs",
     "udfs.per_query",
     "udfs.schema",
     "udfs.scores",

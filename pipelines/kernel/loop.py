@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -44,6 +44,7 @@ from pipelines.kernel.matrices import (
     walkable,
 )
 from pipelines.kernel.nodes import Node
+from pipelines.kernel.selfpaced import Schedule, choose, is_dynamic, query_scores
 from udfs.conventions import BlendSchedule
 from udfs.metrics import NdcgSpec, inverse_idcg, ndcg_fast, offsets_from_qids
 from udfs.model import Model
@@ -96,6 +97,9 @@ class Settings:
     nthread: int  # XGBoost threads per worker, resolved (train.nthread, else the worker's share of the cores)
     checkpoint_every: int  # trees between two checkpoints (train.checkpoint_every: no tree depends on it)
     codes_in_memory_gib: float  # train.codes_in_memory_gib: bin codes beyond it go to a local file
+    #: the schedule of each self-paced segment's data (``selfpaced.300``: rule and span) the plan trains
+    #: (:func:`pipelines.plan.paths.paced_schedules`; its inputs are in the node's key)
+    paced: Mapping[str, Schedule] = field(default_factory=dict)
 
     @classmethod
     def of(cls, train: Any, metric: NdcgSpec, labels: tuple[int, int], nthread: int) -> Settings:
@@ -190,6 +194,8 @@ class _State:
     # this worker's seconds spent on the node's trees so far, resumed attempts included: boost, objective,
     # eval (curves), checkpoint (model, margins, shards; not the commit of the meta that records it), trees
     cost: dict[str, float] = field(default_factory=dict)
+    # a self-paced node's selections so far: [tree, share, queries kept, queries chosen among] (all workers)
+    selections: list[list[float]] = field(default_factory=list)
 
 
 Events = Callable[[dict[str, Any]], None]
@@ -293,8 +299,11 @@ class _Worker:
         hist = self.comm.allreduce(hist, "sum")
         return {"tree": tree, "edges": edges.tolist(), "labels": labels, "counts": hist.astype(np.int64).tolist()}
 
-    def training_matrix(self, data: str) -> tuple[Any, np.ndarray | None, np.ndarray, np.ndarray, np.ndarray | None]:
-        """(DMatrix, rows or None, labels, offsets, complement rows) of a node's data (``all`` or a subset).
+    def training_matrix(
+        self, data: str, chosen: np.ndarray | None = None
+    ) -> tuple[Any, np.ndarray | None, np.ndarray, np.ndarray, np.ndarray | None]:
+        """(DMatrix, rows or None, labels, offsets, complement rows) of a node's data (``all`` or a subset), or of
+        the rows ``chosen`` by a self-paced selection (``data`` then names the selection).
 
         Only the last one is kept: the previous matrix is freed before the next is built, so a worker
         never holds the full matrix beside a subset's (:func:`matrix_order` keeps the switches few).
@@ -304,7 +313,7 @@ class _Worker:
             t0 = time.perf_counter()
             with returning_freed_memory():  # the build's buffers leave the process; the loop's stay
                 self._matrix = None  # freed before the next one is built
-                rows = self.data.rows(data)
+                rows = self.data.rows(data) if chosen is None else chosen
                 if rows is None:
                     dm = training_matrix(tr, self.ref, self.max_bin, self.nthread, reps=self.reps)
                     self._matrix = (data, dm, None, tr.offsets, None)
@@ -347,6 +356,7 @@ class _Worker:
             meta["dists"],
             int(meta["rows"]),
             dict(meta.get("cost", {})),
+            list(meta.get("selections", [])),
         )
         self.timing["resume"] += time.perf_counter() - t0
         return st
@@ -399,6 +409,7 @@ class _Worker:
                     "rows": st.rows,
                     "done": st.tree == node.t1,
                     "cost": st.cost,
+                    **({"selections": st.selections} if st.selections else {}),
                     "conventions": {"k": self.s.model.k, "gain": self.s.metric.gain},
                 },
                 lease_token=self.lease_token,
@@ -448,6 +459,40 @@ class _Worker:
             raise RuntimeError(f"node {key} is not finished (checkpoint at tree {tree} of {node.t1})")
         return self.load(node, tree)
 
+    def schedule(self, node: Node) -> Schedule | None:
+        """The self-paced schedule of ``node``'s data (None for a static one)."""
+        if not is_dynamic(node.data):
+            return None
+        paced = self.s.paced.get(node.data)
+        span = int(node.data.split(".")[1])
+        if paced is None or span != node.trees:  # the plan keeps a dynamic segment in one node of its own
+            raise RuntimeError(f"node {node.key} ({node.describe()}): no self-paced schedule for {node.data} "
+                               f"of {node.trees} trees (schedules: {sorted(self.s.paced)})")  # fmt: skip
+        return paced
+
+    def select(self, node: Node, st: _State, paced: Schedule, seed: int) -> tuple[np.ndarray | None, list[float]]:
+        """The training rows of this worker that ``node``'s selection at ``st.tree`` keeps (None: all of them),
+        and its record: [tree, share, queries kept, queries chosen among] over every worker. Each worker scores its
+        own queries by the margins it holds; the qids and scores of all are gathered, and every worker makes the
+        same choice (:func:`pipelines.kernel.selfpaced.choose`)."""
+        t0 = time.perf_counter()
+        tr = self.data.train
+        share = paced.share_at(node.t0, st.tree)
+        ease, _ = query_scores(st.train, tr.y, tr.offsets, paced.by, self.s.metric)
+        qids = tr.qid[tr.offsets[:-1]].astype(np.int64)
+        parts = self.comm.gather((qids, ease))
+        all_q = np.concatenate([p[0] for p in parts])
+        all_e = np.concatenate([p[1] for p in parts])
+        rule = node.data.split(".")[0]
+        kept = choose(all_q, all_e, share, rule, seed, st.tree)
+        among = int(np.count_nonzero(~np.isnan(all_e)))
+        record = [st.tree, share, int(kept.size - (all_q.size - among)), among]
+        self.timing["select"] = self.timing.get("select", 0.0) + time.perf_counter() - t0
+        if kept.size == all_q.size:
+            return None, record
+        mine = np.isin(qids, kept)
+        return np.flatnonzero(np.repeat(mine, np.diff(tr.offsets))).astype(np.int64), record
+
     def run_node(self, node: Node, parent: _State | None) -> _State:
         """Train ``node`` from its latest checkpoint (or ``parent``'s state, or a fresh root) to its last tree,
         checkpointing every ``train.checkpoint_every`` trees and sending progress events; returns the final state."""
@@ -455,8 +500,12 @@ class _Worker:
         if st.tree < node.t1:
             self.events({"ev": "node_start", "node": node.key, "tree": st.tree})
         every = self.s.checkpoint_every
+        paced = self.schedule(node)
         while st.tree < node.t1:
-            end = min(node.t1, (st.tree // every + 1) * every)
+            if paced is None:
+                end = min(node.t1, (st.tree // every + 1) * every)
+            else:  # a self-paced node checkpoints at each selection: a resumed one starts where a choice was made
+                end = min(node.t1, node.t0 + ((st.tree - node.t0) // paced.every + 1) * paced.every)
             st = self.segment(node, st, end)
             self.events({"ev": "checkpoint", "node": node.key, "tree": st.tree, "curve": st.curve})
         return st
@@ -464,7 +513,14 @@ class _Worker:
     def segment(self, node: Node, st: _State, end: int) -> _State:
         """Trees ``st.tree..end`` of ``node`` with a fresh booster on the margins so far; then a checkpoint."""
         s = self.s.with_seed(node.seed)
-        dtrain, rows, y, offsets, comp = self.training_matrix(node.data)
+        paced = self.schedule(node)
+        if paced is None:
+            dtrain, rows, y, offsets, comp = self.training_matrix(node.data)
+        else:
+            chosen, record = self.select(node, st, paced, paced.seed + node.seed)
+            st = replace(st, selections=[*st.selections, record])
+            name = "all" if chosen is None else f"{node.key}@{st.tree}"
+            dtrain, rows, y, offsets, comp = self.training_matrix(name, chosen)
         dtrain.set_base_margin(st.train if rows is None else st.train[rows])
         ev = {name: np.array(getattr(st, name), dtype=np.float32) for name in self.evals}  # own copies
         booster = xgb.Booster(booster_params(s, node.objective), [dtrain])
@@ -545,6 +601,7 @@ class _Worker:
             dists,
             rows_total,
             cost,
+            st.selections,
         )
         self.save(node, nxt, model, [st.tree, end])
         return nxt

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipelines.kernel.selfpaced import is_dynamic
+
 
 @dataclass(frozen=True)
 class Node:
@@ -26,8 +28,9 @@ class Node:
 
     @property
     def curriculum(self) -> str | None:
-        """Name of the curriculum the node trains on; None when it trains on all rows."""
-        return None if self.data == "all" else self.data.split(".")[0]
+        """Name of the curriculum the node trains on; None when it trains on all rows or chooses its own
+        (a self-paced rule's: :mod:`pipelines.kernel.selfpaced`)."""
+        return None if self.data == "all" or is_dynamic(self.data) else self.data.split(".")[0]
 
     def describe(self) -> str:
         """``objective[@data] t0..t1`` (``@data`` left out for all rows), e.g. ``lambdamart 20..100``."""

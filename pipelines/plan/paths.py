@@ -11,10 +11,14 @@ global (segment 2 starts at tree ``t``). Shorthand::
     lambdamart@q_bm25.*:300,lambdamart:200 every stage of a paced curriculum (300 trees split evenly)
     xgb_mse:200,xgb_lambdamart:300         the same with XGBoost's built-in objectives
     noisy_lambdamart~2:500                 the noisy objective with train.seed + 2 (grid.seeds)
+    lambdamart@selfpaced:300,lambdamart:200  a self-paced segment (queries chosen by the model every
+                                           selfpaced.every trees), then all
 
-``DATA`` is ``all`` (default) or ``NAME[.STAGE]`` where NAME is the strategy of
+``DATA`` is ``all`` (default), ``NAME[.STAGE]`` where NAME is the strategy of
 a curriculum passed to ``ltr train --curriculum`` and STAGE its stage index
-(default 0) or ``*``.
+(default 0) or ``*``, or a self-paced rule (``selfpaced``, ``antipaced``, ``randompaced``:
+:mod:`pipelines.kernel.selfpaced`), which takes no stage: its segment is one node whose data is
+``RULE.TREES`` (the span its shares are paced over).
 
 Paths that start alike share their common prefix (:func:`pipelines.plan.trie.build_plan`): MSE-100,
 -200, -300 and -400 with T = 500 train one MSE run of 400 trees and continue
@@ -27,8 +31,9 @@ import logging
 import re
 from dataclasses import dataclass
 
-from pipelines.core.config import unknown_name
+from pipelines.core.config import SelfPacedConfig, unknown_name
 from pipelines.core.errors import UserError
+from pipelines.kernel.selfpaced import RULES, Schedule, is_dynamic
 from udfs.objectives import registry
 
 log = logging.getLogger(__name__)
@@ -60,8 +65,8 @@ class Segment:
 
     @property
     def curriculum(self) -> str | None:
-        """Name of the curriculum the segment trains on; None when it trains on all rows."""
-        return None if self.data == "all" else self.data.split(".")[0]
+        """Name of the curriculum the segment trains on; None when it trains on all rows or a self-paced rule's."""
+        return None if self.data == "all" or is_dynamic(self.data) else self.data.split(".")[0]
 
     @property
     def stage(self) -> int | None:
@@ -72,12 +77,12 @@ class Segment:
         ValueError
             For ``NAME.*``, which has no index until :func:`resolve` expands it.
         """
-        return None if self.data == "all" else int(self.data.split(".")[1])
+        return None if self.data == "all" or is_dynamic(self.data) else int(self.data.split(".")[1])
 
     def shorthand(self) -> str:
         """The segment as ``OBJ[@DATA][~SEED]:TREES`` (``@DATA`` left out for all rows, ``~SEED`` for seed 0), as
         :func:`parse_path` reads it."""
-        data = "" if self.data == "all" else "@" + self.data
+        data = "" if self.data == "all" else "@" + (self.data.split(".")[0] if is_dynamic(self.data) else self.data)
         return f"{self.objective}{data}{f'~{self.seed}' if self.seed else ''}:{self.trees}"
 
 
@@ -152,7 +157,14 @@ def parse_path(text: str, name: str = "") -> TrainingPath:
         if trees < 1:
             raise PathError(f"--path {text!r}: segment {raw!r} has no trees")
         data = m.group("data") or "all"
-        if data != "all" and "." not in data:
+        if data.split(".")[0] in RULES:  # one node of its own, its data the span its shares are paced over
+            if "." in data:
+                raise PathError(
+                    f"--path {text!r}: segment {raw!r}: @{data.split('.')[0]} takes no stage (it chooses its "
+                    f"queries every selfpaced.every trees), e.g. {obj}@{data.split('.')[0]}:{trees}"
+                )
+            data = f"{data}.{trees}"
+        elif data != "all" and "." not in data:
             data += ".0"
         segs.append(Segment(obj, trees, data, int(m.group("seed") or 0)))
     if not segs:
@@ -165,7 +177,7 @@ def resolve(path: TrainingPath, stages: dict[str, int]) -> TrainingPath:
     expand ``NAME.*`` into one segment per stage (trees split evenly, the rest to the last)."""
     out = []
     for s in path.segments:
-        if s.data == "all":
+        if s.data == "all" or is_dynamic(s.data):
             out.append(s)
             continue
         name, st = s.data.split(".")
@@ -183,3 +195,32 @@ def resolve(path: TrainingPath, stages: dict[str, int]) -> TrainingPath:
                 raise PathError(f"path {path.shorthand()!r}: {name} has stages 0..{n - 1}, not {st}")
             out.append(s)
     return TrainingPath(tuple(out), path.name)
+
+
+def paced_schedules(cfg: SelfPacedConfig, paths: list[TrainingPath]) -> dict[str, Schedule]:
+    """The schedule of every self-paced segment's data in ``paths`` (``RULE.TREES``): ``cfg``'s settings and the
+    share of each of its ``ceil(TREES / every)`` selections, the pacing function's from ``delta`` to 1 (the last
+    one all the queries). A segment with fewer than two selections, or a pacing function that is unknown, leaves
+    (0, 1] or decreases, is refused in one line (:class:`PathError`) before any Spark job."""
+    from udfs.components import ComponentError
+    from udfs.curriculum import pacing_shares
+
+    out: dict[str, Schedule] = {}
+    for p in paths:
+        for s in p.segments:
+            if not is_dynamic(s.data) or s.data in out:
+                continue
+            rule, span = s.data.split(".")
+            selections = -(-int(span) // cfg.every)
+            if selections < 2:
+                raise PathError(
+                    f"path {p.label!r}: {s.shorthand()} makes {selections} selection of its queries (one every "
+                    f"selfpaced.every = {cfg.every} trees), which keeps them all; give it more than {cfg.every} trees "
+                    "or a smaller selfpaced.every"
+                )
+            try:
+                shares = pacing_shares(cfg.pacing, selections, cfg.delta, cfg.root_n)
+            except (ComponentError, ValueError) as e:
+                raise PathError(f"selfpaced.pacing {cfg.pacing!r}: {e}") from None
+            out[s.data] = Schedule(cfg.every, cfg.by, cfg.seed, tuple(float(x) for x in shares))
+    return out

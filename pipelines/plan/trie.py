@@ -36,8 +36,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pipelines.core.keys import node_key, objective_code, seed_field
+from pipelines.core.keys import make_key, node_key, objective_code, seed_field
 from pipelines.kernel.nodes import Node
+from pipelines.kernel.selfpaced import Schedule, is_dynamic
 from pipelines.plan.paths import PathError, Segment, TrainingPath
 from udfs.objectives import registry
 
@@ -163,13 +164,15 @@ def build_plan(
     fold: int = 0,
     context: Mapping[str, Any] | None = None,
     curriculum_keys: Mapping[str, str] | None = None,
+    paced: Mapping[str, Schedule] | None = None,
 ) -> Plan:
     """The node plan of ``paths`` (already resolved: curriculum stages explicit).
 
     ``context``: everything besides the path that determines the trees
     (hyperparameters, data fingerprint, metric conventions, code version);
     ``curriculum_keys``: curriculum name -> key of its content, for the nodes
-    that train on a curriculum stage.
+    that train on a curriculum stage; ``paced``: the schedule of each self-paced segment's data
+    (:func:`pipelines.plan.paths.paced_schedules`), whose key is in its node's.
     """
     labels = [p.label for p in paths]
     dup = sorted({x for x in labels if labels.count(x) > 1})
@@ -181,10 +184,16 @@ def build_plan(
                 raise PathError(f"path {p.label!r}: unknown objective {s.objective!r}")
             if s.data != "all" and s.data.split(".")[1] == "*":
                 raise PathError(f"path {p.label!r}: resolve {s.data!r} into stages before planning")
+            if is_dynamic(s.data) and s.data not in (paced or {}):
+                raise PathError(f"path {p.label!r}: no self-paced schedule for {s.shorthand()} ({s.data})")
     ctx = dict(context or {})
     if ctx.setdefault("fold", fold) != fold:  # a fold's nodes train on its own data: never shared across folds
         raise PathError(f"the plan of fold {fold} was given the context of fold {ctx['fold']}")
     ckeys = dict(curriculum_keys or {})
+    for data, sch in (paced or {}).items():  # a self-paced node's "curriculum": its rule and the shares of its choices
+        doc = {"rule": data.split(".")[0], "every": sch.every, "by": sch.by, "shares": list(sch.shares),
+               "seed": sch.seed}  # fmt: skip
+        ckeys[data] = make_key("selfpaced", doc)
     nodes: list[Node] = []
     chains: dict[str, list[str]] = {p.label: [] for p in paths}
     inputs: dict[str, dict[str, Any]] = {}
@@ -207,7 +216,7 @@ def _split(
         groups.setdefault((segs[0].objective, segs[0].data, segs[0].seed), []).append((name, segs))
     for (obj, data, seed), members in groups.items():
         step = min(segs[0].trees for _, segs in members)  # the first point where a member ends or parts
-        cur = None if data == "all" else data.split(".")[0]
+        cur = None if data == "all" else data if is_dynamic(data) else data.split(".")[0]
         if cur is not None and cur not in ckeys and ckeys:
             raise PathError(f"no key for curriculum {cur!r} (curricula: {sorted(ckeys)})")
         doc: dict[str, Any] = {

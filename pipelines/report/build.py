@@ -16,7 +16,14 @@ from pipelines.report.answer import RANDOM, Answer, answer
 from pipelines.report.by_difficulty import by_difficulty, load_scores
 from pipelines.report.controls import by_kind, curriculum_controls
 from pipelines.report.export import comparisons, load_test_scores, report_json, trec_files
-from pipelines.report.figures import convergence_figure, difficulty_figure, figure1, figure2, forest_plot
+from pipelines.report.figures import (
+    convergence_figure,
+    difficulty_figure,
+    figure1,
+    figure2,
+    forest_plot,
+    selfpaced_figure,
+)
 from pipelines.report.latex import (
     convergence_tex,
     difficulty_tex,
@@ -222,6 +229,8 @@ def render_report(r: ComputedReport) -> dict[str, bytes]:
         files.update(named("forest", forest_plot(comps, r.config.primary_test, m_label)))
     if r.conv:
         files.update(named("convergence", convergence_figure(records, r.ans.chosen, m_label, split)))
+    if any(rec.selections for rec in records):
+        files.update(named("selfpaced", selfpaced_figure(records)))
     if r.by_diff:
         files["by_difficulty.json"] = json.dumps(r.by_diff, indent=1).encode()
         if r.ans.interaction:

@@ -23,14 +23,21 @@ from pipelines.report.significance import LEVEL, TESTS, significance, test_of
 from pipelines.report.stats import bootstrap_interval, holm, paired_t_test, randomization_test
 from udfs.curriculum import ANTI, STRATEGIES, control
 
-#: The kinds in the order the report shows them (:data:`udfs.scores.KINDS`).
-KIND_ORDER = ("oracle", "label_free", "model")
+#: The kinds in the order the report shows them (:data:`udfs.scores.KINDS`, then ``dynamic``: the self-paced
+#: curriculum, whose difficulty the model being trained measures as it trains, :mod:`pipelines.kernel.selfpaced`).
+KIND_ORDER = ("oracle", "label_free", "model", "dynamic")
+
+#: The self-paced curriculum's controls (``grid.selfpaced``): its anti-curriculum and its random one, which keep the
+#: same number of queries at the same trees.
+DYNAMIC_CONTROLS = {"selfpaced": ("antipaced", "randompaced")}
 
 
 def kind_of(strategy: str) -> str | None:
     """The kind of difficulty of a curriculum strategy that orders queries by a score, easiest first; None for any
     other system (LambdaMART, MSE-t, an anti-curriculum, the random control, a label filter, an extra path, or a
     plug-in's strategy in a report built without its ``--plugin``)."""
+    if strategy in DYNAMIC_CONTROLS:
+        return "dynamic"
     s = STRATEGIES.get(strategy)
     return s.kind if s is not None and s.order == "score" and not s.reverse else None
 
@@ -69,7 +76,7 @@ def curriculum_controls(
     for s, t in sorted(keys, key=lambda k: KIND_ORDER.index(str(kind_of(k[0])))):
         row: dict[str, Any] = {"system": label_of(s, t), "strategy": s, "switch": t, "kind": kind_of(s)}
         row["teacher_trees"] = float(np.mean([r.teacher_trees for r in g[(s, t)]]))  # per fold; 0: no teacher
-        for name, other in (("anti", ANTI + s), ("random", control())):
+        for name, other in zip(("anti", "random"), DYNAMIC_CONTROLS.get(s, (ANTI + s, control())), strict=True):
             theirs = g.get((other, t))
             row[name] = _compare(g[(s, t)], theirs, n_perm, n_boot, seed) if theirs else None
         rows.append(row)

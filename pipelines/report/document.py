@@ -11,7 +11,7 @@ from typing import Any
 from pipelines.report.significance import TESTS
 
 #: The figures the page can show, in the page's order (``images`` of :func:`render`, by file name).
-FIGURE_NAMES = ("forest.png", "convergence.png", "by_difficulty.png", "figure1.png", "figure2.png")
+FIGURE_NAMES = ("forest.png", "convergence.png", "selfpaced.png", "by_difficulty.png", "figure1.png", "figure2.png")
 
 
 @dataclass

@@ -114,7 +114,7 @@ REPORT_FIELDS: dict[str, str] = {
     "controls": "per curriculum ordered by a difficulty score and switch point: its kind, and against its "
     "anti-curriculum (anti) and the random curriculum (random) at the same switch point the paired difference, its "
     "bootstrap interval, p-values raw and Holm-corrected over these comparisons, significance; beats_both",
-    "controls_by_kind": "per kind of difficulty (oracle, label_free, model): its curricula, those with both "
+    "controls_by_kind": "per kind of difficulty (oracle, label_free, model, dynamic): its curricula, those with both "
     "controls trained (controlled) and those that beat both (beat_both)",
 }
 

@@ -158,7 +158,7 @@ def significance(row: Mapping[str, Any], primary_test: str) -> str | None:
 
 
 #: How a forest plot's heading names a kind of difficulty.
-KIND_LABELS = {"oracle": "oracle", "label_free": "label-free", "model": "model"}
+KIND_LABELS = {"oracle": "oracle", "label_free": "label-free", "model": "model", "dynamic": "self-paced"}
 
 
 def _group_name(strategy: str, random_strategy: str = RANDOM) -> str:
@@ -419,6 +419,36 @@ def convergence_figure(
         x=0.01,
         ha="left",
     )
+    fig.tight_layout()
+    return figure_files(fig)
+
+
+def selfpaced_figure(records: list[Record]) -> dict[str, bytes]:
+    """The share of the training queries each self-paced system (:mod:`pipelines.kernel.selfpaced`) kept after
+    each selection, against trees (:func:`figure_files`): mean over its folds (and seeds), a step line per system,
+    the random control grey and dashed."""
+    g = groups([r for r in records if r.selections])
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.2, 3.6))
+    _style(ax)
+    for i, key in enumerate(order_systems(list(g))):
+        rs = g[key]
+        by_tree: dict[float, list[float]] = {}
+        for r in rs:
+            for tree, _, kept, among in r.selections:
+                by_tree.setdefault(tree, []).append(kept / among if among else 1.0)
+        x = sorted(by_tree)
+        y = [float(np.mean(by_tree[t])) for t in x]
+        if key[1] is not None and key[1] > x[-1]:  # the last choice holds to the end of the segment (its switch point)
+            x, y = [*x, key[1]], [*y, y[-1]]
+        random = key[0] == "randompaced"
+        ax.step(x, y, where="post", color=CONTROL_COLOUR if random else PALETTE[i % len(PALETTE)],
+                ls="--" if random else "-", lw=1.4, label=rs[0].label)  # fmt: skip
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("number of trees")
+    ax.set_ylabel("share of the training queries kept")
+    ax.legend(fontsize=7.5, frameon=False)
+    fig.suptitle("Self-paced curricula: the queries each selection kept", fontsize=10, x=0.01, ha="left")
     fig.tight_layout()
     return figure_files(fig)
 

@@ -200,6 +200,7 @@ def load_grid(tracker: Tracker, run: Any, metric: str) -> tuple[list[Record], Gr
                 seed=seed,
                 logged=dict(r.data.metrics),
                 teacher_trees=int(params.get("teacher_trees") or 0),
+                selections=[p for ps in (training.get("selections") or {}).values() for p in ps],
             )
         )
     done = {(r.strategy, r.switch, r.fold, r.seed) for r in records}

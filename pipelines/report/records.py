@@ -60,6 +60,8 @@ class Record:
     logged: dict[str, float] = field(default_factory=dict)
     #: the trees of the teachers its curriculum was ordered by (a teacher-based curriculum; 0: none): its cost too
     teacher_trees: int = 0
+    #: a self-paced segment's selections (``training.json``): [tree, share, queries kept, queries chosen among]
+    selections: list[list[float]] = field(default_factory=list)
 
     @property
     def label(self) -> str:

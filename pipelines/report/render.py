@@ -225,6 +225,14 @@ def _figures(
             "beyond the end of the curve. A teacher-based curriculum's curve starts after its teachers' trees "
             "(per fold), which it needs before its first tree.",
         ),
+        "selfpaced.png": Figure(
+            "selfpaced.png",
+            "Self-paced curricula: the queries kept",
+            "the share of the training queries (with a pair of documents of different labels) each self-paced "
+            "system trained on after each selection, against trees: the self-paced curriculum and its two controls "
+            "keep the same number at the same trees by design (the pacing function's shares); a line that differs "
+            "from the others would be a fault.",
+        ),
         "by_difficulty.png": Figure(
             "by_difficulty.png",
             "The effect by difficulty (oracle difficulty)",
@@ -538,7 +546,12 @@ def _convergence_table(conv: list[dict[str, Any]], t1: list[dict[str, Any]], m: 
 
 
 #: How the report names each kind of difficulty.
-KIND_NAMES = {"oracle": "oracle (read from the labels)", "label_free": "label-free", "model": "a model's judgement"}
+KIND_NAMES = {
+    "oracle": "oracle (read from the labels)",
+    "label_free": "label-free",
+    "model": "a model's judgement",
+    "dynamic": "the model being trained (self-paced)",
+}
 
 
 def _controls_table(rows: list[dict[str, Any]], kinds: dict[str, dict[str, Any]], m: str) -> Section:

@@ -179,3 +179,17 @@ def concat_models(
         ),
     }
     return json.dumps(out).encode()
+
+
+def selections(store: CheckpointStore, plan: Any, chain: Iterable[str]) -> dict[str, list[list[float]]]:
+    """The choices of each self-paced node of ``chain`` (:mod:`pipelines.kernel.selfpaced`), from its last
+    checkpoint: node (``objective@rule.span t0..t1``) -> ``[tree, share, queries kept, queries chosen among]`` per
+    selection."""
+    from pipelines.kernel.selfpaced import is_dynamic
+
+    out = {}
+    for key in chain:
+        node = plan.node(key)
+        if is_dynamic(node.data):
+            out[node.describe()] = store.meta(key, node.t1).get("selections", [])
+    return out

@@ -28,7 +28,9 @@ from pipelines.data.curriculum import check_curriculum, check_roles, stored_curr
 from pipelines.data.dataset import Dataset, DatasetError, open_dataset
 from pipelines.data.scoring import SUMMARY as DIFFICULTY_SUMMARY
 from pipelines.data.scoring import difficulty_inputs, resolve_roles
-from pipelines.plan.paths import TrainingPath, parse_path, resolve
+from pipelines.kernel.selfpaced import RULES as SELFPACED_RULES
+from pipelines.kernel.selfpaced import Schedule, is_dynamic
+from pipelines.plan.paths import TrainingPath, paced_schedules, parse_path, resolve
 from pipelines.plan.trie import DONE, Plan, build_plan, format_plan, states_of
 from pipelines.store.checkpoints import CheckpointStore
 from udfs.curriculum import STRATEGIES as CURRICULUM_STRATEGIES
@@ -68,21 +70,25 @@ def seed_dependent(cfg: Config, path: TrainingPath) -> bool:
     objective (noisy_lambdamart, stochastic_rank) or on a curriculum whose strategy is ``random``. (XGBoost's row
     and column sampling, ``train.subsample`` or ``colsample_bytree`` below 1, would make every path depend on the
     seed; ``grid.seeds`` does not repeat those.)"""
-    return any(registry.get(s.objective).seeded for s in path.segments) or any(
-        CURRICULUM_STRATEGIES[curriculum_config(cfg, n).strategy].seeded for n in path.curricula
+    return (
+        any(registry.get(s.objective).seeded for s in path.segments)
+        or any(CURRICULUM_STRATEGIES[curriculum_config(cfg, n).strategy].seeded for n in path.curricula)
+        or any(s.data.split(".")[0] == "randompaced" for s in path.segments)
     )
 
 
 def with_seed(cfg: Config, path: TrainingPath, i: int) -> TrainingPath:
     """The ``i``-th seed repetition of ``path``: its seeded segments with seed ``i`` (``train.seed + i``), its
-    random curricula replaced by ``<name>_seed<i>`` (``curriculum.seed + i``)."""
+    random curricula replaced by ``<name>_seed<i>`` (``curriculum.seed + i``), its randompaced segments with seed
+    ``i`` (``selfpaced.seed + i``)."""
     segs = []
     for s in path.segments:
         cur = s.curriculum
         data = s.data
         if cur is not None and CURRICULUM_STRATEGIES[curriculum_config(cfg, cur).strategy].seeded:
             data = f"{cur}{SEED_SUFFIX}{i}.{s.data.split('.')[1]}"
-        segs.append(replace(s, data=data, seed=i if registry.get(s.objective).seeded else s.seed))
+        seeded = registry.get(s.objective).seeded or s.data.split(".")[0] == "randompaced"
+        segs.append(replace(s, data=data, seed=i if seeded else s.seed))
     return TrainingPath(tuple(segs), f"{path.label}.seed{i}")
 
 
@@ -100,6 +106,9 @@ def grid_children(cfg: Config, fold: int) -> list[Child]:
         out += [Child(fold, MSE, t, parse_path(f"{mse}:{t},{lm}:{T - t}", f"{MSE}-{t}")) for t in g.switch_points]
     for s in g.all_strategies():
         out += [Child(fold, s, t, parse_path(f"{lm}@{s}:{t},{lm}:{T - t}", f"{s}-{t}")) for t in g.switch_points]
+    if g.selfpaced:  # the self-paced curriculum and its controls (pipelines.kernel.selfpaced)
+        for s in SELFPACED_RULES:
+            out += [Child(fold, s, t, parse_path(f"{lm}@{s}:{t},{lm}:{T - t}", f"{s}-{t}")) for t in g.switch_points]
     for name, text in sorted(g.extra_paths.items()):
         out.append(Child(fold, name, None, parse_path(text, name)))
     if g.seeds > 1:
@@ -220,6 +229,9 @@ class FoldPlan:
     teachers: list[TrainingPath] = field(default_factory=list)
     #: the key of the fold's teacher scores (:func:`pipelines.study.teachers.teacher_scores_key`; "" without teachers)
     teacher_scores_key: str = ""
+    #: the schedules of the self-paced segments of its paths (:func:`pipelines.plan.paths.paced_schedules`), which
+    #: the workers are given with the settings
+    paced: dict[str, Schedule] = field(default_factory=dict)
 
     def teacher_keys(self) -> dict[int, str]:
         """Group -> the last node of its teacher's chain."""
@@ -304,8 +316,9 @@ def plan_fold(cfg: Config, ds: Dataset, fold: int) -> FoldPlan:
         scores_key = tt.teacher_scores_key(cfg, ds, fold, last)
         stored = stored_teacher_scores(Layout.of(cfg).teacher_scores(fold), scores_key)
         ckeys |= tkeys | stored_curriculum_keys(cfg, ds, fold, taught, tt.teacher_identity(scores_key, stored))
-    plan = build_plan(paths + teachers, fold=fold, context=context, curriculum_keys=ckeys)
-    return FoldPlan(fold, children, paths, plan, teachers, scores_key)
+    paced = paced_schedules(cfg.selfpaced, paths)
+    plan = build_plan(paths + teachers, fold=fold, context=context, curriculum_keys=ckeys, paced=paced)
+    return FoldPlan(fold, children, paths, plan, teachers, scores_key, paced)
 
 
 def study_data(cfg: Config, data: str | None) -> tuple[str, Dataset, list[int]]:
@@ -416,16 +429,21 @@ def grid_keys(cfg: Config, ds: Dataset, code: dict[str, str] | None = None) -> t
         del grid_cfg["seeds"]
     if not grid_cfg["anti"]:  # the default: the key of a study from before grid.anti existed
         del grid_cfg["anti"]
+    if not grid_cfg["selfpaced"]:  # the default: the key of a study from before grid.selfpaced existed
+        del grid_cfg["selfpaced"]
     paths = [t for t in cfg.grid.extra_paths.values() if isinstance(t, str)]  # the reference pages ask with any value
     named = {*cfg.grid.all_strategies(), *(n for t in paths for n in parse_path(t).curricula)}
     taught = any(is_taught(cfg, n) for n in named)
+    paced = cfg.grid.selfpaced or any(is_dynamic(s.data) for t in paths for s in parse_path(t).segments)
     return keys.study_keys(
         {
             "grid": grid_cfg,
             "train": keys.train_inputs(cfg.train),
             "metric": cfg.metric.to_dict(),
             # the teacher only in a study that has one: every other study keeps the key it had
-            "curriculum": asdict(cfg.curriculum) | ({"teacher": asdict(cfg.teacher)} if taught else {}),
+            "curriculum": asdict(cfg.curriculum)
+            | ({"teacher": asdict(cfg.teacher)} if taught else {})
+            | ({"selfpaced": asdict(cfg.selfpaced)} if paced else {}),
             "difficulty": asdict(cfg.difficulty),
             "dataset": ds.fingerprint,
             "folds": list(dict.fromkeys(cfg.grid.folds)),

@@ -20,12 +20,13 @@ from pipelines.core.keys import code_identity
 from pipelines.core.plots import png_bytes, pyplot
 from pipelines.core.provenance import code_version
 from pipelines.core.secrets import redact
+from pipelines.kernel.selfpaced import is_dynamic
 from pipelines.plan.paths import TrainingPath
 from pipelines.plan.trie import DONE, states_of
 from pipelines.plugins.loading import plugin_tags
 from pipelines.store.checkpoints import CheckpointStore
 from pipelines.store.lease import hold
-from pipelines.store.results import PathResult, path_result, scores_npz
+from pipelines.store.results import PathResult, path_result, scores_npz, selections
 from pipelines.study.design import Child, FoldPlan
 from pipelines.tracking.runs import (
     TAG_CHILD_KEY,
@@ -205,6 +206,8 @@ class LiveChildren:
             fp = self.fold_plan
             params["teacher.path"], params["teacher.crossfit"] = cfg.teacher.path, cfg.teacher.crossfit
             params["teacher_trees"] = sum(fp.plan.node(k).trees for p in fp.teachers for k in fp.plan.chains[p.label])
+        if any(is_dynamic(sg.data) for sg in e.path.segments):  # a self-paced segment: its rule's settings
+            params.update({f"selfpaced.{k}": v for k, v in asdict(cfg.selfpaced).items()})
         for n in e.path.curricula:
             s = self.curricula[n].summary
             params[f"curriculum.{n}"] = json.dumps(
@@ -285,9 +288,23 @@ class LiveChildren:
         )
         if r.test_scores is not None:  # every test document's final score: the report's TREC run files
             t.log_text(e.run_id, scores_npz(r.test_scores), "test_scores.npz")
+        chosen = selections(self.store, self.fold_plan.plan, self.fold_plan.plan.chains[e.path.label])
+        points = [p for ps in chosen.values() for p in ps]
+        if points:  # a self-paced segment's choices: the share and the queries kept at each selection, step = tree
+            steps = [int(p[0]) for p in points]
+            t.log_history(e.run_id, "selfpaced_share", steps, [float(p[1]) for p in points])
+            t.log_history(e.run_id, "selfpaced_queries", steps, [float(p[2]) for p in points])
         t.log_text(
             e.run_id,
-            json.dumps({"runs": r.runs, "score_dists": r.score_dists, "base_margin": r.base_margin}, indent=1),
+            json.dumps(
+                {
+                    "runs": r.runs,
+                    "score_dists": r.score_dists,
+                    "base_margin": r.base_margin,
+                    **({"selections": chosen} if chosen else {}),
+                },
+                indent=1,
+            ),  # fmt: skip
             "training.json",
         )
         t.log_text(e.run_id, _curve_png(e.child.name, r, m), "curve.png")

@@ -117,8 +117,9 @@ def test_the_methods_study_holds_every_seed_method_in_one_grid():
     for system in ("lambdamart", "mse-40", "q_nrel-40", "random-40", "paced_root_n", "blend_linear",
                    "sigmoid_pairwise", "ranknet", "stochastic_rank", "noisy_lambdamart", "selgb"):  # fmt: skip
         assert f"fold1/{system}" in names, (system, sorted(names))
-    for seeded in ("random-40", "stochastic_rank", "noisy_lambdamart"):
+    for seeded in ("random-40", "randompaced-40", "stochastic_rank", "noisy_lambdamart"):
         assert {f"fold1/{seeded}/seed1", f"fold1/{seeded}/seed2"} <= names
+    assert {"fold1/selfpaced-40", "fold1/antipaced-40"} <= names and "fold1/selfpaced-40/seed1" not in names
     objectives = {s.objective for c in children for s in c.path.segments}
     assert {"lambdamart", "mse", "blend", "sigmoid_pairwise", "ranknet", "stochastic_rank",
             "noisy_lambdamart", "selgb"} <= objectives  # fmt: skip
@@ -158,7 +159,9 @@ def test_seeds_repeat_only_the_children_that_depend_on_a_seed(tmp_path):
     c1 = _cfg(tmp_path)
     doc = {
         "grid": {
-            k: v for k, v in dataclasses.asdict(c1.grid).items() if k not in ("data", "difficulty", "seeds", "anti")
+            k: v
+            for k, v in dataclasses.asdict(c1.grid).items()
+            if k not in ("data", "difficulty", "seeds", "anti", "selfpaced")
         },
         "train": keys.train_inputs(c1.train),
         "metric": c1.metric.to_dict(),

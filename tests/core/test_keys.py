@@ -424,6 +424,8 @@ IDENTITY_TABLE = [
     ("udfs/difficulty.py", {"difficulty"}),
     ("udfs/per_query.py", {"difficulty", "teacher_scores"}),
     ("udfs/teacher.py", {"teacher_scores"}),
+    ("udfs/pairs.py", {"node", "teacher_scores"}),
+    ("pipelines/kernel/selfpaced.py", {"node"}),
     ("pipelines/data/teacher_scores.py", set()),
     ("pipelines/study/teachers.py", set()),
     ("udfs/curriculum.py", {"curriculum"}),

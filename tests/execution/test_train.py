@@ -26,7 +26,7 @@ from pipelines.kernel.loop import Settings, SplitData, WorkerData, run_nodes
 from pipelines.plan.paths import parse_path
 from pipelines.plan.trie import Plan, build_plan
 from pipelines.store.checkpoints import CheckpointStore
-from pipelines.store.results import PathResult, path_result
+from pipelines.store.results import PathResult, path_result, selections
 from pipelines.testing.processes import ROOT
 from tests.helpers import XGB_PARAMS
 from udfs import schema
@@ -196,18 +196,20 @@ def _cfg(**kw) -> TrainConfig:
     return TrainConfig(**{"leaves": 8, "max_bin": 64, "eta": 0.1, "score_dist_trees": [3], **kw})
 
 
-def _train(spark, data, paths, workers, curricula=(), arrange=None, cfg=None):
+def _train(spark, data, paths, workers, curricula=(), arrange=None, cfg=None, selfpaced=None):
+    from pipelines.core.config import SelfPacedConfig
     from pipelines.execution import barrier_job, executor
-    from pipelines.plan.paths import resolve
+    from pipelines.plan.paths import paced_schedules, resolve
 
     ds = open_dataset(data)
     cfg = cfg or _cfg(workers=workers, nthread=1)
     if arrange is not None:  # a partitioning of the driver's frame: the workers must not read their own rows
         cfg = replace(cfg, read="spark")
     curs = load_curricula(list(curricula), ds, 1)
-    settings = make_settings(cfg, NdcgSpec(), ds, 1)
     tps = [resolve(parse_path(p, p), {c.name: c.n_stages for c in curs}) for p in paths]
-    plan = build_plan(tps, fold=1)
+    paced = paced_schedules(selfpaced or SelfPacedConfig(), tps)
+    settings = replace(make_settings(cfg, NdcgSpec(), ds, 1), paced=paced)
+    plan = build_plan(tps, fold=1, paced=paced)
     store = _new_store()
     how = Execution.from_config(
         replace(cfg, job_retries=0), workers=workers, nthread=cfg.nthread or 1, parallel=1, resume_hint="the test"
@@ -219,7 +221,11 @@ def _train(spark, data, paths, workers, curricula=(), arrange=None, cfg=None):
         info = execute_plan(spark, plan, ds, {c.name: c for c in curs}, settings, store, how)
     finally:
         executor.run_nodes_distributed = barrier_job.run_nodes_distributed
-    return {p: path_result(store, p, c) for p, c in plan.chains.items()}, {**info["jobs"][0], "store": store.root}
+    return {p: path_result(store, p, c) for p, c in plan.chains.items()}, {
+        **info["jobs"][0],
+        "store": store.root,
+        "selections": {p: selections(store, plan, c) for p, c in plan.chains.items()},
+    }
 
 
 def test_two_workers_equal_single_node_xgb_train(spark, coarse_dataset):
@@ -257,6 +263,26 @@ def test_two_workers_equal_one_worker_with_python_objectives(spark, coarse_datas
     for r in (one, local):
         np.testing.assert_allclose(_predict(two[paths[0]].model, X), _predict(r[paths[0]].model, X), atol=1e-5)
         np.testing.assert_allclose(two[paths[0]].test, r[paths[0]].test, atol=1e-6)
+
+
+def test_one_and_two_workers_choose_the_same_queries_at_every_selection(spark, coarse_dataset):
+    """A self-paced segment and its random control on 1 and 2 workers: the same choices at every selection (each
+    worker scores its own queries, all choose from the gathered scores) and the same trees up to summation order."""
+    from pipelines.core.config import SelfPacedConfig
+
+    data, _ = coarse_dataset
+    paths = ["lambdamart@selfpaced:6,lambdamart:2", "lambdamart@randompaced:6,lambdamart:2"]
+    sp = SelfPacedConfig(every=2, delta=0.3, by="loss")
+    two, i2 = _train(spark, data, paths, workers=2, selfpaced=sp)
+    one, i1 = _train(spark, data, paths, workers=1, selfpaced=sp)
+    assert (i2["workers"], i1["workers"]) == (2, 1)
+    for p in paths:
+        assert i2["selections"][p] == i1["selections"][p], p
+        ((node, chosen),) = i2["selections"][p].items()
+        assert node.startswith("lambdamart@") and [c[0] for c in chosen] == [0, 2, 4] and chosen[-1][1] == 1.0
+        assert chosen[0][2] < chosen[0][3]  # the first selection keeps a share, the last every query
+        np.testing.assert_allclose(two[p].test, one[p].test, atol=1e-6)
+    assert two[paths[0]].model != two[paths[1]].model
 
 
 @pytest.fixture(scope="module")

@@ -83,3 +83,21 @@ def test_a_curriculum_beats_its_controls_only_when_it_beats_both():
     tables = [b for b in sec.body if not isinstance(b, str)]
     assert [t.caption for t in tables] == ["Difficulty oracle (read from the labels)", "Difficulty label-free"]
     assert tables[1].rows == [["q_size-2", "not in the grid", "-0.0200 [-0.0200, -0.0200] (loss)", "no"]]
+
+
+def test_the_self_paced_curriculum_against_its_own_controls_under_the_kind_dynamic(tmp_path):
+    from dataclasses import replace
+
+    from pipelines.report.figures import selfpaced_figure
+
+    recs = _grid({("selfpaced", 2): 0.08, ("antipaced", 2): 0.0, ("randompaced", 2): 0.02, ("random", 2): 0.5})
+    assert kind_of("selfpaced") == "dynamic" and kind_of("antipaced") is None and kind_of("randompaced") is None
+    (row,) = curriculum_controls(recs, n_perm=500, n_boot=100, seed=1, primary_test="randomisation")
+    assert row["kind"] == "dynamic" and row["anti"]["system"] == "antipaced-2"
+    assert row["random"]["system"] == "randompaced-2"  # not the static random curriculum
+    assert row["anti"]["delta"] == pytest.approx(0.08) and row["random"]["delta"] == pytest.approx(0.06)
+    assert by_kind([row]) == {"dynamic": {"curricula": ["selfpaced-2"], "beat_both": ["selfpaced-2"],
+                                          "controlled": ["selfpaced-2"]}}  # fmt: skip
+    sel = [[0, 0.25, 3, 11], [1, 1.0, 11, 11]]
+    files = selfpaced_figure([replace(r, selections=sel) for r in recs if r.strategy.endswith("paced")])
+    assert set(files) == {"png", "pdf"} and files["png"][:4] == b"\x89PNG"

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from udfs.metrics import NdcgSpec, ndcg
-from udfs.teacher import crossfit_groups, pair_scores
+from udfs.pairs import pair_scores
+from udfs.teacher import crossfit_groups
 
 
 def _softplus(x: float) -> float:
