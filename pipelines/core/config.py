@@ -377,8 +377,8 @@ class SelfPacedConfig:
             raise ConfigError(f"selfpaced.delta (the first selection's share) must be in (0, 1], got {self.delta}")
         if not self.root_n > 0:
             raise ConfigError(f"selfpaced.root_n must be > 0, got {self.root_n}")
-        if not self.pacing:
-            raise ConfigError("selfpaced.pacing must name a pacing function (linear, root_n, geometric, step, ...)")
+        if self.pacing not in PACINGS:
+            raise ConfigError(f"selfpaced.pacing: {unknown_name('pacing function', self.pacing, list(PACINGS))}")
 
 
 class ExtraCurriculum(dict[str, Any]):
