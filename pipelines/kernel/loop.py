@@ -477,7 +477,9 @@ class _Worker:
         same choice (:func:`pipelines.kernel.selfpaced.choose`)."""
         t0 = time.perf_counter()
         tr = self.data.train
-        share = paced.share_at(node.t0, st.tree)
+        # at a path's first tree every document has the base score: no judgement to choose by (the NDCG of the
+        # documents' tie order would be an oracle: it grows with the share of relevant documents), so all are kept
+        share = 1.0 if st.tree == 0 else paced.share_at(node.t0, st.tree)
         ease, _ = query_scores(st.train, tr.y, tr.offsets, paced.by, self.s.metric)
         qids = tr.qid[tr.offsets[:-1]].astype(np.int64)
         parts = self.comm.gather((qids, ease))

@@ -22,6 +22,10 @@ their worker), so every worker makes the same choice from the same numbers, what
 kept rows' matrix is built from the bin codes the worker already holds (the fold's cuts: no re-binning, no
 re-read), as a static curriculum stage's is.
 
+At a path's first tree (global tree 0) every document has the base score, so there is no judgement to choose by:
+that selection keeps every query (share 1), for all three rules. Ordering by the documents' tie order instead would
+be an oracle: the NDCG of an arbitrary order grows with the share of relevant documents.
+
 Determinism: a selection is a function of the margins at its tree, and a self-paced node checkpoints at every
 selection (its segments end there), so a killed node resumes from the margins the choice was made from and builds
 the same trees, bit for bit.

@@ -110,7 +110,8 @@ def test_a_self_paced_segment_keeps_the_queries_its_rule_chooses_from_the_margin
         paired = [len(set(y[a:b])) > 1 for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
         ranked = [q for q, p in zip(qids, paired, strict=True) if p]
         key = {q: s for q, s in zip(qids, score, strict=True)}
-        n = math.ceil(shares[(tree) // 4] * len(ranked) - 1e-9)
+        share = 1.0 if tree == 0 else shares[tree // 4]  # the first tree: every score the base score, all kept
+        n = math.ceil(share * len(ranked) - 1e-9)
         if rule == "selfpaced":
             want = sorted(ranked, key=lambda q: (-key[q], q))[:n]
         elif rule == "antipaced":
@@ -121,8 +122,8 @@ def test_a_self_paced_segment_keeps_the_queries_its_rule_chooses_from_the_margin
         expect_kept = sorted([*want, *[q for q, p in zip(qids, paired, strict=True) if not p]]) if want else None
         if expect_kept is not None:
             assert kept.tolist() == expect_kept, (rule, tree)
-        assert record == [tree, shares[tree // 4], n, len(ranked)], (rule, tree)
-        assert (chosen is None) == (tree == 8)  # the last selection keeps every query: the full matrix
+        assert record == [tree, share, n, len(ranked)], (rule, tree)
+        assert (chosen is None) == (tree in (0, 8))  # the first and the last keep every query: the full matrix
     assert sorted((r, t) for r, t, *_ in seen) == sorted((r, t) for r in ("antipaced", "randompaced", "selfpaced")
                                                          for t in (0, 4, 8))  # fmt: skip
     # the three keep as many queries at the same trees; their trees differ from one another and from LambdaMART's
