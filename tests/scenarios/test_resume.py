@@ -36,7 +36,10 @@ OVERRIDES = tiny_study(
     "grid.experiment=kill",
     "grid.trees=12",
     "grid.switch_points=[4]",
-    "grid.extra_paths={st: 'noisy_lambdamart:12'}",
+    # a self-paced segment too: its node checkpoints at each of its selections (every 3 trees, beside the others'
+    # every 2), and a kill that lands in it resumes from the margins its last choice was made from
+    "grid.extra_paths={st: 'noisy_lambdamart:12', sp: 'lambdamart@selfpaced:12'}",
+    "selfpaced.every=3",
     "train.checkpoint_every=2",
     "train.stochastic_anneal=12",
     # one thread per worker everywhere: the trees of `--parallel 2` (two jobs, one thread each) must equal the
@@ -154,10 +157,10 @@ def test_parallel_jobs_equal_one_job(spark, small_dataset, straight, tmp_path):
     """``--parallel 2`` == the module's sequential grid (``straight``: the same study, one job at a time)."""
     cfg = _cfg(tmp_path / "work")
     summary = run_grid(spark, cfg, data=small_dataset, parallel=2)
-    assert summary["trained"] == 4
+    assert summary["trained"] == 5
     a, _, _ = _results(cfg, small_dataset)
     b, _, _ = _results(straight[0], small_dataset)
-    assert a.keys() == b.keys() and len(a) == 4
+    assert a.keys() == b.keys() and len(a) == 5
     for name in a:
         assert a[name].model == b[name].model and a[name].test == b[name].test, name
     assert _histories(cfg, summary) == _histories(*straight)
@@ -168,7 +171,7 @@ def test_plan_command_prints_states_without_training(straight, small_dataset, ca
 
     cfg, _ = straight
     text = show_plan(cfg, small_dataset)
-    assert text.startswith("fold 1: 6 nodes, ") and "(" in text and "done" in text and "to do" not in text
+    assert text.startswith("fold 1: 7 nodes, ") and "(" in text and "done" in text and "to do" not in text
     assert "ends: mse-4" in text and "noisy_lambdamart 0..12" in text
     args = [
         "grid",
