@@ -10,7 +10,7 @@ from glob import glob
 from setuptools import find_packages, setup
 
 INSTALL_REQUIRES = [
-    "pyspark>=4.0,<5",  # Spark 4: Java 17+, Python 3.10+
+    "pyspark[connect]>=4.0,<5",  # Spark 4: Java 17+, Python 3.10+; [connect]: the Spark Connect client (--remote)
     "xgboost>=3.0,<4",  # the JSON model layout and QuantileDMatrix(ref=) the trainer relies on; GPU: docs/how-to/gpu.md
     "numpy>=2.0,<3",
     "pandas>=2.2,<3",  # PySpark 4 supports pandas < 3

@@ -106,11 +106,11 @@ def map_queries(
     keys : columns that identify a query (e.g. ``("subset", "qid")``).
     order : columns that order rows within a query when arranging.
     arranged : the input already holds every query contiguously in one partition.
-    partitions : partitions to arrange into (default: the session's parallelism).
+    partitions : partitions to arrange into (default: ``spark.sql.shuffle.partitions``).
     """
     keys, order = list(keys), list(order)
     if not arranged:
-        n = partitions or df.sparkSession.sparkContext.defaultParallelism
+        n = partitions or int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 200)
         df = df.repartition(n, *keys).sortWithinPartitions(*keys, *order)
 
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:

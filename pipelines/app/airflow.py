@@ -224,6 +224,12 @@ def study_params() -> dict[str, Param]:
         ),
         "src": Param("", type="string", description="LETOR folder to ingest; empty: generate data as `ltr run`"),
         "spark_conn_id": Param("spark_default", type="string", description="Airflow Spark connection"),
+        "spark_remote": Param(
+            "",
+            type="string",
+            description="a Spark Connect server (sc://HOST:15002): every step runs as its client (--remote); "
+            "empty: the Spark connection's master",
+        ),
         MLFLOW_CONN_PARAM: Param(
             MLFLOW_CONN_DEFAULT,
             type="string",

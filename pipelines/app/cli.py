@@ -57,6 +57,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--master", metavar="URL", help="Spark master (default: spark-submit's, else local[*])")
     g.add_argument(
+        "--remote",
+        metavar="URL",
+        help="run on Spark Connect: sc://HOST:PORT of a server, or local[N] for one in this process "
+        "(default: $SPARK_REMOTE, else a classic session)",
+    )
+    g.add_argument(
         "--plugin",
         metavar="FILE_OR_MODULE",
         action="append",
@@ -311,6 +317,8 @@ def resolve_config(args: argparse.Namespace, command: str, check: bool = True) -
     overrides = list(args.overrides) + flags.overrides(args, command)
     if args.master:
         overrides.append(f"spark.master={json.dumps(args.master)}")
+    if getattr(args, "remote", None):
+        overrides.append(f"spark.remote={json.dumps(args.remote)}")
     cfg = load_config(args.conf, overrides, getattr(args, "plugins", []), check=check)
     check_paths(cfg)
     return cfg
@@ -328,9 +336,9 @@ def check_paths(cfg: Config) -> None:
 
 def _session(cfg: Config):
     from pipelines.app.jvm import use_class_archive
-    from pipelines.core.session import build_session, resolve_master
+    from pipelines.core.session import build_session, jvm_master
 
-    use_class_archive(resolve_master(cfg.spark))
+    use_class_archive(jvm_master(cfg.spark))
     return build_session(cfg.spark)
 
 

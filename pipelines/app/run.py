@@ -34,7 +34,7 @@ def run_study(cfg: Config, src: str | None = None) -> dict[str, Any]:
     step before training runs only when its output is not fresh. Returns the grid's and the report's summaries."""
     from pipelines.app.grid import run_grid
     from pipelines.app.jvm import use_class_archive
-    from pipelines.core.session import build_session, resolve_master
+    from pipelines.core.session import build_session, jvm_master
     from pipelines.report.mlflow_view import ui_lines
     from pipelines.study import steps
     from pipelines.study.design import check_preset_strategies
@@ -56,7 +56,7 @@ def run_study(cfg: Config, src: str | None = None) -> dict[str, Any]:
             "[%d/%d] generate %d %s-shaped queries -> %s", next(step), n, cfg.generate.queries, cfg.generate.shape, src
         )
         steps.run_generate(cfg, src)
-    use_class_archive(resolve_master(cfg.spark))
+    use_class_archive(jvm_master(cfg.spark))
     spark = build_session(cfg.spark)
     data = layout.run_dataset  # `ltr run` never writes over a dataset named elsewhere (grid.data)
     log.info("[%d/%d] ingest %s -> %s", next(step), n, src, data)

@@ -62,8 +62,22 @@ _JVM_CALLS = (f"{os.sep}py4j{os.sep}", f"{os.sep}pyspark{os.sep}java_gateway.py"
 
 def _active_spark() -> Any:
     """This process's SparkContext, if PySpark is loaded and one is running (None otherwise)."""
-    pyspark = sys.modules.get("pyspark")
-    return getattr(getattr(pyspark, "SparkContext", None), "_active_spark_context", None)
+    from pipelines.core.connect import active_context
+
+    return active_context()
+
+
+def _interrupt_connect() -> Any:
+    """Interrupt every job of this process's Spark Connect session on its server, if it has one; the session."""
+    from pipelines.core.connect import active_connect_session, cancel_all
+
+    remote = active_connect_session() if "pyspark.sql.connect.session" in sys.modules else None
+    if remote is not None:
+        try:
+            cancel_all(remote)
+        except Exception:  # the server may be going or gone: nothing to interrupt
+            log.debug("could not interrupt the Spark Connect jobs", exc_info=True)
+    return remote
 
 
 def _in_jvm_call(frame: FrameType | None) -> bool:
@@ -85,6 +99,7 @@ def _cancel_until_out() -> None:
     interrupted = False
     # ends with the command: a process that runs ``main`` again (a test's) must not have its jobs cancelled
     while main.is_alive() and not _state["cleaning"] and _state["command"] == command:
+        _interrupt_connect()
         sc = _active_spark()
         if sc is not None:
             try:
@@ -200,30 +215,19 @@ def stopping() -> bool:
     return bool(_state["seen"])
 
 
-#: The name Spark gives an executor's thread while it runs a task ("... for task 0.0 in stage 14.0 (TID 16)").
-_TASK_THREAD = "Executor task launch worker for task "
-
-
-def _running_tasks(sc: Any) -> int:
-    """Tasks still running (a cancelled job ends before its tasks do): the application's count, or the task threads
-    of this driver's JVM (local masters run their executor there) where those are more. A cancelled task whose
-    Python worker is busy ends when Spark kills that worker, ``spark.python.task.killTimeout`` (2 s) after the
-    cancel, and meanwhile the application's count was 0 (measured on a training task): Spark stopped under it
-    logged ``ERROR TaskContextImpl: Error in TaskCompletionListener ... broadcast_16 does not exist``."""
-    jsc = sc._jsc.sc()
-    counted = sum(int(i.numRunningTasks()) for i in jsc.statusTracker().getExecutorInfos())
-    threads = sum(
-        1 for t in sc._jvm.java.lang.Thread.getAllStackTraces().keySet() if str(t.getName()).startswith(_TASK_THREAD)
-    )
-    return max(counted, threads)
-
-
 def clean_up() -> None:
     """After the stop reached ``main``: stop Spark (its cancelled tasks end with it), then clean each output whose
     claim ended with the stop (:func:`pipelines.core.outputs.sweep_failed`)."""
+    from pipelines.core.connect import running_tasks
     from pipelines.core.outputs import sweep_failed
 
     _state["cleaning"] = True
+    remote = _interrupt_connect()
+    if remote is not None:
+        try:
+            remote.stop()  # the server-side session goes with its jobs; a local server (`--remote local[N]`) too
+        except Exception:
+            log.debug("could not stop the Spark Connect session", exc_info=True)
     sc = _active_spark()
     if sc is not None:
         try:
@@ -231,7 +235,7 @@ def clean_up() -> None:
             # the cancelled jobs' tasks end first: stopped under a running task, Spark logs errors of its own
             # (a broadcast gone under the task), and the task may still write into an output
             deadline = time.monotonic() + 10
-            while _running_tasks(sc) and time.monotonic() < deadline:
+            while running_tasks(sc) and time.monotonic() < deadline:
                 time.sleep(0.1)
             sc.stop()
         except Exception:  # the JVM may be gone already

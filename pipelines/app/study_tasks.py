@@ -22,6 +22,7 @@ Idempotent and retry-safe:
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -136,6 +137,7 @@ def resolve_study(
     here, in one line.
     """
     from pipelines.core.config import ConfigError
+    from pipelines.core.connect import remote_url
     from pipelines.core.layout import Layout
     from pipelines.plugins.loading import PluginError
     from pipelines.plugins.setup import load_config
@@ -143,13 +145,17 @@ def resolve_study(
     conf, overrides, src = params.get("conf") or "", list(params.get("set") or []), params.get("src") or ""
     conn_id, server = mlflow_server(params, connection)
     check_params_hold_no_secret(params, conn_id)
+    remote = str(params.get("spark_remote") or "")
+    if remote:  # every step a client of that Spark Connect server (its spark-submit starts no cluster application)
+        overrides.append(f"spark.remote={json.dumps(remote)}")
     if server is not None:  # after the run's own settings: the connection's address wins
         server.apply()
         overrides.append(f"tracking.uri={server.uri}")
     try:
         cfg = load_config(conf or None, overrides, files=False)  # installed plug-ins only
+        remote_url(cfg.spark.remote)
     except (ConfigError, PluginError) as e:
-        raise StudyTaskError(f"params conf/set: {e}") from None
+        raise StudyTaskError(f"params conf/set/spark_remote: {e}") from None
     if not cfg.grid.folds:
         raise StudyTaskError("grid.folds is empty: the study has no fold to train")
     from pipelines.tracking.runs import tracking_uri

@@ -65,6 +65,9 @@ class SparkConfig:
 
     #: Spark master URL; empty: spark-submit's --master if any, else local[*]
     master: str = ""
+    #: Spark Connect: sc://HOST:PORT of a server, or local[N] for one in this process; empty: $SPARK_REMOTE if set,
+    #: else a classic session on spark.master (how-to: Spark Connect)
+    remote: str = ""
     #: the Spark application's name (Spark UI, cluster manager)
     app_name: str = "ltr"
     #: spark.sql.shuffle.partitions of the session
@@ -438,6 +441,8 @@ class ExtraCurriculum(dict[str, Any]):
         return f"ExtraCurriculum({dict.__repr__(self)})"
 
 
+#: Where XGBoost's tracker may run (``train.tracker``).
+TRACKERS = ("auto", "driver", "stage")
 #: ``train.read``: who reads a training worker's rows (:class:`TrainConfig`).
 READS = ("auto", "worker", "spark")
 
@@ -517,6 +522,10 @@ class TrainConfig:
     lease_wait: float = 0.0
     #: seconds XGBoost's tracker waits for workers (a lost worker ends the job, never hangs it)
     tracker_timeout: int = 3600
+    #: where XGBoost's tracker runs: driver (this process: the executors must reach it), stage (in the barrier
+    #: stage, on the first task's executor, as xgboost.spark does; no live progress), or auto (stage for a client of
+    #: a Spark Connect server whose master is not local, else driver)
+    tracker: str = "auto"
     #: a failed training job is started again this often, from the last checkpoints
     job_retries: int = 1
     #: gamma(tree) of the blend objective: step, linear or sigmoid
@@ -548,6 +557,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.read not in READS:
             raise ConfigError(f"train.read must be one of {', '.join(READS)}, got {self.read!r}")
+        if self.tracker not in TRACKERS:
+            raise ConfigError(f"train.tracker must be one of {', '.join(TRACKERS)}, got {self.tracker!r}")
         if not self.codes_in_memory_gib >= 0:
             raise ConfigError(f"train.codes_in_memory_gib must be >= 0, got {self.codes_in_memory_gib}")
         for name in ("eval_every", "cuts_sample_rows", "checkpoint_every"):
@@ -577,6 +588,7 @@ class TrainRun:
     nthread: int
     checkpoint_every: int
     tracker_timeout: int
+    tracker: str
     job_retries: int
     lease_ttl: float
     lease_wait: float

@@ -7,12 +7,14 @@ import os
 import re
 import shlex
 import sys
+import warnings
 from pathlib import Path
 
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
-from pipelines.core.config import SparkConfig
+from pipelines.core.config import ConfigError, SparkConfig
+from pipelines.core.connect import conf_value, default_parallelism, kind, remote_url, set_log_level
 from pipelines.core.threads import apply as apply_threads
 from pipelines.core.threads import executor_thread_environment
 
@@ -34,6 +36,15 @@ def resolve_master(cfg: SparkConfig) -> str:
         SparkContext._ensure_initialized()  # connects to spark-submit's JVM; SparkConf then sees its properties
         return SparkConf().get("spark.master", "local[*]")
     return "local[*]"
+
+
+def jvm_master(cfg: SparkConfig) -> str:
+    """The master of the JVM this process starts for ``cfg``: a classic session's, a ``local[N]`` Connect server's,
+    or "" for a client of a Connect server elsewhere (no JVM here)."""
+    url = remote_url(cfg.remote)
+    if url:
+        return "" if url.startswith("sc://") else url
+    return resolve_master(cfg)
 
 
 def _read_properties(path: str) -> dict[str, str]:
@@ -136,13 +147,17 @@ def session_properties(cfg: SparkConfig, master: str, external: dict[str, str] |
 
 
 def build_session(cfg: SparkConfig) -> SparkSession:
-    """Build (or get) the SparkSession described by ``cfg``.
+    """Build (or get) the SparkSession described by ``cfg``: a Spark Connect one where ``spark.remote``
+    (``--remote``) or ``$SPARK_REMOTE`` names a server (:func:`connect_session`), else a classic one.
 
     Local masters pin the Python workers to ``sys.executable``; cluster masters
     keep whatever ``PYSPARK_PYTHON`` / ``spark.pyspark.python`` the user set.
     Nothing set by spark-submit, ``--conf`` or ``spark-defaults.conf`` is
     overridden (:func:`session_properties`).
     """
+    url = remote_url(cfg.remote)
+    if url:
+        return connect_session(cfg, url)
     master = resolve_master(cfg)
     apply_threads()  # this process and what it starts (the JVM, a local session's Python workers) inherit them
     if master.startswith("local"):
@@ -156,36 +171,94 @@ def build_session(cfg: SparkConfig) -> SparkSession:
     for k, v in session_properties(cfg, master, external).items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(cfg.log_level)
-    log.info(
-        "spark %s session on %s (%d cores, %s shuffle partitions, %s scheduler)",
-        spark.version,
-        master,
-        spark.sparkContext.defaultParallelism,
-        spark.conf.get("spark.sql.shuffle.partitions"),
-        spark.sparkContext.getConf().get("spark.scheduler.mode", "FIFO"),
-    )
+    _started(spark, cfg, master)
     return spark
 
 
-def task_slots(spark: SparkSession, wait: float = 60.0) -> int:
-    """Barrier task slots: how many tasks of the default resource profile can run at once.
+def _started(spark: SparkSession, cfg: SparkConfig, where: str) -> None:
+    set_log_level(spark, cfg.log_level)
+    log.info(
+        "spark %s %s session on %s (%d cores, %s shuffle partitions, %s scheduler)",
+        spark.version,
+        kind(spark),
+        where,
+        default_parallelism(spark),
+        spark.conf.get("spark.sql.shuffle.partitions"),
+        conf_value(spark, "spark.scheduler.mode", "FIFO"),
+    )
 
-    Spark's own count (``maxNumConcurrentTasks``, what barrier stages are checked against, and what
-    ``xgboost.spark`` asks), which honours ``spark.task.cpus``: 16 cores with ``spark.task.cpus=4``
-    are 4 slots, not 16 (``defaultParallelism`` counts cores). On a cluster whose executors have not
-    registered yet (an application just started) it waits up to ``wait`` seconds for the first ones.
+
+#: Properties a Spark Connect client may set on its server-side session (the rest are the server's).
+_CONNECT_SESSION_PROPERTIES = ("spark.sql.", "spark.python.")
+
+
+def connect_session(cfg: SparkConfig, url: str) -> SparkSession:
+    """A Spark Connect session on ``url``: ``sc://HOST:PORT`` (a running server), or ``local[N]`` (a server started
+    in this process, with the properties a classic local session would have).
+
+    A server keeps its own static properties (memory, the Python of its workers, the scheduler): only the
+    session's SQL and Python properties of ``cfg`` are set on it, and the rest of ``spark.conf`` is said once as
+    not applied.
+
+    Raises
+    ------
+    ConfigError
+        A server that does not answer (exit 2), or one whose Spark is older than this client's.
     """
-    import time
+    if url.startswith("sc://"):
+        _check_answers(url)
+    apply_threads()
+    os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+    builder = SparkSession.builder.remote(url)
+    if url.startswith("local"):
+        # the server runs in this process: the properties a classic local session has, as its server's
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        props = session_properties(cfg, url, external_properties())
+        builder = builder.appName(cfg.app_name)
+    else:
+        props = {
+            k: v
+            for k, v in session_properties(cfg, url, {}).items()
+            if k.startswith(_CONNECT_SESSION_PROPERTIES) and (k in cfg.conf or not k.startswith("spark.python."))
+        }
+        ignored = sorted(k for k in cfg.conf if k not in props)
+        if ignored:
+            log.warning("Spark Connect: the server keeps its own %s (not applied)", ", ".join(ignored))
+    for k, v in props.items():
+        builder = builder.config(k, v)
+    with warnings.catch_warnings():
+        # a local server takes the static properties at its start; the client then tries each again as a
+        # session property and warns that it cannot (CANNOT_MODIFY_CONFIG): nothing is lost
+        warnings.filterwarnings("ignore", message="Failed to set", category=UserWarning)
+        spark = builder.getOrCreate()
+    client = __import__("pyspark").__version__
+    if _version(spark.version)[:2] < _version(client)[:2]:
+        raise ConfigError(
+            f"the Spark Connect server at {url} runs Spark {spark.version}, older than this client's {client}: "
+            "use a server of the same version or newer"
+        )
+    _started(spark, cfg, url)
+    return spark
 
-    sc = spark.sparkContext
-    jsc = sc._jsc.sc()  # noqa: SLF001 - no Python API for it (xgboost.spark does the same)
-    deadline = time.monotonic() + wait
-    while True:
-        slots = int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().resourceProfileFromId(0)))
-        if slots > 0 or time.monotonic() >= deadline:
-            break
-        time.sleep(0.5)
-    if slots < 1:
-        log.warning("no executor registered after %.0f s: no task slot for training", wait)
-    return slots
+
+def _check_answers(url: str, timeout: float = 5.0) -> None:
+    """A TCP connection to the server of ``url`` (``sc://HOST[:PORT][/;params]``), refused in one line when nothing
+    listens there: PySpark's client would retry for minutes before it said so."""
+    import socket
+    from urllib.parse import urlparse
+
+    parsed = urlparse("http://" + url.removeprefix("sc://").split(";", 1)[0])
+    host, port = parsed.hostname or "localhost", parsed.port or 15002
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as e:
+        raise ConfigError(
+            f"no Spark Connect server answers at {url} ({e.strerror or e}): start one (`sbin/start-connect-server.sh` "
+            "of a Spark install of the client's version, or --remote 'local[2]' for a server in this process)"
+        ) from None
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text)[:3])

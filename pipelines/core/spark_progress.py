@@ -31,14 +31,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from pipelines.core.connect import JOB_GROUP, context
+
 log = logging.getLogger(__name__)
 
 #: Seconds between two reads of the status tracker (tests set it small).
 POLL_SECONDS = 2.0
 #: Seconds between two progress lines in a log (not on a terminal, where a tqdm bar is redrawn every poll).
 LOG_SECONDS = 10.0
-
-JOB_GROUP = "spark.jobGroup.id"
 
 
 def rate_and_left(done: float, total: float, seconds: float) -> tuple[float | None, float | None]:
@@ -278,14 +278,6 @@ class JobProgress:
             log.debug("%s: cannot show the job's final progress", self.label, exc_info=True)
 
 
-def spark_context(spark: Any) -> Any | None:
-    """The session's SparkContext, or None where there is none (Spark Connect)."""
-    try:
-        return spark.sparkContext
-    except Exception:
-        return None
-
-
 @contextmanager
 def spark_progress(spark: Any, label: str, **kw: Any) -> Iterator[JobProgress | None]:
     """Show the progress of the Spark jobs the block runs (keywords: those of :class:`JobProgress`).
@@ -294,7 +286,7 @@ def spark_progress(spark: Any, label: str, **kw: Any) -> Iterator[JobProgress | 
     the caller's group, if the thread has one, counting only the jobs started inside the block. Yields the
     :class:`JobProgress`, or None where progress cannot be read (Spark Connect).
     """
-    sc = spark_context(spark)
+    sc = context(spark)  # None on Spark Connect: no status tracker
     progress: JobProgress | None = None
     own_group = False
     if sc is not None:

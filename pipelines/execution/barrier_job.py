@@ -42,8 +42,8 @@ from pyspark.sql import functions as F
 
 import pipelines.worker  # noqa: F401  (first: in a Spark worker it imports XGBoost without scikit-learn)
 from pipelines.core.config import ConfigError, TrainConfig
+from pipelines.core.connect import conf_value, default_parallelism, is_connect, is_local, master, task_slots
 from pipelines.core.errors import LtrError, UserError, crosses_tasks, relay
-from pipelines.core.session import task_slots
 from pipelines.core.threads import usable_cpus
 from pipelines.data.curriculum import QUERIES, Curriculum
 from pipelines.data.dataset import Dataset, load_split
@@ -114,11 +114,6 @@ def make_settings(cfg: TrainConfig, metric: NdcgSpec, ds: Dataset, nthread: int)
     return Settings.of(cfg, metric, (int(lo), int(hi)), nthread)
 
 
-def is_local(master: str) -> bool:
-    """One JVM (``local``, ``local[N]``, ``local[*]``); ``local-cluster[...]`` is a cluster (one worker a slot)."""
-    return master == "local" or master.startswith("local[")
-
-
 def check_barrier_conf(conf: Any) -> None:
     """Spark settings barrier jobs cannot run under, refused up front in one line (``conf``: a SparkConf)."""
     if str(conf.get("spark.dynamicAllocation.enabled", "false")).lower() == "true":
@@ -145,9 +140,16 @@ def resolve_workers(spark: SparkSession, cfg: TrainConfig, parallel: int = 1) ->
     """
     if parallel < 1:
         raise TrainError(f"--parallel must be >= 1, got {parallel}")
-    check_barrier_conf(spark.sparkContext.getConf())
+    check_barrier_conf({"spark.dynamicAllocation.enabled": conf_value(spark, "spark.dynamicAllocation.enabled")})
+    local = is_local(master(spark))
     slots = task_slots(spark)
-    local = is_local(spark.sparkContext.master or "")
+    if slots is None:  # a Connect server whose configuration does not say (executors that come and go)
+        if not cfg.workers:
+            raise TrainError(
+                "the Spark Connect server does not say how many tasks it runs at once (no spark.executor.instances "
+                "and spark.executor.cores): set train.workers (--workers N) to the barrier tasks to train on"
+            )
+        slots = cfg.workers * parallel
     workers = cfg.workers or (1 if local else max(1, slots // parallel))
     if workers < 1:
         raise TrainError(f"--workers must be >= 1, got {workers}")
@@ -161,7 +163,7 @@ def resolve_workers(spark: SparkSession, cfg: TrainConfig, parallel: int = 1) ->
     if cfg.nthread:
         nthread = cfg.nthread
     elif local:  # one machine: share the cores this process may use among the workers
-        cores = min(int(spark.sparkContext.defaultParallelism), usable_cpus())
+        cores = min(default_parallelism(spark), usable_cpus())
         nthread = max(1, cores // (workers * parallel))
     else:
         nthread = int(spark.conf.get("spark.task.cpus", "1") or "1")  # a cluster: the cores of the task slot
@@ -275,12 +277,35 @@ def check_queries(comm: Comm, data: WorkerData) -> None:
 # ------------------------------------------------------------ training
 def driver_host(spark: SparkSession) -> str:
     """The address executors reach the driver at (loopback on a local master)."""
-    if (spark.sparkContext.master or "").startswith("local"):
+    if master(spark).startswith("local"):
         return "127.0.0.1"
     host = spark.conf.get("spark.driver.host")
     if not host:
         raise TrainError("spark.driver.host is not set: the executors cannot reach the driver's tracker")
     return host
+
+
+def tracker_in_stage(spark: SparkSession, where: str) -> bool:
+    """Whether XGBoost's tracker runs in the barrier stage (``train.tracker``: ``stage``; ``auto``: for a client of a
+    Spark Connect server whose master is not local, whose executors need not reach this process) rather than in
+    this process (``driver``)."""
+    if where == "auto":
+        in_stage = is_connect(spark) and not is_local(master(spark))
+    else:
+        in_stage = where == "stage"
+    if in_stage:
+        log.info("the XGBoost tracker runs in each barrier stage (train.tracker=%s): no live progress", where)
+    return in_stage
+
+
+def _tracker_in_task(ctx: Any, workers: int, timeout: int) -> dict[str, Any]:
+    """In a barrier task: the first task starts the job's tracker on its executor's host, every task gets its
+    arguments (``allGather``, which every task of the stage calls once)."""
+    mine = ""
+    if ctx.partitionId() == 0:
+        host = ctx.getTaskInfos()[0].address.rsplit(":", 1)[0]  # the task infos come in partition order
+        mine = json.dumps(start_tracker(host, workers, timeout))
+    return dict(json.loads(ctx.allGather(mine)[0]))
 
 
 def _start_tracker(spark: SparkSession, workers: int, timeout: int = 0) -> dict[str, Any]:
@@ -359,6 +384,7 @@ def run_nodes_distributed(
     arrange: Callable[[DataFrame, int], DataFrame] = arrange_by_qid,
     tracker_timeout: int = 0,
     lease_token: str | None = None,
+    tracker_in_stage: bool = False,
 ) -> dict[str, Any]:
     """Train ``nodes`` (plan order) on ``rows`` with ``workers`` barrier tasks: a frame of the fold's rows
     (:func:`training_frame`), which ``arrange`` hands out to the tasks, or where each task reads its own
@@ -370,7 +396,8 @@ def run_nodes_distributed(
 
     Outputs go to ``store`` (checkpoints every ``settings.checkpoint_every`` trees
     and at each node's end); rank 0 reports progress to the driver's event
-    listener at ``events`` (host, port). A barrier stage that Spark retries is
+    listener at ``events`` (host, port; None: no report). XGBoost's tracker runs in this process, or with
+    ``tracker_in_stage`` in the stage's first task (:func:`tracker_in_stage`). A barrier stage that Spark retries is
     stopped (its Rabit tracker is spent): the caller starts a new job, which
     resumes from the checkpoints. Returns timings.
     """
@@ -378,7 +405,7 @@ def run_nodes_distributed(
     from pipelines.plugins.loading import activate
     from pipelines.plugins.loading import current as current_plugins
 
-    args = _start_tracker(spark, workers, tracker_timeout)
+    args = None if tracker_in_stage else _start_tracker(spark, workers, tracker_timeout)
     job = uuid.uuid4().hex  # this job's token: its tasks check in once with the driver
     driver_code = dict(worker_identity())
     driver_files = source_files(worker_roots())
@@ -447,8 +474,9 @@ def run_nodes_distributed(
             )
         load = time.perf_counter() - t0
         client = EventClient(*events) if events and ctx.partitionId() == 0 else None
+        collective = args if args is not None else _tracker_in_task(ctx, workers, tracker_timeout)
         try:
-            with CommunicatorContext(dmlc_task_id=str(ctx.partitionId()), **args):
+            with CommunicatorContext(dmlc_task_id=str(ctx.partitionId()), **collective):
                 comm = XgbComm()
                 check_queries(comm, data)
                 events_to = client.send if client else None

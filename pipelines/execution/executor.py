@@ -23,12 +23,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.core.config import TrainConfig
+from pipelines.core.connect import label_jobs, use_pool
 from pipelines.core.errors import LtrError, UserError, relay
 from pipelines.core.signals import STOP
 from pipelines.data.curriculum import Curriculum
@@ -38,6 +40,7 @@ from pipelines.execution.barrier_job import (
     fold_rows,
     reads_in_workers,
     run_nodes_distributed,
+    tracker_in_stage,
     training_frame,
 )
 from pipelines.execution.events import EventServer, ProgressDisplay
@@ -77,6 +80,7 @@ class Execution:
     lease_ttl: float  # train.lease_ttl: seconds; renewed every ttl/3 while the job runs
     lease_wait: float  # train.lease_wait: how long to wait for another process's lease on a node before stopping
     read: str  # train.read: whether the barrier tasks read their rows themselves
+    tracker: str  # train.tracker: where XGBoost's tracker runs (auto, driver, stage)
 
     @classmethod
     def from_config(
@@ -112,6 +116,7 @@ class Execution:
             lease_ttl=run.lease_ttl,
             lease_wait=run.lease_wait,
             read=run.read,
+            tracker=run.tracker,
         )
 
 
@@ -175,16 +180,15 @@ def execute_plan(
         settings.model.cuts_sample_rows,
         how.nthread,
     )
+    in_stage = tracker_in_stage(spark, how.tracker)
     try:
-        with EventServer(driver_host(spark), callback) as server:
+        # the workers report to this process only where its tracker is reached too
+        with nullcontext() if in_stage else EventServer(driver_host(spark), callback) as server:
+            address = None if server is None else server.address
             if how.parallel <= 1:
-                info["jobs"].append(
-                    _run_unit(spark, plan, todo, ds, curricula, settings, store, how, server.address, cuts)
-                )
+                info["jobs"].append(_run_unit(spark, plan, todo, ds, curricula, settings, store, how, address, cuts))
             else:
-                info["jobs"] += _run_parallel(
-                    spark, plan, todo, ds, curricula, settings, store, how, server.address, cuts
-                )
+                info["jobs"] += _run_parallel(spark, plan, todo, ds, curricula, settings, store, how, address, cuts)
     finally:
         display.close()
     # what this process built (another process may have finished a node while we waited for its lease)
@@ -224,7 +228,7 @@ def _run_parallel(
     settings: Settings,
     store: CheckpointStore,
     how: Execution,
-    address: tuple[str, int],
+    address: tuple[str, int] | None,
     cuts: FoldCuts,
 ) -> list[dict[str, Any]]:
     """Ready nodes as concurrent Spark jobs (one FAIR pool each), up to ``how.parallel`` at a time."""
@@ -244,8 +248,8 @@ def _run_parallel(
         """
         if getattr(pools, "name", None) is None:
             pools.name = f"ltr-{threading.get_ident()}"
-        spark.sparkContext.setLocalProperty("spark.scheduler.pool", pools.name)
-        spark.sparkContext.setJobGroup(f"ltr-node-{node.key}", f"fold {plan.fold}: {node.describe()}")
+        use_pool(spark, pools.name)
+        label_jobs(spark, f"ltr-node-{node.key}", f"fold {plan.fold}: {node.describe()}")
         return _run_unit(spark, plan, [node], ds, curricula, settings, store, how, address, cuts)
 
     with ThreadPoolExecutor(max_workers=how.parallel, thread_name_prefix="ltr-node") as pool:
@@ -276,7 +280,7 @@ def _run_unit(
     settings: Settings,
     store: CheckpointStore,
     how: Execution,
-    address: tuple[str, int],
+    address: tuple[str, int] | None,
     cuts: FoldCuts,
 ) -> dict[str, Any]:
     """One Spark barrier job for ``nodes``; a failure is retried from the checkpoints."""
@@ -318,6 +322,7 @@ def _run_unit(
                     cuts,
                     events=address,
                     tracker_timeout=how.tracker_timeout,
+                    tracker_in_stage=address is None,
                     lease_token=held.token,
                 )
             except Exception as e:

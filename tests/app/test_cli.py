@@ -198,7 +198,8 @@ def test_spark_submit_job(tmp_path):
     # spark-submit merges the Python driver's stderr into its stdout
     # spark-submit's --master and --conf were kept, not overridden by the project's defaults (8, FAIR)
     assert (
-        "spark 4.3.0 session on local[1] (1 cores, 3 shuffle partitions, FIFO scheduler)" in proc.stdout + proc.stderr
+        "spark 4.3.0 classic session on local[1] (1 cores, 3 shuffle partitions, FIFO scheduler)"
+        in proc.stdout + proc.stderr
     )
     bad = subprocess.run(
         [

@@ -84,3 +84,15 @@ def test_the_mlflow_connection_gives_the_jobs_their_tracking_uri_and_the_task_it
     # no default connection: the config's tracking.uri as it is
     study = resolve_study(_params(tmp_path, f"tracking.uri={store}"), "r", connection=lambda c: None)
     assert study["mlflow_conn_id"] == "" and study["set"][-1] == f"tracking.uri={store}"
+
+
+def test_spark_remote_makes_every_step_a_client_of_that_server(tmp_path):
+    """``params.spark_remote``: every step's ``--set spark.remote=...`` (their sessions are Spark Connect clients);
+    a URL that is not one fails the first task in one line."""
+    params = {"conf": "", "set": [f"work_dir={tmp_path}"], "src": "", "train_timeout_base_s": 60}
+    params["train_timeout_per_tree_s"] = 1
+    study = resolve_study({**params, "spark_remote": "sc://spark.example.com:15002"}, "r")
+    assert 'spark.remote="sc://spark.example.com:15002"' in study["set"]
+    assert "spark.remote" not in " ".join(resolve_study(params, "r")["set"])
+    with pytest.raises(StudyTaskError, match=r"spark_remote: spark.remote='spark://h:7077' is not a Spark Connect"):
+        resolve_study({**params, "spark_remote": "spark://h:7077"}, "r")

@@ -4,6 +4,7 @@ trainer on Spark (== single-node xgb.train, 2 workers == 1 worker, split-query g
 from __future__ import annotations
 
 import json
+import logging
 import re
 import tempfile
 from dataclasses import replace
@@ -228,9 +229,13 @@ def _train(spark, data, paths, workers, curricula=(), arrange=None, cfg=None, se
     }
 
 
-def test_two_workers_equal_single_node_xgb_train(spark, coarse_dataset):
+def test_two_workers_equal_single_node_xgb_train(spark, coarse_dataset, caplog):
+    """...with XGBoost's tracker started in the barrier stage (``train.tracker=stage``: what a client of a remote
+    Spark Connect server does), the same trees as one process's ``xgb.train``."""
     data, splits = coarse_dataset
-    res, info = _train(spark, data, ["xgb_lambdamart:8"], workers=2)
+    with caplog.at_level(logging.INFO, logger="pipelines.execution.barrier_job"):
+        res, info = _train(spark, data, ["xgb_lambdamart:8"], 2, cfg=_cfg(workers=2, nthread=1, tracker="stage"))
+    assert "the XGBoost tracker runs in each barrier stage (train.tracker=stage)" in caplog.text
     assert info["workers"] == 2 and {t["rank"] for t in info["worker_timings"]} == {0, 1}
     assert sum(t["rows"] for t in info["worker_timings"]) == splits["train"].y.size
     twin = _local_twin(splits)
@@ -537,7 +542,8 @@ def test_an_executor_with_other_code_is_refused_in_one_line():
 def test_barrier_constraints_checked_up_front():
     from pyspark import SparkConf
 
-    from pipelines.execution.barrier_job import check_barrier_conf, is_local
+    from pipelines.core.connect import is_local
+    from pipelines.execution.barrier_job import check_barrier_conf
 
     with pytest.raises(TrainError, match=r"dynamic allocation does not support.*spark.dynamicAllocation.enabled=false"):
         check_barrier_conf(SparkConf(loadDefaults=False).set("spark.dynamicAllocation.enabled", "true"))

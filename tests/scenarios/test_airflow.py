@@ -87,6 +87,7 @@ def test_dag_shape(dag):
         "set",
         "src",
         "spark_conn_id",
+        "spark_remote",
         "spark_conf",
         "archives",
         "executor_memory",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -29,8 +30,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines.data.curriculum import QUERIES
-from pipelines.testing.processes import QUICK_JVM, ROOT, SPARK_BIN, StandaloneCluster, stop_process
-from tests.helpers import set_args, tiny_study
+from pipelines.testing.processes import (
+    QUICK_JVM,
+    ROOT,
+    SPARK_BIN,
+    StandaloneCluster,
+    free_port,
+    isolated_env,
+    stop_process,
+)
+from tests.helpers import cli_env, set_args, tiny_study
 
 #: spark: a standalone cluster, spark-submit and ltr subprocesses; slow: minutes, started first
 pytestmark = [pytest.mark.spark, pytest.mark.slow(minutes=6)]
@@ -148,6 +157,70 @@ def cluster(tmp_path_factory):
         c.stop()
 
 
+class ConnectServer:
+    """A Spark Connect server in a process of its own (``spark-submit --class ...SparkConnectServer``, as
+    ``sbin/start-connect-server.sh`` runs it) on ``local[2]`` and a free loopback port; its Python workers run the
+    project's interpreter. :meth:`stop` ends its process tree."""
+
+    def __init__(self, root: Path) -> None:
+        self.port, self.log = free_port(), root / "connect-server.log"
+        # the Python of the server's UDF workers: with spark.pyspark.python alone they ran the machine's python3
+        env = {**isolated_env(root), "PYSPARK_PYTHON": sys.executable}
+        with open(self.log, "wb") as f:
+            self.proc = subprocess.Popen(
+                [
+                    str(SPARK_BIN / "spark-submit"),
+                    "--class",
+                    "org.apache.spark.sql.connect.service.SparkConnectServer",
+                    "--master",
+                    "local[2]",
+                    *("--conf", "spark.connect.grpc.binding.address=127.0.0.1"),
+                    *("--conf", f"spark.connect.grpc.binding.port={self.port}"),
+                    *("--conf", f"spark.pyspark.python={sys.executable}"),
+                    *("--conf", "spark.scheduler.mode=FAIR"),
+                    *("--conf", "spark.ui.enabled=false"),
+                ],
+                env=env,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.url = f"sc://127.0.0.1:{self.port}"
+
+    def wait(self, seconds: float = 180) -> None:
+        deadline = time.monotonic() + seconds
+        while "Spark Connect server started" not in self.log.read_text(errors="replace"):
+            assert self.proc.poll() is None, f"the Connect server exited:\n{self.log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"no Connect server after {seconds} s:\n{self.log.read_text()[-3000:]}"
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+@pytest.fixture(scope="module")
+def connect_server(tmp_path_factory):
+    """Started while the cluster's job runs (its JVM's start is the fixed cost a warm server saves)."""
+    server = ConnectServer(tmp_path_factory.mktemp("connect"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _without_java() -> dict[str, str]:
+    """This process's environment with no Java to start: a client that reached for a JVM fails."""
+    env = cli_env()
+    java = shutil.which("java")
+    hidden = {str(Path(java).resolve().parent), str(Path(java).parent)} if java else set()
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if p not in hidden)
+    env["JAVA_HOME"] = "/nonexistent-java-home"
+    for k in ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "SPARK_REMOTE"):
+        env.pop(k, None)
+    return env
+
+
 def _spark_submit(
     master: str, job: str, args: list[str], log_dir: Path, env: dict[str, str], conf: list[str], timeout: float = 900
 ) -> str:
@@ -251,7 +324,9 @@ def _child_finals(work: Path) -> dict[str, float]:
 
 
 @pytest.mark.timeout(2400)
-def test_jobs_on_a_standalone_cluster_with_the_packed_env_equal_local(packed_env, cluster, spark, tmp_path):
+def test_jobs_on_a_standalone_cluster_with_the_packed_env_equal_local(
+    packed_env, cluster, connect_server, spark, tmp_path
+):
     from pipelines.data.generate import generate
 
     t0 = time.perf_counter()
@@ -295,7 +370,30 @@ def test_jobs_on_a_standalone_cluster_with_the_packed_env_equal_local(packed_env
     # the report: the same table 1, every number
     a, b = doc(remote, "report/table1.json"), doc(local, "report/table1.json")
     assert a == b and len(a) == 4
-    log.warning("standalone cluster test: %.0f s", time.perf_counter() - t0)
+
+    # the same job through Spark Connect: a client process that cannot start a JVM (any classic-only call fails
+    # it) against a server of its own on local[2]; the same dataset, curricula, trees, MLflow finals and table 1
+    t2 = time.perf_counter()
+    connect_server.wait()
+    via = tmp_path / "connect"
+    via.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.app.cli", "run", "--remote", connect_server.url, *_run_args(via, letor)],
+        env=_without_java(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    assert f"Spark Connect session on {connect_server.url} (2 cores" in proc.stderr, proc.stderr[-3000:]
+    a, b = doc(via, "dataset/_manifest.json"), doc(local, "dataset/_manifest.json")
+    assert a["fingerprint"] == b["fingerprint"]
+    assert doc(via, "difficulty/_difficulty.json")["key"] == doc(local, "difficulty/_difficulty.json")["key"]
+    assert pq.read_table(via / cur / QUERIES).equals(pq.read_table(local / cur / QUERIES))
+    assert _grid_results(via) == gb and _child_finals(via) == fb
+    assert doc(via, "report/table1.json") == doc(local, "report/table1.json")
+    t3 = time.perf_counter()
+    log.warning("Connect run %.0f s; standalone cluster test: %.0f s", t3 - t2, t3 - t0)
 
 
 def test_packed_archive_is_a_relocatable_non_editable_env(packed_env):

@@ -11,9 +11,10 @@ import pyarrow.fs as pafs
 from pyspark.sql import SparkSession
 
 from pipelines.core.config import DatasetSpec, IngestConfig
+from pipelines.core.connect import context
 from pipelines.core.errors import StorageError, storage_failure
 from pipelines.core.secrets import redact
-from pipelines.core.spark_progress import spark_context, spark_progress
+from pipelines.core.spark_progress import spark_progress
 from pipelines.core.storage import OutputError, atomic_output, delete_quietly
 from pipelines.data.dataset import MANIFEST, MSLR_ROTATION
 from pipelines.data.ingest.checks import (
@@ -77,7 +78,7 @@ def _run(
 ) -> dict[str, FileResult]:
     tasks = _tasks(files, modes, tmp, spec, cfg)
     n_bytes = sum(f.size for f in files)
-    sc = spark_context(spark)  # None on Spark Connect: no accumulators, no progress
+    sc = context(spark)  # None on Spark Connect: no accumulators, no progress
     counters = (sc.accumulator(0), sc.accumulator(0)) if sc is not None else None
     t0 = time.perf_counter()
     with spark_progress(

@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
+from pipelines.core.connect import default_parallelism
 from pipelines.core.storage import delete_quietly
 from udfs import schema
 from udfs.letor_parse import row_hashes_sum
@@ -38,7 +39,7 @@ def merge_subset(
     merged = (
         df.withColumn(schema.DOC, (F.row_number().over(w) - 1).cast("int"))
         .select(*cols)
-        .repartitionByRange(max(1, spark.sparkContext.defaultParallelism), schema.QID)
+        .repartitionByRange(max(1, default_parallelism(spark)), schema.QID)
         .sortWithinPartitions(schema.QID, schema.DOC)
     )
     out = f"{tmp}/_merged/{schema.SUBSET}={subset}"

@@ -1,0 +1,254 @@
+"""What differs between a classic Spark session and a Spark Connect one: the only module that reads ``sparkContext``.
+
+A classic session (``SparkSession.builder.master(...)``) runs its JVM in this process (or spark-submit's) and gives
+the ``SparkContext``: the master, the default parallelism, Spark's count of task slots, thread-local job groups and
+scheduler pools, the status tracker. A Spark Connect session (``--remote sc://host:15002``, ``spark.remote``,
+``$SPARK_REMOTE``, or ``local[N]`` for a server in this process) is a gRPC client: none of that exists on it, and
+what the code needs comes from the configuration the server exposes, from a one-task job that looks at an
+executor, or from the user's config (``train.workers``). Everything else (DataFrames, Pandas UDFs, the barrier
+``mapInArrow`` that trains) is the same API on both, so no other module asks which kind of session it has.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from pipelines.core.config import ConfigError
+
+log = logging.getLogger(__name__)
+
+#: The property a classic session's job groups travel in (``SparkContext.setJobGroup`` sets it).
+JOB_GROUP = "spark.jobGroup.id"
+
+_LOCAL = re.compile(r"local(?:\[(\*|\d+)(?:\s*,\s*\d+)?\])?$")
+_said: set[str] = set()
+
+
+def is_connect(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect session (a client of a server) rather than a classic one."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def kind(spark: Any) -> str:
+    """``"Spark Connect"`` or ``"classic"``: the words the first line of a command says."""
+    return "Spark Connect" if is_connect(spark) else "classic"
+
+
+def context(spark: Any) -> Any | None:
+    """The session's SparkContext, or None on Spark Connect (which has none)."""
+    if is_connect(spark):
+        return None
+    try:
+        return spark.sparkContext
+    except Exception:  # a session whose JVM is going
+        return None
+
+
+def master(spark: Any) -> str:
+    """The master URL the session's jobs run on (on Connect: the server's ``spark.master``)."""
+    sc = context(spark)
+    if sc is not None:
+        return str(sc.master or "")
+    return str(spark.conf.get("spark.master", "") or "")
+
+
+def is_local(url: str) -> bool:
+    """One JVM (``local``, ``local[N]``, ``local[*]``); ``local-cluster[...]`` is a cluster (one worker a slot)."""
+    return url == "local" or url.startswith("local[")
+
+
+def conf_value(spark: Any, key: str, default: str | None = None) -> str | None:
+    """A Spark property as the session sees it (classic: the SparkConf; Connect: the server's configuration)."""
+    sc = context(spark)
+    if sc is not None:
+        return sc.getConf().get(key, default)
+    try:
+        value = spark.conf.get(key, default)
+    except Exception:  # a server that will not say (a static property it keeps to itself)
+        log.debug("the server does not expose %s", key, exc_info=True)
+        return default
+    return default if value is None else str(value)
+
+
+def set_log_level(spark: Any, level: str) -> None:
+    """Spark's own log level (``spark.log_level``). A Connect server logs as its own configuration says."""
+    sc = context(spark)
+    if sc is not None:
+        sc.setLogLevel(level)
+    else:
+        log.debug("Spark Connect: the server's log4j configuration sets its log level (spark.log_level not applied)")
+
+
+def _executor_cores(spark: Any) -> int:
+    """The cores the Python workers of a local master may use, asked of one of them (a one-task job: the server may
+    be another machine than this client's)."""
+    import pyarrow as pa
+
+    def count(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pipelines.core.threads import usable_cpus
+
+        for _ in batches:
+            pass
+        yield pa.RecordBatch.from_pydict({"cores": pa.array([usable_cpus()], pa.int64())})
+
+    return int(spark.range(1, numPartitions=1).mapInArrow(count, "cores long").collect()[0]["cores"])
+
+
+def default_parallelism(spark: Any) -> int:
+    """How many partitions a job spreads over by default: classic ``defaultParallelism``; on Connect
+    ``spark.default.parallelism`` where the server sets it, else the cores of a local master (``local[N]``: N;
+    ``local[*]``: the executor machine's), else the executors' cores (``spark.executor.instances`` x
+    ``spark.executor.cores``), else ``spark.sql.shuffle.partitions``."""
+    sc = context(spark)
+    if sc is not None:
+        return int(sc.defaultParallelism)
+    set_ = conf_value(spark, "spark.default.parallelism")
+    if set_:
+        return int(set_)
+    m = _LOCAL.match(master(spark))
+    if m and is_local(master(spark)):
+        return _executor_cores(spark) if m.group(1) in (None, "*") else int(m.group(1))
+    instances, cores = conf_value(spark, "spark.executor.instances"), conf_value(spark, "spark.executor.cores")
+    if instances and cores:
+        return int(instances) * int(cores)
+    return int(conf_value(spark, "spark.sql.shuffle.partitions", "200") or "200")
+
+
+def task_slots(spark: Any, wait: float = 60.0) -> int | None:
+    """Barrier task slots: how many tasks of the default resource profile can run at once.
+
+    Classic: Spark's own count (``maxNumConcurrentTasks``, what barrier stages are checked against, and what
+    ``xgboost.spark`` asks), which honours ``spark.task.cpus``: 16 cores with ``spark.task.cpus=4`` are 4 slots,
+    not 16 (``defaultParallelism`` counts cores). On a cluster whose executors have not registered yet (an
+    application just started) it waits up to ``wait`` seconds for the first ones.
+
+    Connect: the server's configuration, ``spark.task.cpus`` honoured: a local master's cores, or
+    ``spark.executor.instances`` x ``spark.executor.cores``; None where it does not say (a cluster that scales
+    its executors): the caller then needs ``train.workers``.
+    """
+    import time
+
+    task_cpus = int(conf_value(spark, "spark.task.cpus", "1") or "1")
+    sc = context(spark)
+    if sc is None:
+        url = master(spark)
+        if is_local(url):
+            return max(1, default_parallelism(spark) // task_cpus)
+        instances, cores = conf_value(spark, "spark.executor.instances"), conf_value(spark, "spark.executor.cores")
+        if instances and cores:
+            return int(instances) * (int(cores) // task_cpus)
+        return None
+    jsc = sc._jsc.sc()  # noqa: SLF001 - no Python API for it (xgboost.spark does the same)
+    deadline = time.monotonic() + wait
+    while True:
+        slots = int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().resourceProfileFromId(0)))
+        if slots > 0 or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
+    if slots < 1:
+        log.warning("no executor registered after %.0f s: no task slot for training", wait)
+    return slots
+
+
+def job_group(spark: Any) -> str | None:
+    """The job group this thread's jobs run in (classic), or the ``ltr-`` tag of this thread (Connect)."""
+    sc = context(spark)
+    if sc is not None:
+        return sc.getLocalProperty(JOB_GROUP)
+    return next((t for t in spark.getTags() if t.startswith("ltr-")), None)
+
+
+def label_jobs(spark: Any, group: str | None, description: str = "") -> None:
+    """Run this thread's next jobs under ``group`` (None: none), the unit SIGTERM and ``ltr grid`` cancel: a classic
+    job group (``setJobGroup``), or a Connect tag (``addTag``; ``interruptTag`` cancels its jobs on the server).
+    Connect tags are the thread's own, as job groups are."""
+    sc = context(spark)
+    if sc is not None:
+        if group is None:
+            sc.setLocalProperty(JOB_GROUP, None)
+        elif description:
+            sc.setJobGroup(group, description)
+        else:
+            sc.setLocalProperty(JOB_GROUP, group)
+        return
+    for t in spark.getTags():
+        if t.startswith("ltr-"):
+            spark.removeTag(t)
+    if group is not None:
+        spark.addTag(group)
+
+
+def use_pool(spark: Any, name: str) -> None:
+    """This thread's jobs in the FAIR scheduler pool ``name`` (``ltr grid --parallel``). A Connect client cannot
+    choose a pool: its jobs run in the server's default pool (said once)."""
+    sc = context(spark)
+    if sc is not None:
+        sc.setLocalProperty("spark.scheduler.pool", name)
+    elif "pool" not in _said:
+        _said.add("pool")
+        log.info("Spark Connect: the parallel jobs run in the server's default scheduler pool")
+
+
+def cancel_all(spark: Any) -> None:
+    """Cancel every job this session started (SIGTERM): classic ``cancelAllJobs``, Connect ``interruptAll``."""
+    sc = context(spark)
+    if sc is not None:
+        sc.cancelAllJobs()
+    else:
+        spark.interruptAll()
+
+
+def active_context() -> Any | None:
+    """This process's SparkContext, if PySpark is loaded and one is running (None otherwise; nothing is started):
+    a classic session's, or the one a ``local[N]`` Connect server runs in this process."""
+    import sys
+
+    pyspark = sys.modules.get("pyspark")
+    return getattr(getattr(pyspark, "SparkContext", None), "_active_spark_context", None)
+
+
+#: The name Spark gives an executor's thread while it runs a task ("... for task 0.0 in stage 14.0 (TID 16)").
+_TASK_THREAD = "Executor task launch worker for task "
+
+
+def running_tasks(sc: Any) -> int:
+    """Tasks still running (a cancelled job ends before its tasks do): the application's count, or the task threads
+    of this driver's JVM (local masters run their executor there) where those are more. A cancelled task whose
+    Python worker is busy ends when Spark kills that worker, ``spark.python.task.killTimeout`` (2 s) after the
+    cancel, and meanwhile the application's count was 0 (measured on a training task): Spark stopped under it
+    logged ``ERROR TaskContextImpl: Error in TaskCompletionListener ... broadcast_16 does not exist``."""
+    jsc = sc._jsc.sc()
+    counted = sum(int(i.numRunningTasks()) for i in jsc.statusTracker().getExecutorInfos())
+    threads = sum(
+        1 for t in sc._jvm.java.lang.Thread.getAllStackTraces().keySet() if str(t.getName()).startswith(_TASK_THREAD)
+    )
+    return max(counted, threads)
+
+
+def active_connect_session() -> Any | None:
+    """This process's Spark Connect session, if one was built (None otherwise; nothing is started)."""
+    import sys
+
+    mod = sys.modules.get("pyspark.sql.connect.session")
+    if mod is None:
+        return None
+    try:
+        return mod.SparkSession.getActiveSession() or getattr(mod.SparkSession, "_default_session", None)
+    except Exception:
+        return None
+
+
+def remote_url(configured: str) -> str:
+    """The Spark Connect URL a command uses: ``spark.remote`` (``--remote``), else ``$SPARK_REMOTE``; empty for a
+    classic session."""
+    url = configured or os.environ.get("SPARK_REMOTE", "")
+    if url and not (url.startswith("sc://") or is_local(url)):
+        raise ConfigError(
+            f"spark.remote={url!r} is not a Spark Connect URL: give sc://HOST:PORT (a server), or local[N] "
+            "(a server in this process)"
+        )
+    return url

@@ -1,0 +1,58 @@
+"""What differs between a classic and a Spark Connect session lives in pipelines.core.connect, and a Connect URL that
+cannot be used is refused in one line before any work. The whole chain on a Connect server (a separate process, with
+a client that cannot start a JVM) is tests/scenarios/test_cluster.py's."""
+
+from __future__ import annotations
+
+import ast
+import time
+from pathlib import Path
+
+import pytest
+
+from pipelines.core.config import ConfigError
+from pipelines.core.connect import is_local, remote_url
+from pipelines.testing.processes import ROOT, free_port
+
+#: What only a classic session has: the SparkContext and its JVM handles.
+CLASSIC_ONLY = {"sparkContext", "_jsc", "_jvm", "_active_spark_context", "_gateway"}
+OWNER = ROOT / "pipelines" / "core" / "connect.py"
+
+
+def test_only_the_connect_module_reads_the_spark_context():
+    """Any other module that read ``spark.sparkContext`` (or a JVM handle) would fail on Spark Connect."""
+    found = []
+    for package in ("pipelines", "udfs", "jobs"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path == OWNER:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Attribute) and node.attr in CLASSIC_ONLY:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} .{node.attr}")
+    assert not found, "classic-only Spark API outside pipelines/core/connect.py:\n" + "\n".join(found)
+
+
+def test_remote_urls(monkeypatch):
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    assert remote_url("") == ""  # a classic session
+    assert remote_url("sc://spark.example.com:15002/;token=x") == "sc://spark.example.com:15002/;token=x"
+    assert remote_url("local[2]") == "local[2]"
+    monkeypatch.setenv("SPARK_REMOTE", "sc://127.0.0.1:15002")
+    assert remote_url("") == "sc://127.0.0.1:15002"  # Spark's own variable, as its clients read it
+    assert remote_url("local[1]") == "local[1]"  # the config wins
+    with pytest.raises(ConfigError, match=r"spark.remote='http://h:15002' is not a Spark Connect URL: give sc://"):
+        remote_url("http://h:15002")
+    assert is_local("local[*]") and is_local("local") and not is_local("local-cluster[2,1,1024]")
+
+
+def test_a_server_that_does_not_answer_is_one_line_and_exit_2(small_letor, tmp_path, capsys):
+    """PySpark's client retries an unanswered URL for minutes; ltr says so at once, naming the URL."""
+    from pipelines.app.cli import main
+
+    url = f"sc://127.0.0.1:{free_port()}"
+    t0 = time.perf_counter()
+    code = main(["ingest", "--remote", url, "--src", str(small_letor), "--out", str(tmp_path / "ds")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and time.perf_counter() - t0 < 30
+    assert err[-1].startswith(f"ltr ingest: error: no Spark Connect server answers at {url}"), err
+    assert "Traceback" not in "\n".join(err) and not Path(tmp_path / "ds").exists()
