@@ -75,6 +75,21 @@ def cli_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), **extra}
 
 
+def without_java() -> dict[str, str]:
+    """:func:`cli_env` with no Java to start: a Spark Connect client that reached for a JVM (a classic-only call)
+    fails."""
+    import shutil
+
+    env = cli_env()
+    java = shutil.which("java")
+    hidden = {str(Path(java).resolve().parent), str(Path(java).parent)} if java else set()
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if p not in hidden)
+    env["JAVA_HOME"] = "/nonexistent-java-home"
+    for k in ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "SPARK_REMOTE"):
+        env.pop(k, None)
+    return env
+
+
 def lower_priority(pids: Iterable[int], done: set[int]) -> None:
     """Give every thread of each of ``pids`` not in ``done`` the lowest CPU priority (nice 19), and add them to
     ``done``. Linux's nice belongs to a thread (setpriority on a pid reaches its main thread only), so each

@@ -19,6 +19,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 from pipelines.app import flags, stop
 from pipelines.core.config import (
@@ -261,6 +262,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_jvm_archive)
 
     p = sub.add_parser(
+        "server",
+        help="start, show or stop a Spark Connect server on this machine that later commands use",
+        description="A Spark Connect server kept running for the config's work_dir, bound to 127.0.0.1, on "
+        "spark.master (default local[*]) with the Spark properties a classic session would have; every later "
+        "ltr command on that work_dir connects to it (spark.remote: auto) instead of starting a JVM of its own. "
+        "Its record and log: <work_dir>/connect/. status exits 0 when it runs, 3 when not.",
+    )
+    p.add_argument(
+        "action", choices=["start", "status", "stop"], help="start it (or name the running one), show it, stop it"
+    )
+    p.add_argument("--port", type=int, default=0, help="start: the port (default: a free one)")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    _common(p)
+    p.set_defaults(func=cmd_server)
+
+    p = sub.add_parser(
         "keys",
         help="the code identity of each kind of result (difficulty, curriculum, cuts, node)",
         description="Each kind of result is keyed by the kernel code that computes it (pipelines.kernel and udfs' "
@@ -336,10 +353,12 @@ def check_paths(cfg: Config) -> None:
 
 def _session(cfg: Config):
     from pipelines.app.jvm import use_class_archive
+    from pipelines.app.server import session_config
     from pipelines.core.session import build_session, jvm_master
 
-    use_class_archive(jvm_master(cfg.spark))
-    return build_session(cfg.spark)
+    spark_cfg = session_config(cfg)  # spark.remote: auto -> $SPARK_REMOTE, the work_dir's server, else classic
+    use_class_archive(jvm_master(spark_cfg))
+    return build_session(spark_cfg)
 
 
 # ------------------------------------------------------------ commands
@@ -617,6 +636,31 @@ def cmd_jvm_archive(args: argparse.Namespace) -> int:
     info = {"archive": str(archive), "bytes": archive.stat().st_size, "written": written}
     print(json.dumps({**info, "seconds": round(time.perf_counter() - t0, 1), "java_option": java_option(archive)}))
     return 0
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    """``ltr server start|status|stop`` (:mod:`pipelines.app.server`); status exits 3 when no server runs."""
+    from pipelines.app import server
+
+    cfg = resolve_config(args, "server")
+    rec: dict[str, Any] | None
+    if args.action == "start":
+        rec = server.start(cfg, port=args.port)
+        text = "runs already" if rec.pop("already", False) else "started"
+        line = f"Spark Connect server {text} at {rec['url']} (pid {rec['pid']}, {rec['master']}; log {rec['log']})"
+    elif args.action == "status":
+        rec = server.running(cfg.work_dir)
+        line = (
+            f"Spark Connect server running at {rec['url']} (pid {rec['pid']}, {rec['master']}, "
+            f"up {time.time() - rec['started']:.0f} s)"
+            if rec
+            else f"no Spark Connect server runs for work_dir {cfg.work_dir}"
+        )
+    else:
+        rec = server.stop(cfg)
+        line = f"Spark Connect server stopped (pid {rec['pid']})" if rec else "no Spark Connect server was running"
+    print(json.dumps(rec or {}) if args.json else line)
+    return 3 if args.action == "status" and not rec else 0
 
 
 def cmd_keys(args: argparse.Namespace) -> int:

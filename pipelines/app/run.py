@@ -34,6 +34,7 @@ def run_study(cfg: Config, src: str | None = None) -> dict[str, Any]:
     step before training runs only when its output is not fresh. Returns the grid's and the report's summaries."""
     from pipelines.app.grid import run_grid
     from pipelines.app.jvm import use_class_archive
+    from pipelines.app.server import session_config
     from pipelines.core.session import build_session, jvm_master
     from pipelines.report.mlflow_view import ui_lines
     from pipelines.study import steps
@@ -56,8 +57,9 @@ def run_study(cfg: Config, src: str | None = None) -> dict[str, Any]:
             "[%d/%d] generate %d %s-shaped queries -> %s", next(step), n, cfg.generate.queries, cfg.generate.shape, src
         )
         steps.run_generate(cfg, src)
-    use_class_archive(jvm_master(cfg.spark))
-    spark = build_session(cfg.spark)
+    spark_cfg = session_config(cfg)  # spark.remote: auto -> $SPARK_REMOTE, the work_dir's server, else classic
+    use_class_archive(jvm_master(spark_cfg))
+    spark = build_session(spark_cfg)
     data = layout.run_dataset  # `ltr run` never writes over a dataset named elsewhere (grid.data)
     log.info("[%d/%d] ingest %s -> %s", next(step), n, src, data)
     steps.run_ingest(spark, cfg, src, data)

@@ -65,9 +65,10 @@ class SparkConfig:
 
     #: Spark master URL; empty: spark-submit's --master if any, else local[*]
     master: str = ""
-    #: Spark Connect: sc://HOST:PORT of a server, or local[N] for one in this process; empty: $SPARK_REMOTE if set,
-    #: else a classic session on spark.master (how-to: Spark Connect)
-    remote: str = ""
+    #: Spark Connect: sc://HOST:PORT of a server, or local[N] for one in this process; auto: $SPARK_REMOTE if set,
+    #: else the server `ltr server start` runs for work_dir, else a classic session on spark.master; empty: classic
+    #: unless $SPARK_REMOTE is set (how-to: Spark Connect)
+    remote: str = "auto"
     #: the Spark application's name (Spark UI, cluster manager)
     app_name: str = "ltr"
     #: spark.sql.shuffle.partitions of the session

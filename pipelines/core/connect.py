@@ -244,8 +244,10 @@ def active_connect_session() -> Any | None:
 
 def remote_url(configured: str) -> str:
     """The Spark Connect URL a command uses: ``spark.remote`` (``--remote``), else ``$SPARK_REMOTE``; empty for a
-    classic session."""
-    url = configured or os.environ.get("SPARK_REMOTE", "")
+    classic session. ``auto`` (the default) is resolved against the work_dir's server where a command knows it
+    (:func:`pipelines.app.server.session_config`); here it is ``$SPARK_REMOTE``, else classic."""
+    url = "" if configured == "auto" else configured
+    url = url or os.environ.get("SPARK_REMOTE", "")
     if url and not (url.startswith("sc://") or is_local(url)):
         raise ConfigError(
             f"spark.remote={url!r} is not a Spark Connect URL: give sc://HOST:PORT (a server), or local[N] "

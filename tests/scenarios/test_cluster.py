@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -39,7 +38,7 @@ from pipelines.testing.processes import (
     isolated_env,
     stop_process,
 )
-from tests.helpers import cli_env, set_args, tiny_study
+from tests.helpers import set_args, tiny_study, without_java
 
 #: spark: a standalone cluster, spark-submit and ltr subprocesses; slow: minutes, started first
 pytestmark = [pytest.mark.spark, pytest.mark.slow(minutes=6)]
@@ -209,18 +208,6 @@ def connect_server(tmp_path_factory):
         server.stop()
 
 
-def _without_java() -> dict[str, str]:
-    """This process's environment with no Java to start: a client that reached for a JVM fails."""
-    env = cli_env()
-    java = shutil.which("java")
-    hidden = {str(Path(java).resolve().parent), str(Path(java).parent)} if java else set()
-    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if p not in hidden)
-    env["JAVA_HOME"] = "/nonexistent-java-home"
-    for k in ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "SPARK_REMOTE"):
-        env.pop(k, None)
-    return env
-
-
 def _spark_submit(
     master: str, job: str, args: list[str], log_dir: Path, env: dict[str, str], conf: list[str], timeout: float = 900
 ) -> str:
@@ -379,7 +366,7 @@ def test_jobs_on_a_standalone_cluster_with_the_packed_env_equal_local(
     via.mkdir()
     proc = subprocess.run(
         [sys.executable, "-m", "pipelines.app.cli", "run", "--remote", connect_server.url, *_run_args(via, letor)],
-        env=_without_java(),
+        env=without_java(),
         capture_output=True,
         text=True,
         timeout=900,
