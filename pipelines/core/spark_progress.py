@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.core.connect import JOB_GROUP, context
+from pipelines.core.connect import JOB_GROUP, context, is_connect
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,27 @@ class SparkTasks:
                 total += stage.numTasks
                 done += stage.numTasks if job.status == "SUCCEEDED" else min(stage.numCompletedTasks, stage.numTasks)
         return TaskCounts(done, total)
+
+
+class ConnectTasks:
+    """Finished/total tasks of the operations a Spark Connect session runs while it is registered as the session's
+    progress handler (``registerProgressHandler``: the server reports each operation's stages as its results
+    stream back; an operation that is done counts all its stages' tasks as finished)."""
+
+    def __init__(self) -> None:
+        self._ops: dict[str, dict[int, tuple[int, int]]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, stages: Any, inflight_tasks: int, operation_id: str | None, done: bool) -> None:
+        with self._lock:
+            ops = self._ops.setdefault(operation_id or "", {})
+            for st in stages or ():
+                ops[int(st.stage_id)] = (int(st.num_tasks if done else st.num_completed_tasks), int(st.num_tasks))
+
+    def counts(self) -> TaskCounts:
+        with self._lock:
+            pairs = [p for ops in self._ops.values() for p in ops.values()]
+        return TaskCounts(sum(d for d, _ in pairs), sum(t for _, t in pairs))
 
 
 class JobProgress:
@@ -284,12 +305,21 @@ def spark_progress(spark: Any, label: str, **kw: Any) -> Iterator[JobProgress | 
 
     The block's jobs run in a job group of their own (the thread's local property, restored after), or in
     the caller's group, if the thread has one, counting only the jobs started inside the block. Yields the
-    :class:`JobProgress`, or None where progress cannot be read (Spark Connect).
+    :class:`JobProgress`, or None where progress cannot be read. On Spark Connect the tasks are those the server
+    reports for the block's operations (:class:`ConnectTasks`).
     """
-    sc = context(spark)  # None on Spark Connect: no status tracker
+    sc = context(spark)  # None on Spark Connect: no status tracker, the server's progress reports instead
     progress: JobProgress | None = None
     own_group = False
-    if sc is not None:
+    reports: ConnectTasks | None = None
+    if sc is None and is_connect(spark):
+        try:
+            reports = ConnectTasks()
+            spark.registerProgressHandler(reports)
+            progress = JobProgress(label, reports.counts, **kw).start()
+        except Exception:
+            log.debug("%s: no progress (the server's progress reports cannot be read)", label, exc_info=True)
+    elif sc is not None:
         try:
             group = sc.getLocalProperty(JOB_GROUP)
             if group is None:
@@ -308,6 +338,11 @@ def spark_progress(spark: Any, label: str, **kw: Any) -> Iterator[JobProgress | 
     finally:
         if progress is not None:
             progress.stop(ok)
+        if reports is not None:
+            try:
+                spark.removeProgressHandler(reports)
+            except Exception:
+                log.debug("%s: cannot remove the progress handler", label, exc_info=True)
         if own_group and sc is not None:
             try:
                 sc.setLocalProperty(JOB_GROUP, None)

@@ -5,6 +5,7 @@ next command is classic again."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +51,8 @@ def test_a_server_serves_the_commands_of_its_work_dir_until_stopped(small_letor,
         ingested = _ltr("ingest", "--src", str(small_letor), "--out", str(out), *sets, env=without_java())
         assert ingested.returncode == 0, ingested.stderr[-3000:]
         assert f"Spark Connect session on {rec['url']}" in ingested.stderr
+        # its progress from the server's reports: the last line counts every task of the ingest's jobs as done
+        assert re.search(r"ingest: [\d.]+/([\d.]+) MB \(100%, (\d+)/\2 tasks\)", ingested.stderr), ingested.stderr
         # the same dataset as the classic session's ingest of the same files
         a = json.loads((out / "_manifest.json").read_text())
         b = json.loads((Path(small_dataset) / "_manifest.json").read_text())

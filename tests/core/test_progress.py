@@ -196,3 +196,25 @@ def test_no_spark_context_no_progress():
 
     with spark_progress(Connect(), "ingest") as p:
         assert p is None
+
+
+def test_connect_progress_counts_each_operations_stages_and_a_done_one_whole():
+    """Spark Connect's progress reports (``registerProgressHandler``): the latest of each operation's stages, and an
+    operation that is done counts its stages' tasks as finished (a stage skipped for a reused shuffle reports none)."""
+    from types import SimpleNamespace as Stage
+
+    from pipelines.core.spark_progress import ConnectTasks
+
+    reports = ConnectTasks()
+
+    def report(op: str, stage: int, total: int, finished: int, done: bool = False) -> None:
+        stages = [Stage(stage_id=stage, num_tasks=total, num_completed_tasks=finished)]
+        reports(stages=stages, inflight_tasks=total - finished, operation_id=op, done=done)
+
+    assert reports.counts() == TaskCounts(0, 0)
+    report("a", 0, 4, 1)
+    report("a", 0, 4, 3)
+    report("b", 1, 2, 0)
+    assert reports.counts() == TaskCounts(3, 6)
+    report("b", 1, 2, 1, done=True)
+    assert reports.counts() == TaskCounts(5, 6)
