@@ -525,7 +525,7 @@ class TrainConfig:
     tracker_timeout: int = 3600
     #: where XGBoost's tracker runs: driver (this process: the executors must reach it), stage (in the barrier
     #: stage, on the first task's executor, as xgboost.spark does; no live progress), or auto (stage for a client of
-    #: a Spark Connect server whose master is not local, else driver)
+    #: a Spark Connect server on another machine or on a cluster master, else driver)
     tracker: str = "auto"
     #: a failed training job is started again this often, from the last checkpoints
     job_retries: int = 1

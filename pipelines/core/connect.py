@@ -61,6 +61,20 @@ def is_local(url: str) -> bool:
     return url == "local" or url.startswith("local[")
 
 
+#: Host names of a Connect server on the machine of its client.
+_THIS_MACHINE = ("localhost", "127.0.0.1", "::1", "[::1]")
+
+
+def server_here(spark: Any) -> bool:
+    """Whether the session's jobs run on this machine's JVM: a classic session, or a Connect server reached at a
+    loopback address (``local[N]`` servers included). Where they do not, the executors cannot be assumed to reach
+    this process."""
+    if not is_connect(spark):
+        return True
+    host = str(getattr(spark.client, "host", "") or "")
+    return host in _THIS_MACHINE
+
+
 def conf_value(spark: Any, key: str, default: str | None = None) -> str | None:
     """A Spark property as the session sees it (classic: the SparkConf; Connect: the server's configuration)."""
     sc = context(spark)

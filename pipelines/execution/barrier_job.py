@@ -42,7 +42,15 @@ from pyspark.sql import functions as F
 
 import pipelines.worker  # noqa: F401  (first: in a Spark worker it imports XGBoost without scikit-learn)
 from pipelines.core.config import ConfigError, TrainConfig
-from pipelines.core.connect import conf_value, default_parallelism, is_connect, is_local, master, task_slots
+from pipelines.core.connect import (
+    conf_value,
+    default_parallelism,
+    is_connect,
+    is_local,
+    master,
+    server_here,
+    task_slots,
+)
 from pipelines.core.errors import LtrError, UserError, crosses_tasks, relay
 from pipelines.core.threads import usable_cpus
 from pipelines.data.curriculum import QUERIES, Curriculum
@@ -287,10 +295,10 @@ def driver_host(spark: SparkSession) -> str:
 
 def tracker_in_stage(spark: SparkSession, where: str) -> bool:
     """Whether XGBoost's tracker runs in the barrier stage (``train.tracker``: ``stage``; ``auto``: for a client of a
-    Spark Connect server whose master is not local, whose executors need not reach this process) rather than in
-    this process (``driver``)."""
+    Spark Connect server on another machine or on a cluster master, whose executors need not reach this process)
+    rather than in this process (``driver``)."""
     if where == "auto":
-        in_stage = is_connect(spark) and not is_local(master(spark))
+        in_stage = is_connect(spark) and not (server_here(spark) and is_local(master(spark)))
     else:
         in_stage = where == "stage"
     if in_stage:

@@ -56,3 +56,34 @@ def test_a_server_that_does_not_answer_is_one_line_and_exit_2(small_letor, tmp_p
     assert code == 2 and time.perf_counter() - t0 < 30
     assert err[-1].startswith(f"ltr ingest: error: no Spark Connect server answers at {url}"), err
     assert "Traceback" not in "\n".join(err) and not Path(tmp_path / "ds").exists()
+
+
+def _connect_session(host: str, master: str):
+    """A stand-in for a Spark Connect session (its type's module is Connect's) that answers what connect.py asks."""
+    from types import SimpleNamespace
+
+    cls = type("SparkSession", (), {"__module__": "pyspark.sql.connect.session"})
+    spark = cls()
+    spark.client = SimpleNamespace(host=host)
+    spark.conf = SimpleNamespace(get=lambda key, default=None: {"spark.master": master}.get(key, default))
+    return spark
+
+
+@pytest.mark.parametrize(
+    "host, master, where, in_stage",
+    [
+        ("127.0.0.1", "local[2]", "auto", False),  # a server on this machine's loopback, one JVM: reached here
+        ("localhost", "local[*]", "auto", False),
+        ("127.0.0.1", "spark://h:7077", "auto", True),  # a cluster's executors elsewhere
+        ("spark.example.com", "local[*]", "auto", True),  # a server on another machine: its loopback is not ours
+        ("spark.example.com", "yarn", "driver", False),  # the setting decides
+        ("127.0.0.1", "local[2]", "stage", True),
+    ],
+)
+def test_the_tracker_runs_where_the_workers_reach_it(host, master, where, in_stage):
+    from pipelines.core.connect import is_connect, server_here
+    from pipelines.execution.barrier_job import tracker_in_stage
+
+    spark = _connect_session(host, master)
+    assert is_connect(spark) and server_here(spark) == (host in ("127.0.0.1", "localhost"))
+    assert tracker_in_stage(spark, where) is in_stage
