@@ -114,8 +114,8 @@ def _executor_cores(spark: Any) -> int:
 
 def default_parallelism(spark: Any) -> int:
     """How many partitions a job spreads over by default: classic ``defaultParallelism``; on Connect
-    ``spark.default.parallelism`` where the server sets it, else the cores of a local master (``local[N]``: N;
-    ``local[*]``: the executor machine's), else the executors' cores (``spark.executor.instances`` x
+    ``spark.default.parallelism`` where the server sets it, else the cores of a local master (``local``: 1;
+    ``local[N]``: N; ``local[*]``: the executor machine's), else the executors' cores (``spark.executor.instances`` x
     ``spark.executor.cores``), else ``spark.sql.shuffle.partitions``."""
     sc = context(spark)
     if sc is not None:
@@ -125,7 +125,9 @@ def default_parallelism(spark: Any) -> int:
         return int(set_)
     m = _LOCAL.match(master(spark))
     if m and is_local(master(spark)):
-        return _executor_cores(spark) if m.group(1) in (None, "*") else int(m.group(1))
+        if m.group(1) is None:  # "local": one core, as Spark runs it
+            return 1
+        return _executor_cores(spark) if m.group(1) == "*" else int(m.group(1))
     instances, cores = conf_value(spark, "spark.executor.instances"), conf_value(spark, "spark.executor.cores")
     if instances and cores:
         return int(instances) * int(cores)

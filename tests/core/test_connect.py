@@ -58,15 +58,29 @@ def test_a_server_that_does_not_answer_is_one_line_and_exit_2(small_letor, tmp_p
     assert "Traceback" not in "\n".join(err) and not Path(tmp_path / "ds").exists()
 
 
-def _connect_session(host: str, master: str):
+def _connect_session(host: str, master: str, **conf: str):
     """A stand-in for a Spark Connect session (its type's module is Connect's) that answers what connect.py asks."""
     from types import SimpleNamespace
 
     cls = type("SparkSession", (), {"__module__": "pyspark.sql.connect.session"})
     spark = cls()
     spark.client = SimpleNamespace(host=host)
-    spark.conf = SimpleNamespace(get=lambda key, default=None: {"spark.master": master}.get(key, default))
+    values = {"spark.master": master, **{k.replace("_", "."): v for k, v in conf.items()}}
+    spark.conf = SimpleNamespace(get=lambda key, default=None: values.get(key, default))
     return spark
+
+
+def test_a_connect_sessions_parallelism_and_slots_come_from_the_servers_configuration():
+    from pipelines.core.connect import default_parallelism, task_slots
+
+    assert default_parallelism(_connect_session("h", "local")) == 1
+    assert default_parallelism(_connect_session("h", "local[3]")) == 3
+    assert task_slots(_connect_session("h", "local[4]", spark_task_cpus="2")) == 2
+    cluster = _connect_session("h", "spark://m:7077", spark_executor_instances="3", spark_executor_cores="4")
+    assert default_parallelism(cluster) == 12 and task_slots(cluster) == 12
+    assert default_parallelism(_connect_session("h", "spark://m:7077", spark_default_parallelism="7")) == 7
+    scaling = _connect_session("h", "yarn", spark_sql_shuffle_partitions="16")  # executors that come and go
+    assert default_parallelism(scaling) == 16 and task_slots(scaling) is None
 
 
 @pytest.mark.parametrize(
