@@ -3,8 +3,8 @@ costs, side by side on the same data and machine.
 
     python -m benchmarks.bench_connect --data DATASET [--trees 100] [--repeats 3] [--work bench-out/connect]
 
-Starts a Connect server (``spark-submit --class ...SparkConnectServer`` on ``local[2]``, loopback, a free port, the
-project's interpreter for its Python workers, as docs/how-to/spark-connect.md says), warms it with one ``ltr
+Starts a Connect server (``ltr server start``'s: loopback, a free port, the session's properties, the project's
+interpreter for its Python workers; its record and log under ``WORK/connect``), warms it with one ``ltr
 train`` (its JVM's JIT and Python workers, which a server kept running has), then runs ``ltr train --path
 lambdamart:TREES`` on fold 1 ``--repeats`` times in alternation: classic (a JVM of its own) and ``--remote`` to the
 server (:func:`benchmarks.bench_first_tree.one_run`: seconds to the first tree, per tree, the job, the whole process,
@@ -16,36 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_first_tree import one_run
-from pipelines.testing.processes import ROOT, SPARK_BIN, free_port, stop_process
-
-
-def start_server(log: Path) -> tuple[subprocess.Popen, str]:
-    """A Connect server on local[2] and a free loopback port, started and answering; (process, URL)."""
-    port = free_port()
-    # the JVM options of a classic `ltr` session (none of the tests' quick JIT): the same JVM either way
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-    cmd = [str(SPARK_BIN / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer"]
-    cmd += ["--master", "local[2]", "--conf", "spark.connect.grpc.binding.address=127.0.0.1"]
-    cmd += ["--conf", f"spark.connect.grpc.binding.port={port}", "--conf", "spark.scheduler.mode=FAIR"]
-    cmd += ["--conf", f"spark.pyspark.python={sys.executable}", "--conf", "spark.ui.enabled=false"]
-    with open(log, "wb") as f:
-        proc = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 180
-    while "Spark Connect server started" not in log.read_text(errors="replace"):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            stop_process(proc)
-            raise SystemExit(f"no Connect server; see {log}")
-        time.sleep(0.5)
-    return proc, f"sc://127.0.0.1:{port}"
+from pipelines.app import server
+from pipelines.plugins.setup import load_config
+from pipelines.testing.processes import ROOT
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     work = Path(a.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    server, url = start_server(work / "server.log")
+    cfg = load_config(None, [f"work_dir={work}"])
+    url = server.start(cfg)["url"]  # `ltr server start`: its record and log under WORK/connect
     runs: list[dict[str, Any]] = []
     try:
         one_run(ROOT, a.data, a.trees, work / "warm-up", [f"spark.remote={url}"])
@@ -69,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(res)
                 print(json.dumps(res), flush=True)
     finally:
-        stop_process(server)
+        server.stop(cfg)
     (work / "results.json").write_text(json.dumps(runs, indent=1))
     for kind in ("classic", "connect"):
         mine = [r for r in runs if r["kind"] == kind]

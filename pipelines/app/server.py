@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.core.config import Config, ConfigError, SparkConfig
+from pipelines.core.connect import answers
 from pipelines.core.errors import LtrError
 
 log = logging.getLogger(__name__)
@@ -72,11 +73,7 @@ def _alive(pid: int) -> bool:
 
 
 def _answers(port: int, timeout: float = 1.0) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=timeout).close()
-    except OSError:
-        return False
-    return True
+    return answers("127.0.0.1", port, timeout)
 
 
 def running(work_dir: str) -> dict[str, Any] | None:

@@ -97,9 +97,26 @@ def set_log_level(spark: Any, level: str) -> None:
         log.debug("Spark Connect: the server's log4j configuration sets its log level (spark.log_level not applied)")
 
 
+def answers(host: str, port: int, timeout: float) -> bool:
+    """Whether something accepts a TCP connection at ``host:port`` within ``timeout`` seconds."""
+    import socket
+
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
+#: The cores an executor of a session's ``local[*]`` server may use, asked once a session (id -> cores).
+_CORES: dict[int, int] = {}
+
+
 def _executor_cores(spark: Any) -> int:
-    """The cores the Python workers of a local master may use, asked of one of them (a one-task job: the server may
-    be another machine than this client's)."""
+    """The cores the Python workers of a local master may use, asked of one of them once a session (a one-task job:
+    the server may be another machine than this client's)."""
+    if id(spark) in _CORES:
+        return _CORES[id(spark)]
     import pyarrow as pa
 
     def count(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -109,7 +126,9 @@ def _executor_cores(spark: Any) -> int:
             pass
         yield pa.RecordBatch.from_pydict({"cores": pa.array([usable_cpus()], pa.int64())})
 
-    return int(spark.range(1, numPartitions=1).mapInArrow(count, "cores long").collect()[0]["cores"])
+    cores = int(spark.range(1, numPartitions=1).mapInArrow(count, "cores long").collect()[0]["cores"])
+    _CORES[id(spark)] = cores
+    return cores
 
 
 def default_parallelism(spark: Any) -> int:

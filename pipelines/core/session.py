@@ -14,7 +14,7 @@ from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from pipelines.core.config import ConfigError, SparkConfig
-from pipelines.core.connect import conf_value, default_parallelism, kind, remote_url, set_log_level
+from pipelines.core.connect import answers, conf_value, default_parallelism, kind, remote_url, set_log_level
 from pipelines.core.threads import apply as apply_threads
 from pipelines.core.threads import executor_thread_environment
 
@@ -246,18 +246,15 @@ def connect_session(cfg: SparkConfig, url: str) -> SparkSession:
 def _check_answers(url: str, timeout: float = 5.0) -> None:
     """A TCP connection to the server of ``url`` (``sc://HOST[:PORT][/;params]``), refused in one line when nothing
     listens there: PySpark's client would retry for minutes before it said so."""
-    import socket
     from urllib.parse import urlparse
 
     parsed = urlparse("http://" + url.removeprefix("sc://").split(";", 1)[0])
-    host, port = parsed.hostname or "localhost", parsed.port or 15002
-    try:
-        socket.create_connection((host, port), timeout=timeout).close()
-    except OSError as e:
+    if not answers(parsed.hostname or "localhost", parsed.port or 15002, timeout):
         raise ConfigError(
-            f"no Spark Connect server answers at {url} ({e.strerror or e}): start one (`sbin/start-connect-server.sh` "
-            "of a Spark install of the client's version, or --remote 'local[2]' for a server in this process)"
-        ) from None
+            f"no Spark Connect server answers at {url}: start one (`ltr server start`, or "
+            "`sbin/start-connect-server.sh` of a Spark install of the client's version, or --remote 'local[2]' for "
+            "a server in this process)"
+        )
 
 
 def _version(text: str) -> tuple[int, ...]:
