@@ -288,9 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--verify",
         metavar="DIR",
-        help="instead, check every node's checkpoints under DIR (a work_dir or its checkpoints/) against the "
-        "checksums their commits recorded, without changing anything: one line for each that fails and what a run "
-        "that trains on the node trains again; exit 1 when one fails",
+        help="instead, check every node's checkpoints, the folds' cuts and the plan records under DIR (a work_dir "
+        "or its checkpoints/) against the checksums they were written with, without changing anything: one line for "
+        "each that fails and what a run that needs it does again; exit 1 when one fails",
     )
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
     p.add_argument("--log-level", default="WARNING", choices=LOG_LEVELS, help=LOG_HELP)
@@ -707,6 +707,7 @@ def _verify_checkpoints(where: str) -> int:
     import pyarrow.fs as pafs
 
     from pipelines.store.checkpoints import CheckpointStore
+    from pipelines.store.cuts import check_cuts
     from udfs.uris import resolve
 
     root = where.rstrip("/")
@@ -727,8 +728,22 @@ def _verify_checkpoints(where: str) -> int:
             print(
                 f"node {key}: a run that needs it sets {len(problems)} checkpoint(s) aside and trains it again {again}"
             )
-    print(f"{len(nodes)} nodes checked under {redact(root)}: {corrupt} with a checkpoint that changed on disk")
-    return 1 if corrupt else 0
+    cuts, records, changed = store.cuts_keys(), store.plan_records(), 0
+    for key in cuts:
+        why = check_cuts(root, key)
+        if why is not None:
+            changed += 1
+            print(f"{why}: a run that needs them sets them aside and computes them again")
+    for path in records:
+        why = store.read_record(path)[1]
+        if why is not None:
+            changed += 1
+            print(f"plan record {why}: ltr grid --plan does not use it; the next run writes it again")
+    print(
+        f"{len(nodes)} nodes checked under {redact(root)}: {corrupt} with a checkpoint that changed on disk; "
+        f"{len(cuts)} cuts and {len(records)} plan records: {changed} changed"
+    )
+    return 1 if corrupt or changed else 0
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:

@@ -146,6 +146,31 @@ class CheckpointStore:
         ``ROOT/_plans/<12 hex digits of the experiment's digest>-fold<fold>.json``, a path on :attr:`fs`."""
         return f"{self.path}/{PLANS_DIR}/{keys.digest(experiment, 12)}-fold{fold}.json"
 
+    def put_record(self, path: str, doc: Mapping[str, Any]) -> None:
+        """Write the JSON document ``doc`` whole to ``path`` (a diagnostic record, e.g. a plan record) with its
+        checksum, which :meth:`read_record` checks: ``{"doc": doc, "sha256": ...}``."""
+        doc = json.loads(json.dumps(doc, sort_keys=True, default=str))  # as it will read back
+        self.put(path, json.dumps({"doc": doc, META_DIGEST: _doc_digest(doc)}, sort_keys=True).encode())
+
+    def read_record(self, path: str) -> tuple[dict[str, Any], str | None]:
+        """The document :meth:`put_record` wrote at ``path`` and None, or ``({}, why)`` when it cannot be trusted
+        (unreadable, not JSON, changed on disk since it was written); ``({}, None)`` when there is none. A record
+        of an older ltr (the document alone, no checksum) is taken as it is."""
+        try:
+            with self.fs.open_input_stream(path) as f:
+                raw = json.loads(f.read().decode())
+        except FileNotFoundError:
+            return {}, None
+        except (OSError, ValueError) as e:
+            return {}, f"{path} is unreadable ({type(e).__name__}: {e})"
+        if not isinstance(raw, dict):
+            return {}, f"{path} is not a JSON object"
+        if set(raw) != {"doc", META_DIGEST}:
+            return raw, None
+        if not isinstance(raw["doc"], dict) or _doc_digest(raw["doc"]) != raw[META_DIGEST]:
+            return {}, f"{path} does not match the checksum it was written with (it changed on disk)"
+        return raw["doc"], None
+
     # -- listing ---------------------------------------------------------
     def trees(self, key: str) -> list[int]:
         """Trees of the committed checkpoints of node ``key``, ascending."""
@@ -412,6 +437,20 @@ class CheckpointStore:
         """Every node folder under the root (not ``_cuts``, ``_runs``, ``_plans``), sorted."""
         infos = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
         return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory and i.base_name[:1] != "_")
+
+    def cuts_keys(self) -> list[str]:
+        """The keys of every cuts file under ``_cuts`` (:meth:`cuts_path`), sorted."""
+        return self._names(CUTS_DIR, ".npz")
+
+    def plan_records(self) -> list[str]:
+        """Every plan record under ``_plans`` (:meth:`plan_record_path`), as paths on :attr:`fs`, sorted."""
+        return [f"{self.path}/{PLANS_DIR}/{n}.json" for n in self._names(PLANS_DIR, ".json")]
+
+    def _names(self, folder: str, suffix: str) -> list[str]:
+        infos = self.fs.get_file_info(pafs.FileSelector(f"{self.path}/{folder}", allow_not_found=True))
+        return sorted(
+            i.base_name[: -len(suffix)] for i in infos if i.type == pafs.FileType.File and i.base_name.endswith(suffix)
+        )
 
     def audit(self, key: str) -> tuple[int | None, int | None, list[str]]:
         """What :meth:`intact_latest` (with shards) would find for node ``key``, read-only: its newest committed

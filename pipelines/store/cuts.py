@@ -29,20 +29,32 @@ distinct values, which the sketch keeps exactly) and checks that it does
 
 from __future__ import annotations
 
+import hashlib
+import io
 import logging
 import time
+import uuid
 import zipfile
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
-from pipelines.kernel.cuts import CutsError, FoldCuts, cuts_of, reference_matrix, sample_fraction, sample_matrix
+from pipelines.kernel.cuts import (
+    CutsError,
+    FoldCuts,
+    cuts_of,
+    reference_matrix,
+    sample_fraction,
+    sample_matrix,
+)
 
 if TYPE_CHECKING:
     from pipelines.store.checkpoints import CheckpointStore
 
 log = logging.getLogger(__name__)
+
+DIGEST = "sha256"  # the stored archive's checksum entry (:func:`cuts_bytes`)
 
 
 def sample_rows_of(ds: Any, fold: int, fraction: float) -> tuple[np.ndarray, int]:
@@ -96,19 +108,88 @@ def _store(root: str) -> CheckpointStore:
     return CheckpointStore(root)
 
 
-def load_cuts(root: str, key: str) -> FoldCuts | None:
-    """The cuts stored under ``key`` in the checkpoint store at ``root`` (None: not there)."""
-    store = _store(root)
+class CutsChanged(ValueError):
+    """A stored cuts file whose content no longer has the checksum it was written with."""
+
+
+def cuts_digest(cuts: FoldCuts) -> str:
+    """The sha256 of the cuts' content (key, sizes and every array with its dtype): what :func:`cuts_bytes` records
+    and :func:`cuts_from_bytes` checks."""
+    h = hashlib.sha256(f"{cuts.key}|{cuts.rows}|{cuts.max_bin}".encode())
+    for a in (cuts.ptr, cuts.values, cuts.lo, cuts.hi):
+        a = np.ascontiguousarray(a)
+        h.update(f"|{a.dtype.str}:{a.size}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def cuts_bytes(cuts: FoldCuts) -> bytes:
+    """The stored file: the ``.npz`` archive of :meth:`FoldCuts.to_bytes` with one more array, ``sha256``
+    (:func:`cuts_digest`). The store adds it, not the kernel's archive, so that the cuts' key (the kernel's code)
+    does not change with how the store checks its files."""
+    buf = io.BytesIO(cuts.to_bytes())
+    entry = io.BytesIO()
+    np.save(entry, np.array(cuts_digest(cuts)))
+    with zipfile.ZipFile(buf, "a") as z:
+        z.writestr(f"{DIGEST}.npy", entry.getvalue())
+    return buf.getvalue()
+
+
+def cuts_from_bytes(data: bytes) -> FoldCuts:
+    """The cuts :func:`cuts_bytes` wrote, checked against the checksum they recorded (a file written before
+    checksums were recorded has none and is taken as it is).
+
+    Raises
+    ------
+    CutsChanged
+        When the content does not have the checksum it was written with.
+    ValueError, KeyError, OSError, zipfile.BadZipFile
+        When ``data`` is not such an archive.
+    """
+    cuts = FoldCuts.from_bytes(data)
+    with np.load(io.BytesIO(data)) as z:
+        want = str(z[DIGEST]) if DIGEST in z.files else None
+    if want is not None and cuts_digest(cuts) != want:
+        raise CutsChanged("its content does not match the checksum it was written with (it changed on disk)")
+    return cuts
+
+
+def check_cuts(root: str, key: str) -> str | None:
+    """Why the cuts file of ``key`` in the checkpoint store at ``root`` cannot be trusted (unreadable, changed on disk
+    since it was written, another key's cuts), or None when it can or is not there."""
+    return _read(_store(root), key)[1]
+
+
+def _read(store: CheckpointStore, key: str) -> tuple[FoldCuts | None, str | None]:
+    """(the cuts stored under ``key``, None) or (None, why they cannot be trusted); (None, None) when not there."""
     path = store.cuts_path(key)
     try:
         with store.fs.open_input_stream(path) as f:
-            cuts = FoldCuts.from_bytes(f.read())
+            cuts = cuts_from_bytes(f.read())
     except FileNotFoundError:
-        return None
+        return None, None
+    except CutsChanged as e:
+        return None, f"cuts {path}: {e}"
     except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
-        raise CutsError(f"{path} is unreadable ({e}); delete it to compute the cuts again") from None
+        return None, f"cuts {path} are unreadable ({type(e).__name__}: {e})"
     if cuts.key != key:
-        raise CutsError(f"{path} holds the cuts {cuts.key}, not {key}; delete it to compute the cuts again")
+        return None, f"cuts {path} hold the cuts {cuts.key}, not {key}"
+    return cuts, None
+
+
+def load_cuts(root: str, key: str) -> FoldCuts | None:
+    """The cuts stored under ``key`` in the checkpoint store at ``root`` (None: not there). A file that cannot be
+    trusted (:func:`check_cuts`) is set aside (renamed ``<key>.npz.corrupt-<uuid8>``, kept to be looked at) with one
+    warning, and None returned: the cuts are a function of the data, computed again to the same values."""
+    store = _store(root)
+    cuts, why = _read(store, key)
+    if why is not None:
+        path = store.cuts_path(key)
+        log.warning("%s: set aside, the fold's cuts are computed again", why)
+        try:
+            store.fs.move(path, f"{path}.corrupt-{uuid.uuid4().hex[:8]}")
+        except FileNotFoundError:  # set aside (or replaced) by another reader meanwhile
+            pass
     return cuts
 
 
@@ -116,7 +197,7 @@ def save_cuts(root: str, cuts: FoldCuts) -> None:
     """Write the cuts whole (:meth:`pipelines.store.checkpoints.CheckpointStore.put`). Two processes computing a
     fold's cuts at once compute the same bytes: whichever renames second keeps the file it finds."""
     store = _store(root)
-    store.put(store.cuts_path(cuts.key), cuts.to_bytes(), replace=False)
+    store.put(store.cuts_path(cuts.key), cuts_bytes(cuts), replace=False)
 
 
 def fold_cuts(root: str, ds: Any, fold: int, max_bin: int, sample_rows: int, nthread: int = 0) -> FoldCuts:

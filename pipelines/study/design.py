@@ -14,7 +14,6 @@ Who uses it: :mod:`pipelines.app.grid` (the orchestration), :mod:`pipelines.stud
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
@@ -392,22 +391,22 @@ def read_plan_record(store: CheckpointStore, experiment: str, fold: int) -> dict
     -------
     dict[str, Any]
         Node signature (:meth:`pipelines.plan.trie.Plan.signature`) -> ``{"key": ..., "inputs": ...}``; empty when
-        there is no record or it cannot be read or parsed.
+        there is no record, or it cannot be trusted (unreadable, changed on disk: one warning saying so).
     """
-    try:
-        with store.fs.open_input_stream(store.plan_record_path(experiment, fold)) as f:
-            return json.loads(f.read().decode())
-    except (OSError, ValueError):
-        return {}
+    doc, why = store.read_record(store.plan_record_path(experiment, fold))
+    if why is not None:
+        log.warning("plan record of fold %d: %s; not used (the next run writes it again)", fold, why)
+    return doc
 
 
 def record_plan(store: CheckpointStore, experiment: str, fp: FoldPlan) -> None:
     """Keep, per experiment and fold, each node's key and key document by its place in the trie: what
-    ``ltr grid --plan`` compares with to say why a key changed. Written before training (by rename)."""
+    ``ltr grid --plan`` compares with to say why a key changed. Written before training (by rename), with its
+    checksum (:meth:`~pipelines.store.checkpoints.CheckpointStore.put_record`)."""
     doc = {fp.plan.signature(n.key): {"key": n.key, "inputs": fp.plan.inputs.get(n.key, {})} for n in fp.plan.nodes}
     path = store.plan_record_path(experiment, fp.fold)
     try:
-        store.put(path, json.dumps(doc, sort_keys=True, default=str).encode())
+        store.put_record(path, doc)
     except OSError as e:  # a diagnostic: never a reason to stop a study
         log.warning(
             "could not record fold %d's plan at %s (ltr grid --plan will not say why keys changed): %s",

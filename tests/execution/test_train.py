@@ -338,7 +338,7 @@ def test_cuts_ahead_stores_the_cuts_the_training_reads_and_leaves_errors_to_it(f
     from pipelines.app.train import cuts_ahead
     from pipelines.core.config import TrainConfig
     from pipelines.core.keys import cuts_key
-    from pipelines.store.cuts import compute_cuts, fold_cuts, load_cuts
+    from pipelines.store.cuts import compute_cuts, cuts_digest, fold_cuts, load_cuts
 
     data, _ = fine_dataset
     ds = open_dataset(data)
@@ -357,6 +357,15 @@ def test_cuts_ahead_stores_the_cuts_the_training_reads_and_leaves_errors_to_it(f
         got = fold_cuts(root, ds, 1, 16, 100, 1)  # what the training calls: read, not computed again
     assert not [r for r in caplog.records if "histogram cuts from" in r.getMessage()]
     np.testing.assert_array_equal(got.values, ahead.values)
+    # changed on disk (a byte of a cut value): set aside and computed again, to the same cuts
+    path = tmp_path / "ckpt" / "_cuts" / f"{key}.npz"
+    data = bytearray(path.read_bytes())
+    data[data.index(b"values.npy") + 140] ^= 1
+    path.write_bytes(bytes(data))
+    with caplog.at_level(logging.INFO, logger="pipelines.store.cuts"):
+        again = fold_cuts(root, ds, 1, 16, 100, 1)
+    assert [r for r in caplog.records if "set aside, the fold's cuts are computed again" in r.getMessage()]
+    assert cuts_digest(again) == cuts_digest(ahead) == cuts_digest(load_cuts(root, key))
 
     other = str(tmp_path / "other")
     with cuts_ahead(data, [7], cfg, other), cuts_ahead(str(tmp_path / "missing"), [1], cfg, other):

@@ -128,7 +128,8 @@ def test_ltr_keys_verify_says_what_the_next_run_trains_again_and_changes_nothing
     (work / "checkpoints" / "_cuts").mkdir()  # not a node
     assert main(["keys", "--verify", str(work)]) == 0
     assert capsys.readouterr().out.splitlines() == [
-        f"1 nodes checked under {work}/checkpoints: 0 with a checkpoint that changed on disk"
+        f"1 nodes checked under {work}/checkpoints: 0 with a checkpoint that changed on disk; "
+        "0 cuts and 0 plan records: 0 changed"
     ]
     shard = work / "checkpoints" / KEY / "t000004" / "shard-00000.npz"
     data = bytearray(shard.read_bytes())
@@ -143,3 +144,47 @@ def test_ltr_keys_verify_says_what_the_next_run_trains_again_and_changes_nothing
     assert store.trees(KEY) == [2, 4]  # read-only
     assert main(["keys", "--verify", str(tmp_path / "nowhere")]) == 2
     assert "--verify" in capsys.readouterr().err
+
+
+def test_a_plan_record_changed_on_disk_is_not_used_and_verify_names_it_and_changed_cuts(tmp_path, capsys, caplog):
+    """Plan records (what ``ltr grid --plan`` compares keys with) carry their checksum: one changed on disk is not
+    used (one warning); a record of an older ltr (no checksum) is read as it is. ``ltr keys --verify`` names a
+    changed record and a changed cuts file, and changes nothing."""
+    from pipelines.app.cli import main
+    from pipelines.kernel.cuts import cuts_of
+    from pipelines.store.cuts import save_cuts
+    from pipelines.study.design import read_plan_record
+
+    work = tmp_path / "work"
+    store = CheckpointStore(str(work / "checkpoints"))
+    doc = {"sig-a": {"key": "k1", "inputs": {"train": {"eta": 0.05}}}}
+    path = store.plan_record_path("exp", 1)
+    store.put_record(path, doc)
+    assert read_plan_record(store, "exp", 1) == doc and store.read_record(path) == (doc, None)
+    _edit(Path(path), b"0.05", b"0.07")
+    with caplog.at_level(logging.WARNING, logger="pipelines.study.design"):
+        assert read_plan_record(store, "exp", 1) == {}
+    assert [r.getMessage() for r in caplog.records if "checksum" in r.getMessage()] == [
+        f"plan record of fold 1: {path} does not match the checksum it was written with (it changed on disk); "
+        "not used (the next run writes it again)"
+    ]
+
+    store.put_record(path, doc)
+    save_cuts(store.root, cuts_of(np.arange(40, dtype=np.float32).reshape(20, 2), 8, "cutsk"))
+    assert main(["keys", "--verify", str(work)]) == 0
+    assert capsys.readouterr().out.endswith("1 cuts and 1 plan records: 0 changed\n")
+    _edit(Path(path), b"0.05", b"0.07")
+    cuts = Path(store.cuts_path("cutsk"))
+    data = bytearray(cuts.read_bytes())
+    data[data.index(b"values.npy") + 140] ^= 1  # a cut value's byte: the archive's CRC fails
+    cuts.write_bytes(bytes(data))
+    before = sorted(p.name for p in (work / "checkpoints").rglob("*"))
+    assert main(["keys", "--verify", str(work)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 3 and out[-1].endswith("1 cuts and 1 plan records: 2 changed"), out
+    assert str(cuts) in out[0] and "computes them again" in out[0]
+    assert out[1].startswith(f"plan record {path} does not match the checksum")
+    assert sorted(p.name for p in (work / "checkpoints").rglob("*")) == before  # read-only
+
+    Path(path).write_text(json.dumps(doc))  # an older ltr's record: the document alone
+    assert read_plan_record(store, "exp", 1) == doc
