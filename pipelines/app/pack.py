@@ -185,12 +185,47 @@ def _check_args(
     return target, source, constraints, fmt
 
 
+def _ignored(name: str) -> bool:
+    return any(fnmatch.fnmatch(name, p) for p in SOURCE_IGNORE)
+
+
+def _git_files(source: Path) -> list[str] | None:
+    """The files of ``source`` that git would carry (tracked, and untracked ones its ignore rules do not ignore),
+    relative to ``source``; None where ``source`` is not a git work tree's top or git is not there."""
+    try:
+        top = subprocess.run(
+            ["git", "-C", str(source), "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        if Path(top).resolve() != source.resolve():
+            return None
+        out = subprocess.run(
+            ["git", "-C", str(source), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            capture_output=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return [f for f in out.decode(errors="surrogateescape").split("\0") if f]
+
+
 def _copy_source(source: Path, dest: Path) -> None:
-    """Copy the source tree without the parts in :data:`SOURCE_IGNORE` nor virtual environments."""
+    """Copy the source tree without the parts in :data:`SOURCE_IGNORE` nor virtual environments. In a git work tree,
+    only what git would carry: the outputs a checkout piles up beside its source (benchmark runs, caches) are what
+    its ignore rules name, and copying them cost most of a pack's time where they were large."""
+    files = _git_files(source)
+    if files is not None:
+        for rel in files:
+            parts = rel.split("/")
+            src = source / rel
+            if any(_ignored(p) for p in parts) or not (src.is_file() or src.is_symlink()):
+                continue  # (a file git lists may be deleted in the work tree)
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel, follow_symlinks=False)
+        return
 
     def ignore(folder: str, names: list[str]) -> set[str]:
         """The names in ``folder`` that :func:`shutil.copytree` skips: :data:`SOURCE_IGNORE`, virtual environments."""
-        skip = {n for n in names if any(fnmatch.fnmatch(n, p) for p in SOURCE_IGNORE)}
+        skip = {n for n in names if _ignored(n)}
         return skip | {n for n in names if os.path.isfile(os.path.join(folder, n, "pyvenv.cfg"))}
 
     shutil.copytree(source, dest, ignore=ignore, symlinks=True)

@@ -6,10 +6,10 @@ the executors run ``./env/bin/python`` (``spark.pyspark.python``), the client-mo
 project's interpreter. The README's main job, ``spark-submit jobs/run.py --src <letor>`` (ingest ->
 difficulty -> a tiny grid, which builds its q_nrel curriculum and trains with 2 barrier workers on the two
 executors -> report), must give what the same job gives on ``local[2]`` (an oracle test:
-distributed == local). One application, not one per step: each application on the cluster costs about a
-minute on 2 cores before it computes anything (the driver and both executors unpack the archive, the
-executors' Python workers start and compile), and the step jobs (``jobs/ingest.py`` ...) run the same
-``pipelines.app.cli`` commands that ``ltr run`` calls.
+distributed == local), here through a Spark Connect server on ``local[2]``. One application, not one per step:
+each application on the cluster costs about a minute on 2 cores before it computes anything (the driver and both
+executors unpack the archive, the executors' Python workers start and compile), and the step jobs
+(``jobs/ingest.py`` ...) run the same ``pipelines.app.cli`` commands that ``ltr run`` calls.
 
 The cluster's processes have no PYTHONPATH, PYSPARK_PYTHON nor the project's virtual environment on
 their PATH: the executors can import :mod:`pipelines` only from the archive.
@@ -200,7 +200,8 @@ class ConnectServer:
 
 @pytest.fixture(scope="module")
 def connect_server(tmp_path_factory):
-    """Started while the cluster's job runs (its JVM's start is the fixed cost a warm server saves)."""
+    """Started while the cluster's job runs (its JVM's start is the fixed cost a warm server saves); the local
+    reference of the cluster's results."""
     server = ConnectServer(tmp_path_factory.mktemp("connect"))
     try:
         yield server
@@ -311,26 +312,33 @@ def _child_finals(work: Path) -> dict[str, float]:
 
 
 @pytest.mark.timeout(2400)
-def test_jobs_on_a_standalone_cluster_with_the_packed_env_equal_local(
-    packed_env, cluster, connect_server, spark, tmp_path
-):
+def test_jobs_on_a_standalone_cluster_with_the_packed_env_equal_local(packed_env, cluster, connect_server, tmp_path):
+    """The README's main job on the standalone cluster (2 executors, the packed environment) and through Spark
+    Connect on a server of its own on ``local[2]`` (the local reference, and the Connect client: a process that
+    cannot start a JVM, so any classic-only call fails it): the same dataset, scores, curricula, trees, MLflow
+    finals and table 1. The classic local run of the same job is ``tests/app/test_cli.py``'s (``ltr run``)."""
     from pipelines.data.generate import generate
 
     t0 = time.perf_counter()
     letor = tmp_path / "letor"
     generate(str(letor), queries=40, seed=7, workers=1)  # ltr generate --queries 40 --workers 1
-    remote, local = tmp_path / "cluster", tmp_path / "local"
+    remote, local = tmp_path / "cluster", tmp_path / "connect"
     remote.mkdir()
     local.mkdir()
     out = _on_cluster(cluster, packed_env, "run", _run_args(remote, letor))
     assert f"session on {cluster.url} (2 cores" in out  # the cluster, not a local master
     t1 = time.perf_counter()
-    # the same job on local[2]: what jobs/run.py runs (`main(["run", *args])`), in this process on the session's
-    # local[2] (a spark-submit of its own costs half a minute more and tests nothing more here)
-    from pipelines.app.cli import main
-
-    assert main(["run", *_run_args(local, letor)]) == 0
-    log.warning("cluster run %.0f s, local run %.0f s", t1 - t0, time.perf_counter() - t1)
+    connect_server.wait()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.app.cli", "run", "--remote", connect_server.url, *_run_args(local, letor)],
+        env=without_java(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    assert f"Spark Connect session on {connect_server.url} (2 cores" in proc.stderr, proc.stderr[-3000:]
+    log.warning("cluster run %.0f s, Connect run on local[2] %.0f s", t1 - t0, time.perf_counter() - t1)
 
     def doc(work: Path, rel: str) -> dict:
         return json.loads((work / rel).read_text())
@@ -357,30 +365,6 @@ def test_jobs_on_a_standalone_cluster_with_the_packed_env_equal_local(
     # the report: the same table 1, every number
     a, b = doc(remote, "report/table1.json"), doc(local, "report/table1.json")
     assert a == b and len(a) == 4
-
-    # the same job through Spark Connect: a client process that cannot start a JVM (any classic-only call fails
-    # it) against a server of its own on local[2]; the same dataset, curricula, trees, MLflow finals and table 1
-    t2 = time.perf_counter()
-    connect_server.wait()
-    via = tmp_path / "connect"
-    via.mkdir()
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipelines.app.cli", "run", "--remote", connect_server.url, *_run_args(via, letor)],
-        env=without_java(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-6000:]
-    assert f"Spark Connect session on {connect_server.url} (2 cores" in proc.stderr, proc.stderr[-3000:]
-    a, b = doc(via, "dataset/_manifest.json"), doc(local, "dataset/_manifest.json")
-    assert a["fingerprint"] == b["fingerprint"]
-    assert doc(via, "difficulty/_difficulty.json")["key"] == doc(local, "difficulty/_difficulty.json")["key"]
-    assert pq.read_table(via / cur / QUERIES).equals(pq.read_table(local / cur / QUERIES))
-    assert _grid_results(via) == gb and _child_finals(via) == fb
-    assert doc(via, "report/table1.json") == doc(local, "report/table1.json")
-    t3 = time.perf_counter()
-    log.warning("Connect run %.0f s; standalone cluster test: %.0f s", t3 - t2, t3 - t0)
 
 
 def test_packed_archive_is_a_relocatable_non_editable_env(packed_env):
