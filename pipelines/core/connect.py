@@ -131,6 +131,78 @@ def _executor_cores(spark: Any) -> int:
     return cores
 
 
+def _probe(driver: dict[str, str], files: dict[str, Any]) -> Any:
+    """The one task of :func:`check_workers`, as a function defined here (so pickled by value, not by a reference to
+    this module, which the server's workers may not be able to import): it imports the project in the worker and
+    yields one JSON row, ``{"python": ..., "error": ...}`` when it cannot, else ``{"python": ...}`` with ``"code"``
+    (the worker's :func:`~pipelines.core.keys.worker_identity`) unless its libraries and source bytes are the client's
+    (what the barrier task's check settles the same way)."""
+
+    def probe(batches: Iterator[Any]) -> Iterator[Any]:
+        import json
+        import sys
+
+        import pyarrow as pa
+
+        for _ in batches:
+            pass
+        doc: dict[str, Any] = {"python": sys.executable}
+        try:
+            from pipelines.core.keys import has_source_files, library_versions, worker_identity
+
+            libs = {k: v for k, v in driver.items() if k != "sources"}
+            if not (library_versions() == libs and has_source_files(files)):
+                doc["code"] = dict(worker_identity())
+        except ImportError as e:
+            doc["error"] = f"{type(e).__name__}: {e}"
+        yield pa.RecordBatch.from_pydict({"doc": [json.dumps(doc)]})
+
+    return probe
+
+
+def check_workers(spark: Any, url: str) -> None:
+    """Before any job of a session on the Spark Connect server at ``url``: one task in the server's Python workers
+    imports the project and compares its code with this client's (:func:`pipelines.core.keys.worker_identity`, as
+    every barrier task does). A server whose workers cannot import the project, or run other code, is refused in one
+    line naming their Python and what to do.
+
+    Raises
+    ------
+    ConfigError
+        The workers cannot import the project, cannot run the task, or run other code than this client.
+    """
+    import json
+
+    from pipelines.core.keys import code_label, source_files, worker_identity, worker_roots
+
+    driver = dict(worker_identity())
+    probe = _probe(driver, source_files(worker_roots()))
+    try:
+        rows = spark.range(1, numPartitions=1).mapInArrow(probe, "doc string").collect()
+    except Exception as e:  # the task's own failure, as Spark reports it (a missing pyarrow, a worker that died)
+        first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise ConfigError(
+            f"the Python workers of the Spark Connect server at {url} cannot run this client's tasks ({first[:300]})"
+        ) from None
+    doc = json.loads(rows[0]["doc"])
+    fix = (
+        "install this project and its libraries in the environment of the server's workers (`ltr pack` builds one; "
+        "spark.pyspark.python names it), or start the server from this environment (`ltr server start`)"
+    )
+    if "error" in doc:
+        raise ConfigError(
+            f"the Python workers of the Spark Connect server at {url} ({doc['python']}) cannot import this project "
+            f"({doc['error']}): {fix}"
+        )
+    there = doc.get("code")
+    if there is not None and there != driver:
+        other = sorted(k for k in set(there) | set(driver) if there.get(k) != driver.get(k))
+        raise ConfigError(
+            f"the Python workers of the Spark Connect server at {url} ({doc['python']}) run other code than this "
+            f"client ({', '.join(other)}: {code_label(there)} there, {code_label(driver)} here): {fix}"
+        )
+
+
 def default_parallelism(spark: Any) -> int:
     """How many partitions a job spreads over by default: classic ``defaultParallelism``; on Connect
     ``spark.default.parallelism`` where the server sets it, else the cores of a local master (``local``: 1;

@@ -14,7 +14,15 @@ from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from pipelines.core.config import ConfigError, SparkConfig
-from pipelines.core.connect import answers, conf_value, default_parallelism, kind, remote_url, set_log_level
+from pipelines.core.connect import (
+    answers,
+    check_workers,
+    conf_value,
+    default_parallelism,
+    kind,
+    remote_url,
+    set_log_level,
+)
 from pipelines.core.threads import apply as apply_threads
 from pipelines.core.threads import executor_thread_environment
 
@@ -239,6 +247,8 @@ def connect_session(cfg: SparkConfig, url: str) -> SparkSession:
             f"the Spark Connect server at {url} runs Spark {spark.version}, older than this client's {client}: "
             "use a server of the same version or newer"
         )
+    if url.startswith("sc://"):  # (a server in this process runs this interpreter in its workers)
+        check_workers(spark, url)
     _started(spark, cfg, url)
     return spark
 

@@ -5,6 +5,10 @@ a client that cannot start a JVM) is tests/scenarios/test_cluster.py's."""
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -101,3 +105,83 @@ def test_the_tracker_runs_where_the_workers_reach_it(host, master, where, in_sta
     spark = _connect_session(host, master)
     assert is_connect(spark) and server_here(spark) == (host in ("127.0.0.1", "localhost"))
     assert tracker_in_stage(spark, where) is in_stage
+
+
+# ------------------------------------------------------------ the server's workers run this project
+#: A worker's ``sitecustomize``: the project's packages cannot be imported (a server installed without them).
+_BLOCK = """
+import sys
+
+class _Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("pipelines", "udfs"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, _Block())
+"""
+
+
+class _Server:
+    """A stand-in Connect session: ``range(...).mapInArrow(f, schema).collect()`` runs ``f`` as a server's Python
+    worker would, pickled (PySpark's cloudpickle) into a fresh interpreter, with or without the project."""
+
+    def __init__(self, tmp_path: Path, importable: bool) -> None:
+        tmp_path.mkdir()
+        self.env = dict(os.environ)
+        if not importable:
+            (tmp_path / "sitecustomize.py").write_text(_BLOCK)
+            self.env["PYTHONPATH"] = str(tmp_path)
+        self.tmp = tmp_path
+
+    def range(self, *_a, **_k):
+        return self
+
+    def mapInArrow(self, f, schema):
+        self.f = f
+        return self
+
+    def collect(self):
+        from pyspark import cloudpickle
+
+        (self.tmp / "f.pkl").write_bytes(cloudpickle.dumps(self.f))
+        code = (
+            "import json, pickle, sys; f = pickle.load(open(sys.argv[1], 'rb')); "
+            "print(json.dumps([b.to_pylist() for b in f(iter([]))][0]))"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(self.tmp / "f.pkl")],
+            env=self.env,
+            cwd=self.tmp,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_a_server_whose_workers_cannot_import_the_project_or_run_other_code_is_refused_in_one_line(
+    tmp_path, monkeypatch
+):
+    """:func:`pipelines.core.connect.check_workers`, before any job of a Connect session: its one task travels by
+    value (a worker without the project can run it) and reports what the worker can import and run."""
+    from pipelines.core import keys
+    from pipelines.core.connect import check_workers
+
+    url = "sc://spark.example:15002"
+    check_workers(_Server(tmp_path / "a", importable=True), url)  # the same code: nothing said
+    with pytest.raises(ConfigError) as e:
+        check_workers(_Server(tmp_path / "b", importable=False), url)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(f"the Python workers of the Spark Connect server at {url} (")
+    assert "cannot import this project (ModuleNotFoundError: No module named 'pipelines" in msg
+    assert "ltr pack" in msg and "ltr server start" in msg
+
+    # other code there: this client's sources said to be other bytes and another identity
+    monkeypatch.setattr(keys, "source_files", lambda roots: {"pipelines.kernel.loop": ("x.py", "0" * 64)})
+    real = keys.worker_identity()
+    monkeypatch.setattr(keys, "worker_identity", lambda: {**real, "sources": "f" * 20})
+    with pytest.raises(ConfigError) as e:
+        check_workers(_Server(tmp_path / "c", importable=True), url)
+    assert f"run other code than this client (sources: sources {real['sources'][:12]} (xgboost " in str(e.value)
+    assert "there, sources ffffffffffff (xgboost" in str(e.value)
