@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -88,6 +89,40 @@ def without_java() -> dict[str, str]:
     for k in ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "SPARK_REMOTE"):
         env.pop(k, None)
     return env
+
+
+#: ``sitecustomize`` of :func:`python_without_project`: the project's packages import from a zip on the path only.
+_ONLY_FROM_ZIPS = """
+import importlib.machinery
+import sys
+
+
+class _OnlyFromZips:
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name not in ("pipelines", "udfs"):
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, [p for p in sys.path if p.endswith(".zip")])
+        if spec is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return spec
+
+
+sys.meta_path.insert(0, _OnlyFromZips)
+"""
+
+
+def python_without_project(folder: Path) -> Path:
+    """A Python (a script in ``folder``) that runs this interpreter with its libraries but cannot import this project
+    from the checkout (its ``sitecustomize`` lets the packages import from a zip on the path only): what a Spark
+    server's workers are where the project is not installed; a ``pyfile`` artifact on their path still imports."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(_ONLY_FROM_ZIPS)
+    script = folder / "python"
+    path = f'export PYTHONPATH="{folder}${{PYTHONPATH:+:$PYTHONPATH}}"'
+    script.write_text(f'#!/bin/sh\n{path}\nexec {sys.executable} "$@"\n')
+    script.chmod(0o755)
+    return script
 
 
 def lower_priority(pids: Iterable[int], done: set[int]) -> None:

@@ -54,6 +54,10 @@ PARQUET_CODECS = ("snappy", "zstd", "gzip", "lz4", "none")
 EMPTY_QUERY_POLICIES = ("last", "exclude", "as_metric")
 
 
+#: When a Spark Connect session ships the project to its server's workers (``spark.ship``).
+SHIP = ("auto", "always", "never")
+
+
 # --------------------------------------------------------------- sections
 @dataclass(frozen=True)
 class SparkConfig:
@@ -69,6 +73,9 @@ class SparkConfig:
     #: else the server `ltr server start` runs for work_dir, else a classic session on spark.master; empty: classic
     #: unless $SPARK_REMOTE is set (how-to: Spark Connect)
     remote: str = "auto"
+    #: Spark Connect: ship this project's code to the server's Python workers as session artifacts (auto: when they
+    #: cannot import it or run other code; always; never: refuse such a server) (how-to: Spark Connect)
+    ship: str = "auto"
     #: the Spark application's name (Spark UI, cluster manager)
     app_name: str = "ltr"
     #: spark.sql.shuffle.partitions of the session
@@ -83,6 +90,10 @@ class SparkConfig:
     log_level: str = "WARN"
     #: any further Spark properties, passed through, e.g. {spark.executor.memory: 8g}
     conf: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.ship not in SHIP:
+            raise ConfigError(f"spark.ship must be one of {', '.join(SHIP)}, got {self.ship!r}")
 
 
 #: Shapes of synthetic data ``ltr generate`` writes (:mod:`pipelines.data.generate`): each the layout, feature

@@ -160,47 +160,118 @@ def _probe(driver: dict[str, str], files: dict[str, Any]) -> Any:
     return probe
 
 
-def check_workers(spark: Any, url: str) -> None:
+#: The packages a Spark Connect session ships to its server (:func:`project_zip`).
+PACKAGES = ("pipelines", "udfs")
+
+
+def project_zip(folder: str) -> str:
+    """A zip of this project's packages (:data:`PACKAGES`: every file but compiled ones) in ``folder``, named by a
+    digest of its content (``ltr-<12 hex>.zip``), its entries sorted and dated alike, so that the same code makes
+    the same bytes. The Python workers of a server import from it (a session's ``pyfile`` artifact goes on their
+    path); numba caches the kernels of a module in a zip, and the code identity reads the sources from it."""
+    import hashlib
+    import importlib
+    import zipfile
+
+    entries: list[tuple[str, str]] = []
+    for package in PACKAGES:
+        base = os.path.dirname(os.path.dirname(importlib.import_module(package).__file__ or ""))
+        for folder_, dirs, files in os.walk(os.path.join(base, package)):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(files):
+                if not name.endswith((".pyc", ".pyo")):
+                    path = os.path.join(folder_, name)
+                    entries.append((os.path.relpath(path, base).replace(os.sep, "/"), path))
+    digest = hashlib.sha256()
+    for rel, path in sorted(entries):
+        with open(path, "rb") as f:
+            digest.update(rel.encode() + b"\0" + hashlib.sha256(f.read()).digest())
+    out = os.path.join(folder, f"ltr-{digest.hexdigest()[:12]}.zip")
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for rel, path in sorted(entries):
+            info = zipfile.ZipInfo(rel, (1980, 1, 1, 0, 0, 0))
+            info.compress_type, info.external_attr = zipfile.ZIP_DEFLATED, 0o644 << 16
+            with open(path, "rb") as f:
+                z.writestr(info, f.read())
+    return out
+
+
+def ship_project(spark: Any) -> str:
+    """Add :func:`project_zip` to the session as a Python artifact (``addArtifacts(..., pyfile=True)``): its tasks'
+    Python workers import the project from it. Returns the artifact's name."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="ltr-ship-") as tmp:
+        path = project_zip(tmp)
+        spark.addArtifacts(path, pyfile=True)  # uploaded now: the file may go afterwards
+        return os.path.basename(path)
+
+
+def check_workers(spark: Any, url: str, ship: str = "auto") -> None:
     """Before any job of a session on the Spark Connect server at ``url``: one task in the server's Python workers
     imports the project and compares its code with this client's (:func:`pipelines.core.keys.worker_identity`, as
-    every barrier task does). A server whose workers cannot import the project, or run other code, is refused in one
-    line naming their Python and what to do.
+    every barrier task does). ``ship`` (``spark.ship``): ``always`` ships the project's code to the session first
+    (:func:`ship_project`); ``auto`` ships it when the workers cannot import the project or run other code, and
+    looks again; ``never`` ships nothing. A server whose workers still cannot import the project, or run other code,
+    is refused in one line naming their Python and what differs.
 
     Raises
     ------
     ConfigError
         The workers cannot import the project, cannot run the task, or run other code than this client.
     """
-    import json
-
-    from pipelines.core.keys import code_label, source_files, worker_identity, worker_roots
+    from pipelines.core.keys import source_files, worker_identity, worker_roots
 
     driver = dict(worker_identity())
     probe = _probe(driver, source_files(worker_roots()))
+    shipped = None
+    if ship == "always":
+        shipped = ship_project(spark)
+    why = _workers_differ(spark, url, probe, driver)
+    if why is not None and ship == "auto":
+        shipped = ship_project(spark)
+        log.info("%s: shipped the project to the session as %s", why, shipped)
+        why = _workers_differ(spark, url, probe, driver)
+    if why is None:
+        if shipped is not None:
+            log.info("Spark Connect: the server's workers run this project from the session's artifact %s", shipped)
+        return
+    if shipped is not None:
+        fix = f"even with the project shipped to the session ({shipped}): its workers lack libraries or hold other code"
+    elif ship == "never":
+        fix = "spark.ship is never: install this project and its libraries where the server's workers run"
+    else:
+        fix = "install this project and its libraries where the server's workers run"
+    raise ConfigError(
+        f"{why}: {fix} (`ltr pack` builds such an environment; spark.pyspark.python names it), or start the server "
+        "from this environment (`ltr server start`)"
+    )
+
+
+def _workers_differ(spark: Any, url: str, probe: Any, driver: dict[str, str]) -> str | None:
+    """Why the workers of the server at ``url`` cannot run this client's code (None: they can): runs ``probe``
+    (:func:`_probe`) in one task."""
+    import json
+
+    from pipelines.core.keys import code_label
+
     try:
         rows = spark.range(1, numPartitions=1).mapInArrow(probe, "doc string").collect()
     except Exception as e:  # the task's own failure, as Spark reports it (a missing pyarrow, a worker that died)
         first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
-        raise ConfigError(
-            f"the Python workers of the Spark Connect server at {url} cannot run this client's tasks ({first[:300]})"
-        ) from None
+        return f"the Python workers of the Spark Connect server at {url} cannot run this client's tasks ({first[:300]})"
     doc = json.loads(rows[0]["doc"])
-    fix = (
-        "install this project and its libraries in the environment of the server's workers (`ltr pack` builds one; "
-        "spark.pyspark.python names it), or start the server from this environment (`ltr server start`)"
-    )
+    where = f"the Python workers of the Spark Connect server at {url} ({doc['python']})"
     if "error" in doc:
-        raise ConfigError(
-            f"the Python workers of the Spark Connect server at {url} ({doc['python']}) cannot import this project "
-            f"({doc['error']}): {fix}"
-        )
+        return f"{where} cannot import this project ({doc['error']})"
     there = doc.get("code")
     if there is not None and there != driver:
         other = sorted(k for k in set(there) | set(driver) if there.get(k) != driver.get(k))
-        raise ConfigError(
-            f"the Python workers of the Spark Connect server at {url} ({doc['python']}) run other code than this "
-            f"client ({', '.join(other)}: {code_label(there)} there, {code_label(driver)} here): {fix}"
+        return (
+            f"{where} run other code than this client ({', '.join(other)}: {code_label(there)} there, "
+            f"{code_label(driver)} here)"
         )
+    return None
 
 
 def default_parallelism(spark: Any) -> int:

@@ -248,7 +248,7 @@ def connect_session(cfg: SparkConfig, url: str) -> SparkSession:
             "use a server of the same version or newer"
         )
     if url.startswith("sc://"):  # (a server in this process runs this interpreter in its workers)
-        check_workers(spark, url)
+        check_workers(spark, url, cfg.ship)
     _started(spark, cfg, url)
     return spark
 

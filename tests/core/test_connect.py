@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ import pytest
 from pipelines.core.config import ConfigError
 from pipelines.core.connect import is_local, remote_url
 from pipelines.testing.processes import ROOT, free_port
+from tests.helpers import python_without_project
 
 #: What only a classic session has: the SparkContext and its JVM handles.
 CLASSIC_ONLY = {"sparkContext", "_jsc", "_jvm", "_active_spark_context", "_gateway"}
@@ -108,31 +110,16 @@ def test_the_tracker_runs_where_the_workers_reach_it(host, master, where, in_sta
 
 
 # ------------------------------------------------------------ the server's workers run this project
-#: A worker's ``sitecustomize``: the project's packages cannot be imported (a server installed without them).
-_BLOCK = """
-import sys
-
-class _Block:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("pipelines", "udfs"):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-
-sys.meta_path.insert(0, _Block())
-"""
-
-
 class _Server:
     """A stand-in Connect session: ``range(...).mapInArrow(f, schema).collect()`` runs ``f`` as a server's Python
-    worker would, pickled (PySpark's cloudpickle) into a fresh interpreter, with or without the project."""
+    worker would, pickled (PySpark's cloudpickle) into a fresh interpreter, with the project or without it
+    (:func:`tests.helpers.python_without_project`); ``addArtifacts(zip, pyfile=True)`` puts the zip on its path."""
 
     def __init__(self, tmp_path: Path, importable: bool) -> None:
         tmp_path.mkdir()
-        self.env = dict(os.environ)
-        if not importable:
-            (tmp_path / "sitecustomize.py").write_text(_BLOCK)
-            self.env["PYTHONPATH"] = str(tmp_path)
-        self.tmp = tmp_path
+        self.tmp, self.env = tmp_path, dict(os.environ)
+        self.python = sys.executable if importable else str(python_without_project(tmp_path / "py"))
+        self.shipped: list[str] = []
 
     def range(self, *_a, **_k):
         return self
@@ -141,16 +128,20 @@ class _Server:
         self.f = f
         return self
 
+    def addArtifacts(self, path, pyfile=False):
+        assert pyfile and path.endswith(".zip")
+        self.shipped.append(shutil.copy(path, self.tmp))
+
     def collect(self):
         from pyspark import cloudpickle
 
         (self.tmp / "f.pkl").write_bytes(cloudpickle.dumps(self.f))
         code = (
-            "import json, pickle, sys; f = pickle.load(open(sys.argv[1], 'rb')); "
+            "import json, pickle, sys; sys.path[1:1] = sys.argv[2:]; f = pickle.load(open(sys.argv[1], 'rb')); "
             "print(json.dumps([b.to_pylist() for b in f(iter([]))][0]))"
         )
         out = subprocess.run(
-            [sys.executable, "-c", code, str(self.tmp / "f.pkl")],
+            [self.python, "-c", code, str(self.tmp / "f.pkl"), *self.shipped],
             env=self.env,
             cwd=self.tmp,
             capture_output=True,
@@ -160,28 +151,38 @@ class _Server:
         return json.loads(out.stdout.splitlines()[-1])
 
 
-def test_a_server_whose_workers_cannot_import_the_project_or_run_other_code_is_refused_in_one_line(
+def test_the_project_is_shipped_to_workers_that_cannot_import_it_and_refused_in_one_line_when_it_does_not_help(
     tmp_path, monkeypatch
 ):
     """:func:`pipelines.core.connect.check_workers`, before any job of a Connect session: its one task travels by
-    value (a worker without the project can run it) and reports what the worker can import and run."""
+    value (a worker without the project can run it) and reports what the worker imports and runs; ``spark.ship``
+    says whether the project's zip is added to the session when the workers cannot import it."""
     from pipelines.core import keys
     from pipelines.core.connect import check_workers
 
     url = "sc://spark.example:15002"
-    check_workers(_Server(tmp_path / "a", importable=True), url)  # the same code: nothing said
+    same = _Server(tmp_path / "same", importable=True)
+    check_workers(same, url)  # the same code: nothing shipped, nothing said
+    assert same.shipped == []
+
+    bare = _Server(tmp_path / "bare", importable=False)
+    check_workers(bare, url)  # auto: shipped, then the workers run the same code from the zip
+    assert [Path(p).name[:4] for p in bare.shipped] == ["ltr-"]
     with pytest.raises(ConfigError) as e:
-        check_workers(_Server(tmp_path / "b", importable=False), url)
+        check_workers(_Server(tmp_path / "never", importable=False), url, "never")
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith(f"the Python workers of the Spark Connect server at {url} (")
-    assert "cannot import this project (ModuleNotFoundError: No module named 'pipelines" in msg
+    assert "cannot import this project (ModuleNotFoundError: No module named 'pipelines'): spark.ship is never" in msg
     assert "ltr pack" in msg and "ltr server start" in msg
 
-    # other code there: this client's sources said to be other bytes and another identity
+    # other code there: this client's sources said to be other bytes and another identity; shipping cannot help
+    # a worker that holds the other code (here: the checkout, ahead of the zip on its path)
     monkeypatch.setattr(keys, "source_files", lambda roots: {"pipelines.kernel.loop": ("x.py", "0" * 64)})
     real = keys.worker_identity()
     monkeypatch.setattr(keys, "worker_identity", lambda: {**real, "sources": "f" * 20})
+    other = _Server(tmp_path / "other", importable=True)
     with pytest.raises(ConfigError) as e:
-        check_workers(_Server(tmp_path / "c", importable=True), url)
+        check_workers(other, url)
     assert f"run other code than this client (sources: sources {real['sources'][:12]} (xgboost " in str(e.value)
-    assert "there, sources ffffffffffff (xgboost" in str(e.value)
+    assert "there, sources ffffffffffff (xgboost" in str(e.value) and "even with the project shipped" in str(e.value)
+    assert len(other.shipped) == 1

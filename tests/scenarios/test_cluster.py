@@ -38,7 +38,7 @@ from pipelines.testing.processes import (
     isolated_env,
     stop_process,
 )
-from tests.helpers import set_args, tiny_study, without_java
+from tests.helpers import python_without_project, set_args, tiny_study, without_java
 
 #: spark: a standalone cluster, spark-submit and ltr subprocesses; slow: minutes, started first
 pytestmark = [pytest.mark.spark, pytest.mark.slow(minutes=6)]
@@ -159,12 +159,14 @@ def cluster(tmp_path_factory):
 class ConnectServer:
     """A Spark Connect server in a process of its own (``spark-submit --class ...SparkConnectServer``, as
     ``sbin/start-connect-server.sh`` runs it) on ``local[2]`` and a free loopback port; its Python workers run the
-    project's interpreter. :meth:`stop` ends its process tree."""
+    project's interpreter and libraries but cannot import the project (:func:`tests.helpers.python_without_project`):
+    a client ships it to them (``spark.ship: auto``). :meth:`stop` ends its process tree."""
 
     def __init__(self, root: Path) -> None:
         self.port, self.log = free_port(), root / "connect-server.log"
+        python = str(python_without_project(root / "python"))
         # the Python of the server's UDF workers: with spark.pyspark.python alone they ran the machine's python3
-        env = {**isolated_env(root), "PYSPARK_PYTHON": sys.executable}
+        env = {**isolated_env(root), "PYSPARK_PYTHON": python}
         with open(self.log, "wb") as f:
             self.proc = subprocess.Popen(
                 [
@@ -175,11 +177,12 @@ class ConnectServer:
                     "local[2]",
                     *("--conf", "spark.connect.grpc.binding.address=127.0.0.1"),
                     *("--conf", f"spark.connect.grpc.binding.port={self.port}"),
-                    *("--conf", f"spark.pyspark.python={sys.executable}"),
+                    *("--conf", f"spark.pyspark.python={python}"),
                     *("--conf", "spark.scheduler.mode=FAIR"),
                     *("--conf", "spark.ui.enabled=false"),
                 ],
                 env=env,
+                cwd=root,  # (the workers' first path entry: not the checkout)
                 stdout=f,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -338,6 +341,9 @@ def test_jobs_on_a_standalone_cluster_with_the_packed_env_equal_local(packed_env
     )
     assert proc.returncode == 0, proc.stderr[-6000:]
     assert f"Spark Connect session on {connect_server.url} (2 cores" in proc.stderr, proc.stderr[-3000:]
+    # the server's workers could not import the project: the client shipped it, and they ran it from there
+    assert "cannot import this project (ModuleNotFoundError: No module named 'pipelines'): shipped" in proc.stderr
+    assert "the server's workers run this project from the session's artifact ltr-" in proc.stderr
     log.warning("cluster run %.0f s, Connect run on local[2] %.0f s", t1 - t0, time.perf_counter() - t1)
 
     def doc(work: Path, rel: str) -> dict:
