@@ -84,12 +84,15 @@ def teacher_cost(cfg: Any) -> dict[str, Any]:
 
 
 def crossfit0_cost(work: Path, overrides: list[str]) -> dict[str, Any]:
-    """The teacher of ``teacher.crossfit: 0`` (one teacher trained on every training query) on the clean, full cell's
+    """The teacher of ``teacher.crossfit: 0`` (one teacher trained on every training query) on a clean cell's
     dataset, in a work directory of its own (``WORK/crossfit0``, so the cell's curricula stay as they are): ``ltr
     grid --setup-only`` computes the difficulty scores, trains the teacher and builds the curricula on it, trains
     no child; the wall seconds of that command and the teacher's checkpointed cost."""
     wd = work / "crossfit0"
-    data = work / "clean-full" / "dataset"
+    # the clean cells' data are the same bytes (the same generate settings): the full one's, else the short one's
+    data = next((d for d in (work / "clean-full" / "dataset", work / "clean-short" / "dataset") if d.exists()), None)
+    if data is None:
+        raise SystemExit(f"--crossfit0 needs a clean cell's dataset under {work} (run clean-full or clean-short)")
     sets = [f"work_dir={wd}", f"grid.data={data}", *overrides, "teacher.crossfit=0"]
     conf = str(ROOT / "conf" / "curricula.yaml")
     cmd = [sys.executable, "-m", "pipelines.app.cli", "grid", "--conf", conf, "--setup-only"]
@@ -156,7 +159,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--noise", type=float, default=0.2)
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--work", default="bench-out/curricula")
-    p.add_argument("--cells", default="", help="comma-separated cell names to run (default: all four)")
+    p.add_argument(
+        "--cells",
+        default="",
+        help="comma-separated cells to run, by their folder names: clean-full, noisy-full, clean-short, noisy-short "
+        "(default: all four)",
+    )
     p.add_argument(
         "--crossfit0", action="store_true", help="also time the crossfit-0 teacher on the clean, full cell's data"
     )
@@ -171,7 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     todo = cells(a)
     if a.cells:
-        todo = {k: v for k, v in todo.items() if k in a.cells.split(",")}
+        wanted = {c.strip() for c in a.cells.split(",")}
+        unknown = wanted - {k.replace(", ", "-") for k in todo}
+        if unknown:
+            p.error(f"--cells: no cell {', '.join(sorted(unknown))}")
+        todo = {k: v for k, v in todo.items() if k.replace(", ", "-") in wanted}
     results = {}
     done = json.loads((work / "cells.json").read_text()) if (work / "cells.json").exists() else {}
     for name, overrides in todo.items():
