@@ -267,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="A Spark Connect server kept running for the config's work_dir, bound to 127.0.0.1, on "
         "spark.master (default local[*]) with the Spark properties a classic session would have; every later "
         "ltr command on that work_dir connects to it (spark.remote: auto) instead of starting a JVM of its own. "
-        "Its record and log: <work_dir>/connect/. status exits 0 when it runs, 3 when not.",
+        "Its record and log: <work_dir>/connect/. status exits 0 when it runs, 3 when not, 75 while it starts.",
     )
     p.add_argument(
         "action", choices=["start", "status", "stop"], help="start it (or name the running one), show it, stop it"
@@ -639,7 +639,8 @@ def cmd_jvm_archive(args: argparse.Namespace) -> int:
 
 
 def cmd_server(args: argparse.Namespace) -> int:
-    """``ltr server start|status|stop`` (:mod:`pipelines.app.server`); status exits 3 when no server runs."""
+    """``ltr server start|status|stop`` (:mod:`pipelines.app.server`); status exits 3 when no server runs, 75 while
+    one starts."""
     from pipelines.app import server
 
     cfg = resolve_config(args, "server")
@@ -650,17 +651,23 @@ def cmd_server(args: argparse.Namespace) -> int:
         line = f"Spark Connect server {text} at {rec['url']} (pid {rec['pid']}, {rec['master']}; log {rec['log']})"
     elif args.action == "status":
         rec = server.running(cfg.work_dir)
-        line = (
-            f"Spark Connect server running at {rec['url']} (pid {rec['pid']}, {rec['master']}, "
-            f"up {time.time() - rec['started']:.0f} s)"
-            if rec
-            else f"no Spark Connect server runs for work_dir {cfg.work_dir}"
-        )
+        up = server.starting(cfg.work_dir) if rec is None else None
+        if rec:
+            line = (
+                f"Spark Connect server running at {rec['url']} (pid {rec['pid']}, {rec['master']}, "
+                f"up {time.time() - rec['started']:.0f} s)"
+            )
+        elif up:
+            line = f"Spark Connect server starting at {up['url']} (pid {up['pid']}, {up['master']}; log {up['log']})"
+        else:
+            line = f"no Spark Connect server runs for work_dir {cfg.work_dir}"
+        print(json.dumps(rec or up or {}) if args.json else line)
+        return 0 if rec else 75 if up else 3
     else:
         rec = server.stop(cfg)
         line = f"Spark Connect server stopped (pid {rec['pid']})" if rec else "no Spark Connect server was running"
     print(json.dumps(rec or {}) if args.json else line)
-    return 3 if args.action == "status" and not rec else 0
+    return 0
 
 
 def cmd_keys(args: argparse.Namespace) -> int:

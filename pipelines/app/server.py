@@ -7,7 +7,9 @@ session of this config would have (:func:`pipelines.core.session.session_propert
 workers' threads, the Python of its workers). It runs in a process group of its own, detached from the command that
 started it, until ``ltr server stop`` (or the machine's shutdown). Its record (pid, URL, versions) and log lie in
 ``<work_dir>/connect/``; the record is what ``auto`` reads, and it is trusted only while its process lives and its
-port answers.
+port answers. It is written as the server's process starts (``state: starting``) and again once its port answers
+(``running``): a command that finds a server starting exits 75 (``EX_TEMPFAIL``: run it again) rather than running
+classic beside it, and a second ``ltr server start`` waits for it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 
 from pipelines.core.config import Config, ConfigError, SparkConfig
 from pipelines.core.connect import answers
-from pipelines.core.errors import LtrError
+from pipelines.core.errors import BusyError, LtrError
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,10 @@ SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 class ServerError(LtrError):
     """The server could not be started (exit 1; its log names the cause)."""
+
+
+class ServerStarting(BusyError):
+    """The work_dir's server is starting: a command that would use it exits 75 (run it again in a few seconds)."""
 
 
 def server_dir(work_dir: str) -> Path | None:
@@ -76,6 +82,13 @@ def _answers(port: int, timeout: float = 1.0) -> bool:
     return answers("127.0.0.1", port, timeout)
 
 
+def _write_record(where: Path, rec: dict[str, Any]) -> None:
+    """``server.json`` replaced whole (a reader sees the old record or the new)."""
+    tmp = where / f".server.json.{os.getpid()}"
+    tmp.write_text(json.dumps(rec, indent=1))
+    os.replace(tmp, where / "server.json")
+
+
 def running(work_dir: str) -> dict[str, Any] | None:
     """The record of the server ``ltr server start`` runs for ``work_dir``, if its process lives and its port
     answers (None otherwise)."""
@@ -85,14 +98,34 @@ def running(work_dir: str) -> dict[str, Any] | None:
     return rec
 
 
+def starting(work_dir: str) -> dict[str, Any] | None:
+    """The record of the work_dir's server while it starts: its process lives, its port does not answer yet (None
+    otherwise, a record of a server that died while starting included)."""
+    rec = _record(work_dir)
+    if rec is None or rec.get("state") != "starting" or not _alive(int(rec["pid"])) or _answers(int(rec["port"])):
+        return None
+    return rec
+
+
 def session_config(cfg: Config) -> SparkConfig:
     """``cfg.spark`` with ``remote: auto`` resolved: ``$SPARK_REMOTE``, else the work_dir's running server, else ""
-    (a classic session)."""
+    (a classic session).
+
+    Raises
+    ------
+    ServerStarting
+        The work_dir's server is starting (exit 75): the command would otherwise start a classic session beside it.
+    """
     if cfg.spark.remote != "auto":
         return cfg.spark
     url = os.environ.get("SPARK_REMOTE", "")
     if not url:
         rec = running(cfg.work_dir)
+        if rec is None and (rec := starting(cfg.work_dir)) is not None:
+            raise ServerStarting(
+                f"the Spark Connect server of work_dir {cfg.work_dir} is starting (pid {rec['pid']}, {rec['url']}; "
+                f"log {rec['log']}): run the command again once `ltr server status` says it runs"
+            )
         url = rec["url"] if rec else ""
     return replace(cfg.spark, remote=url)
 
@@ -120,7 +153,7 @@ def start(cfg: Config, port: int = 0, wait: float = 180.0) -> dict[str, Any]:
     where = server_dir(cfg.work_dir)
     if where is None:
         raise ConfigError(f"work_dir={cfg.work_dir} is not on this machine: a local server keeps its record there")
-    rec = running(cfg.work_dir)
+    rec = running(cfg.work_dir) or _wait_for_start(cfg.work_dir, wait)
     if rec is not None:
         return {**rec, "already": True}
     if port and _answers(port):
@@ -158,17 +191,30 @@ def start(cfg: Config, port: int = 0, wait: float = 180.0) -> dict[str, Any]:
         "python": sys.executable,
         "started": time.time(),
         "log": str(log_path),
+        "state": "starting",
     }
+    _write_record(where, rec)
     deadline = time.monotonic() + wait
     while not _answers(port, timeout=0.5):  # the log's "started" line is INFO, which the project's log4j leaves out
         if proc.poll() is not None or time.monotonic() > deadline:
             if proc.poll() is None:
                 _stop_group(proc.pid)
+            (where / "server.json").unlink(missing_ok=True)
             tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
             raise ServerError(f"the Spark Connect server did not start ({log_path}): {tail[-600:]}")
         time.sleep(0.25)
-    (where / "server.json").write_text(json.dumps(rec, indent=1))
+    rec["state"] = "running"
+    _write_record(where, rec)
     return rec
+
+
+def _wait_for_start(work_dir: str, wait: float) -> dict[str, Any] | None:
+    """The record of a server another ``ltr server start`` is starting for ``work_dir``, once it answers (None when
+    none is starting, or it died or did not answer within ``wait`` seconds: then a new one is started)."""
+    deadline = time.monotonic() + wait
+    while starting(work_dir) is not None and time.monotonic() < deadline:
+        time.sleep(0.25)
+    return running(work_dir)
 
 
 def _stop_group(pid: int, grace: float = 30.0) -> None:

@@ -65,3 +65,38 @@ def test_a_server_serves_the_commands_of_its_work_dir_until_stopped(small_letor,
     status = _ltr("server", "status", *sets)
     assert status.returncode == 3 and status.stdout.startswith("no Spark Connect server runs for work_dir")
     assert session_config(cfg).remote == ""
+
+
+def test_a_command_exits_75_while_the_work_dirs_server_starts_and_runs_classic_once_it_died(tmp_path, capsys):
+    """A record of a server that is starting (its process lives, its port does not answer yet): ``auto`` refuses to
+    start a classic session beside it (exit 75, one line), ``ltr server status`` says so (exit 75); once that
+    process is gone, the record is ignored and the command is classic."""
+    from pipelines.app.cli import main
+    from pipelines.app.server import ServerStarting, session_config
+    from pipelines.testing.processes import free_port
+
+    work = tmp_path / "work"
+    (work / "connect").mkdir(parents=True)
+    proc = subprocess.Popen(["sleep", "60"])  # the server's process, not listening yet
+    port = free_port()
+    rec = {"pid": proc.pid, "port": port, "url": f"sc://127.0.0.1:{port}", "master": "local[*]",
+           "started": 0, "log": str(work / "connect" / "server.log"), "state": "starting"}  # fmt: skip
+    (work / "connect" / "server.json").write_text(json.dumps(rec))
+    cfg = load_config(None, [f"work_dir={work}"])
+    try:
+        with pytest.raises(ServerStarting) as e:
+            session_config(cfg)
+        assert e.value.exit_code == 75 and "\n" not in str(e.value)
+        assert f"is starting (pid {proc.pid}, sc://127.0.0.1:{port}" in str(e.value)
+        assert main(["server", "status", "--set", f"work_dir={work}"]) == 75
+        assert capsys.readouterr().out.startswith(f"Spark Connect server starting at sc://127.0.0.1:{port}")
+        src, out = tmp_path / "letor", tmp_path / "dataset"
+        src.mkdir()
+        assert main(["ingest", "--src", str(src), "--out", str(out), "--set", f"work_dir={work}"]) == 75  # no JVM
+        err = [line for line in capsys.readouterr().err.strip().splitlines() if " INFO " not in line]
+        assert len(err) == 1 and "is starting" in err[0], err
+    finally:
+        proc.kill()
+        proc.wait()
+    assert session_config(cfg).remote == ""  # its process is gone: classic
+    assert main(["server", "status", "--set", f"work_dir={work}"]) == 3
