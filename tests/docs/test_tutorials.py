@@ -27,10 +27,17 @@ from pipelines.core.config import config_data
 from pipelines.testing.processes import ROOT
 from tests.helpers import tiny_study
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow(minutes=1)]  # four `ltr` processes, one after another
+pytestmark = [pytest.mark.spark, pytest.mark.slow(minutes=1)]  # `ltr` processes and a Connect server, one after another
 
-#: The tutorials with tested commands, in the order a reader follows them (later ones use the first study).
-TUTORIALS = ("tutorials/first-study.md", "tutorials/your-data.md", "tutorials/your-idea.md", "tutorials/notebook.md")
+#: The pages with tested commands, in the order a reader follows them (later ones use the first study): the tutorials,
+#: then the how-to of the warm local server, whose ``ltr run`` is a client of it on the first study's work_dir.
+TUTORIALS = (
+    "tutorials/first-study.md",
+    "tutorials/your-data.md",
+    "tutorials/your-idea.md",
+    "tutorials/notebook.md",
+    "how-to/spark-connect.md",
+)
 MARK = re.compile(r"<!--\s*tested:\s*(.*?)\s*-->")
 
 
