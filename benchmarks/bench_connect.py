@@ -22,7 +22,7 @@ from typing import Any
 
 from benchmarks.bench_first_tree import one_run
 from pipelines.app import server
-from pipelines.plugins.setup import load_config
+from pipelines.plugins.run_config import load_run_config
 from pipelines.testing.processes import ROOT
 
 
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     work = Path(a.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    cfg = load_config(None, [f"work_dir={work}"])
+    cfg = load_run_config(None, [f"work_dir={work}"])
     url = server.start(cfg)["url"]  # `ltr server start`: its record and log under WORK/connect
     runs: list[dict[str, Any]] = []
     try:

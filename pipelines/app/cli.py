@@ -329,14 +329,14 @@ def resolve_config(args: argparse.Namespace, command: str, check: bool = True) -
     ConfigError
         An unknown key or a value of the wrong type (exit code 2).
     """
-    from pipelines.plugins.setup import load_config
+    from pipelines.plugins.run_config import load_run_config
 
     overrides = list(args.overrides) + flags.overrides(args, command)
     if args.master:
         overrides.append(f"spark.master={json.dumps(args.master)}")
     if getattr(args, "remote", None):
         overrides.append(f"spark.remote={json.dumps(args.remote)}")
-    cfg = load_config(args.conf, overrides, getattr(args, "plugins", []), check=check)
+    cfg = load_run_config(args.conf, overrides, getattr(args, "plugins", []), check=check)
     check_paths(cfg)
     return cfg
 

@@ -120,9 +120,9 @@ def check_mlflow_access(uri: str, conn_id: str) -> None:
 
 def load_study_config(study: dict[str, Any]) -> Any:
     """The run's :class:`pipelines.core.config.Config` (installed plug-ins loaded: the DAG loads no file)."""
-    from pipelines.plugins.setup import load_config
+    from pipelines.plugins.run_config import load_run_config
 
-    return load_config(study["conf"] or None, study["set"], files=False)
+    return load_run_config(study["conf"] or None, study["set"], files=False)
 
 
 def resolve_study(
@@ -140,7 +140,7 @@ def resolve_study(
     from pipelines.core.connect import remote_url
     from pipelines.core.layout import Layout
     from pipelines.plugins.loading import PluginError
-    from pipelines.plugins.setup import load_config
+    from pipelines.plugins.run_config import load_run_config
 
     conf, overrides, src = params.get("conf") or "", list(params.get("set") or []), params.get("src") or ""
     conn_id, server = mlflow_server(params, connection)
@@ -152,7 +152,7 @@ def resolve_study(
         server.apply()
         overrides.append(f"tracking.uri={server.uri}")
     try:
-        cfg = load_config(conf or None, overrides, files=False)  # installed plug-ins only
+        cfg = load_run_config(conf or None, overrides, files=False)  # installed plug-ins only
         remote_url(cfg.spark.remote)
     except (ConfigError, PluginError) as e:
         raise StudyTaskError(f"params conf/set/spark_remote: {e}") from None

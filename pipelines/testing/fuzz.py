@@ -246,10 +246,10 @@ def overrides() -> st.SearchStrategy[list[str]]:
 def check_overrides(sets: list[str]) -> bool:
     """The config property on ``--set`` overrides; True if they loaded."""
     from pipelines.core.errors import UserError
-    from pipelines.plugins.setup import load_config
+    from pipelines.plugins.run_config import load_run_config
 
     try:
-        cfg = load_config(None, sets, check=False)
+        cfg = load_run_config(None, sets, check=False)
     except UserError as e:
         assert "\n" not in str(e), str(e)
         return False
@@ -279,13 +279,13 @@ def config_files() -> st.SearchStrategy[str]:
 def check_config_file(text: str) -> bool:
     """The config property on a config file's text; True if it loaded."""
     from pipelines.core.errors import UserError
-    from pipelines.plugins.setup import load_config
+    from pipelines.plugins.run_config import load_run_config
 
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "conf.yaml"
         p.write_text(text)
         try:
-            cfg = load_config(p, check=False)
+            cfg = load_run_config(p, check=False)
         except UserError as e:
             assert "\n" not in str(e), str(e)
             return False

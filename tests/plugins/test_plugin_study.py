@@ -12,7 +12,7 @@ import pytest
 from pipelines.app.cli import main
 from pipelines.app.grid import run_grid
 from pipelines.core.config import ReportConfig
-from pipelines.plugins.setup import load_config
+from pipelines.plugins.run_config import load_run_config
 from pipelines.report import build_report
 from pipelines.tracking.runs import TAG_PARENT, Tracker
 from tests.helpers import set_args, tiny_study
@@ -40,7 +40,7 @@ def _overrides(work) -> list[str]:
 
 
 def _cfg(work, files):
-    return load_config(None, _overrides(work), [str(f) for f in files])
+    return load_run_config(None, _overrides(work), [str(f) for f in files])
 
 
 def _curriculum(work, name: str) -> dict:

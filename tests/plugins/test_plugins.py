@@ -15,7 +15,7 @@ from pipelines.plan.paths import parse_path
 from pipelines.plan.trie import build_plan
 from pipelines.plugins import checks, loading
 from pipelines.plugins.loading import PluginError
-from pipelines.plugins.setup import load_config as load_with_plugins
+from pipelines.plugins.run_config import load_run_config
 from udfs.metrics import NdcgSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -222,11 +222,11 @@ def test_where_plugins_come_from_and_only_there(examples, tmp_path, capsys):
     # a config file's list, relative to the file; then its components are names like the built-ins'
     conf = tmp_path / "study.yaml"
     conf.write_text("plugins: [listnet.py, q_len.py]\ncurriculum: {strategy: q_len}\ntrain: {path: 'listnet:3'}\n")
-    cfg = load_with_plugins(conf, [])
+    cfg = load_run_config(conf, [])
     assert cfg.curriculum.strategy == "q_len" and cfg.plugins.load == [str(examples[0]), str(examples[1])]
     # the Airflow DAG loads installed plug-ins only
     with pytest.raises(ConfigError, match="installed plug-ins only"):
-        load_with_plugins(conf, [], files=False)
+        load_run_config(conf, [], files=False)
 
 
 def test_unknown_names_and_settings_exit_2(examples, capsys):
@@ -302,7 +302,7 @@ def test_an_installed_package_is_loaded_from_its_entry_point_with_its_version(tm
     (info / "entry_points.txt").write_text("[ltr.plugins]\ndemo = ltr_ep_demo\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
-        cfg = load_with_plugins(None, ["curriculum.pacing=ep_pace"], files=False)  # as the DAG loads its config
+        cfg = load_run_config(None, ["curriculum.pacing=ep_pace"], files=False)  # as the DAG loads its config
         assert cfg.curriculum.pacing == "ep_pace"
         tags = loading.plugin_tags(["ep_pace", "lambdamart"])
         doc = __import__("json").loads(tags["ltr.plugin.ep_pace"])

@@ -293,9 +293,9 @@ def _run_args(work: Path, letor: Path) -> list[str]:
 def _grid_results(work: Path) -> dict[str, tuple[bytes, list[float], list[float]]]:
     """Every grid path's model and vali/test curves, from the checkpoints."""
     from pipelines.app.grid import fold_results
-    from pipelines.plugins.setup import load_config
+    from pipelines.plugins.run_config import load_run_config
 
-    cfg = load_config(None, [f"work_dir={work}", *STUDY], [str(PLUGIN)])
+    cfg = load_run_config(None, [f"work_dir={work}", *STUDY], [str(PLUGIN)])
     return {k: (r.model, r.vali, r.test) for k, r in fold_results(cfg, FOLD, str(work / "dataset")).items()}
 
 

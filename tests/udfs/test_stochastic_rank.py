@@ -156,10 +156,10 @@ def test_a_bad_setting_is_refused_when_the_config_loads_not_in_a_spark_task(sett
     """A built-in's settings from ``plugins.params`` are checked on the synthetic batch as a plug-in's are: a bad
     value exits 2 with one line before any Spark job."""
     from pipelines.core.errors import UserError
-    from pipelines.plugins.setup import load_config
+    from pipelines.plugins.run_config import load_run_config
 
     with pytest.raises(UserError, match=message) as e:
-        load_config(None, [f"plugins.params.stochastic_rank.{setting}"])
+        load_run_config(None, [f"plugins.params.stochastic_rank.{setting}"])
     assert "\n" not in str(e.value) and "stochastic_rank" in str(e.value)
-    cfg = load_config(None, ["plugins.params.stochastic_rank.estimator=reinforce"])
+    cfg = load_run_config(None, ["plugins.params.stochastic_rank.estimator=reinforce"])
     assert cfg.plugins.params == {"stochastic_rank": {"estimator": "reinforce"}}

@@ -6,20 +6,23 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pipelines.plugins.checks import check_all
 from pipelines.plugins.loading import GROUP, load, set_current
 
+if TYPE_CHECKING:
+    from pipelines.core.config import Config
 
-def load_config(
+
+def load_run_config(
     path: str | os.PathLike | None = None,
     overrides: list[str] | None = None,
     extra: Iterable[str] = (),
     *,
     files: bool = True,
     check: bool = True,
-) -> Any:
+) -> Config:
     """The run's :class:`~pipelines.core.config.Config` with its plug-ins loaded first: the config file's
     ``plugins.load`` and ``extra`` (``--plugin``), then the installed ones; their settings from
     ``plugins.params``, each plug-in checked on the synthetic batch (``check``). ``files``: whether files and
