@@ -180,6 +180,7 @@ def atomic_output(out: str, marker: str) -> Iterator[Output]:
     fs.create_dir(tmp_path, recursive=True)
     try:
         yield tmp
+        _check_still_there(fs, tmp_path, out, None)
         if fs.get_file_info(f"{tmp_path}/{marker}").type != pafs.FileType.File:
             raise RuntimeError(f"internal error: {marker} was not written to {tmp_path}")
         if fs.get_file_info(out_path).type == pafs.FileType.NotFound:
@@ -189,6 +190,29 @@ def atomic_output(out: str, marker: str) -> Iterator[Output]:
             fs.move(out_path, old)
             fs.move(tmp_path, out_path)
             delete_quietly(fs, old)
+    except Exception as e:
+        delete_quietly(fs, tmp_path)
+        _check_still_there(fs, tmp_path, out, e)
+        raise
     except BaseException:
         delete_quietly(fs, tmp_path)
         raise
+
+
+def _check_still_there(fs: pafs.FileSystem, tmp_path: str, out: str, cause: BaseException | None) -> None:
+    """Raise :class:`StorageError` (exit 74) when the folder an output is written in, or (``cause`` None: the block
+    ended well) its temporary folder, went away while the command wrote it (deleted, unmounted): not the input's
+    fault, and not an internal error."""
+    from pipelines.core.errors import StorageError
+
+    folder = tmp_path.rsplit("/", 1)[0]
+    for path, what in ((folder, "its folder"), (tmp_path, "its temporary folder"))[: 2 if cause is None else 1]:
+        try:
+            gone = fs.get_file_info(path).type == pafs.FileType.NotFound
+        except OSError:
+            gone = True
+        if gone:
+            raise StorageError(
+                f"{out}: {what} {path} vanished while the command wrote it (deleted or unmounted); nothing of it was "
+                "kept"
+            ) from cause

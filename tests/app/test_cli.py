@@ -295,6 +295,33 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
+def test_an_output_folder_that_vanishes_while_written_is_its_own_exit_code_in_one_line(
+    spark, small_letor, tmp_path, capsys, monkeypatch
+):
+    """The folder ``ltr ingest`` writes its dataset in is deleted (or unmounted) by someone else once the rows are
+    written, before the manifest: exit 74 (not 2, the input is fine; not 1, nothing inside went wrong), one line
+    naming the folder, and nothing written again in its place."""
+    import shutil
+
+    from pipelines.data.ingest import job
+
+    gone = tmp_path / "gone"
+    real = job._ingest_into
+
+    def then_gone(*args, **kwargs):
+        manifest = real(*args, **kwargs)
+        shutil.rmtree(gone)
+        return manifest
+
+    monkeypatch.setattr(job, "_ingest_into", then_gone)
+    code = main(["ingest", "--src", str(small_letor), "--out", str(gone / "dataset"), "--log-level", "ERROR"])
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.startswith("ltr ingest: error:")]
+    assert code == 74, err[-3000:]
+    assert len(lines) == 1 and f"its folder {gone} vanished while the command wrote it" in lines[0], err[-3000:]
+    assert "Traceback" not in err and not gone.exists(), err[-3000:]
+
+
 @pytest.mark.parametrize("how", ["full", "read-only"])
 def test_a_full_or_read_only_disk_is_its_own_exit_code_in_one_line_and_leaves_nothing(
     spark, small_letor, small_disk, capsys, how
