@@ -121,9 +121,9 @@ class TrainingPath:
         return out
 
 
-#: Old names of objectives -> their names now: a path with an old name still parses, and says so once a process (one
-#: line). ``stochastic_ndcg`` was LambdaMART on noisy scores, not StochasticRank (issue 55). Here, where names are
-#: read, not in the registry, which every node's key covers: an alias re-keys nothing.
+#: Old names of objectives -> their names now (CHANGELOG.md): a path with an old name still parses, and says so once a
+#: process (one line). Here, where names are read, not in the registry, which every node's key covers: an alias
+#: re-keys nothing.
 ALIASES = {"stochastic_ndcg": "noisy_lambdamart"}
 _warned: set[str] = set()
 

@@ -2,9 +2,9 @@
 
 LambdaMART's pairwise gradient, with its pairs, discounts and deltas taken at ``s + noise * eps``: noise
 regularisation of a ranker's scores, closer to Bruch et al. (2020) than to StochasticRank (Ustimenko & Prokhorenkova
-2020, :mod:`udfs.objectives.stochastic_rank`), which estimates the gradient of the smoothed NDCG itself. This
-objective was called ``stochastic_ndcg`` until issue 55, and presented as "after StochasticRank"; the old name
-still parses, with a one-line deprecation (:data:`udfs.objectives.registry.ALIASES`)."""
+2020, :mod:`udfs.objectives.stochastic_rank`), which estimates the gradient of the smoothed NDCG itself. Its old
+name, ``stochastic_ndcg`` (CHANGELOG.md), still parses, with a one-line deprecation
+(:data:`pipelines.plan.paths.ALIASES`)."""
 
 from __future__ import annotations
 
