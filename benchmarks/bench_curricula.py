@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     extra = {}
     if a.crossfit0:
         extra["crossfit0"] = crossfit0_cost(work, cells(a)["clean, full"])
-        md += "\n### The teacher of crossfit 0, on the clean, full cell's data\n\n" + _teacher_line(extra["crossfit0"])
+        md += "\n### The teacher of crossfit 0, on a clean cell's data\n\n" + _teacher_line(extra["crossfit0"])
         md += f" `ltr grid --setup-only` took {extra['crossfit0']['setup_seconds']:.0f} s.\n"
     (work / "curricula.md").write_text(md)
     slim = {
