@@ -443,7 +443,7 @@ def cmd_difficulty(args: argparse.Namespace) -> int:
 def cmd_curriculum(args: argparse.Namespace) -> int:
     """``ltr curriculum``: the stages of one curriculum for one fold, or ``--check`` of a built one; exit code 0."""
     from pipelines.core.outputs import claim_output
-    from pipelines.data.curriculum import build_curriculum, check_curriculum
+    from pipelines.data.curricula import build_curriculum, check_curriculum
     from pipelines.data.dataset import open_dataset
 
     cfg = resolve_config(args, "curriculum")

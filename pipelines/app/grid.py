@@ -28,7 +28,7 @@ from pipelines.core.keys import code_identity, code_label
 from pipelines.core.layout import Layout
 from pipelines.core.provenance import code_version
 from pipelines.core.secrets import redact
-from pipelines.data.curriculum import Curriculum
+from pipelines.data.curricula import Curriculum
 from pipelines.data.dataset import Dataset
 from pipelines.execution.barrier_job import make_settings, resolve_workers, task_errors
 from pipelines.execution.executor import Execution, UnknownNode, execute_plan

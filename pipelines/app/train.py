@@ -16,7 +16,7 @@ from pipelines.core.config import SelfPacedConfig, TrainConfig
 from pipelines.core.keys import curriculum_content_key, plan_context
 from pipelines.core.secrets import redact
 from pipelines.core.storage import atomic_output
-from pipelines.data.curriculum import load_curricula
+from pipelines.data.curricula import load_curricula
 from pipelines.data.dataset import open_dataset
 from pipelines.execution.barrier_job import make_settings, resolve_workers, task_errors
 from pipelines.execution.executor import Execution, execute_plan

@@ -199,7 +199,7 @@ class DifficultyConfig:
     * ``as_metric``: q_bm25 / q_pagerank order them by ``metric.empty`` like any score
       (with 1.0 they come first: the behaviour before this option).
 
-    See :mod:`pipelines.data.curriculum` for what each strategy does with it.
+    See :mod:`pipelines.data.curricula` for what each strategy does with it.
     """
 
     #: feature id of BM25, whose per-query NDCG is q_bm25's score; 0: the dataset's (MSLR: 110)
@@ -267,7 +267,7 @@ def _check_curriculum(values: Mapping[str, Any], where: str, flags: bool) -> Non
             "so it takes no pacing: it always has two stages (the filtered documents, then all)"
         )
     if "hrel_labels" in values:
-        # The dataset's label range is checked when a curriculum is built (pipelines.data.curriculum.check_hrel_labels).
+        # The dataset's label range is checked when a curriculum is built (pipelines.data.curricula.check_hrel_labels).
         labels = list(values["hrel_labels"])
         if not labels:
             raise ConfigError(
@@ -286,7 +286,7 @@ def _check_curriculum(values: Mapping[str, Any], where: str, flags: bool) -> Non
 
 @dataclass(frozen=True)
 class CurriculumConfig:
-    """Curriculum selection (:mod:`pipelines.data.curriculum`).
+    """Curriculum selection (:mod:`pipelines.data.curricula`).
 
     Two stages by default: the easiest ``fraction`` of the training queries,
     then all of them. With ``pacing`` (linear, root_n, geometric, step),

@@ -53,7 +53,7 @@ from pipelines.core.connect import (
 )
 from pipelines.core.errors import LtrError, UserError, crosses_tasks, relay
 from pipelines.core.threads import usable_cpus
-from pipelines.data.curriculum import QUERIES, Curriculum
+from pipelines.data.curricula import QUERIES, Curriculum
 from pipelines.data.dataset import Dataset, load_split
 from pipelines.kernel.cuts import FoldCuts, reference_matrix
 from pipelines.kernel.env import Comm, XgbComm, check_device, returning_freed_memory

@@ -33,7 +33,7 @@ from pipelines.core.config import TrainConfig
 from pipelines.core.connect import label_jobs, use_pool
 from pipelines.core.errors import LtrError, UserError, relay
 from pipelines.core.signals import STOP
-from pipelines.data.curriculum import Curriculum
+from pipelines.data.curricula import Curriculum
 from pipelines.data.dataset import Dataset, DatasetError
 from pipelines.execution.barrier_job import (
     driver_host,

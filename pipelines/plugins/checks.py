@@ -101,7 +101,7 @@ def check_difficulty(name: str, comp: Any, n_features: int = N_FEATURES, dataset
     b = batch()
     n = len(b["labels"])
     # a score may read features beyond MSLR's 136 (Istella has 220, Yahoo! 699): the batch has them too; whether
-    # the dataset has them is checked against it (pipelines.data.curriculum.missing_features)
+    # the dataset has them is checked against it (pipelines.data.curricula.missing_features)
     wide = [c for c in comp.features or () if c not in b["features"]]
     extra = {c: np.random.default_rng(int(c[1:])).normal(size=n).astype(np.float32) for c in wide}
     cols = b["features"] if comp.features is None else {c: extra.get(c, b["features"].get(c)) for c in comp.features}

@@ -23,7 +23,7 @@ from pipelines.core import keys
 from pipelines.core.config import STRATEGIES, Config, ConfigError, CurriculumConfig, load_dataset_spec
 from pipelines.core.layout import Layout
 from pipelines.core.storage import read_json
-from pipelines.data.curriculum import check_curriculum, check_roles, stored_curriculum
+from pipelines.data.curricula import check_curriculum, check_roles, stored_curriculum
 from pipelines.data.dataset import Dataset, DatasetError, open_dataset
 from pipelines.data.scoring import SUMMARY as DIFFICULTY_SUMMARY
 from pipelines.data.scoring import difficulty_inputs, resolve_roles
@@ -284,7 +284,7 @@ def check_preset_strategies(cfg: Config) -> None:
 def check_curricula(cfg: Config, ds: Dataset, names: Iterable[str]) -> dict[str, int]:
     """The curricula ``names`` checked against the dataset, with no Spark work (hrel_labels, shares, the
     empty-query policy; a strategy that ranks by a feature the dataset lacks is refused in one line naming
-    the preset, :func:`pipelines.data.curriculum.check_roles`): each one's number of stages."""
+    the preset, :func:`pipelines.data.curricula.check_roles`): each one's number of stages."""
     roles = asdict(resolve_roles(ds, cfg.difficulty))
     names = sorted(names)
     # all strategies at once first: the refusal names every one the dataset cannot rank by, and the rest to keep

@@ -42,7 +42,7 @@ from pipelines.core.layout import Layout
 from pipelines.core.outputs import claim_output
 from pipelines.core.secrets import redact
 from pipelines.core.storage import write_file_atomic
-from pipelines.data.curriculum import Curriculum, build_curriculum, stored_curriculum
+from pipelines.data.curricula import Curriculum, build_curriculum, stored_curriculum
 from pipelines.data.dataset import DatasetError, open_dataset
 from pipelines.data.generate import RECORD as GENERATE_RECORD
 from pipelines.data.scoring import difficulty_inputs, run_difficulty, stored_summary

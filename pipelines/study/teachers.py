@@ -29,7 +29,7 @@ from pipelines.core import keys
 from pipelines.core.config import Config, ConfigError
 from pipelines.core.layout import Layout
 from pipelines.core.storage import atomic_output
-from pipelines.data.curriculum import QUERIES, QUERIES_SHA256, SUMMARY, stored_curriculum
+from pipelines.data.curricula import QUERIES, QUERIES_SHA256, SUMMARY, stored_curriculum
 from pipelines.data.dataset import Dataset, DatasetError
 from pipelines.plan.paths import TrainingPath, parse_path
 from udfs import schema

@@ -42,7 +42,7 @@ from pipelines.tracking.runs import (
 
 if TYPE_CHECKING:  # types only (the training side is not imported by the MLflow side)
     from pipelines.core.config import Config
-    from pipelines.data.curriculum import Curriculum
+    from pipelines.data.curricula import Curriculum
     from pipelines.data.dataset import Dataset
 
 

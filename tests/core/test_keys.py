@@ -398,7 +398,7 @@ IDENTITY_TABLE = [
     ("pipelines/store/cuts.py", set()),
     ("pipelines/execution/barrier_job.py", set()),
     ("pipelines/execution/events.py", set()),
-    ("pipelines/data/curriculum.py", set()),
+    ("pipelines/data/curricula.py", set()),
     ("pipelines/data/scoring.py", set()),
     ("pipelines/data/dataset.py", set()),
     ("pipelines/plan/trie.py", set()),

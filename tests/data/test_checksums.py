@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from pipelines.core.config import load_config
-from pipelines.data.curriculum import QUERIES, load_curricula, stored_curriculum
+from pipelines.data.curricula import QUERIES, load_curricula, stored_curriculum
 from pipelines.data.dataset import Dataset, DatasetError
 from pipelines.data.teacher_scores import SCORES, stored_teacher_scores, write_teacher_scores
 from pipelines.study.teachers import build_teacher_queries, teacher_data, teacher_query_key

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from pipelines.app.cli import main
 from pipelines.core.config import CurriculumConfig, IngestConfig, TrainConfig, load_dataset_spec
-from pipelines.data.curriculum import build_curriculum, load_curricula
+from pipelines.data.curricula import build_curriculum, load_curricula
 from pipelines.data.dataset import open_dataset
 from pipelines.data.ingest import ingest
 from pipelines.execution.barrier_job import SPLIT_COL, TrainError, make_settings, resolve_workers

@@ -189,7 +189,7 @@ def test_a_plugin_that_cannot_load_exits_2_in_one_line(what, plugin, examples, c
 
 def test_a_score_reads_the_features_of_the_configured_dataset_and_the_built_dataset(plugin, capsys):
     from pipelines.core.config import CurriculumConfig
-    from pipelines.data.curriculum import check_curriculum
+    from pipelines.data.curricula import check_curriculum
     from pipelines.data.dataset import Dataset, DatasetError
 
     path = plugin("@difficulty('wide', features=['f200'])\ndef wide(labels, features, offsets, *, params):\n"

@@ -28,7 +28,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.data.curriculum import QUERIES
+from pipelines.data.curricula import QUERIES
 from pipelines.testing.processes import (
     QUICK_JVM,
     ROOT,

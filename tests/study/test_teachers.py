@@ -15,7 +15,7 @@ import xgboost as xgb
 from pipelines.app.grid import run_grid
 from pipelines.core.config import ConfigError, ReportConfig, load_config
 from pipelines.core.layout import Layout
-from pipelines.data.curriculum import QUERIES
+from pipelines.data.curricula import QUERIES
 from pipelines.data.dataset import open_dataset, scan_subsets
 from pipelines.data.teacher_scores import read_teacher_scores
 from pipelines.report import build_report

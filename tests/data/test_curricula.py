@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from pipelines.core.config import ConfigError, CurriculumConfig
-from pipelines.data.curriculum import build_curriculum
+from pipelines.data.curricula import build_curriculum
 from pipelines.data.dataset import DatasetError, load_split, open_dataset
 from udfs import schema
 from udfs.curriculum import assign_first_stage, easiest_first, pacing_shares, stage_sizes
@@ -285,7 +285,7 @@ def test_label_free_strategies_and_anti_curricula_by_hand(spark, tiny, tmp_path)
 
 def test_a_strategy_on_a_feature_the_dataset_lacks_is_refused_naming_the_preset():
     from pipelines.core.config import ConfigError
-    from pipelines.data.curriculum import check_roles
+    from pipelines.data.curricula import check_roles
 
     check_roles(["sigma_bm25", "anti_q_size"], {"bm25": 110}, "mslr")
     with pytest.raises(ConfigError) as e:
