@@ -151,6 +151,7 @@ class _Server:
         return json.loads(out.stdout.splitlines()[-1])
 
 
+@pytest.mark.processes  # four Python processes, one a stand-in worker
 def test_the_project_is_shipped_to_workers_that_cannot_import_it_and_refused_in_one_line_when_it_does_not_help(
     tmp_path, monkeypatch
 ):
