@@ -90,6 +90,7 @@ def spark_xgb_ranker_process(data: str, trees: int) -> None:
         .config("spark.driver.memory", "1g")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "8")
+        .config("spark.task.cpus", str(THREADS))  # xgboost.spark's threads per worker (it refuses nthread)
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -101,7 +102,6 @@ def spark_xgb_ranker_process(data: str, trees: int) -> None:
         label_col=schema.LABEL,
         qid_col=schema.QID,
         num_workers=1,
-        nthread=THREADS,
         n_estimators=trees,
         objective="rank:ndcg",
         lambdarank_pair_method="topk",

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from pipelines.core.errors import LtrError
 from pipelines.kernel.cuts import (
     CutsError,
     FoldCuts,
@@ -108,8 +109,9 @@ def _store(root: str) -> CheckpointStore:
     return CheckpointStore(root)
 
 
-class CutsChanged(ValueError):
-    """A stored cuts file whose content no longer has the checksum it was written with."""
+class CutsChanged(LtrError, ValueError):
+    """A stored cuts file whose content no longer has the checksum it was written with (:func:`load_cuts` sets it
+    aside and computes the cuts again: it never reaches the user)."""
 
 
 def cuts_digest(cuts: FoldCuts) -> str:
