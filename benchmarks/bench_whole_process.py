@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -85,6 +86,7 @@ def spark_xgb_ranker_process(data: str, trees: int) -> None:
     from pipelines.data.dataset import load_split, open_dataset
     from udfs import schema
 
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # the workers' Python: this one (else the machine's python3)
     spark = (
         SparkSession.builder.master(f"local[{THREADS}]")
         .config("spark.driver.memory", "1g")
@@ -130,7 +132,7 @@ def _reference(kind: str, data: str, trees: int, log: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("kind", nargs="?", choices=["lightgbm", "spark_xgb_ranker"], help="(one reference process)")
-    p.add_argument("--data", required=True, help="an ingested dataset (ltr ingest)")
+    p.add_argument("--data", required=True, help="an ingested dataset (ltr ingest), an absolute path")
     p.add_argument("--trees", type=int, default=100)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--work", default="bench-out/whole")
