@@ -10,9 +10,8 @@ import pytest
 
 # Before anything loads OpenMP (xgboost's libgomp, numba's omp threading layer), which reads it once: threads
 # waiting at a barrier sleep instead of spinning. The suite runs 2 xdist workers, and JVMs, on 2 cores, so a
-# spinning thread burns the core its partner needs: 20 rounds of xgboost with nthread=2 took 24.8 s spinning and
-# 2.3 s passive beside a busy process (1 thread: 2.2 s), the same trees. Inherited by every process a test
-# starts (ltr, spark-submit, Spark's Python workers, Airflow's tasks).
+# spinning thread burns the core its partner needs (benchmarks/RESULTS.md, "What CI's settings rest on").
+# Inherited by every process a test starts (ltr, spark-submit, Spark's Python workers, Airflow's tasks).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from pipelines.app.jvm import with_archive  # noqa: E402
@@ -98,7 +97,8 @@ CHUNK_BYTES = 600_000
 @pytest.fixture(scope="session")
 def small_dataset(spark_holder, small_letor, tmp_path_factory) -> str:
     """``small_letor`` ingested (MSLR rotation, subsets S1..S5), in chunks of 600 kB: 79 Spark tasks, two or more a
-    file (300 kB gave 149 tasks and cost 5 s more here, in each xdist worker: a Python task's fixed cost)."""
+    file (smaller chunks cost each xdist worker a Python task's fixed cost per chunk: RESULTS.md, "What CI's
+    settings rest on")."""
     from pipelines.core.config import IngestConfig, load_dataset_spec
     from pipelines.data.ingest import ingest
 
