@@ -5,7 +5,8 @@ moves it into place at the end; an error, Ctrl-C or SIGTERM (``ltr`` turns it in
 sibling. A process killed outright (SIGKILL, the kernel's OOM killer, a lost machine) cannot, and its sibling,
 as large as the output (gigabytes for a large ingest), would stay there unseen, one more for every killed run.
 
-:func:`claim_output` takes an exclusive lock, ``.OUT.lock`` beside ``OUT``, for as long as a command writes it.
+:func:`claim_output` takes an exclusive lock (:class:`pipelines.core.locks.FileLock`), ``.OUT.lock`` beside ``OUT``,
+for as long as a command writes it.
 The kernel releases the lock when the process ends, however it ends. So a process that holds the lock knows that
 every ``.OUT.tmp-*`` there was left by a run that is over, and removes it (with a warning naming its size). A
 second process that wants ``OUT`` while another holds it is refused at once (:class:`BusyError`, exit 75), with the
@@ -22,7 +23,6 @@ the claim around the jobs, which do not know of it, so this module's edits keep 
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import shutil
@@ -33,6 +33,7 @@ from contextlib import ExitStack, contextmanager
 import pyarrow.fs as pafs
 
 from pipelines.core.errors import STORAGE_ERRNOS, BusyError, StorageError
+from pipelines.core.locks import FileLock
 from pipelines.core.storage import OutputError
 from udfs.uris import resolve
 
@@ -94,16 +95,16 @@ def _claim(out: str, wait: bool) -> Iterator[None]:
     with _held_lock:
         if _held.get(path):
             _held[path] += 1
-            fd = None
+            lock: FileLock | None = None
         else:
-            fd = _lock(path, out, wait)
+            lock = _lock(path, out, wait)
             _held[path] = 1
     try:
-        if fd is not None:
+        if lock is not None:
             _remove_leftovers(path, out)
         yield
     except BaseException:
-        if fd is not None:
+        if lock is not None:
             _failed.add(path)
         raise
     finally:
@@ -111,8 +112,8 @@ def _claim(out: str, wait: bool) -> Iterator[None]:
             _held[path] -= 1
             if not _held[path]:
                 del _held[path]
-        if fd is not None:
-            os.close(fd)  # releases the lock
+        if lock is not None:
+            lock.release()
 
 
 def forget_failed() -> None:
@@ -138,34 +139,24 @@ def sweep_failed() -> list[str]:
     return done
 
 
-def _lock(path: str, out: str, wait: bool) -> int:
+def _lock(path: str, out: str, wait: bool) -> FileLock:
     parent, name = os.path.split(path)
     if os.path.exists(parent) and not os.path.isdir(parent):
         raise OutputError(f"cannot write {out}: {parent} is not a folder")
+    lock = FileLock(os.path.join(parent, f".{name}.lock"))
     try:
-        os.makedirs(parent, exist_ok=True)
-        fd = os.open(os.path.join(parent, f".{name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        if lock.acquire(wait=False):
+            return lock
     except OSError as e:  # a folder that cannot be written, said before any work
         if e.errno in STORAGE_ERRNOS:  # the storage's failure (full, read-only): not the user's input
             raise StorageError(f"cannot write {out}: {e.strerror}: {e.filename}") from None
         raise OutputError(f"cannot write {out}: {e.strerror}: {e.filename}") from None  # (permissions: the user's)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            if not wait:
-                raise BusyError(
-                    f"{out} is being written by another ltr process (pid {holder}); wait for it to end, or stop it"
-                ) from None
-            log.info("waiting for the ltr process writing %s (pid %s) to end", out, holder)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-    except BaseException:
-        os.close(fd)
-        raise
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
+    holder = lock.holder()
+    if not wait:
+        raise BusyError(f"{out} is being written by another ltr process (pid {holder}); wait for it to end, or stop it")
+    log.info("waiting for the ltr process writing %s (pid %s) to end", out, holder)
+    lock.acquire(wait=True)
+    return lock
 
 
 def _remove_leftovers(path: str, out: str) -> None:

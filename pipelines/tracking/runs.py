@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -35,6 +34,7 @@ from typing import Any
 from pipelines.core import secrets
 from pipelines.core.errors import UserError
 from pipelines.core.layout import Layout
+from pipelines.core.locks import FileLock
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,8 @@ def is_server(uri: str) -> bool:
 
 @contextmanager
 def store_lock(uri: str) -> Iterator[None]:
-    """An exclusive lock (``<db>.lock``, ``flock``) on a local SQLite store; nothing for other stores.
+    """An exclusive lock (``<db>.lock``, :class:`pipelines.core.locks.FileLock`) on a local SQLite store; nothing for
+    other stores.
 
     MLflow creates and migrates a SQLite store's schema in whichever process opens it first, and
     finds-or-creates experiments and parent runs by a search then an insert: two processes opening a
@@ -151,13 +152,8 @@ def store_lock(uri: str) -> Iterator[None]:
     if not path or path == ":memory:":
         yield
         return
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(f"{path}.lock", "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    with FileLock(f"{path}.lock"):
+        yield
 
 
 @dataclass
