@@ -135,8 +135,7 @@ def _probe(driver: dict[str, str], files: dict[str, Any]) -> Any:
     """The one task of :func:`check_workers`, as a function defined here (so pickled by value, not by a reference to
     this module, which the server's workers may not be able to import): it imports the project in the worker and
     yields one JSON row, ``{"python": ..., "error": ...}`` when it cannot, else ``{"python": ...}`` with ``"code"``
-    (the worker's :func:`~pipelines.core.keys.worker_identity`) unless its libraries and source bytes are the client's
-    (what the barrier task's check settles the same way)."""
+    (:func:`pipelines.core.keys.worker_code`, as a barrier task checks) where it may differ from the client's."""
 
     def probe(batches: Iterator[Any]) -> Iterator[Any]:
         import json
@@ -148,11 +147,11 @@ def _probe(driver: dict[str, str], files: dict[str, Any]) -> Any:
             pass
         doc: dict[str, Any] = {"python": sys.executable}
         try:
-            from pipelines.core.keys import has_source_files, library_versions, worker_identity
+            from pipelines.core.keys import worker_code
 
-            libs = {k: v for k, v in driver.items() if k != "sources"}
-            if not (library_versions() == libs and has_source_files(files)):
-                doc["code"] = dict(worker_identity())
+            code = worker_code(driver, files)
+            if code is not None:
+                doc["code"] = code
         except ImportError as e:
             doc["error"] = f"{type(e).__name__}: {e}"
         yield pa.RecordBatch.from_pydict({"doc": [json.dumps(doc)]})
@@ -173,26 +172,25 @@ def project_zip(folder: str) -> str:
     import importlib
     import zipfile
 
-    entries: list[tuple[str, str]] = []
+    entries: dict[str, bytes] = {}  # path in the zip -> the file's bytes, read once
     for package in PACKAGES:
         base = os.path.dirname(os.path.dirname(importlib.import_module(package).__file__ or ""))
         for folder_, dirs, files in os.walk(os.path.join(base, package)):
-            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-            for name in sorted(files):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for name in files:
                 if not name.endswith((".pyc", ".pyo")):
                     path = os.path.join(folder_, name)
-                    entries.append((os.path.relpath(path, base).replace(os.sep, "/"), path))
+                    with open(path, "rb") as f:
+                        entries[os.path.relpath(path, base).replace(os.sep, "/")] = f.read()
     digest = hashlib.sha256()
-    for rel, path in sorted(entries):
-        with open(path, "rb") as f:
-            digest.update(rel.encode() + b"\0" + hashlib.sha256(f.read()).digest())
+    for rel in sorted(entries):
+        digest.update(rel.encode() + b"\0" + hashlib.sha256(entries[rel]).digest())
     out = os.path.join(folder, f"ltr-{digest.hexdigest()[:12]}.zip")
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
-        for rel, path in sorted(entries):
+        for rel in sorted(entries):
             info = zipfile.ZipInfo(rel, (1980, 1, 1, 0, 0, 0))
             info.compress_type, info.external_attr = zipfile.ZIP_DEFLATED, 0o644 << 16
-            with open(path, "rb") as f:
-                z.writestr(info, f.read())
+            z.writestr(info, entries[rel])
     return out
 
 
@@ -253,7 +251,7 @@ def _workers_differ(spark: Any, url: str, probe: Any, driver: dict[str, str]) ->
     (:func:`_probe`) in one task."""
     import json
 
-    from pipelines.core.keys import code_label
+    from pipelines.core.keys import code_differences, code_label
 
     try:
         rows = spark.range(1, numPartitions=1).mapInArrow(probe, "doc string").collect()
@@ -266,7 +264,7 @@ def _workers_differ(spark: Any, url: str, probe: Any, driver: dict[str, str]) ->
         return f"{where} cannot import this project ({doc['error']})"
     there = doc.get("code")
     if there is not None and there != driver:
-        other = sorted(k for k in set(there) | set(driver) if there.get(k) != driver.get(k))
+        other = code_differences(there, driver)
         return (
             f"{where} run other code than this client ({', '.join(other)}: {code_label(there)} there, "
             f"{code_label(driver)} here)"

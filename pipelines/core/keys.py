@@ -367,6 +367,21 @@ def worker_identity() -> dict[str, str]:
     return {"sources": sources_hash(worker_roots()), **library_versions()}
 
 
+def worker_code(driver: Mapping[str, str], files: Mapping[str, tuple[str, str]] | None = None) -> dict[str, str] | None:
+    """This process's :func:`worker_identity` where it may differ from ``driver`` (another process's), else None:
+    the same library versions and, ``files`` given (that process's :func:`source_files`), the same source bytes
+    settle it without parsing the sources. What a barrier task and a Spark Connect server's worker check."""
+    if files is not None and library_versions() == {k: v for k, v in driver.items() if k != "sources"}:
+        if has_source_files(files):
+            return None
+    return dict(worker_identity())
+
+
+def code_differences(a: Mapping[str, str], b: Mapping[str, str]) -> list[str]:
+    """The parts (``sources``, a library) in which two code identities differ, sorted."""
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+
+
 def explain() -> dict[str, list[str]]:
     """Kind of result -> the modules its code identity covers (what ``ltr keys --explain`` prints)."""
     return {kind: sorted(identity_modules(kind)) for kind in IDENTITY_ROOTS}

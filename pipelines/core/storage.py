@@ -200,19 +200,25 @@ def atomic_output(out: str, marker: str) -> Iterator[Output]:
 
 
 def _check_still_there(fs: pafs.FileSystem, tmp_path: str, out: str, cause: BaseException | None) -> None:
-    """Raise :class:`StorageError` (exit 74) when the folder an output is written in, or (``cause`` None: the block
-    ended well) its temporary folder, went away while the command wrote it (deleted, unmounted): not the input's
-    fault, and not an internal error."""
+    """Raise :class:`StorageError` (exit 74) when the folder an output is written in went away while the command
+    wrote it (deleted, unmounted), or, after a block that ended well (``cause`` None), its temporary folder did:
+    not the input's fault, and not an internal error."""
     from pipelines.core.errors import StorageError
 
     folder = tmp_path.rsplit("/", 1)[0]
-    for path, what in ((folder, "its folder"), (tmp_path, "its temporary folder"))[: 2 if cause is None else 1]:
-        try:
-            gone = fs.get_file_info(path).type == pafs.FileType.NotFound
-        except OSError:
-            gone = True
-        if gone:
-            raise StorageError(
-                f"{out}: {what} {path} vanished while the command wrote it (deleted or unmounted); nothing of it was "
-                "kept"
-            ) from cause
+    if _missing(fs, folder):
+        path, what = folder, "its folder"
+    elif cause is None and _missing(fs, tmp_path):
+        path, what = tmp_path, "its temporary folder"
+    else:
+        return
+    raise StorageError(
+        f"{out}: {what} {path} vanished while the command wrote it (deleted or unmounted); nothing of it was kept"
+    ) from cause
+
+
+def _missing(fs: pafs.FileSystem, path: str) -> bool:
+    try:
+        return fs.get_file_info(path).type == pafs.FileType.NotFound
+    except OSError:
+        return True

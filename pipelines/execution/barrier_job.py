@@ -246,14 +246,11 @@ def check_same_code(driver: dict[str, str], files: dict[str, tuple[str, str]] | 
     settles it without parsing the sources again."""
     import socket
 
-    from pipelines.core.keys import code_label, has_source_files, library_versions, worker_identity
+    from pipelines.core.keys import code_differences, code_label, worker_code
 
-    if files is not None and library_versions() == {k: v for k, v in driver.items() if k != "sources"}:
-        if has_source_files(files):
-            return
-    here = dict(worker_identity())
-    if here != driver:
-        other = sorted(k for k in set(here) | set(driver) if here.get(k) != driver.get(k))
+    here = worker_code(driver, files)
+    if here is not None and here != driver:
+        other = code_differences(here, driver)
         raise TrainError(
             f"executor {socket.gethostname()} runs other code than the driver ({', '.join(other)}: "
             f"{code_label(here)} here, {code_label(driver)} on the driver); ship the driver's "

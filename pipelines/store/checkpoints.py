@@ -406,12 +406,16 @@ class CheckpointStore:
     def set_aside(self, key: str, tree: int) -> None:
         """Uncommit checkpoint ``tree`` of node ``key``: its marker renamed ``_checkpoint.json.corrupt-<uuid8>`` (kept
         to be looked at), so that listings skip it and the node's next commit at that tree overwrites it."""
-        marker = f"{self.node_dir(key, tree)}/{MARKER}"
-        try:
-            self.fs.move(marker, f"{marker}.corrupt-{uuid.uuid4().hex[:8]}")
-        except FileNotFoundError:  # set aside (or replaced) by another reader meanwhile
-            pass
+        self.set_aside_file(f"{self.node_dir(key, tree)}/{MARKER}")
         self._intact -= {(key, tree, False), (key, tree, True)}
+
+    def set_aside_file(self, path: str) -> None:
+        """Rename ``path`` (a path on :attr:`fs`) to ``<path>.corrupt-<uuid8>``, kept to be looked at; nothing when
+        another reader set it aside (or replaced it) meanwhile."""
+        try:
+            self.fs.move(path, f"{path}.corrupt-{uuid.uuid4().hex[:8]}")
+        except FileNotFoundError:
+            pass
 
     def intact_latest(self, key: str, shards: bool = False) -> int | None:
         """Tree of the newest checkpoint of node ``key`` that passes :meth:`verify` (``shards``: its shards too);

@@ -33,7 +33,6 @@ import hashlib
 import io
 import logging
 import time
-import uuid
 import zipfile
 from typing import TYPE_CHECKING, Any
 
@@ -186,12 +185,8 @@ def load_cuts(root: str, key: str) -> FoldCuts | None:
     store = _store(root)
     cuts, why = _read(store, key)
     if why is not None:
-        path = store.cuts_path(key)
         log.warning("%s: set aside, the fold's cuts are computed again", why)
-        try:
-            store.fs.move(path, f"{path}.corrupt-{uuid.uuid4().hex[:8]}")
-        except FileNotFoundError:  # set aside (or replaced) by another reader meanwhile
-            pass
+        store.set_aside_file(store.cuts_path(key))
     return cuts
 
 
