@@ -9,7 +9,7 @@ threads) on MSLR-shaped rows generated in memory (:func:`benchmarks.bench_gpu.ma
 * ``lambdamart``: the built-in Python objective (``udfs.objectives.lambdamart``);
 * ``lambdamart_plugin``: the same function body registered by a plug-in file with
   :func:`pipelines.plugins.objective` (loaded as ``--plugin`` loads it), so it goes through the plug-in
-  path: its settings from ``plugins.params``, its result checked every tree (shapes, dtypes, finite, hessians);
+  path: its settings from ``components``, its result checked every tree (shapes, dtypes, finite, hessians);
 * ``listnet``: the example ListNet, plain numpy (no numba).
 
 Each repeat runs the three in turn on the same data (ABCABC...), so a drift of the machine hits all of them.

@@ -5,7 +5,7 @@ MSLR-shaped data with clean labels and with a share of them redrawn, each a whol
                                      [--work bench-out/selgb] [--reuse]
 
 Per label noise, one work directory (``WORK/noise<N>``: generate, ingest, the grid, the report); per share, one
-``ltr run`` in it with ``plugins.params.selgb.negatives`` set (a component's settings are one per run) and an MLflow
+``ltr run`` in it with ``components.selgb.negatives`` set (a component's settings are one per run) and an MLflow
 experiment of its own: LambdaMART's nodes do not depend on the share, so it trains once per noise and the later runs
 find it in the checkpoints. From each
 run's ``report.json``: both systems' mean test NDCG@10 and selgb minus LambdaMART, paired over the test queries
@@ -48,7 +48,7 @@ def overrides(a: argparse.Namespace, noise: float, negatives: float) -> list[str
         "grid.seeds=1",
         "grid.extra_curricula={}",
         f"grid.extra_paths={{selgb: 'selgb:{a.trees}'}}",
-        f"plugins.params={{selgb: {{negatives: {negatives}}}}}",
+        f"components={{selgb: {{negatives: {negatives}}}}}",
         f"grid.experiment=ltr-selgb-{negatives:g}",  # the report holds one result per system and experiment
     ]
 

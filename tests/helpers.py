@@ -10,7 +10,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +46,19 @@ def searchsorted_codes(X: np.ndarray, cuts: tuple[np.ndarray, np.ndarray]) -> np
         ok = ~np.isnan(X[:, j])
         out[ok, j] = np.searchsorted(values[indptr[j] : indptr[j + 1]], X[ok, j], side="right")
     return out
+
+
+@contextmanager
+def component_settings(**settings: dict) -> Iterator[None]:
+    """Components' own settings (``components.<name>`` of a config) set for the block, as a run sets them, and
+    every component back to its defaults after it."""
+    from udfs import components
+
+    components.configure(settings)
+    try:
+        yield
+    finally:
+        components.configure({})
 
 
 def set_args(overrides: Iterable[str]) -> list[str]:

@@ -1,15 +1,13 @@
-"""The conventions a run is configured with, as plain values: NDCG's (:class:`NdcgSpec`) and the blend
-schedule's (:class:`BlendSchedule`).
+"""The conventions a run is configured with, as plain values: NDCG's (:class:`NdcgSpec`).
 
 Here, not beside the code that computes with them (:mod:`udfs.metrics`, :mod:`udfs.objectives`), so that
 reading a config imports no JIT compiler: numba's import is a noticeable share of every process that loads a
-config (each ``ltr`` command, each Airflow task and DAG parse), for two frozen dataclasses
+config (each ``ltr`` command, each Airflow task and DAG parse), for a frozen dataclass
 (benchmarks/RESULTS.md, "A small barrier job's fixed cost").
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 GAINS = ("exp2", "linear")
@@ -55,36 +53,3 @@ class NdcgSpec:
     def to_dict(self) -> dict[str, object]:
         """The conventions as a dict (``k``, ``gain``, ``empty``, ``ties``): ``NdcgSpec(**d)`` makes them again."""
         return {"k": self.k, "gain": self.gain, "empty": self.empty, "ties": self.ties}
-
-
-SCHEDULES = ("step", "linear", "sigmoid")
-
-
-@dataclass(frozen=True)
-class BlendSchedule:
-    """γ(tree) for :func:`blend`: 0 = pure MSE, 1 = pure LambdaMART.
-
-    * ``step``: 0 before tree ``at``, 1 from it on (= MSE-``at``);
-    * ``linear``: 0 up to ``at - width/2``, 1 from ``at + width/2``, linear between;
-    * ``sigmoid``: ``1 / (1 + exp(-(tree - at) / (width / 8)))`` (so γ goes from
-      about 0.02 to 0.98 over ``width`` trees).
-    """
-
-    kind: str = "step"
-    at: int = 200
-    width: int = 100
-
-    def __post_init__(self) -> None:
-        if self.kind not in SCHEDULES:
-            raise ValueError(f"unknown blend schedule {self.kind!r}; expected one of {', '.join(SCHEDULES)}")
-        if self.kind != "step" and self.width <= 0:
-            raise ValueError(f"blend schedule width must be > 0, got {self.width}")
-
-    def gamma(self, tree: int) -> float:
-        """γ for the tree with global (0-based) index ``tree``."""
-        if self.kind == "step":
-            return 0.0 if tree < self.at else 1.0
-        if self.kind == "linear":
-            lo = self.at - self.width / 2
-            return float(min(1.0, max(0.0, (tree - lo) / self.width)))
-        return float(1.0 / (1.0 + math.exp(-(tree - self.at) / (self.width / 8.0))))

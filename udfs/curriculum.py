@@ -11,7 +11,7 @@ Pacing functions (Penha & Hauff, ECIR 2020, after Platanios et al. 2019), for
 progress ``x = i / (K - 1)`` over ``K`` stages and first share ``delta``:
 
 * ``linear``:    delta + (1 - delta) * x
-* ``root_n``:    (delta**n + (1 - delta**n) * x) ** (1 / n)
+* ``root_n``:    (delta**n + (1 - delta**n) * x) ** (1 / n)   (its setting ``n``, default 2)
 * ``geometric``: delta * (1 / delta) ** x    (a geometric progression)
 * ``step``:      delta, then (1 + delta) / 2, then 1, in equal thirds of x
 
@@ -33,17 +33,17 @@ from typing import Any
 
 import numpy as np
 
-from udfs.components import ComponentError, accepted, check_name, is_plugin, own_params, settings_of
+from udfs.components import Check, ComponentError, accepted, check_name, is_plugin, own_params, settings_of
 from udfs.scores import SCORES, Score, score
 
 # ------------------------------------------------------------ pacing functions
 #: A pacing function: ``f(stage, stages, *, params)`` -> the share of the training queries at stage ``stage``
-#: (1..stages), in (0, 1]; ``params`` holds ``delta`` and ``root_n`` (``curriculum.delta``, ``curriculum.root_n``)
-#: and the function's own settings.
+#: (1..stages), in (0, 1]; ``params`` holds ``delta`` (the share of the first stage: ``curriculum.delta``,
+#: ``selfpaced.delta``) and the function's own settings (``components.<name>``).
 Pacing = Callable[..., float]
 
-#: The settings every pacing function's ``params`` holds (the curriculum's).
-PACING_SETTINGS = ("delta", "root_n")
+#: The settings every pacing function's ``params`` holds (the curriculum's): no own setting may take one of these.
+PACING_SETTINGS = ("delta",)
 
 
 @dataclass(frozen=True)
@@ -55,9 +55,10 @@ class PacingFunction:
     module: str | None
     defaults: Mapping[str, Any] = field(default_factory=dict)
     plugin: bool = False
+    check: Check | None = None
 
     def settings(self) -> dict[str, Any]:
-        """Its own settings as configured (``plugins.params.<name>`` over the declared defaults)."""
+        """Its own settings as configured (``components.<name>`` over the declared defaults)."""
         return settings_of(self.name, self.defaults)
 
 
@@ -65,11 +66,13 @@ class PacingFunction:
 PACINGS: dict[str, PacingFunction] = {}
 
 
-def pacing(name: str, *, params: Mapping[str, Any] | None = None) -> Callable[[Pacing], Pacing]:
+def pacing(
+    name: str, *, params: Mapping[str, Any] | None = None, check: Check | None = None
+) -> Callable[[Pacing], Pacing]:
     """Register the decorated ``f(stage, stages, *, params)`` as pacing function ``name`` (``params``: its own
-    settings and their defaults)."""
+    settings and their defaults; ``check``: their check, raising ``ValueError``)."""
     check_name("pacing function", name)
-    own = own_params("pacing function", name, params, PACING_SETTINGS)
+    own = own_params("pacing function", name, params, PACING_SETTINGS, check)
 
     def register(f: Pacing) -> Pacing:
         accepted(f, "pacing function", name, 2, ("params",))
@@ -78,7 +81,7 @@ def pacing(name: str, *, params: Mapping[str, Any] | None = None) -> Callable[[P
             raise ComponentError(
                 f"pacing function {name!r} is registered twice: by {old.module} and by {f.__module__}; rename one"
             )
-        PACINGS[name] = PacingFunction(name, f, f.__module__, MappingProxyType(own), is_plugin(f.__module__))
+        PACINGS[name] = PacingFunction(name, f, f.__module__, MappingProxyType(own), is_plugin(f.__module__), check)
         return f
 
     return register
@@ -96,13 +99,15 @@ def _linear(stage: int, stages: int, *, params: Mapping[str, Any]) -> float:
     return delta + (1.0 - delta) * _progress(stage, stages)
 
 
-@pacing("root_n")
+def _check_root_n(params: Mapping[str, Any]) -> None:
+    if not params["n"] > 0:
+        raise ValueError(f"n (the root's degree) must be > 0, got {params['n']}")
+
+
+@pacing("root_n", params={"n": 2.0}, check=_check_root_n)
 def _root_n(stage: int, stages: int, *, params: Mapping[str, Any]) -> float:
-    """Root-n (Platanios et al., 2019): ``(delta^n + (1 - delta^n) x)^(1/n)`` with ``n = root_n``: fast growth
-    early, slower later."""
-    delta, n = params["delta"], params["root_n"]
-    if n <= 0:
-        raise ValueError(f"root_n must be > 0, got {n}")
+    """Root-n (Platanios et al., 2019): ``(delta^n + (1 - delta^n) x)^(1/n)``: fast growth early, slower later."""
+    delta, n = params["delta"], params["n"]
     return (delta**n + (1.0 - delta**n) * _progress(stage, stages)) ** (1.0 / n)
 
 
@@ -120,7 +125,7 @@ def _step(stage: int, stages: int, *, params: Mapping[str, Any]) -> float:
     return delta if x < 1 / 3 else (1.0 + delta) / 2 if x < 2 / 3 else 1.0
 
 
-def pacing_shares(pacing: str, stages: int, delta: float, root_n: float = 2.0) -> np.ndarray:
+def pacing_shares(pacing: str, stages: int, delta: float) -> np.ndarray:
     """Share of the training queries in each of ``stages`` stages (first ``delta``, last 1).
 
     A pacing function's values are checked (:func:`check_shares`); the last stage's share is set to 1."""
@@ -131,7 +136,7 @@ def pacing_shares(pacing: str, stages: int, delta: float, root_n: float = 2.0) -
     if not 0.0 < delta <= 1.0:
         raise ValueError(f"delta (share of the first stage) must be in (0, 1], got {delta}")
     p = PACINGS[pacing]
-    params = MappingProxyType({"delta": delta, "root_n": root_n, **p.settings()})
+    params = MappingProxyType({"delta": delta, **p.settings()})
     s = check_shares(pacing, [p.fn(i, stages, params=params) for i in range(1, stages + 1)])
     s[-1] = 1.0
     return np.minimum(s, 1.0)
@@ -300,23 +305,25 @@ def difficulty(
     features: tuple[str, ...] | list[str] | None = None,
     higher_is_easier: bool = True,
     kind: str = "oracle",
+    check: Check | None = None,
 ) -> Callable[[Any], Any]:
     """Register the decorated ``f(labels, features, offsets, *, params) -> one score per query`` as difficulty
-    score ``name``, as the curriculum strategy of the same name that ranks queries by it (easiest first) and as its
-    anti-curriculum ``anti_<name>`` (hardest first).
+        score ``name``, as the curriculum strategy of the same name that ranks queries by it (easiest first) and as its
+        anti-curriculum ``anti_<name>`` (hardest first).
 
-    ``labels``, ``offsets``: the training queries' rows (each query's first row, then the end); ``features``: a
-    mapping from feature name (``"f1"``, ...) to the rows' float32 column (``features=`` here: the names it reads,
-    so only those are read; default all); ``params``: its own settings and their defaults. ``kind``: ``oracle``
-    (the default: the function is given the labels, so a score is taken to read them unless it says otherwise) or
-    ``label_free`` (it reads no label: ``ltr plugins --check`` verifies that its scores do not change when the
-    labels do). ``model`` is the built-in teacher scores' kind, and a plug-in is given no teacher's scores."""
+        ``labels``, ``offsets``: the training queries' rows (each query's first row, then the end); ``features``: a
+        mapping from feature name (``"f1"``, ...) to the rows' float32 column (``features=`` here: the names it reads,
+        so only those are read; default all); ``params``: its own settings and their defaults (``check``: their check,
+    raising ``ValueError``). ``kind``: ``oracle``
+        (the default: the function is given the labels, so a score is taken to read them unless it says otherwise) or
+        ``label_free`` (it reads no label: ``ltr plugins --check`` verifies that its scores do not change when the
+        labels do). ``model`` is the built-in teacher scores' kind, and a plug-in is given no teacher's scores."""
     check_name("difficulty score", name)
     if kind not in ("oracle", "label_free"):
         raise ComponentError(
             f"difficulty score {name!r}: kind {kind!r}; a plug-in score is oracle (it reads the labels) or label_free"
         )
-    own = own_params("difficulty score", name, params)
+    own = own_params("difficulty score", name, params, (), check)
     cols = None if features is None else tuple(features)
     for c in cols or ():
         if not (isinstance(c, str) and c[:1] == "f" and c[1:].isdigit() and int(c[1:]) >= 1):
@@ -332,8 +339,11 @@ def difficulty(
                     f"a built-in one ({STRATEGIES[s].score or 'no score'}); rename it"
                 )
         score(
-            Score(name, higher_is_easier, False, None, fn, module, cols, MappingProxyType(own), is_plugin(module), kind)
-        )
+            Score(
+                name, higher_is_easier, False, None, fn, module, cols, MappingProxyType(own), is_plugin(module), kind,
+                check,
+            )
+        )  # fmt: skip
         strategy(Strategy(name, score=name))
         return fn
 
@@ -363,14 +373,14 @@ def control() -> str:
     return next(name for name, s in STRATEGIES.items() if s.seeded)
 
 
-def stage_shares(strategy: str, pacing: str, stages: int, delta: float, root_n: float, fraction: float) -> np.ndarray:
+def stage_shares(strategy: str, pacing: str, stages: int, delta: float, fraction: float) -> np.ndarray:
     """The share of the queries in each stage: the strategy's own (``none``, ``l_hrel``), a pacing function's,
     else two stages with ``fraction`` first."""
     fixed = STRATEGIES[strategy].shares
     if fixed is not None:
         return np.array(fixed)
     if pacing:
-        return pacing_shares(pacing, stages, delta, root_n)
+        return pacing_shares(pacing, stages, delta)
     return two_stage_shares(fraction)
 
 

@@ -1,7 +1,8 @@
 """The model part of the training settings: everything a tree, a curve or a checkpoint's content depends on.
 
 Built from the config's ``train:`` section (:attr:`pipelines.core.config.TrainConfig.model`, which states the
-defaults and checks the values); every node key holds it whole (:func:`pipelines.core.keys.plan_context`). How the
+defaults and checks the values); every node key holds it whole (:func:`pipelines.core.keys.plan_context`). What
+one objective alone reads is that objective's own setting (``components.<name>``), held by its nodes' keys only. How the
 trees are run (workers, threads, checkpoint interval, timeouts, leases, retries, where rows are read) is the run
 part, :class:`pipelines.core.config.TrainRun`, in no key. A field of ``train:`` is in exactly one of them (a test
 holds the config to that), so a new setting cannot silently fall outside the keys.
@@ -31,9 +32,3 @@ class Model:
     score_dist_bins: int
     base_margin: str
     seed: int
-    sigmoid_gamma: float
-    stochastic_noise: float
-    stochastic_anneal: int
-    blend_schedule: str
-    blend_at: int
-    blend_width: int

@@ -46,13 +46,14 @@ class Score:
     defaults: Mapping[str, Any] = field(default_factory=dict, compare=False)
     plugin: bool = False
     kind: str = "oracle"
+    check: Callable[[Mapping[str, Any]], object] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ComponentError(f"difficulty score {self.name!r}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
 
     def settings(self) -> dict[str, Any]:
-        """Its own settings as configured (``plugins.params.<name>`` over the declared defaults)."""
+        """Its own settings as configured (``components.<name>`` over the declared defaults)."""
         return settings_of(self.name, self.defaults)
 
 

@@ -307,9 +307,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "plugins",
         help="list every component (objectives, difficulty scores, pacing functions): built-in and plug-in",
-        description="Lists each component with its kind, where it comes from and its identity (what the keys of the "
-        "results that use it hold). Plug-ins come from --plugin FILE_OR_MODULE, a config file's plugins: list and "
-        "installed packages' entry points (group ltr.plugins). --check runs each plug-in on a small synthetic "
+        description="Lists each component with its kind, where it comes from, its identity (what the keys of the "
+        "results that use it hold) and its own settings as configured (components.<name>.<setting>). Plug-ins "
+        "come from --plugin FILE_OR_MODULE, a config file's plugins: list and installed packages' entry points (group "
+        "ltr.plugins). --check runs each plug-in on a small synthetic "
         "batch (a one-document query and one without a relevant document among them): wrong shapes, dtypes, "
         "non-finite values, negative hessians or a score per row exit 2 naming the plug-in.",
     )
@@ -754,7 +755,8 @@ def _verify_checkpoints(where: str) -> int:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
-    """Every component with its kind, source and identity (:func:`pipelines.plugins.loading.describe`); with
+    """Every component with its kind, source, identity and own settings as configured (``components.<name>``:
+    :func:`pipelines.plugins.loading.describe`); with
     ``--check`` each plug-in runs on the synthetic batch first (exit 2 on the first that fails)."""
     from pipelines.plugins.loading import describe
 
@@ -766,8 +768,10 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     width = max(len(r["name"]) for r in rows)
     for r in rows:
         origin = f"{r['source']}" + (f" ({r['package']} {r['version']})" if r.get("package") else "")
+        settings = " ".join(f"{k}={json.dumps(v)}" for k, v in r["settings"].items())
         print(f"{r['kind']:<16} {r['name']:<{width}}  {'plug-in ' if r['plugin'] else 'built-in'}  "
-              f"{r.get('difficulty', ''):<10}  {r['identity'] or '-':<29} {origin}")  # fmt: skip
+              f"{r.get('difficulty', ''):<10}  {r['identity'] or '-':<29} {origin}"
+              + (f"  settings: {settings}" if settings else ""))  # fmt: skip
     n = sum(r["plugin"] for r in rows)
     print(
         f"{len(rows)} components, {n} from plug-ins" + (f"; {n} checked on the synthetic batch" if args.check else "")

@@ -293,8 +293,12 @@ THROUGH: dict[str, tuple[str, ...]] = {
     "ingest.min_label": ("data",),
     "ingest.max_label": ("data",),
     **{f"train.{name}": ("trees",) for name in config_module.TrainConfig.WHAT},
-    "plugins.params": ("trees",),
+    "components": ("trees",),
 }
+
+
+#: A changed value for the fields whose values name something that must exist (a component of ``components``).
+CHANGED: dict[str, Any] = {"components": {"blend": {"at": 41}}}
 
 
 def _key_docs(cfg: Config) -> dict[str, Any]:
@@ -325,9 +329,9 @@ def keyed_by(section: str, name: str) -> tuple[str, ...]:
     one with the field changed (set directly, without the checks, so that any value of its type does)."""
     cfg = copy.deepcopy(Config())
     target = getattr(cfg, section) if section else cfg
-    object.__setattr__(target, name, _changed(getattr(target, name)))
-    before, after = _default_key_docs(), _key_docs(cfg)
     path = f"{section}.{name}" if section else name
+    object.__setattr__(target, name, CHANGED.get(path) or _changed(getattr(target, name)))
+    before, after = _default_key_docs(), _key_docs(cfg)
     found = {k for k in KEY_KINDS if before[k] != json.dumps(after[k], default=str)}
     return tuple(k for k in KEY_KINDS if k in found or k in THROUGH.get(path, ()))
 
@@ -527,14 +531,15 @@ def components() -> list[Component]:
 
 
 def components_page() -> str:
-    """The built-in components, with their settings (``plugins.params.<name>.<setting>``)."""
+    """The built-in components, with their settings (``components.<name>.<setting>``)."""
     out = [
         _GENERATED,
         "# Components: objectives, difficulty scores, pacing functions\n",
         "The built-in components; a plug-in adds its own the same way ([the plug-in API](plugins-api.md), `ltr "
         "plugins` lists every component loaded, plug-ins included). A component's own settings are the config keys "
-        "`plugins.params.<name>.<setting>`, checked against the ones it declares (an unknown one exits 2), and in "
-        "the key of every result that uses the component, only those. An objective is a segment of a training path "
+        "`components.<name>.<setting>`, declared with the component and checked against that declaration (an "
+        "unknown setting, a value of another type or one its check refuses exits 2), and in the key of every result "
+        "that uses the component, only those. An objective is a segment of a training path "
         "(`mse:40,lambdamart:60`, [ltr train](train.md)); a difficulty score orders a curriculum (the strategies "
         f"{_score_strategies()}; each has its anti-curriculum `anti_<strategy>`, the hardest first); a pacing "
         "function gives the share of the training queries at each stage (`curriculum.pacing`; `x` is the stage's "

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import logging
 import math
 import os
 import re
@@ -35,9 +36,11 @@ from typing import Any, NoReturn, TypeVar, cast
 import yaml
 
 from pipelines.core.errors import UserError
-from udfs.conventions import BlendSchedule, NdcgSpec
+from udfs.conventions import NdcgSpec
 from udfs.curriculum import PACINGS, STRATEGIES, anti_of, no_order
 from udfs.model import Model
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -259,8 +262,6 @@ def _check_curriculum(values: Mapping[str, Any], where: str, flags: bool) -> Non
             raise ConfigError(f"{key(name)} must be in (0, 1] (a share of the training queries), got {values[name]}")
     if "stages" in values and values["stages"] < 2:
         raise ConfigError(f"{key('stages')} must be >= 2 (stages of a paced curriculum), got {values['stages']}")
-    if "root_n" in values and not values["root_n"] > 0:
-        raise ConfigError(f"{key('root_n')} must be > 0 (the n of the root_n pacing), got {values['root_n']}")
     if values.get("strategy") == "l_hrel" and values.get("pacing"):
         raise ConfigError(
             f"{key('pacing')} {values['pacing']!r}: strategy l_hrel is a document label filter, not a query order, "
@@ -306,8 +307,6 @@ class CurriculumConfig:
     stages: int = 4
     #: share of the training queries in the first paced stage
     delta: float = 0.25
-    #: n of the root_n pacing function
-    root_n: float = 2.0
     #: seed of the random strategy's order
     seed: int = 2018
     #: labels l_hrel keeps in its first stage (MSLR 0-4; each in the dataset's label range, one > 0; LETOR 4.0: [0,
@@ -378,8 +377,6 @@ class SelfPacedConfig:
     pacing: str = "root_n"
     #: share of the training queries the first selection keeps
     delta: float = 0.25
-    #: n of the root_n pacing function
-    root_n: float = 2.0
     #: seed of the random control's choices (randompaced), added to a grid.seeds repetition's
     seed: int = 2018
 
@@ -390,8 +387,6 @@ class SelfPacedConfig:
             raise ConfigError(f"selfpaced.by must be ndcg or loss, got {self.by!r}")
         if not 0.0 < self.delta <= 1.0:
             raise ConfigError(f"selfpaced.delta (the first selection's share) must be in (0, 1], got {self.delta}")
-        if not self.root_n > 0:
-            raise ConfigError(f"selfpaced.root_n must be > 0, got {self.root_n}")
         if self.pacing not in PACINGS:
             raise ConfigError(f"selfpaced.pacing: {unknown_name('pacing function', self.pacing, list(PACINGS))}")
 
@@ -520,12 +515,6 @@ class TrainConfig:
     base_margin: str = "auto"
     #: the training seed (sampling, seeded objectives); a grid.seeds repetition i adds i
     seed: int = 0
-    #: steepness of sigmoid_pairwise
-    sigmoid_gamma: float = 1.0
-    #: initial noise scale of noisy_lambdamart (annealed to 0)
-    stochastic_noise: float = 1.0
-    #: global tree at which noisy_lambdamart's noise reaches 0
-    stochastic_anneal: int = 100
     #: trees per checkpoint inside a plan node (each node also checkpoints at its end)
     checkpoint_every: int = 25
     #: seconds a node's lease lives without renewal (renewed every ttl/3 while it trains)
@@ -540,12 +529,6 @@ class TrainConfig:
     tracker: str = "auto"
     #: a failed training job is started again this often, from the last checkpoints
     job_retries: int = 1
-    #: gamma(tree) of the blend objective: step, linear or sigmoid
-    blend_schedule: str = "linear"
-    #: tree where gamma crosses 0.5 (step: switches to 1)
-    blend_at: int = 40
-    #: trees over which gamma rises (linear, sigmoid)
-    blend_width: int = 40
     #: a worker's training bin codes stay in memory up to this many GiB, else in a local file (the same trees)
     codes_in_memory_gib: float = 1.0
     #: who reads a training worker's rows: worker (each reads its Parquet), spark (a shuffle) or auto (worker for a
@@ -583,12 +566,6 @@ class TrainConfig:
                 raise ConfigError(
                     f"train.base_margin must be auto, zero, mean or a number, got {self.base_margin!r}"
                 ) from None
-        try:  # the schedule's own checks (udfs.objectives), named by their keys
-            BlendSchedule(self.blend_schedule, self.blend_at, self.blend_width)
-        except ValueError as e:
-            raise ConfigError(
-                f"train.blend_schedule {self.blend_schedule!r} / train.blend_width {self.blend_width}: {e}"
-            ) from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -803,16 +780,13 @@ PLUGIN_SOURCES = (
 @dataclass(frozen=True)
 class PluginsConfig:
     """Plug-ins (:mod:`pipelines.plugins`): what to load (files and modules: ``--plugin``, a config file's
-    ``plugins:`` list; installed packages' ``ltr.plugins`` entry points are always loaded) and each component's
-    own settings (``params.<name>``: checked against the settings it declares). ``load`` is set only by those
-    two: ``--set plugins.load`` is refused (:data:`PLUGIN_SOURCES`)."""
+    ``plugins:`` list; installed packages' ``ltr.plugins`` entry points are always loaded). ``load`` is set only by
+    those two: ``--set plugins.load`` is refused (:data:`PLUGIN_SOURCES`). A plug-in component's settings are in
+    ``components:``, as a built-in's are."""
 
     #: plug-in files (relative to the config file) and modules to load; also --plugin and installed packages' entry
     #: points (group ltr.plugins); never from --set or an Airflow run's conf
     load: list[str] = field(default_factory=list)
-    #: <component name>: {<setting>: value}, checked against the settings the component declares; a component's
-    #: nodes are keyed by them
-    params: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -837,6 +811,11 @@ class Config:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     plugins: PluginsConfig = field(default_factory=PluginsConfig)
+    #: each component's own settings, <component name>: {<setting>: value}, e.g. blend: {at: 200}: an objective,
+    #: difficulty score or pacing function, built-in or plug-in (docs/reference/components.md and `ltr plugins` list
+    #: them with their defaults), checked against what the component declares; only the results that use a
+    #: component are keyed by its settings
+    components: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # an extra curriculum is complete with the curriculum: section's other settings (l_hrel takes no pacing)
@@ -1096,6 +1075,90 @@ def _section_keys(tp: Any) -> dict[str, Any] | None:
     return None
 
 
+#: Config keys that moved, old -> new: each old key is read for one release, with a one-line deprecation warning
+#: (CHANGELOG.md, "Unreleased"). ``plugins.params`` moves every component's settings below it.
+MOVED = {
+    "train.sigmoid_gamma": "components.sigmoid_pairwise.gamma",
+    "train.stochastic_noise": "components.noisy_lambdamart.noise",
+    "train.stochastic_anneal": "components.noisy_lambdamart.anneal",
+    "train.blend_schedule": "components.blend.schedule",
+    "train.blend_at": "components.blend.at",
+    "train.blend_width": "components.blend.width",
+    "curriculum.root_n": "components.root_n.n",
+    "selfpaced.root_n": "components.root_n.n",
+    "plugins.params": "components",
+}
+
+
+def moved_key(path: str) -> str | None:
+    """The key that old key ``path`` (or a key below ``plugins.params``) is now; None for a key that did not move."""
+    for old, new in MOVED.items():
+        if path == old or path.startswith(old + ".") and old == "plugins.params":
+            return new + path[len(old) :]
+    return None
+
+
+def _deprecated(where: str, old: str, new: str) -> None:
+    log.warning("%s: %s is now %s; the old key is read until the next release (CHANGELOG.md)", where, old, new)
+
+
+def move_keys(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """``data`` (a config file's) with every key of :data:`MOVED` at its new place, each said in one deprecation
+    warning (``where``: the file). An old key and its new one both set to different values is refused
+    (:class:`ConfigError`)."""
+    out = json.loads(json.dumps(data))
+    for old, new in MOVED.items():
+        section, _, name = old.partition(".")
+        holder = out.get(section)
+        if not isinstance(holder, dict) or name not in holder:
+            continue
+        value = holder.pop(name)
+        _deprecated(where, old, new)
+        if old == "plugins.params":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: plugins.params: expected a mapping of component name -> settings")
+            for comp, settings in value.items():
+                for k, v in settings.items() if isinstance(settings, dict) else [("", settings)]:
+                    _put(out, f"components.{comp}" + (f".{k}" if k else ""), v, old, where)
+        else:
+            _put(out, new, value, old, where)
+    return out
+
+
+def _move_extra_root_n(data: dict[str, Any], where: str) -> None:
+    """An extra curriculum's ``root_n`` (an old key; ``data``: a config with its overrides) dropped with a
+    deprecation warning where it is the value ``components.root_n.n`` holds, else refused: the root_n pacing's n is
+    one setting for every curriculum now, which one curriculum may not change for the others."""
+    default = PACINGS["root_n"].defaults["n"]
+    components = data.get("components")
+    root_n = components.get("root_n") if isinstance(components, dict) else None
+    n = root_n.get("n", default) if isinstance(root_n, dict) else default
+    grid = data.get("grid")
+    extras = grid.get("extra_curricula") if isinstance(grid, dict) else None
+    for name, extra in extras.items() if isinstance(extras, dict) else ():
+        if isinstance(extra, dict) and "root_n" in extra:
+            value = extra.pop("root_n")
+            if value != n:
+                raise ConfigError(
+                    f"{where}: grid.extra_curricula.{name}.root_n = {value}: the root_n pacing's n is one setting "
+                    f"for every curriculum now, components.root_n.n ({n}); set that, or use another pacing function"
+                )
+            _deprecated(where, f"grid.extra_curricula.{name}.root_n", "components.root_n.n")
+
+
+def _put(data: dict[str, Any], path: str, value: Any, old: str, where: str) -> None:
+    """Set ``path`` of ``data`` to ``value`` moved there from ``old``; refused when ``path`` holds another value."""
+    *parents, last = path.split(".")
+    node = data
+    for part in parents:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{where}: {old} moves to {path}, and {part} there is not a mapping")
+    if last in node and node[last] != value:
+        raise ConfigError(f"{where}: {old} = {value!r} and {path} = {node[last]!r}: {old} is now {path}; keep one")
+    node[last] = value
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str], cls: type | None = None) -> dict[str, Any]:
     """Return a copy of ``data`` with ``--set`` overrides applied (keys checked against ``cls``, default Config).
 
@@ -1111,10 +1174,14 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], cls: type | None
     out = json.loads(json.dumps(data))  # deep copy of plain data
     for text in overrides:
         path, value = parse_override(text)
-        if (cls or Config) is Config and path[0] == "plugins" and path[1:2] != ["params"]:
+        new = moved_key(".".join(path)) if (cls or Config) is Config else None
+        if new is not None:
+            _deprecated(f"--set {text!r}", ".".join(path), new)
+            path = new.split(".")
+        if (cls or Config) is Config and path[0] == "plugins":
             raise ConfigError(
                 f"--set {text!r}: plug-ins are loaded only from {PLUGIN_SOURCES}; --set (and an Airflow run's conf) "
-                "may only choose, by name, components already loaded, and set plugins.params.<name>"
+                "may only choose, by name, components already loaded, and set their settings (components.<name>)"
             )
         node: dict[str, Any] = out
         keys = _section_keys(cls or Config)
@@ -1165,7 +1232,9 @@ def config_data(path: str | os.PathLike | None = None, overrides: list[str] | No
         data["plugins"]["load"] = [_relative_to(p, x) for x in load]
     for key, value in data.items():
         _check_values(value, f"{p}: {key}")
-    return p, apply_overrides(data, list(overrides or []))
+    data = apply_overrides(move_keys(data, str(p)), list(overrides or []))
+    _move_extra_root_n(data, str(p))
+    return p, data
 
 
 def _relative_to(config: Path, ref: Any) -> Any:

@@ -50,8 +50,9 @@ INPUTS: dict[str, tuple[str, ...]] = {
     "difficulty": ("dataset", "roles", "settings", "metric", "code"),
     # a curriculum's build: its settings, the fold, the difficulty inputs, and the scores' own content
     "curriculum": ("settings", "dataset", "fold", "name", "difficulty", "empty_queries", "scores", "code"),
-    # ... of one that uses plug-in components (its difficulty score, its pacing): their code and settings too
-    "plugin_curriculum": (
+    # ... of one whose components (its difficulty score, its pacing function) have code (a plug-in's) or settings of
+    # their own: those too
+    "component_curriculum": (
         "settings",
         "dataset",
         "fold",
@@ -60,7 +61,7 @@ INPUTS: dict[str, tuple[str, ...]] = {
         "empty_queries",
         "scores",
         "code",
-        "plugins",
+        "components",
     ),  # fmt: skip
     # what a plan node knows of a curriculum: its build key and what it built (stages, queries per stage)
     "curriculum_content": ("build", "stages", "dataset"),
@@ -76,6 +77,8 @@ INPUTS: dict[str, tuple[str, ...]] = {
     "context": ("train", "metric", "dataset", "fold", "cuts", "code"),
     # a study (the grid's parent run in MLflow), with and without the code that runs it
     "study": ("grid", "train", "metric", "curriculum", "difficulty", "dataset", "folds"),
+    # ... of one whose config sets components' own settings (components.<name>): those too
+    "component_study": ("grid", "train", "metric", "curriculum", "difficulty", "dataset", "folds", "components"),
     "grid": ("study", "code"),
     # a self-paced segment's rule (pipelines.kernel.selfpaced): what a node of it knows of its choices, the shares
     # of its selections included (the pacing function's values, not its code)
@@ -477,7 +480,7 @@ def objective_code(name: str) -> str | None:
         return component_code(spec.fn, spec.settings())
     if spec.module is None:
         return None
-    own = spec.settings()  # a built-in's own settings (plugins.params.<name>): only the nodes of it hold them
+    own = spec.settings()  # a built-in's own settings (components.<name>): only the nodes of it hold them
     return _objective_code(spec.module) + (":" + digest(own) if own else "")
 
 
@@ -635,15 +638,16 @@ def curriculum_key(
     empty_queries: str,
     scores: str,
     code: Mapping[str, str] | None = None,
-    plugins: Mapping[str, str] | None = None,
+    components: Mapping[str, str] | None = None,
 ) -> str:
     """A curriculum's build: settings, dataset, fold, name, the difficulty key, the scores' fingerprint and the
-    ordering and pacing code (:func:`code_identity` of ``curriculum``); ``plugins``: the :func:`component_code` of
-    the plug-in difficulty score and pacing function it uses, by name (in the key only when there are some)."""
+    ordering and pacing code (:func:`code_identity` of ``curriculum``); ``components``: the code or settings of the
+    difficulty score and pacing function it uses, by name, where they have some
+    (:func:`pipelines.plugins.loading.curriculum_components`; in the key only then)."""
     return make_key(
-        "plugin_curriculum" if plugins else "curriculum",
+        "component_curriculum" if components else "curriculum",
         {
-            **({"plugins": dict(plugins)} if plugins else {}),
+            **({"components": dict(components)} if components else {}),
             "settings": dict(settings),
             "dataset": dataset,
             "fold": fold,
@@ -680,7 +684,7 @@ def difficulty_key(
 
 def study_keys(doc: Mapping[str, Any], code: Mapping[str, str] | None = None) -> tuple[str, str]:
     """(study key, grid key): the study without the code that runs it, and with it."""
-    study = make_key("study", doc, 16)
+    study = make_key("component_study" if "components" in doc else "study", doc, 16)
     return study, make_key("grid", {"study": study, "code": dict(code or code_identity())}, 16)
 
 

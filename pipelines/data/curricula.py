@@ -70,7 +70,7 @@ from pipelines.data.dataset import MANIFEST, Dataset, DatasetError, load_split, 
 from pipelines.data.scoring import SUMMARY as DIFFICULTY_SUMMARY
 from pipelines.data.scoring import plugin_scores
 from udfs import schema
-from udfs.curriculum import STRATEGIES, HeldBackError, place_queries, ranked_by, stage_shares
+from udfs.curriculum import PACINGS, STRATEGIES, HeldBackError, place_queries, ranked_by, stage_shares
 from udfs.scores import SCORES
 from udfs.uris import to_uri
 
@@ -92,7 +92,7 @@ def _read_json(path: str, name: str) -> dict[str, Any]:
 def shares_for(cfg: CurriculumConfig) -> np.ndarray:
     """Stage shares for the configured strategy and pacing (the settings were checked when ``cfg`` was made:
     :class:`pipelines.core.config.CurriculumConfig`)."""
-    return stage_shares(cfg.strategy, cfg.pacing, cfg.stages, cfg.delta, cfg.root_n, cfg.fraction)
+    return stage_shares(cfg.strategy, cfg.pacing, cfg.stages, cfg.delta, cfg.fraction)
 
 
 def check_hrel_labels(labels: list[int], ds: Dataset) -> None:
@@ -263,7 +263,7 @@ def build_curriculum(
         "pacing": cfg.pacing or ("two_stage" if len(shares) == 2 else "none"),
         "fraction": cfg.fraction if not cfg.pacing else None,
         "delta": cfg.delta if cfg.pacing else None,
-        "root_n": cfg.root_n if cfg.pacing == "root_n" else None,
+        "pacing_settings": PACINGS[cfg.pacing].settings() if cfg.pacing else None,
         "seed": cfg.seed if STRATEGIES[cfg.strategy].seeded else None,
         "score": STRATEGIES[cfg.strategy].score,
         "order": _order_text(cfg.strategy, empty_queries),

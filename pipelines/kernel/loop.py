@@ -45,11 +45,9 @@ from pipelines.kernel.matrices import (
 )
 from pipelines.kernel.nodes import Node
 from pipelines.kernel.selfpaced import Schedule, choose, is_dynamic, query_scores
-from udfs.conventions import BlendSchedule
 from udfs.metrics import NdcgSpec, inverse_idcg, ndcg_fast, offsets_from_qids
 from udfs.model import Model
 from udfs.objectives import registry
-from udfs.objectives.settings import ObjectiveSettings
 from udfs.trees import add_tree, tree_arrays
 
 __all__ = [
@@ -145,19 +143,9 @@ class Settings:
         }
 
     @property
-    def objectives(self) -> ObjectiveSettings:
-        """What the custom objectives need of these settings (:class:`udfs.objectives.ObjectiveSettings`)."""
-        t = self.model
-        return ObjectiveSettings(
-            k=t.k,
-            eta=t.eta,
-            exp_gain=self.metric.gain == "exp2",
-            seed=t.seed,
-            sigmoid_gamma=t.sigmoid_gamma,
-            stochastic_noise=t.stochastic_noise,
-            stochastic_anneal=t.stochastic_anneal,
-            blend=BlendSchedule(t.blend_schedule, t.blend_at, t.blend_width),
-        )
+    def objectives(self) -> dict[str, Any]:
+        """The training settings every Python objective's ``params`` holds (:func:`udfs.objectives.registry.shared`)."""
+        return registry.shared(self.model, self.metric)
 
 
 def booster_params(settings: Settings, objective: str) -> dict[str, Any]:

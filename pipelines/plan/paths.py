@@ -219,7 +219,7 @@ def paced_schedules(cfg: SelfPacedConfig, paths: list[TrainingPath]) -> dict[str
                     "or a smaller selfpaced.every"
                 )
             try:
-                shares = pacing_shares(cfg.pacing, selections, cfg.delta, cfg.root_n)
+                shares = pacing_shares(cfg.pacing, selections, cfg.delta)
             except (ComponentError, ValueError) as e:
                 raise PathError(f"selfpaced.pacing {cfg.pacing!r}: {e}") from None
             out[s.data] = Schedule(cfg.every, cfg.by, cfg.seed, tuple(float(x) for x in shares))

@@ -20,10 +20,10 @@
 
 These are the decorators the built-ins use (:mod:`udfs.objectives.registry`, :mod:`udfs.curriculum`): a
 plug-in is a component like the built-ins, keyed by its own code (:func:`pipelines.core.keys.function_identity`)
-and settings (``plugins.params.<name>`` in the config, checked against the ``params=`` it declares). Plug-ins are
-loaded from ``--plugin FILE_OR_MODULE``, a config file's ``plugins: [...]`` and installed packages' entry points in
-the group ``ltr.plugins``, and from nowhere else (:mod:`pipelines.plugins.loading`); ``ltr plugins --check`` runs
-each on a small synthetic batch (:mod:`pipelines.plugins.checks`).
+and settings (``components.<name>`` in the config, checked against the ``params=`` and ``check=`` it declares).
+Plug-ins are loaded from ``--plugin FILE_OR_MODULE``, a config file's ``plugins: [...]`` and installed packages'
+entry points in the group ``ltr.plugins``, and from nowhere else (:mod:`pipelines.plugins.loading`); ``ltr plugins
+--check`` runs each on a small synthetic batch (:mod:`pipelines.plugins.checks`).
 """
 
 from __future__ import annotations

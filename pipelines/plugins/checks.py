@@ -70,15 +70,17 @@ def batch(seed: int = 0) -> dict[str, Any]:
 
 def check_objective(name: str, comp: Any) -> None:
     """Objective ``name`` on the batch at trees 0 and 1, twice each (the same values both times)."""
-    from udfs.objectives.registry import check_gradients
-    from udfs.objectives.settings import ObjectiveSettings
+    from pipelines.core.config import Config
+    from udfs.objectives.registry import check_gradients, shared
 
+    cfg = Config()  # the default training settings (k, eta, seed, the gain) every objective's params hold
+    common = shared(cfg.train.model, cfg.metric)
     b = batch()
     n = len(b["labels"])
     for tree in (0, 1):
         outs = []
         for _ in range(2):
-            f = comp.make(ObjectiveSettings(), b["labels"], b["offsets"], b["qid"], b["doc"])
+            f = comp.make(common, b["labels"], b["offsets"], b["qid"], b["doc"])
             out = _call(name, lambda f=f, tree=tree: f(b["margins"], tree))
             outs.append(check_gradients(name, out, n, f"synthetic batch, tree {tree}"))
         if any(not np.array_equal(x, y) for x, y in zip(outs[0], outs[1], strict=True)):
@@ -149,7 +151,7 @@ def check_pacing(name: str, comp: Any) -> None:
     from udfs.curriculum import pacing_shares
 
     for stages in range(2, 9):
-        _call(name, lambda stages=stages: pacing_shares(name, stages, 0.33, 2.0))
+        _call(name, lambda stages=stages: pacing_shares(name, stages, 0.33))
 
 
 def _where(name: str) -> str:
@@ -186,7 +188,7 @@ CHECKS = {"objective": check_objective, "difficulty score": check_difficulty, "p
 
 
 def check_all(names: list[str] | None = None, *, n_features: int = N_FEATURES, dataset: str = "mslr") -> list[str]:
-    """Check every plug-in component, and every built-in one whose settings ``plugins.params`` sets (a bad value,
+    """Check every plug-in component, and every built-in one whose settings ``components`` sets (a bad value,
     ``stochastic_rank``'s ``estimator: foo`` say, exits 2 here, not in a Spark task); ``names``: only these;
     ``n_features``, ``dataset``: the features of the configured dataset, which a difficulty score may read. Return
     the names checked."""

@@ -61,9 +61,9 @@ class Source:
 
 @dataclass(frozen=True)
 class PluginSet:
-    """The plug-ins of a run: their sources, every component's settings (``plugins.params``) and what each plug-in
-    component's code is on the driver (:func:`pipelines.core.keys.component_code`), which a task compares with its
-    own. Picklable: it travels in a Spark task's closure."""
+    """The plug-ins of a run: their sources, every component's settings (the config's ``components``) and what each
+    plug-in component's code is on the driver (:func:`pipelines.core.keys.component_code`), which a task compares
+    with its own. Picklable: it travels in a Spark task's closure."""
 
     sources: tuple[Source, ...] = ()
     params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -267,7 +267,7 @@ def sources_of(refs: Iterable[str], entry_points: bool = True) -> list[Source]:
 
 def load(refs: Iterable[str] = (), params: Mapping[str, Any] | None = None, *, entry_points: bool = True) -> PluginSet:
     """Import the plug-ins of ``refs`` and (``entry_points``) the installed ones, set every component's settings
-    from ``params`` (``plugins.params``, checked), and return the :class:`PluginSet` a Spark task loads."""
+    from ``params`` (the config's ``components``, checked), and return the :class:`PluginSet` a Spark task loads."""
     from udfs.objectives import registry
 
     registry.objectives()  # the built-ins first (they load lazily): a plug-in that takes one's name is the one refused
@@ -278,9 +278,10 @@ def load(refs: Iterable[str] = (), params: Mapping[str, Any] | None = None, *, e
 
 
 def configure(sources: tuple[Source, ...], params: Mapping[str, Any]) -> PluginSet:
-    """Check ``plugins.params`` against the components' declared settings, set them, return the :class:`PluginSet`."""
+    """Check the config's ``components`` against the components' declared settings, set them, return the
+    :class:`PluginSet`."""
     if not isinstance(params, Mapping):
-        raise PluginError(f"plugins.params: expected a mapping of component name -> settings, got {params!r}")
+        raise PluginError(f"components: expected a mapping of component name -> settings, got {params!r}")
     from pipelines.core.keys import component_code
 
     checked: dict[str, dict[str, Any]] = {}
@@ -289,12 +290,12 @@ def configure(sources: tuple[Source, ...], params: Mapping[str, Any]) -> PluginS
         if found is None:
             plugins = ", ".join(sorted(_OWNER)) or "none loaded"
             raise PluginError(
-                f"plugins.params.{name}: no component is called {name!r} (plug-ins: {plugins}); load the plug-in "
+                f"components.{name}: no component is called {name!r} (plug-ins: {plugins}); load the plug-in "
                 f"with {_sources_hint()}"
             )
         kind, comp = found
         try:
-            checked[name] = components.check_params(kind, name, comp.defaults, given)
+            checked[name] = components.check_params(kind, name, comp.defaults, given, comp.check)
         except ComponentError as e:
             raise PluginError(str(e)) from None
     components.configure(checked)
@@ -304,6 +305,18 @@ def configure(sources: tuple[Source, ...], params: Mapping[str, Any]) -> PluginS
     return PluginSet(sources, checked, codes)
 
 
+def use_components(settings: Mapping[str, Any]) -> None:
+    """Make ``settings`` (a config's ``components``) what this process and its Spark tasks run every component with:
+    checked, configured, and in the plug-in set the tasks load (:func:`current`). What computes a result's key from
+    a config calls it, so that a config loaded without :func:`pipelines.plugins.run_config.load_run_config` (the
+    API's :func:`pipelines.core.config.load_config`) keys and trains with its own settings, never another's."""
+    pset = current()
+    if {n: dict(v) for n, v in pset.params.items()} == {n: dict(v) for n, v in settings.items()}:
+        if components.configured() == {n: dict(v) for n, v in settings.items()}:
+            return
+    set_current(configure(pset.sources, settings))
+
+
 def _sources_hint() -> str:
     from pipelines.core.config import PLUGIN_SOURCES
 
@@ -311,7 +324,7 @@ def _sources_hint() -> str:
 
 
 def _check_names() -> None:
-    """One name, one component: a plug-in's name may not be another kind's (``plugins.params.<name>`` names one)."""
+    """One name, one component: a plug-in's name may not be another kind's (``components.<name>`` names one)."""
     seen: dict[str, str] = {}
     for kind, reg in registries().items():
         for name, comp in reg.items():
@@ -415,20 +428,26 @@ def describe() -> list[dict[str, Any]]:
     return rows
 
 
-def curriculum_plugins(strategy: str, pacing: str) -> dict[str, str]:
-    """The plug-in components a curriculum of ``strategy`` and ``pacing`` uses (its difficulty score, its pacing
-    function), name -> :func:`pipelines.core.keys.component_code`: what its key holds besides the built-in code."""
-    from pipelines.core.keys import component_code
+def curriculum_components(strategy: str, pacing: str) -> dict[str, str]:
+    """The components a curriculum of ``strategy`` and ``pacing`` uses (its difficulty score, its pacing function)
+    that its key must hold besides the built-in code, name -> code: a plug-in's
+    :func:`pipelines.core.keys.component_code` (its code and settings), a built-in's own settings (``settings:``
+    and their digest) where it has some. A curriculum of built-ins without settings holds none."""
+    from pipelines.core.keys import component_code, digest
     from udfs.curriculum import PACINGS, STRATEGIES
     from udfs.scores import SCORES
 
     used: list[Any] = []
     score = STRATEGIES[strategy].score if strategy in STRATEGIES else None
-    if score is not None and SCORES[score].plugin:
+    if score is not None:
         used.append(SCORES[score])
-    if pacing and pacing in PACINGS and PACINGS[pacing].plugin and STRATEGIES[strategy].shares is None:
+    if pacing and pacing in PACINGS and STRATEGIES[strategy].shares is None:
         used.append(PACINGS[pacing])
-    return {c.name: component_code(c.fn, c.settings()) for c in used}
+    return {
+        c.name: component_code(c.fn, c.settings()) if c.plugin else "settings:" + digest(c.settings())
+        for c in used
+        if c.plugin or c.settings()
+    }
 
 
 def plugin_tags(names: Iterable[str]) -> dict[str, str]:

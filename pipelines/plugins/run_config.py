@@ -24,8 +24,8 @@ def load_run_config(
     check: bool = True,
 ) -> Config:
     """The run's :class:`~pipelines.core.config.Config` with its plug-ins loaded first: the config file's
-    ``plugins.load`` and ``extra`` (``--plugin``), then the installed ones; their settings from
-    ``plugins.params``, each plug-in checked on the synthetic batch (``check``). ``files``: whether files and
+    ``plugins.load`` and ``extra`` (``--plugin``), then the installed ones; every component's settings
+    from ``components``, each plug-in checked on the synthetic batch (``check``). ``files``: whether files and
     modules may be named (the Airflow DAG loads installed plug-ins only: whoever triggers a run must not make a
     worker import a file)."""
     from pipelines.core.config import PLUGIN_SOURCES, ConfigError, config_data, config_of, load_dataset_spec
@@ -43,7 +43,7 @@ def load_run_config(
             f"{p}: plugins {refs}: the Airflow DAG loads installed plug-ins only (entry points in the group {GROUP}: "
             f"install the package on the workers), not {PLUGIN_SOURCES.split(',')[0]} or a config file's list"
         )
-    pset = load(refs, section.get("params") or {})
+    pset = load(refs, data.get("components") or {})
     data["plugins"] = {**section, "load": [s.ref for s in pset.sources if s.kind != "entry point"]}
     cfg = config_of(p, data)
     if check:  # against the features the configured dataset has (a score may read only those)

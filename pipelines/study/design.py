@@ -31,6 +31,7 @@ from pipelines.kernel.selfpaced import RULES as SELFPACED_RULES
 from pipelines.kernel.selfpaced import Schedule, is_dynamic
 from pipelines.plan.paths import TrainingPath, paced_schedules, parse_path, resolve
 from pipelines.plan.trie import DONE, Plan, build_plan, format_plan, states_of
+from pipelines.plugins.loading import use_components
 from pipelines.store.checkpoints import CheckpointStore
 from udfs.curriculum import STRATEGIES as CURRICULUM_STRATEGIES
 from udfs.objectives import registry
@@ -150,13 +151,14 @@ def curriculum_inputs(cfg: Config, ds: Dataset, fold: int, name: str, scores: st
     """What determines curriculum ``name`` of ``fold`` (the arguments of :func:`pipelines.core.keys.curriculum_key`):
     its settings, the dataset, the fold, the difficulty key and ``scores``, the content fingerprint of the very
     scores it is built from (scores computed again into the same folder with another result rebuild it)."""
-    from pipelines.plugins.loading import curriculum_plugins
+    from pipelines.plugins.loading import curriculum_components
 
+    use_components(cfg.components)
     settings = curriculum_config(cfg, name)
-    plugins = curriculum_plugins(settings.strategy, settings.pacing)
+    components = curriculum_components(settings.strategy, settings.pacing)
     return {
         "settings": asdict(settings),
-        **({"plugins": plugins} if plugins else {}),  # a curriculum of built-ins only: the key it had
+        **({"components": components} if components else {}),  # none: a curriculum of built-ins without settings
         "dataset": ds.fingerprint,
         "fold": fold,
         "name": name,
@@ -295,6 +297,7 @@ def check_curricula(cfg: Config, ds: Dataset, names: Iterable[str]) -> dict[str,
 def plan_fold(cfg: Config, ds: Dataset, fold: int) -> FoldPlan:
     """The plan of one fold from the config, the dataset's manifest and the curricula as built in the work
     directory (:func:`stored_curriculum_keys`): pure reads, no Spark."""
+    use_components(cfg.components)
     children = grid_children(cfg, fold)
     names = curricula_needed(children)
     stages = check_curricula(cfg, ds, names)
@@ -422,7 +425,9 @@ def grid_keys(cfg: Config, ds: Dataset, code: dict[str, str] | None = None) -> t
     Where the inputs were read from is not what they are: the data by its fingerprint, the difficulty
     scores by the keys of the curricula built on them (node keys); `--data X` and `grid.data=X`, or the
     dataset moved to another path, resume the same grid; how many workers build the trees does not
-    change them (global cuts), so it is in no key either."""
+    change them (global cuts), so it is in no key either. The components' own settings (``components``) make
+    another study too, where there are some (their nodes' keys hold them: the others' nodes are reused)."""
+    use_components(cfg.components)
     grid_cfg = {k: v for k, v in asdict(cfg.grid).items() if k not in ("data", "difficulty")}
     if grid_cfg["seeds"] == 1:  # the default: the key of a study from before grid.seeds existed
         del grid_cfg["seeds"]
@@ -446,6 +451,7 @@ def grid_keys(cfg: Config, ds: Dataset, code: dict[str, str] | None = None) -> t
             "difficulty": asdict(cfg.difficulty),
             "dataset": ds.fingerprint,
             "folds": list(dict.fromkeys(cfg.grid.folds)),
+            **({"components": cfg.components} if cfg.components else {}),
         },
         code,
     )

@@ -192,7 +192,7 @@ def check_path(text: str) -> bool:
 
 # ------------------------------------------------------------ the config loader
 def config_keys() -> dict[str, Any]:
-    """Every dotted key of the config (``train.eta``, ``plugins.params``...) and its type."""
+    """Every dotted key of the config (``train.eta``, ``components``...) and its type."""
     from pipelines.core.config import Config
 
     out: dict[str, Any] = {}

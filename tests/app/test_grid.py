@@ -43,8 +43,8 @@ def _cfg(tmp_path, **extra):
         "grid.switch_points=[2,4]",
         "grid.strategies=[q_nrel,random]",
         "grid.extra_paths={blend: 'blend:6'}",
-        "train.blend_at=3",
-        "train.blend_width=2",
+        "components.blend.at=3",
+        "components.blend.width=2",
         "report.permutations=2000",
     )
     over += [f"{k}={v}" for k, v in extra.items()]
@@ -125,7 +125,7 @@ def test_the_methods_study_holds_every_seed_method_in_one_grid():
             "noisy_lambdamart", "selgb"} <= objectives  # fmt: skip
     assert all(c.path.trees == cfg.grid.trees for c in children)
     assert "fold1/selgb/seed1" not in names  # deterministic: one run
-    assert cfg.plugins.params["selgb"] == {"negatives": 0.1}
+    assert cfg.components["selgb"] == {"negatives": 0.1}
 
 
 def test_seeds_repeat_only_the_children_that_depend_on_a_seed(tmp_path):
@@ -169,6 +169,7 @@ def test_seeds_repeat_only_the_children_that_depend_on_a_seed(tmp_path):
         "difficulty": dataclasses.asdict(c1.difficulty),
         "dataset": "sha256:x",
         "folds": [1, 2],
+        "components": {"blend": {"at": 3, "width": 2}},  # a study that sets components' settings holds them
     }
     assert grid_keys(c1, ds, {"sources": "s"}) == keys.study_keys(doc, {"sources": "s"})
     assert grid_keys(_cfg(tmp_path, **{"grid.seeds": 2}), ds, {"sources": "s"})[0] != grid_keys(c1, ds)[0]

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from pipelines.core.config import (
+    MOVED,
     Config,
     ConfigError,
     DatasetSpec,
@@ -125,9 +126,6 @@ BAD_CONFIGS = [
      "{p}: difficulty.empty_queries (--empty-queries) must be one of last, exclude, as_metric, got 'first'"),
     ("", ["train.checkpoint_every=0"], "{p}: train.checkpoint_every must be >= 1, got 0"),
     ("", ["train.base_margin=bogus"], "{p}: train.base_margin must be auto, zero, mean or a number, got 'bogus'"),
-    ("", ["train.blend_schedule=cosine"],
-     "{p}: train.blend_schedule 'cosine' / train.blend_width 40: unknown blend schedule 'cosine'; expected one of "
-     "step, linear, sigmoid"),
     ("", ["ingest.chunk_bytes=0"],
      "{p}: ingest.chunk_bytes (--chunk-bytes) must be >= 1 (nominal text bytes per Spark task, e.g. 33554432), got 0"),
     ("grid: [1\n", [], "{p}:2:1: invalid YAML: expected ',' or ']', but got '<stream end>'"),
@@ -188,9 +186,9 @@ def test_extra_curricula_are_typed_and_frozen():
 
 
 def test_the_keys_of_extra_curricula_are_those_of_the_plain_dicts_they_were(monkeypatch):
-    """The typed extra curricula key a curriculum and a study exactly as the dicts did (the values below were
-    computed by the commit before they were typed, with the same fixed code identity and dataset; the curriculum's
-    document then had no code of its own, so its old key is the digest of the same inputs without it)."""
+    """An extra curriculum keys a curriculum and a study by its settings as written, whatever the type that holds
+    them (the values below are pinned, with a fixed code identity and dataset: a change to what a curriculum's key
+    holds is a re-key, made on purpose with its upgrade note, never by accident)."""
     from pipelines.core import keys
     from pipelines.data.dataset import Dataset
     from pipelines.study.design import curriculum_inputs, grid_keys
@@ -198,16 +196,76 @@ def test_the_keys_of_extra_curricula_are_those_of_the_plain_dicts_they_were(monk
     monkeypatch.setattr(keys, "code_identity", lambda kind=None: {"sources": "fixed", "xgboost": "x"})
     manifest = {"fingerprint": "sha256:abc", "n_features": 136, "feature_roles": {"bm25": 110, "pagerank": 130}}
     ds = Dataset(path="mem", manifest={**manifest, "folds": {"1": {}}})
-    every = "grid.extra_curricula={paced: {strategy: q_bm25, pacing: linear, stages: 3, delta: 0.5, root_n: 3.0, " \
+    every = "grid.extra_curricula={paced: {strategy: q_bm25, pacing: linear, stages: 3, delta: 0.5, " \
             "seed: 7, fraction: 0.3, hrel_labels: [0, 4]}}"  # fmt: skip
     for overrides, curriculum, study in (
-        ([], "15cd6741a2a7a2f8", "6b2465d05609726c"),
-        ([every], "a88b3d3f639efa10", "1cab61cceccc812c"),
+        ([], "e1b7965864b9bfaa", "014726fd98cb3286"),
+        ([every], "132555ad609899b9", "3bbdc4481cc2e94a"),
     ):
         cfg = load_config(None, overrides)
         inputs = curriculum_inputs(cfg, ds, 1, "paced", "sha256:scores")
         assert keys.digest({"kind": "curriculum", **inputs}, 16) == curriculum
         assert grid_keys(cfg, ds, {"sources": "fixed"})[0] == study
+
+
+OLD_KEYS = """
+train: {sigmoid_gamma: 2.0, stochastic_noise: 0.5, stochastic_anneal: 30, blend_schedule: step, blend_at: 7,
+        blend_width: 4}
+curriculum: {root_n: 3.0}
+grid: {extra_curricula: {paced: {strategy: q_nrel, pacing: root_n, root_n: 3.0}}}
+plugins: {params: {selgb: {negatives: 0.2}}}
+"""
+
+
+def test_a_moved_key_is_read_at_its_new_place_with_one_deprecation_line_each(tmp_path, caplog):
+    """Each component's settings moved from ``train:``, ``curriculum:``, ``selfpaced:`` and ``plugins.params`` to
+    ``components.<name>``: the old keys still load, each with one warning naming old and new, in a file and in
+    ``--set``; an old key and its new one set to different values, or an extra curriculum's root_n that is not the
+    one every curriculum now shares, is refused in one line."""
+    conf = tmp_path / "old.yaml"
+    conf.write_text(OLD_KEYS)
+    with caplog.at_level("WARNING", logger="pipelines.core.config"):
+        cfg = load_config(conf, ["selfpaced.root_n=3.0"])
+    assert cfg.components == {
+        "sigmoid_pairwise": {"gamma": 2.0},
+        "noisy_lambdamart": {"noise": 0.5, "anneal": 30},
+        "blend": {"schedule": "step", "at": 7, "width": 4},
+        "root_n": {"n": 3.0},
+        "selgb": {"negatives": 0.2},
+    }
+    lines = [r.getMessage() for r in caplog.records]
+    for old, new in MOVED.items():
+        assert sum(f"{old} is now {new};" in line for line in lines) == 1, old
+    assert sum("grid.extra_curricula.paced.root_n is now components.root_n.n" in line for line in lines) == 1
+    assert all("\n" not in line for line in lines)
+    conf.write_text("train: {blend_at: 7}\ncomponents: {blend: {at: 8}}\n")
+    with pytest.raises(ConfigError, match=r"train.blend_at = 7 and components.blend.at = 8: train.blend_at is now "):
+        load_config(conf)
+    conf.write_text("grid: {extra_curricula: {paced: {strategy: q_nrel, pacing: root_n, root_n: 3.0}}}\n")
+    with pytest.raises(ConfigError, match=r"paced.root_n = 3.0: the root_n pacing's n is one setting for every"):
+        load_config(conf)
+
+
+@pytest.mark.parametrize(
+    "setting, says",
+    [
+        ("components.blend.schedule=cosine", "components.blend (objective, as configured): unknown blend schedule "
+         "'cosine'; expected one of step, linear, sigmoid"),
+        ("components.blend.width=0", "blend schedule width must be > 0, got 0"),
+        ("components.sigmoid_pairwise.gamma=0", "components.sigmoid_pairwise (objective, as configured): gamma"),
+        ("components.noisy_lambdamart.anneal=0", "anneal (the tree at which the noise has fallen to 0) must be >= 1"),
+        ("components.root_n.n=-1", "components.root_n (pacing function, as configured): n (the root's degree) must"),
+        ("train.blend_schedule=cosine", "components.blend (objective, as configured): unknown blend schedule"),
+    ],
+)  # fmt: skip
+def test_a_component_s_setting_is_checked_by_its_own_declaration_in_one_line(setting, says):
+    """A built-in's bounds are its ``check=``, run when the config is loaded (exit 2, before any Spark job)."""
+    from pipelines.core.errors import UserError
+    from pipelines.plugins.run_config import load_run_config
+
+    with pytest.raises(UserError) as e:
+        load_run_config(None, [setting], check=False)
+    assert says in str(e.value) and "\n" not in str(e.value)
 
 
 def test_overrides():

@@ -56,13 +56,13 @@ def test_a_plugin_passes_its_checks_or_is_refused_in_one_line_naming_it(text):
 def test_defects_the_fuzzing_found_are_one_line_errors_of_the_cli():
     """What the fuzz runs found, through ``ltr``'s own entry point: a YAML error in ``--set`` (was six lines), a
     self-referencing alias (was a RecursionError's traceback, exit 1), ``.nan`` and ``.inf`` settings (loaded),
-    ``plugins.params`` not a mapping (an AttributeError's traceback), a key with a newline (two lines)."""
+    ``components`` not a mapping (an AttributeError's traceback), a key with a newline (two lines)."""
     for bad, says in [
         ("grid.strategies=[x", "value is not valid YAML: expected ',' or ']'"),
-        ("plugins.params=&a {x: *a}", "refers to itself"),
+        ("components=&a {x: *a}", "refers to itself"),
         ("train.eta=.nan", "train.eta: expected a finite number, got nan"),
         ("report.risk_alphas=[.inf]", "report.risk_alphas[0]: expected a finite number, got inf"),
-        ("plugins.params=x", "plugins.params: expected a mapping of component name -> settings, got 'x'"),
+        ("components=x", "components: expected a mapping of component name -> settings, got 'x'"),
         ("0\n0=1", "a key is names of letters, digits"),
     ]:
         r = subprocess.run([sys.executable, "-m", "pipelines.app.cli", "plugins", "--set", bad], cwd=ROOT,

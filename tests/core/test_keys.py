@@ -75,6 +75,32 @@ def test_node_keys_change_exactly_with_what_changes_the_trees(what, change, reke
         assert base == other, what
 
 
+def test_a_component_s_own_setting_re_keys_exactly_the_results_that_use_the_component():
+    """``components.<name>``: a setting of one objective re-keys that objective's nodes (and what follows them),
+    not another path's; a pacing function's setting re-keys the curricula paced by it, not the others. (Its
+    settings once were ``train.*`` fields, in every node's key: any edit retrained the whole study.)"""
+    from pipelines.plugins.loading import curriculum_components
+    from tests.helpers import component_settings
+
+    def plan(setting: dict) -> dict[str, list[str]]:
+        paths = [parse_path("mse:4,lambdamart:6", "a"), parse_path("blend:10", "b"), parse_path("mse:4,blend:6", "c")]
+        with component_settings(**setting):
+            built = build_plan(paths, fold=1, context=keys.plan_context(TrainConfig(), NdcgSpec(), "d", 1, CODE))
+        return {name: list(chain) for name, chain in built.chains.items()}
+
+    base, edited = plan({}), plan({"blend": {"at": 7}})
+    assert base["a"] == edited["a"]  # mse, lambdamart: untouched
+    assert base["c"][0] == edited["c"][0] and base["c"][1] != edited["c"][1]  # the shared mse node is reused
+    assert base["b"] != edited["b"]
+    assert plan({"blend": {"at": 40}}) == base  # a setting at its default is the default
+
+    assert curriculum_components("q_nrel", "linear") == {} and curriculum_components("q_nrel", "") == {}
+    root = curriculum_components("q_nrel", "root_n")
+    with component_settings(root_n={"n": 3.0}):
+        assert curriculum_components("q_nrel", "root_n") != root
+        assert curriculum_components("q_nrel", "linear") == {}
+
+
 def test_the_other_keys_change_exactly_with_their_inputs():
     d = dict(dataset="sha256:d1", roles={"bm25": 110}, settings={"x": 1}, metric=NdcgSpec().to_dict(), code=CODE)
     base = keys.difficulty_key(**d)
@@ -416,7 +442,6 @@ IDENTITY_TABLE = [
     ("pipelines/kernel/matrices.py", {"node"}),
     ("pipelines/kernel/cuts.py", {"cuts", "node"}),
     ("udfs/objectives/registry.py", {"node"}),
-    ("udfs/objectives/settings.py", {"node"}),
     ("udfs/objectives/noisy_lambdamart.py", set()),  # in the key of its own nodes only (objective_code)
     ("udfs/model.py", {"node"}),
     ("udfs/trees.py", {"node"}),

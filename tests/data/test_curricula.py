@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 from pipelines.core.config import ConfigError, CurriculumConfig
 from pipelines.data.curricula import build_curriculum
 from pipelines.data.dataset import DatasetError, load_split, open_dataset
+from tests.helpers import component_settings
 from udfs import schema
 from udfs.curriculum import assign_first_stage, easiest_first, pacing_shares, stage_sizes
 
@@ -21,7 +22,9 @@ from udfs.curriculum import assign_first_stage, easiest_first, pacing_shares, st
 def test_pacing_shares_by_hand():
     x = np.array([0, 1 / 3, 2 / 3, 1])
     np.testing.assert_allclose(pacing_shares("linear", 4, 0.25), [0.25, 0.5, 0.75, 1.0])
-    np.testing.assert_allclose(pacing_shares("root_n", 4, 0.25, 2.0), np.sqrt(0.0625 + 0.9375 * x))
+    np.testing.assert_allclose(pacing_shares("root_n", 4, 0.25), np.sqrt(0.0625 + 0.9375 * x))
+    with component_settings(root_n={"n": 3.0}):  # root_n's own setting, components.root_n.n
+        np.testing.assert_allclose(pacing_shares("root_n", 4, 0.25), np.cbrt(0.25**3 + (1 - 0.25**3) * x))
     np.testing.assert_allclose(pacing_shares("geometric", 4, 0.25), [0.25, 0.25 * 4 ** (1 / 3), 0.25 * 4 ** (2 / 3), 1])
     np.testing.assert_allclose(pacing_shares("step", 4, 0.25), [0.25, 0.625, 1.0, 1.0])
     for p in ("linear", "root_n", "geometric", "step"):

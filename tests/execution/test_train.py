@@ -29,7 +29,7 @@ from pipelines.plan.trie import Plan, build_plan
 from pipelines.store.checkpoints import CheckpointStore
 from pipelines.store.results import PathResult, path_result, selections
 from pipelines.testing.processes import ROOT
-from tests.helpers import XGB_PARAMS
+from tests.helpers import XGB_PARAMS, component_settings
 from udfs import schema
 from udfs.metrics import NdcgSpec, ndcg
 
@@ -122,9 +122,9 @@ def test_prefix_reuse_gives_the_same_models_as_separate_training(local_data):
 
 
 def test_blend_with_a_step_equals_mse_t(local_data):
-    s = _settings(blend_schedule="step", blend_at=5)
     paths = [parse_path("blend:12", "blend"), parse_path("mse:5,lambdamart:7", "m")]
-    res, _ = train_plan(local_data, build_plan(paths), s)
+    with component_settings(blend={"schedule": "step", "at": 5}):
+        res, _ = train_plan(local_data, build_plan(paths), _settings())
     np.testing.assert_allclose(
         _predict(res["blend"].model, local_data.test.X), _predict(res["m"].model, local_data.test.X), atol=1e-5
     )

@@ -14,7 +14,7 @@ from pipelines.plan.paths import PathError, parse_path
 from pipelines.plan.trie import DONE, PARTIAL, TODO, Plan, build_plan, format_plan, node_states, ready, trees_left
 from pipelines.store.checkpoints import CheckpointStore
 from pipelines.store.results import path_result
-from tests.helpers import XGB_PARAMS
+from tests.helpers import XGB_PARAMS, component_settings
 from udfs.metrics import NdcgSpec
 from udfs.objectives.noise import document_normal
 
@@ -135,11 +135,16 @@ PATHS = [
 def _run(data, root, every, nodes=None, events=None):
     from udfs import components
 
-    components.configure({"stochastic_rank": {"langevin": True, "model_shrink_rate": 0.05, "num_estimations": 2}})
+    components.configure(
+        {
+            "stochastic_rank": {"langevin": True, "model_shrink_rate": 0.05, "num_estimations": 2},
+            "noisy_lambdamart": {"anneal": 12},
+        }
+    )
     try:
         plan = build_plan([parse_path(p, p) for p in PATHS], fold=1, curriculum_keys={"cur": "c"})
         store = CheckpointStore(str(root))
-        s = _settings(checkpoint_every=every, stochastic_anneal=12, score_dist_trees=[4])
+        s = _settings(checkpoint_every=every, score_dist_trees=[4])
         run_nodes(data, plan.nodes if nodes is None else nodes(plan), s, store, events=events)
     finally:
         components.configure({})
@@ -243,12 +248,13 @@ def test_a_seed_repetition_is_its_own_node_and_trains_as_the_config_with_that_se
     assert alone.chains["s0"] == c0  # no seed in the key of a seed-0 node
     assert "noisy_lambdamart~1 4..12" in format_plan(plan, {n.key: node_states(plan, {})[n.key] for n in plan.nodes})
     assert Plan.from_dict(plan.to_dict()).nodes == plan.nodes
-    s = _settings(seed=5, stochastic_anneal=12, score_dist_trees=[4])
+    s = _settings(seed=5, score_dist_trees=[4])
     store = CheckpointStore(str(tmp_path / "a"))
-    run_nodes(data, plan.nodes, s, store)
     other = build_plan([parse_path(plain, "s0")], fold=1, context={"seed": 6})
     store6 = CheckpointStore(str(tmp_path / "b"))
-    run_nodes(data, other.nodes, _settings(seed=6, stochastic_anneal=12, score_dist_trees=[4]), store6)
+    with component_settings(noisy_lambdamart={"anneal": 12}):
+        run_nodes(data, plan.nodes, s, store)
+        run_nodes(data, other.nodes, _settings(seed=6, score_dist_trees=[4]), store6)
     r0, r1 = path_result(store, "s0", c0), path_result(store, "s1", c1)
     r6 = path_result(store6, "s0", other.chains["s0"])
     assert r0.model != r1.model and r1.test == r6.test and r1.test_scores is not None

@@ -35,7 +35,7 @@ def _overrides(work) -> list[str]:
         "grid.strategies=[q_len]",
         "grid.extra_paths={listnet: 'mse:2,listnet:2', powered: 'lambdamart@pw.*:3,lambdamart:1'}",
         "grid.extra_curricula={pw: {strategy: q_nrel, pacing: power, stages: 3, delta: 0.3}}",
-        "plugins.params.power.power=3",
+        "components.power.power=3",
     )
 
 

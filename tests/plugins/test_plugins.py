@@ -72,8 +72,8 @@ def test_listnet_gradient_is_the_softmax_cross_entropy_derivative(examples):
     from udfs.objectives import registry
 
     b = checks.batch()
-    f = registry.get("listnet").make(__import__("udfs.objectives.settings").objectives.settings.ObjectiveSettings(),
-                                     b["labels"], b["offsets"], b["qid"], b["doc"])  # fmt: skip
+    shared = {"k": 10, "eta": 0.05, "exp_gain": True, "seed": 0}
+    f = registry.get("listnet").make(shared, b["labels"], b["offsets"], b["qid"], b["doc"])
     m = b["margins"].astype(np.float64)
 
     def loss(s):
@@ -231,11 +231,11 @@ def test_where_plugins_come_from_and_only_there(examples, tmp_path, capsys):
 
 def test_unknown_names_and_settings_exit_2(examples, capsys):
     args = ["plugins", "--plugin", str(examples[0])]
-    assert main([*args, "--set", "plugins.params.listnet.temprature=2"]) == 2
+    assert main([*args, "--set", "components.listnet.temprature=2"]) == 2
     assert "has no setting 'temprature' (its settings: temperature)" in capsys.readouterr().err
-    assert main([*args, "--set", "plugins.params.listnet.temperature=hot"]) == 2
+    assert main([*args, "--set", "components.listnet.temperature=hot"]) == 2
     assert "expected a float like its default 1.0" in capsys.readouterr().err
-    assert main([*args, "--set", "plugins.params.lisnet.temperature=2"]) == 2
+    assert main([*args, "--set", "components.lisnet.temperature=2"]) == 2
     assert "no component is called 'lisnet'" in capsys.readouterr().err
     common = ["--data", "/nonexistent", "--fold", "1", "--out", "/nonexistent"]
     assert main(["train", "--plugin", str(examples[0]), "--path", "listnett:3", *common]) == 2

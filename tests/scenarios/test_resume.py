@@ -41,7 +41,7 @@ OVERRIDES = tiny_study(
     "grid.extra_paths={st: 'noisy_lambdamart:12', sp: 'lambdamart@selfpaced:12'}",
     "selfpaced.every=3",
     "train.checkpoint_every=2",
-    "train.stochastic_anneal=12",
+    "components.noisy_lambdamart.anneal=12",
     # one thread per worker everywhere: the trees of `--parallel 2` (two jobs, one thread each) must equal the
     # sequential `straight` grid's bit for bit (histograms summed in another order give other leaves), so that
     # test_parallel_jobs_equal_one_job compares with the module's `straight` instead of training a grid of its own

@@ -40,9 +40,9 @@ def test_the_built_in_strategies_and_what_each_needs():
     assert {n for n, x in s.items() if x.role} == with_role | {"anti_" + n for n in with_role}
     assert cu.control() == "random"
     assert [n for n, x in s.items() if x.seeded] == ["random"] and s["l_hrel"].label_filter
-    assert list(cu.stage_shares("none", "", 0, 0, 0, 0.25)) == [1.0]
-    assert list(cu.stage_shares("l_hrel", "linear", 4, 0.25, 2, 0.25)) == [1.0, 1.0]
-    assert list(cu.stage_shares("q_nrel", "", 0, 0, 0, 0.25)) == [0.25, 1.0]
+    assert list(cu.stage_shares("none", "", 0, 0, 0.25)) == [1.0]
+    assert list(cu.stage_shares("l_hrel", "linear", 4, 0.25, 0.25)) == [1.0, 1.0]
+    assert list(cu.stage_shares("q_nrel", "", 0, 0, 0.25)) == [0.25, 1.0]
 
 
 def test_a_new_strategy_and_a_new_pacing_function_work_from_their_entries_alone():
@@ -54,7 +54,7 @@ def test_a_new_strategy_and_a_new_pacing_function_work_from_their_entries_alone(
     new = cu.strategy(cu.Strategy("q_nhrel_test", score="n_hrel"))
     cu.pacing("half_test")(lambda stage, stages, *, params: 0.5 if stage < stages else 1.0)
     try:
-        shares = cu.stage_shares("q_nhrel_test", "half_test", 3, 0.25, 2.0, 0.25)
+        shares = cu.stage_shares("q_nhrel_test", "half_test", 3, 0.25, 0.25)
         assert list(shares) == [0.5, 0.5, 1.0]
         first, score, held = cu.place_queries(new.name, scores, qid, shares, "last", 0)
         assert held is None and list(score) == list(scores["n_hrel"])
@@ -76,7 +76,7 @@ def test_a_new_strategy_and_a_new_pacing_function_work_from_their_entries_alone(
 def test_the_seeded_control_draws_the_same_permutation_from_the_same_seed():
     qid = np.arange(20)
     scores = {"n_rel": np.ones(20, int)}
-    shares = cu.stage_shares("random", "", 0, 0, 0, 0.25)
+    shares = cu.stage_shares("random", "", 0, 0, 0.25)
     a = cu.place_queries("random", scores, qid, shares, "last", 3)[0]
     b = cu.place_queries("random", scores, qid, shares, "last", 3)[0]
     c = cu.place_queries("random", scores, qid, shares, "last", 4)[0]

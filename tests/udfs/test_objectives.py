@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 import xgboost as xgb
 
-from udfs.conventions import BlendSchedule
 from udfs.metrics import ndcg, offsets_from_qids
-from udfs.objectives.blend import blend
+from udfs.objectives.blend import BlendSchedule, blend
 from udfs.objectives.lambdamart import lambdarank_grad
 from udfs.objectives.mse import mse_grad
 from udfs.objectives.noisy_lambdamart import noisy_lambdamart_grad
@@ -193,7 +192,7 @@ def test_stochastic_without_noise_is_lambdamart_and_noise_is_seeded():
 
 
 def test_blend_schedules():
-    assert [BlendSchedule("step", 3).gamma(t) for t in range(5)] == [0, 0, 0, 1, 1]
+    assert [BlendSchedule("step", 3, 0).gamma(t) for t in range(5)] == [0, 0, 0, 1, 1]
     lin = BlendSchedule("linear", at=10, width=4)
     assert [lin.gamma(t) for t in (7, 8, 9, 10, 11, 12, 13)] == [0, 0, 0.25, 0.5, 0.75, 1, 1]
     sig = BlendSchedule("sigmoid", at=10, width=8)
@@ -205,4 +204,6 @@ def test_blend_schedules():
     np.testing.assert_allclose(g, 0.75)
     np.testing.assert_allclose(h, 0.75 * 1 + 0.25 * 3)
     with pytest.raises(ValueError, match="unknown blend schedule"):
-        BlendSchedule("cosine")
+        BlendSchedule("cosine", 40, 40)
+    with pytest.raises(ValueError, match="width must be > 0"):
+        BlendSchedule("linear", 40, 0)

@@ -12,10 +12,10 @@ from udfs import components
 from udfs.objectives.lambdamart import lambdarank_grad
 from udfs.objectives.registry import get
 from udfs.objectives.selgb import selected, selgb_grad
-from udfs.objectives.settings import ObjectiveSettings
 
 # Query 1: five non-relevant documents (0, 2, 3, 5, 6), two relevant; documents 2 and 5 tie at 0.9.
 # Query 2: four non-relevant, one relevant.   Query 3: two non-relevant, one relevant.
+SHARED = {"k": 10, "eta": 0.05, "exp_gain": True, "seed": 0}  # the training settings every objective's params hold
 LABELS = np.array([0, 2, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 2], dtype=np.float32)
 MARGINS = np.array([0.5, 0.1, 0.9, -0.3, 0.2, 0.9, 0.0, 0.4, -0.2, 0.7, 0.1, 0.3, 1.0, -1.0, 0.0], dtype=np.float32)
 OFFSETS = np.array([0, 7, 12, 15])
@@ -62,7 +62,7 @@ def test_the_gradient_by_hand_on_the_kept_documents_and_zero_elsewhere():
 
 
 def test_the_objective_keeps_every_document_at_the_first_tree_and_selects_after():
-    f = get("selgb").make(ObjectiveSettings(k=10), LABELS, OFFSETS, np.repeat([1, 2, 3], [7, 5, 3]), DOC,
+    f = get("selgb").make(SHARED, LABELS, OFFSETS, np.repeat([1, 2, 3], [7, 5, 3]), DOC,
                           {"negatives": 0.2})  # fmt: skip
     g0, h0 = f(MARGINS, 0)
     lg, lh = lambdarank_grad(MARGINS, LABELS, OFFSETS, k=10)
@@ -76,7 +76,7 @@ def test_the_objective_keeps_every_document_at_the_first_tree_and_selects_after(
 @pytest.mark.parametrize("value", ["0", "1.5", "-0.1"])
 def test_a_share_outside_0_1_exits_2_in_one_line_before_any_spark_job(value, capsys):
     try:
-        assert main(["plugins", "--check", "--set", f"plugins.params.selgb.negatives={value}"]) == 2
+        assert main(["plugins", "--check", "--set", f"components.selgb.negatives={value}"]) == 2
     finally:
         components.configure({})
     err = capsys.readouterr().err.strip()

@@ -103,7 +103,6 @@ def test_sglb_shrinkage_as_scaled_trees_ranks_as_the_shrinking_model():
     random partition of the rows, as a Gradient leaf), both give F = C * M at every tree: the same ranking."""
     from udfs.objectives import registry
     from udfs.objectives.noise import document_normal, stream_seed
-    from udfs.objectives.settings import ObjectiveSettings
     from udfs.objectives.stochastic_rank import shrink_factor
 
     rng = np.random.default_rng(1)
@@ -114,7 +113,8 @@ def test_sglb_shrinkage_as_scaled_trees_ranks_as_the_shrinking_model():
     qid, doc = np.repeat(np.arange(30), sizes), np.concatenate([np.arange(s) for s in sizes])
     eta, rate, lam = 0.3, 0.5, 3.0
     spec = registry.get("stochastic_rank")
-    f = spec.make(ObjectiveSettings(eta=eta, k=5), y, off, qid, doc, {**spec.defaults, "model_shrink_rate": rate})
+    shared = {"k": 5, "eta": eta, "exp_gain": True, "seed": 0}
+    f = spec.make(shared, y, off, qid, doc, {**spec.defaults, "model_shrink_rate": rate})
 
     def leaves(g: np.ndarray, t: int) -> np.ndarray:  # a fixed partition per tree; leaf = -sum g / (n + lambda)
         part = np.random.default_rng(100 + t).integers(0, 8, n)
@@ -146,20 +146,20 @@ def test_sglb_shrinkage_as_scaled_trees_ranks_as_the_shrinking_model():
     [
         ("estimator=foo", "estimator is 'ccs' or 'reinforce', got 'foo'"),
         ("num_estimations=0", "num_estimations must be >= 1, got 0"),
-        ("sigma=-1", "needs sigma > 0"),
+        ("sigma=-1", "sigma > 0, mu >= 0 and nu > 0; got -1"),
         ("model_shrink_mode=bar", "model_shrink_mode is 'constant' or 'decreasing', got 'bar'"),
         ("model_shrink_rate=-0.5", "model_shrink_rate must be >= 0"),
         ("sigma=fast", "sigma"),
     ],
 )
 def test_a_bad_setting_is_refused_when_the_config_loads_not_in_a_spark_task(setting, message):
-    """A built-in's settings from ``plugins.params`` are checked on the synthetic batch as a plug-in's are: a bad
-    value exits 2 with one line before any Spark job."""
+    """A built-in's settings from ``components`` are checked as a plug-in's are (by the check it declares, else on
+    the synthetic batch): a bad value exits 2 with one line before any Spark job."""
     from pipelines.core.errors import UserError
     from pipelines.plugins.run_config import load_run_config
 
     with pytest.raises(UserError, match=message) as e:
-        load_run_config(None, [f"plugins.params.stochastic_rank.{setting}"])
+        load_run_config(None, [f"components.stochastic_rank.{setting}"])
     assert "\n" not in str(e.value) and "stochastic_rank" in str(e.value)
-    cfg = load_run_config(None, ["plugins.params.stochastic_rank.estimator=reinforce"])
-    assert cfg.plugins.params == {"stochastic_rank": {"estimator": "reinforce"}}
+    cfg = load_run_config(None, ["components.stochastic_rank.estimator=reinforce"])
+    assert cfg.components == {"stochastic_rank": {"estimator": "reinforce"}}

@@ -58,7 +58,14 @@ def noisy_lambdamart_grad(
     )
 
 
-@objective("noisy_lambdamart", seeded=True)
+def _check(params: Mapping[str, Any]) -> None:
+    if not params["noise"] >= 0:
+        raise ValueError(f"noise (the noise's scale at tree 0) must be >= 0, got {params['noise']}")
+    if not params["anneal"] >= 1:
+        raise ValueError(f"anneal (the tree at which the noise has fallen to 0) must be >= 1, got {params['anneal']}")
+
+
+@objective("noisy_lambdamart", seeded=True, params={"noise": 1.0, "anneal": 100}, check=_check)
 def noisy_lambdamart(
     margins: np.ndarray,
     labels: np.ndarray,
@@ -70,15 +77,12 @@ def noisy_lambdamart(
     doc: np.ndarray,
     cache: dict,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """LambdaMART on scores with annealed Gaussian noise (noise regularisation, not StochasticRank): the noise
-    falls from ``train.stochastic_noise`` to 0 at ``train.stochastic_anneal`` and depends on (seed, tree, qid, doc)
-    only.
-
-    The noise scale falls linearly from ``stochastic_noise`` at tree 0 to 0 at ``stochastic_anneal``;
-    at 0 no noise is drawn (plain LambdaMART).
+    """LambdaMART on scores with annealed Gaussian noise (noise regularisation, not StochasticRank): the noise's
+    scale falls linearly from ``noise`` at global tree 0 to 0 at global tree ``anneal`` (from there on no noise is
+    drawn: plain LambdaMART), and the noise depends on (seed, tree, qid, doc) only.
     """
     k, gain = params["k"], params["exp_gain"]
-    noise = params["stochastic_noise"] * max(0.0, 1.0 - tree / max(params["stochastic_anneal"], 1))
+    noise = params["noise"] * max(0.0, 1.0 - tree / params["anneal"])
     eps = document_normal(params["seed"], tree, qid, doc) if noise > 0 else None
     return noisy_lambdamart_grad(
         margins,

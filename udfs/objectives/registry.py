@@ -9,9 +9,10 @@ use it too, so a plug-in is no second-class citizen)::
         return grad, hess
 
 ``margins`` (float32), ``labels`` and ``offsets`` (each query's first row, then the end) are one node's rows;
-``tree`` is the global tree index; ``params`` holds the training settings every objective may read (``k``,
-``exp_gain``, ``seed``, ...: :class:`~udfs.objectives.settings.ObjectiveSettings`) and the objective's own
-settings (``params=`` here: their defaults; ``plugins.params.<name>`` in the config sets them). The function may
+``tree`` is the global tree index; ``params`` holds the training settings every objective may read
+(:data:`SHARED`: ``k``, ``eta``, ``exp_gain``, ``seed``) and the objective's own settings (``params=`` here: their
+defaults; ``components.<name>`` in the config sets them; ``check=``: a function raising ``ValueError`` for values
+the objective cannot run with, called on the defaults and on the configured values). The function may
 also take ``qid`` and ``doc`` (each row's query id and document number: what seeded noise is drawn from) and
 ``cache`` (a dict kept for one node's rows: what depends only on the labels is computed once per node). What the
 rest of the system needs to know is declared with it: ``regression`` (a path that starts with it starts from the
@@ -34,20 +35,27 @@ from typing import Any
 
 import numpy as np
 
-from udfs.components import ComponentError, accepted, check_name, is_plugin, own_params, settings_of
-from udfs.objectives.settings import ObjectiveSettings
+from udfs.components import Check, ComponentError, accepted, check_name, is_plugin, own_params, settings_of
+from udfs.conventions import NdcgSpec
+from udfs.model import Model
 
 #: What a node's objective is at training time: ``f(margins, tree) -> (grad, hess)``.
 Factory = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 
 #: Modules of this package that hold no objective (shared code and this registry).
-_NOT_OBJECTIVES = ("registry", "settings", "pairwise", "noise")
+_NOT_OBJECTIVES = ("registry", "pairwise", "noise")
 
 #: Keyword arguments an objective function may take besides ``tree`` and ``params``.
 OPTIONAL = ("qid", "doc", "cache")
 
-#: The names every objective's ``params`` holds already (the training settings): no own setting may take one.
-RESERVED = tuple(f.name for f in ObjectiveSettings.__dataclass_fields__.values())
+#: The training settings every objective's ``params`` holds, whatever the objective (:func:`shared`): no objective's
+#: own setting may take one of these names.
+SHARED = ("k", "eta", "exp_gain", "seed")
+
+
+def shared(model: Model, metric: NdcgSpec) -> dict[str, Any]:
+    """The :data:`SHARED` settings of a model's settings and the metric's conventions."""
+    return {"k": model.k, "eta": model.eta, "exp_gain": metric.gain == "exp2", "seed": model.seed}
 
 
 class ObjectiveError(ComponentError):
@@ -69,22 +77,25 @@ class Objective:
     defaults: Mapping[str, Any] = field(default_factory=dict)
     accepts: tuple[str, ...] = ()
     plugin: bool = False
+    check: Check | None = None
 
     def make(
         self,
-        s: ObjectiveSettings,
+        shared: Mapping[str, Any],
         y: np.ndarray,
         offsets: np.ndarray,
         qid: np.ndarray,
         doc: np.ndarray,
         own: Mapping[str, Any] | None = None,
     ) -> Factory:
-        """``f(margins, tree)`` of this objective on one node's rows (``own``: its settings, default
-        :meth:`settings`); a plug-in's result is checked every tree (:func:`check_gradients`)."""
+        """``f(margins, tree)`` of this objective on one node's rows (``shared``: the :data:`SHARED` training
+        settings; ``own``: its own settings, default :meth:`settings`); a plug-in's result is checked every tree
+        (:func:`check_gradients`)."""
         if self.fn is None:
             raise ObjectiveError(f"objective {self.name!r} is XGBoost's {self.builtin}: no Python function")
-        settings = {f: getattr(s, f) for f in RESERVED}
-        params = MappingProxyType({**settings, **(self.settings() if own is None else own)})
+        if set(shared) != set(SHARED):
+            raise ObjectiveError(f"objective {self.name!r}: the training settings are {SHARED}, got {tuple(shared)}")
+        params = MappingProxyType({**shared, **(self.settings() if own is None else own)})
         extra: dict[str, Any] = {}
         for name, value in (("qid", qid), ("doc", doc), ("cache", {})):
             if name in self.accepts:
@@ -99,7 +110,7 @@ class Objective:
         return checked
 
     def settings(self) -> dict[str, Any]:
-        """Its own settings as configured (``plugins.params.<name>`` over the declared defaults)."""
+        """Its own settings as configured (``components.<name>`` over the declared defaults)."""
         return settings_of(self.name, self.defaults)
 
 
@@ -149,11 +160,12 @@ def objective(
     regression: bool = False,
     seeded: bool = False,
     params: Mapping[str, Any] | None = None,
+    check: Check | None = None,
 ) -> Callable[[Any], Any]:
     """Register the decorated ``f(margins, labels, offsets, *, tree, params)`` as objective ``name`` (see the
-    module docstring); ``params``: its own settings and their defaults."""
+    module docstring); ``params``: its own settings and their defaults; ``check``: their check."""
     check_name("objective", name)
-    own = own_params("objective", name, params, RESERVED)
+    own = own_params("objective", name, params, SHARED, check)
 
     def register(fn: Any) -> Any:
         accepts = accepted(fn, "objective", name, 3, ("tree", "params"), OPTIONAL)
@@ -163,7 +175,7 @@ def objective(
             where = old.builtin and f"XGBoost's {old.builtin}" or old.module
             raise ObjectiveError(f"objective {name!r} is registered twice: by {where} and by {module}; rename one")
         _REGISTRY[name] = Objective(
-            name, None, regression, seeded, fn, module, MappingProxyType(own), accepts, is_plugin(module)
+            name, None, regression, seeded, fn, module, MappingProxyType(own), accepts, is_plugin(module), check
         )
         return fn
 

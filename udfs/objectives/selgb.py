@@ -121,7 +121,7 @@ def selgb_grad(
     return grad, hess
 
 
-@objective("selgb", params={"negatives": 0.01})
+@objective("selgb", params={"negatives": 0.01}, check=lambda params: check_negatives(params["negatives"]))
 def selgb(
     margins: np.ndarray,
     labels: np.ndarray,

@@ -39,9 +39,14 @@ def sigmoid_pairwise_grad(
     )
 
 
-@objective("sigmoid_pairwise")
+def _check(params: Mapping[str, Any]) -> None:
+    if not params["gamma"] > 0:
+        raise ValueError(f"gamma (the sigmoid's steepness) must be > 0, got {params['gamma']}")
+
+
+@objective("sigmoid_pairwise", params={"gamma": 1.0}, check=_check)
 def sigmoid_pairwise(
     margins: np.ndarray, labels: np.ndarray, offsets: np.ndarray, *, tree: int, params: Mapping[str, Any]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The sigmoid pairwise loss with steepness ``train.sigmoid_gamma``."""
-    return sigmoid_pairwise_grad(margins, labels, offsets, k=params["k"], gamma=params["sigmoid_gamma"])
+    """The sigmoid pairwise loss with steepness ``gamma``."""
+    return sigmoid_pairwise_grad(margins, labels, offsets, k=params["k"], gamma=params["gamma"])

@@ -251,6 +251,21 @@ def shrink_factor(tree: int, eta: float, rate: float, mode: str) -> float:
     return math.prod(1.0 - rate / t for t in range(1, tree + 1))
 
 
+def _check(params: Mapping[str, Any]) -> None:
+    """StochasticRank's own settings, those that need no training setting (``model_shrink_rate`` against ``eta``
+    is checked where both are known, at the first tree)."""
+    if int(params["num_estimations"]) < 1:
+        raise ValueError(f"num_estimations must be >= 1, got {params['num_estimations']}")
+    if params["model_shrink_mode"] not in ("constant", "decreasing"):
+        raise ValueError(f"model_shrink_mode is 'constant' or 'decreasing', got {params['model_shrink_mode']!r}")
+    if params["langevin"] and not float(params["diffusion_temperature"]) > 0:
+        raise ValueError(f"diffusion_temperature must be > 0, got {params['diffusion_temperature']}")
+    if params["estimator"] not in ("ccs", "reinforce"):
+        raise ValueError(f"estimator is 'ccs' or 'reinforce', got {params['estimator']!r}")
+    if not (float(params["sigma"]) > 0 and float(params["mu"]) >= 0 and float(params["nu"]) > 0):
+        raise ValueError(f"sigma > 0, mu >= 0 and nu > 0; got {params['sigma']}, {params['mu']}, {params['nu']}")
+
+
 @objective(
     "stochastic_rank",
     seeded=True,
@@ -266,6 +281,7 @@ def shrink_factor(tree: int, eta: float, rate: float, mode: str) -> float:
         "model_shrink_mode": "constant",
         "estimator": "ccs",
     },
+    check=_check,
 )
 def stochastic_rank(
     margins: np.ndarray,
@@ -290,15 +306,9 @@ def stochastic_rank(
     draw has no counterpart in XGBoost's one gradient vector). Noise: (seed, tree, qid, doc), a stream per sample.
     CatBoost uses no hessian (its leaves: ``lr * sum(Der1) / (n + l2_leaf_reg)``), which ``hess = 1`` reproduces
     with ``train.reg_lambda`` as ``l2_leaf_reg`` (CatBoost's default 3)."""
-    s = int(params["num_estimations"])
-    if s < 1:
-        raise ValueError(f"num_estimations must be >= 1, got {s}")
-    seed, eta = int(params["seed"]), float(params["eta"])
+    _check(params)
+    s, seed, eta = int(params["num_estimations"]), int(params["seed"]), float(params["eta"])
     mode = str(params["model_shrink_mode"])
-    if mode not in ("constant", "decreasing"):
-        raise ValueError(f"model_shrink_mode is 'constant' or 'decreasing', got {mode!r}")
-    if params["langevin"] and not float(params["diffusion_temperature"]) > 0:
-        raise ValueError(f"diffusion_temperature must be > 0, got {params['diffusion_temperature']}")
     eps = np.stack([document_normal(stream_seed(seed, r), tree, qid, doc) for r in range(s)])
     rate = params["model_shrink_rate"]
     if rate is None:
