@@ -207,3 +207,23 @@ def test_blend_schedules():
         BlendSchedule("cosine", 40, 40)
     with pytest.raises(ValueError, match="width must be > 0"):
         BlendSchedule("linear", 40, 0)
+
+
+def test_sigmoid_pairwise_takes_its_own_settings_from_the_config():
+    """``components.sigmoid_pairwise``: ``gamma`` and ``ndcg_weighted`` reach the gradient (and nothing else)."""
+    from tests.helpers import component_settings
+    from udfs.objectives.registry import get
+
+    rng = np.random.default_rng(3)
+    off = np.array([0, 6, 13])
+    y = rng.integers(0, 5, 13).astype(np.float32)
+    s = rng.normal(size=13).astype(np.float32)
+    shared = {"k": 10, "eta": 0.05, "exp_gain": True, "seed": 0}
+    ids = np.arange(13)
+    for own in ({"gamma": 2.0}, {"ndcg_weighted": True}):
+        with component_settings(sigmoid_pairwise=own):
+            g, h = get("sigmoid_pairwise").make(shared, y, off, ids, ids)(s, 0)
+        want = sigmoid_pairwise_grad(s, y, off, k=10, **{"gamma": 1.0, "ndcg_weighted": False, **own})
+        np.testing.assert_array_equal(g, want[0])
+        np.testing.assert_array_equal(h, want[1])
+        assert not np.array_equal(g, sigmoid_pairwise_grad(s, y, off, k=10)[0])

@@ -44,9 +44,12 @@ def _check(params: Mapping[str, Any]) -> None:
         raise ValueError(f"gamma (the sigmoid's steepness) must be > 0, got {params['gamma']}")
 
 
-@objective("sigmoid_pairwise", params={"gamma": 1.0}, check=_check)
+@objective("sigmoid_pairwise", params={"gamma": 1.0, "ndcg_weighted": False}, check=_check)
 def sigmoid_pairwise(
     margins: np.ndarray, labels: np.ndarray, offsets: np.ndarray, *, tree: int, params: Mapping[str, Any]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The sigmoid pairwise loss with steepness ``gamma``."""
-    return sigmoid_pairwise_grad(margins, labels, offsets, k=params["k"], gamma=params["gamma"])
+    """The sigmoid pairwise loss with steepness ``gamma``; ``ndcg_weighted``: each pair weighted by its NDCG@k
+    change, as LambdaMART weighs its pairs."""
+    return sigmoid_pairwise_grad(
+        margins, labels, offsets, k=params["k"], gamma=params["gamma"], ndcg_weighted=params["ndcg_weighted"]
+    )
