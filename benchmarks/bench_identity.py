@@ -4,7 +4,7 @@
 
 In a git copy of the checkout: ``ltr run`` (README's main job, default config) from nothing; then a commit that
 changes the progress bar's poll interval (``pipelines/core/spark_progress.py``) and the report's bootstrap default
-(``pipelines/core/config.py``); then ``ltr run`` again in the same work directory. Prints, per run, its seconds,
+(``pipelines/core/config/schema.py``); then ``ltr run`` again in the same work directory. Prints, per run, its seconds,
 the trees it trained, whether it computed difficulty scores, curricula or cuts, and whether it wrote the report,
 read from the run's own log, as JSON. Before the kernel (issue 53) the second run trained every tree again.
 """
@@ -91,9 +91,10 @@ def main() -> None:
     progress = repo / "pipelines/core/spark_progress.py"
     text = progress.read_text()
     new = re.sub(r"^POLL_SECONDS = ([0-9.]+)", lambda m: f"POLL_SECONDS = {float(m.group(1)) * 2}", text, flags=re.M)
-    config = repo / "pipelines/core/config.py"
+    config = repo / "pipelines/core/config/schema.py"
     ctext = config.read_text()
-    cnew = ctext.replace("    bootstrap: int = 10000\n", "    bootstrap: int = 2000\n")
+    old = "    bootstrap: int = setting(\n        10000,"
+    cnew = ctext.replace(old, old.replace("10000", "2000"))
     if new == text or cnew == ctext:
         raise SystemExit("the edits did not apply: POLL_SECONDS or ReportConfig.bootstrap moved")
     progress.write_text(new)

@@ -3,9 +3,8 @@
 * :func:`cli_page`: every ``ltr`` command and option, from the argument parser (:func:`pipelines.app.cli.build_parser`):
   its help, default, choices and whether it is required.
 * :func:`config_page`: every config key (:class:`pipelines.core.config.Config`) with its type and default (the
-  dataclasses'), its description (the ``#:`` comment above the field, the convention Sphinx's autodoc reads too),
-  its checks (the messages of the section's ``__post_init__`` and of the functions it calls, found in their syntax
-  trees) and which keys hold it (found by changing the value and computing the keys again: :func:`keyed_by`).
+  dataclasses'), its description and checks (what the field declares: :func:`pipelines.core.config.setting`) and
+  which keys hold it (found by changing the value and computing the keys again: :func:`keyed_by`).
 * :func:`components_page`: the built-in objectives, difficulty scores and pacing functions, with their settings.
 * :func:`report_page`: ``report.json``'s fields (:data:`pipelines.report.export.REPORT_FIELDS`, which a test compares
   with a report's fields).
@@ -19,7 +18,6 @@ fails on any. ``docs/conf.py`` calls :func:`write_pages` before Sphinx reads the
 from __future__ import annotations
 
 import argparse
-import ast
 import copy
 import functools
 import inspect
@@ -34,8 +32,7 @@ from typing import Any
 
 import yaml
 
-from pipelines.core import config as config_module
-from pipelines.core.config import Config
+from pipelines.core.config import Config, TrainConfig, declared
 
 #: What each kind of key in the config reference's ``keyed`` column means.
 KEY_KINDS = {
@@ -153,116 +150,6 @@ def _sections() -> dict[str, type]:
     return {"": Config, **{f.name: hints[f.name] for f in fields(Config) if is_dataclass(hints[f.name])}}
 
 
-def _field_docs(cls: type) -> dict[str, str]:
-    """Field name -> the ``#:`` comment lines right above it in ``cls``'s source, joined."""
-    lines, _ = inspect.getsourcelines(cls)
-    tree = ast.parse(textwrap.dedent("".join(lines)))
-    body = tree.body[0]
-    assert isinstance(body, ast.ClassDef)
-    out = {}
-    for st in body.body:
-        if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name):
-            doc: list[str] = []
-            i = st.lineno - 2
-            while i >= 0 and lines[i].strip().startswith("#:"):
-                doc.insert(0, lines[i].strip()[2:].strip())
-                i -= 1
-            out[st.target.id] = " ".join(doc)
-    return out
-
-
-def _message(node: ast.expr, loops: dict[str, tuple[str, ...]], names: dict[str, Any]) -> str:
-    """A raised message as text: an f-string's constant parts; a value the config module can compute alone (``',
-    '.join(GENERATE_SHAPES)``) computed, the others shown as ``…``; the key's own name at its start and the value
-    given (``, got …``) cut, since the table names both."""
-    if isinstance(node, ast.Constant):
-        text = str(node.value)
-    elif isinstance(node, ast.JoinedStr):
-        parts = []
-        for v in node.values:
-            if isinstance(v, ast.Constant):
-                parts.append(str(v.value))
-            elif isinstance(v, ast.FormattedValue):
-                parts.append(_value(v.value, loops, names))
-        text = "".join(parts)
-    else:
-        return ""
-    text = re.split(r",? got …|: got …", text)[0]
-    text = re.sub(r"^(…|[a-z_]+)?(\.[a-z0-9_…]+)+\s*(\(--[^)]*\))?\s*", "", text.strip())  # the key's name, its flag
-    text = text.strip().strip(":;,").strip()
-    return text if re.search(r"[a-z]{3}", text) else ""  # nothing but values: not a description of a check
-
-
-def _value(expr: ast.expr, loops: dict[str, tuple[str, ...]], names: dict[str, Any]) -> str:
-    """A formatted value of a message: computed when it needs only the names of the module that raises it
-    (``names``), else ``…``; ``key(...)`` (the key's own name, which the table gives) is left out."""
-    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "key":
-        return ""
-    if any(isinstance(n, ast.Name) and (n.id in loops or n.id in ("self", "values")) for n in ast.walk(expr)):
-        return "…"
-    try:
-        return str(eval(compile(ast.Expression(expr), "<message>", "eval"), dict(names)))  # noqa: S307
-    except Exception:  # noqa: BLE001 - a value that needs the instance: shown as …
-        return "…"
-
-
-def _names_in(node: ast.AST, loops: dict[str, tuple[str, ...]]) -> set[str]:
-    """The field names an expression reads: ``self.x``, ``getattr(self, name)`` and ``values["x"]``/``"x" in
-    values``/``values.get("x")`` (``loops``: a loop variable -> the names it runs over)."""
-    out: set[str] = set()
-    for n in ast.walk(node):
-        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
-            out.add(n.attr)
-        elif isinstance(n, ast.Name) and n.id in loops:
-            out.update(loops[n.id])
-        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.isidentifier():
-            out.add(n.value)
-    return out
-
-
-def _checks_in(fn: Callable[..., Any], names: set[str]) -> dict[str, list[str]]:
-    """Field name -> the messages ``fn`` raises under a condition that reads it (one level of calls to functions of
-    the config module followed: ``_check_curriculum``)."""
-    try:
-        src = textwrap.dedent(inspect.getsource(fn))
-    except (OSError, TypeError):
-        return {}
-    out: dict[str, list[str]] = {}
-    module_names = getattr(fn, "__globals__", {})
-    aliases: dict[str, set[str]] = {}  # a local name -> the fields its value reads (``bad = [...self.x...]``)
-
-    def reads(node: ast.AST, loops: dict[str, tuple[str, ...]]) -> set[str]:
-        found = _names_in(node, loops)
-        for n in ast.walk(node):
-            if isinstance(n, ast.Name) and n.id in aliases:
-                found |= aliases[n.id]
-        return found
-
-    def visit(node: ast.AST, loops: dict[str, tuple[str, ...]], cond: set[str]) -> None:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            aliases[node.targets[0].id] = reads(node.value, loops)
-        if isinstance(node, ast.For) and isinstance(node.target, ast.Name) and isinstance(node.iter, ast.Tuple):
-            values = tuple(e.value for e in node.iter.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
-            loops = {**loops, node.target.id: values}
-        if isinstance(node, ast.If):
-            cond = cond | reads(node.test, loops)
-        if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args:
-            msg = _message(node.exc.args[0], loops, module_names)
-            for name in (cond | _names_in(node.exc.args[0], loops)) & names:
-                if msg and msg not in out.setdefault(name, []):
-                    out[name].append(msg)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            callee = getattr(config_module, node.func.id, None)
-            if callable(callee) and node.func.id.startswith("_check"):
-                for k, v in _checks_in(callee, names).items():
-                    out.setdefault(k, []).extend(m for m in v if m not in out[k])
-        for child in ast.iter_child_nodes(node):
-            visit(child, loops, cond)
-
-    visit(ast.parse(src), {}, set())
-    return out
-
-
 def _type_name(tp: Any) -> str:
     return str(tp).replace("typing.", "") if typing.get_origin(tp) else getattr(tp, "__name__", str(tp))
 
@@ -292,7 +179,7 @@ THROUGH: dict[str, tuple[str, ...]] = {
     "ingest.n_features": ("data",),
     "ingest.min_label": ("data",),
     "ingest.max_label": ("data",),
-    **{f"train.{name}": ("trees",) for name in config_module.TrainConfig.WHAT},
+    **{f"train.{name}": ("trees",) for name in TrainConfig.WHAT},
     "components": ("trees",),
 }
 
@@ -341,11 +228,8 @@ def config_keys() -> tuple[ConfigKey, ...]:
     """Every key of the config, section by section, in the dataclasses' order."""
     out = []
     for section, cls in _sections().items():
-        docs = _field_docs(cls)
+        settings = declared(cls)
         hints = typing.get_type_hints(cls)
-        names = {f.name for f in fields(cls)}
-        post_init = getattr(cls, "__post_init__", None)
-        checks = _checks_in(post_init, names) if post_init is not None else {}
         default = cls()
         for f in fields(cls):
             if section == "" and is_dataclass(hints[f.name]):
@@ -358,8 +242,8 @@ def config_keys() -> tuple[ConfigKey, ...]:
                     path=f"{section}.{f.name}" if section else f.name,
                     type=_type_name(hints[f.name]),
                     default=value,
-                    description=docs.get(f.name, ""),
-                    checks=tuple(checks.get(f.name, ())),
+                    description=settings[f.name].doc,
+                    checks=settings[f.name].rules(),
                     keyed=keyed_by(section, f.name),
                 )
             )
@@ -375,9 +259,10 @@ def config_page() -> str:
         "A run's configuration is `conf/default.yaml` (every key with its default), a file given with `--conf` (any "
         "subset), then `--set section.key=value` (repeatable; the value is read as YAML), then a command's flags. "
         "An unknown key anywhere is refused with its full path and the closest known name; a value of the wrong "
-        "type or range names its key and value (exit 2). Type and default come from the typed config "
-        "(`pipelines/core/config.py`), the description from the comment above each field, the checks from the "
-        "section's own checks, and the *keyed* column from computing the keys with the value changed:\n",
+        "type or range names its key and value (exit 2). Type, default, description and checks come from each "
+        "field's declaration in the typed config (`pipelines/core/config/schema.py`: bounds and choices as data, "
+        "and what its section's own check adds), and the *keyed* column from computing the keys with the value "
+        "changed:\n",
         *(f"- **{k}**: {v}." for k, v in KEY_KINDS.items()),
         "- an empty cell: in no key, so changing it retrains nothing (where inputs are read or written, workers, "
         "threads, retries, timeouts, the report's settings).\n",
@@ -407,7 +292,7 @@ DEFAULT_YAML_HEAD = """\
 # The built-in small run: `ltr run` with no arguments uses this file.
 # Every key is listed with its default; any other file may override a subset.
 # Override from the command line with --set section.key=value.
-# Written from the typed config (pipelines/core/config.py: defaults, and the comment above each field) by
+# Written from the typed config (each field's declaration in pipelines/core/config/schema.py) by
 # `python -m pipelines.app.reference --default-yaml conf/default.yaml`; a test keeps the two equal. Each key's type,
 # checks and the keys it reaches: docs/reference/config.md.
 """

@@ -129,6 +129,14 @@ BAD_CONFIGS = [
     ("", ["ingest.chunk_bytes=0"],
      "{p}: ingest.chunk_bytes (--chunk-bytes) must be >= 1 (nominal text bytes per Spark task, e.g. 33554432), got 0"),
     ("grid: [1\n", [], "{p}:2:1: invalid YAML: expected ',' or ']', but got '<stream end>'"),
+    # bounds and choices declared with the field (pipelines.core.config.fields.setting)
+    ("", ["train.eta=0"], "{p}: train.eta must be > 0, got 0.0"),
+    ("", ["train.subsample=1.5"], "{p}: train.subsample must be in (0, 1], got 1.5"),
+    ("", ["metric.k=0"], "{p}: metric.k must be >= 1, got 0"),
+    ("", ["metric.gain=log"], "{p}: metric.gain must be one of exp2, linear, got 'log'"),
+    ("", ["grid.folds=[1,0]"], "{p}: grid.folds must each be >= 1, got [1, 0]"),
+    ("", ["report.margin=1"], "{p}: report.margin must be in [0, 1) (an NDCG difference), got 1.0"),
+    ("", ["selfpaced.by=rank"], "{p}: selfpaced.by must be one of ndcg, loss, got 'rank'"),
 ]  # fmt: skip
 
 
@@ -139,6 +147,36 @@ def test_bad_configs_give_one_line_naming_the_key(tmp_path, text, overrides, mes
     with pytest.raises(ConfigError) as err:
         load_config(p, overrides)
     assert str(err.value) == message.format(p=p)
+
+
+def test_one_declaration_drives_the_check_the_reference_and_the_message():
+    """A field's bounds, written once where it is declared, are its check when the section is made (naming the
+    key's path, its flag and the value) and the rule the reference states; a check written in the section's
+    check() is stated from the declaration's ``checks=``."""
+    from dataclasses import dataclass
+
+    from pipelines.core.config import Section, declared, setting
+
+    @dataclass(frozen=True)
+    class Toy(Section):
+        SECTION = "toy"
+
+        n: int = setting(2, "how many", min=1, why="at least one", flag="--n")
+        mode: str = setting("a", "which", choices=("a", "b"), checks=("b only with n > 1",))
+
+        def check(self) -> None:
+            if self.mode == "b" and self.n < 2:
+                raise ConfigError(f"toy.mode 'b' needs toy.n > 1, got {self.n}")
+
+    assert declared(Toy)["n"].rules() == (">= 1 (at least one)",)
+    assert declared(Toy)["mode"].rules() == ("one of a, b", "b only with n > 1")
+    with pytest.raises(ConfigError, match=r"^toy.n \(--n\) must be >= 1 \(at least one\), got 0$"):
+        Toy(n=0)
+    with pytest.raises(ConfigError, match=r"^toy.mode must be one of a, b, got 'c'$"):
+        Toy(mode="c")
+    with pytest.raises(ConfigError, match=r"needs toy.n > 1, got 1$"):
+        Toy(n=1, mode="b")
+    assert Toy(n=3, mode="b").n == 3
 
 
 def test_a_bad_config_exits_2_from_the_ltr_command_in_one_line(tmp_path):

@@ -277,7 +277,7 @@ def test_a_docs_commit_resumes_and_every_edit_of_the_computing_code_retrains(sma
         "pipelines/core/spark_progress.py",
         "pipelines/core/session.py",
         "pipelines/core/storage.py",
-        "pipelines/core/config.py",
+        "pipelines/core/config/schema.py",
         "pipelines/store/lease.py",
         "pipelines/execution/barrier_job.py",
     ):
@@ -413,7 +413,7 @@ def test_each_kind_of_result_is_keyed_by_its_own_kernel_code():
 #: (file, the kinds of result whose key an edited statement there changes). Operations code first: a fix there
 #: keeps every key (it used to re-key every result: config, progress, session, storage, leases, the barrier job).
 IDENTITY_TABLE = [
-    ("pipelines/core/config.py", set()),
+    ("pipelines/core/config/schema.py", set()),
     ("pipelines/core/spark_progress.py", set()),
     ("pipelines/core/proctree.py", set()),
     ("pipelines/core/session.py", set()),

@@ -187,13 +187,13 @@ def test_feature_flags_and_config_checked_before_spark(tmp_path, capsys, monkeyp
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ltr difficulty: error:")]
     assert code == 2
     assert len(err) == 1 and err[0].endswith(
-        "default.yaml: difficulty.bm25_feature (--bm25-feature) must be a feature id >= 1, or 0 for the dataset's, "
+        "default.yaml: difficulty.bm25_feature (--bm25-feature) must be >= 0 (a feature id, or 0 for the dataset's), "
         "got -1"
     )
     with pytest.raises(
         ConfigError,
-        match=r"difficulty.pagerank_feature \(--pagerank-feature\) must be a feature "
-        r"id >= 1, or 0 for the dataset's, got -2",
+        match=r"difficulty.pagerank_feature \(--pagerank-feature\) must be >= 0 \(a feature id, or 0 for the "
+        r"dataset's\), got -2",
     ):
         DifficultyConfig(pagerank_feature=-2)
 

@@ -282,7 +282,7 @@ def test_no_rows_kept_exits_2_with_one_line(spark, tmp_path, capsys):
             "ingest.chunk_bytes (--chunk-bytes) must be >= 1 (nominal text bytes per Spark task, e.g. 33554432), "
             "got -5",
         ),
-        (["--n-features", "-1"], "ingest.n_features (--n-features) must be >= 1, or 0 for the dataset's, got -1"),
+        (["--n-features", "-1"], "ingest.n_features (--n-features) must be >= 0 (0: the dataset's), got -1"),
         (
             ["--min-label", "3", "--max-label", "1"],
             "ingest.min_label (--min-label) 3 > ingest.max_label (--max-label) 1: no label would be valid",
@@ -300,7 +300,7 @@ def test_no_rows_kept_exits_2_with_one_line(spark, tmp_path, capsys):
         ),
         (
             ["--max-label", "300"],
-            "ingest.max_label (--max-label) must lie in [-128, 127] (labels are stored as int8), got 300",
+            "ingest.max_label (--max-label) must be in [-128, 127] (labels are stored as int8), got 300",
         ),
         (
             ["--set", "ingest.chunk_bytes=0"],
@@ -308,8 +308,8 @@ def test_no_rows_kept_exits_2_with_one_line(spark, tmp_path, capsys):
         ),
         (
             ["--set", "ingest.compression=lzo"],
-            "ingest.compression 'lzo' is not a Parquet codec both pyarrow "
-            "and Spark write; expected one of snappy, zstd, gzip, lz4, none",
+            "ingest.compression must be one of snappy, zstd, gzip, lz4, none (the codecs both pyarrow and Spark "
+            "write), got 'lzo'",
         ),
     ],
 )
@@ -330,8 +330,7 @@ def test_impossible_options_exit_2_before_spark_starts(tmp_path, capsys, monkeyp
 def test_ingest_config_checks():
     with pytest.raises(
         ConfigError,
-        match=r"ingest.n_features \(--n-features\) must be >= 1, or 0 for the "
-        r"dataset's, got -3",
+        match=r"ingest.n_features \(--n-features\) must be >= 0 \(0: the dataset's\), got -3",
     ):
         IngestConfig(n_features=-3)
     with pytest.raises(ConfigError, match=r"ingest.min_label \(--min-label\) 2 > ingest.max_label \(--max-label\) 1"):

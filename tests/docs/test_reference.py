@@ -20,7 +20,7 @@ def test_every_option_config_key_and_component_has_a_description():
 
 
 def test_a_missing_description_is_found():
-    """The check can fail: an option without help and a field without its ``#:`` comment are both named."""
+    """The check can fail: an option without help and a field declared without a description are both found."""
     parser = argparse.ArgumentParser(prog="ltr")
     sub = parser.add_subparsers(dest="command")
     p = sub.add_parser("x", help="a command")
@@ -30,13 +30,14 @@ def test_a_missing_description_is_found():
 
     from dataclasses import dataclass
 
+    from pipelines.core.config import declared, setting
+
     @dataclass(frozen=True)
     class Section:
-        #: described
-        a: int = 1
-        b: int = 2  # a plain comment is not a description
+        a: int = setting(1, "described")
+        b: int = 2  # a comment is not a description
 
-    assert reference._field_docs(Section) == {"a": "described", "b": ""}
+    assert {name: s.doc for name, s in declared(Section).items()} == {"a": "described", "b": ""}
 
 
 def test_the_config_page_holds_every_key_of_default_yaml():
@@ -58,11 +59,12 @@ def test_the_config_page_holds_every_key_of_default_yaml():
 
 
 def test_the_checks_and_keys_columns_follow_the_code():
-    """The checks are the section's own error messages; the keyed column is what the keys do: a tree setting is in
-    the nodes' and the study's keys, a worker count or a retry in none, the report's settings in none, a grid
-    setting in the study's (not the nodes': a new switch point reuses every node it shares)."""
+    """The checks are what each field declares (bounds, choices, what its section's check() checks); the keyed
+    column is what the keys do: a tree setting is in the nodes' and the study's keys, a worker count or a retry in
+    none, the report's settings in none, a grid setting in the study's (not the nodes': a new switch point reuses
+    every node it shares)."""
     rows = {k.path: k for k in reference.config_keys()}
-    assert "must be one of auto, worker, spark" in rows["train.read"].checks
+    assert "one of auto, worker, spark" in rows["train.read"].checks
     assert any("(0, 1]" in c for c in rows["curriculum.fraction"].checks)
     assert any("strictly between 0" in c for c in rows["grid.switch_points"].checks)
     assert rows["train.eta"].keyed == ("study", "trees")
@@ -93,8 +95,8 @@ def test_the_pages_are_written_only_when_they_change(tmp_path):
 
 def test_default_yaml_is_written_from_the_typed_config():
     """conf/default.yaml is the typed config written out, each key under its description: one source for both (to
-    change a default or a description, edit pipelines/core/config.py, then `python -m pipelines.app.reference
-    --default-yaml conf/default.yaml`)."""
+    change a default or a description, edit its declaration in pipelines/core/config/schema.py, then
+    `python -m pipelines.app.reference --default-yaml conf/default.yaml`)."""
     assert (conf_dir() / "default.yaml").read_text() == reference.default_yaml()
 
 

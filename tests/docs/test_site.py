@@ -61,7 +61,7 @@ def test_the_site_builds_strictly_with_every_part(site):
     for page in (f"{p}.html" for p in want):
         assert page in built, page
     config = (site / "reference" / "config.html").read_text()
-    assert "train.codes_in_memory_gib" in config and "must be one of auto, worker, spark" in config
+    assert "train.codes_in_memory_gib" in config and "one of auto, worker, spark" in config
     assert "results.load" in (site / "reference" / "results-api.html").read_text()
     assert (site / "searchindex.js").stat().st_size > 10_000
 

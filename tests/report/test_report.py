@@ -505,7 +505,7 @@ def test_seed_repetitions_are_averaged_query_by_query_and_their_spread_reported(
 def test_report_config():
     assert ReportConfig().table2_sizes == []
     assert load_config(None, ["report.table2_sizes=[20, 40]"]).report.table2_sizes == [20, 40]
-    with pytest.raises(ConfigError, match=r"report.table2_sizes: sizes are numbers of trees >= 1, got \[0\]"):
+    with pytest.raises(ConfigError, match=r"report.table2_sizes must each be >= 1 \(numbers of trees\), got \[0, 20\]"):
         load_config(None, ["report.table2_sizes=[0, 20]"])
     with pytest.raises(ConfigError, match=r"report.permutations must be >= 1, got 0"):
         load_config(None, ["report.permutations=0"])
