@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 
 from pipelines.core.errors import LtrError, UserError
-from pipelines.core.proctree import alive
+from pipelines.core.locks import FileLock
 
 log = logging.getLogger(__name__)
 
@@ -238,20 +238,22 @@ def _lock(archive: Path) -> Path:
 
 def start_background_build(archive: Path | None = None) -> subprocess.Popen[bytes] | None:
     """Start ``python -m pipelines.app.jvm`` writing the archive, detached and at low priority, unless it
-    exists, is switched off, or another process is writing it (a lock file holding its pid, taken over
-    when that process is gone); returns the process, or None."""
+    exists, is switched off, or another process is writing it (it holds the archive's lock, a
+    :class:`~pipelines.core.locks.FileLock` that its end releases, however it ends); returns the process, or None.
+    The process takes the lock itself; of two started at once, the one that does not get it ends at once."""
     if not enabled():
         return None
     archive = archive or class_archive()
     if archive is None or archive.exists():
         return None
     archive.parent.mkdir(parents=True, exist_ok=True)
-    lock = _lock(archive)
-    if not _take(lock):
+    lock = FileLock(str(_lock(archive)))
+    if not lock.acquire(wait=False):
         return None
+    lock.release()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pipelines.app.jvm", "--out", str(archive), "--lock", str(lock)],
+        [sys.executable, "-m", "pipelines.app.jvm", "--out", str(archive), "--lock", lock.path],
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -259,31 +261,8 @@ def start_background_build(archive: Path | None = None) -> subprocess.Popen[byte
         start_new_session=True,
         preexec_fn=lambda: os.nice(10),
     )
-    lock.write_text(str(proc.pid))
     log.info("writing Spark's class archive %s in the background (pid %d): later JVMs start faster", archive, proc.pid)
     return proc
-
-
-def _take(lock: Path) -> bool:
-    """Create ``lock`` (True), or False while the process named in it lives."""
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            try:
-                pid = int(lock.read_text().strip() or 0)
-            except (OSError, ValueError):
-                pid = 0
-            if pid and alive(pid):
-                return False
-            if not pid and time.time() - _mtime(lock) < 30:  # being written by its taker
-                return False
-            _remove(str(lock))
-            continue
-        os.write(fd, str(os.getpid()).encode())
-        os.close(fd)
-        return True
-    return False
 
 
 def _mtime(path: Path) -> float:
@@ -345,14 +324,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None)
     p.add_argument("--lock", default=None)
     a = p.parse_args(argv)
+    lock = FileLock(a.lock) if a.lock else None
+    if lock is not None and not lock.acquire(wait=False):
+        print(f"class archive: another process (pid {lock.holder()}) is writing it", file=sys.stderr)
+        return 0
     try:
-        path = build_class_archive(Path(a.out) if a.out else None)
+        if lock is not None and a.out and Path(a.out).exists():  # written by the holder before us
+            path = Path(a.out)
+        else:
+            path = build_class_archive(Path(a.out) if a.out else None)
     except JvmArchiveError as e:
         print(f"class archive: {e}", file=sys.stderr)
         return 1
     finally:
-        if a.lock:
-            _remove(a.lock)
+        if lock is not None:
+            lock.release()
     print(json.dumps({"archive": str(path), "bytes": path.stat().st_size}))
     return 0
 

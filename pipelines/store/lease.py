@@ -41,16 +41,18 @@ Atomicity
   check and the replace in which an owner already late by ``2/3 ttl`` could
   overwrite its successor's fresh lease; the successor then gets
   :class:`LeaseLost` at its next renewal, and commits stay fenced by the token.
-* **Other pyarrow filesystems** (``hdfs://``, ``s3://``, ...): best effort.
-  ``pyarrow.fs`` has no exclusive create (HDFS ``create(overwrite=False)`` and
-  S3 conditional puts are not exposed) and no atomic rename-over, so a lease is
-  written, left to settle for :data:`SETTLE_S` seconds and read back: of racing
-  writers only the one whose write landed last sees its own token. A renewal is
-  written whole, as on local filesystems (on HDFS, which does not rename onto a
-  file, the old lease is deleted just before the rename: a reader that finds no
-  lease then reads again). A writer
-  slower than the settle delay can still overwrite a lease already verified;
-  the token fence on commits then keeps the loser from committing.
+* **Other pyarrow filesystems** (``hdfs://``, ``s3://``, ``gs://``, ...): **no exclusion is guaranteed**, and
+  none is claimed. ``pyarrow.fs`` has no exclusive create (HDFS ``create(overwrite=False)`` and S3 conditional
+  puts are not exposed) and no atomic rename-over. What the lease does there is refuse a second writer in one
+  line (:class:`LeaseHeld`, exit 75) whenever it can see one: a live lease of another owner when it asks; after
+  writing its own, another owner's when it reads back :data:`SETTLE_S` seconds later (of writers racing within
+  that second, only the one whose write landed last sees its own token); at each renewal, every ``ttl / 3``
+  seconds (:class:`LeaseLost`). Two writers can both proceed only when the second's write lands after the
+  first's read-back while the second read no lease before it wrote: a start within about a second of another's
+  on the same node. Even then the token fences every checkpoint commit, so the loser's trees are never stored,
+  and it stops at its next renewal. A renewal is written whole, as on local filesystems (on HDFS, which does
+  not rename onto a file, the old lease is deleted just before the rename: a reader that finds no lease then
+  reads again). The first lease a process takes on such a store says this in one log line.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ from dataclasses import asdict, dataclass
 import pyarrow.fs as pafs
 
 from pipelines.core.errors import BusyError, crosses_tasks
+from pipelines.core.locks import exclusive_create
 from pipelines.core.proctree import alive
 from pipelines.core.storage import FsRoot, put_atomic
 
@@ -257,30 +260,10 @@ def _bytes(info: LeaseInfo) -> bytes:
     return json.dumps(asdict(info), sort_keys=True).encode()
 
 
-# -- local filesystems: exclusive create, rename-away takeover ---------------
+# -- local filesystems: exclusive create (pipelines.core.locks), rename-away takeover ---------------
 def _create_local(path: str, info: LeaseInfo) -> bool:
     """Create the lease file exclusively with its whole content; False if one exists."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = _aside(path, "tmp")
-    with open(tmp, "wb") as f:
-        f.write(_bytes(info))
-        f.flush()
-        os.fsync(f.fileno())
-    try:
-        os.link(tmp, path)
-        return True
-    except FileExistsError:
-        return False
-    except OSError:  # no hard links here (some FUSE / SMB mounts): exclusive create, then write
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "wb") as f:
-            f.write(_bytes(info))
-        return True
-    finally:
-        os.unlink(tmp)
+    return exclusive_create(path, _bytes(info))
 
 
 def _remove_local_if(path: str, key: str, pred: Callable[[LeaseInfo | None], bool]) -> tuple[bool, LeaseInfo | None]:
@@ -314,7 +297,25 @@ def _remove_local_if(path: str, key: str, pred: Callable[[LeaseInfo | None], boo
         os.unlink(aside)
 
 
-# -- generic pyarrow filesystems: write, settle, read back -----------------
+# -- generic pyarrow filesystems: write, settle, read back (no exclusion guaranteed) -----------------
+_SAID: set[str] = set()  # the stores whose leases :func:`_say_no_exclusion` spoke of
+
+
+def _say_no_exclusion(root: FsRoot) -> None:
+    """Say once per store (in this process) that its leases refuse a second writer they see but cannot exclude one
+    (the module's docstring, "Atomicity")."""
+    where = f"{root.fs.type_name}:{root.path}"
+    if where not in _SAID:
+        _SAID.add(where)
+        log.info(
+            "leases in %s: this store has no exclusive create, so a lease refuses a second writer it sees but cannot "
+            "exclude two that start a node within about %g s; their checkpoint commits stay fenced by the lease's "
+            "token",
+            where,
+            SETTLE_S,
+        )
+
+
 def _write_remote(root: FsRoot, path: str, info: LeaseInfo) -> None:
     root.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     with root.fs.open_output_stream(path) as f:
@@ -405,6 +406,7 @@ def _try_take(root: FsRoot, key: str, desc: str, ttl: float, token: str) -> Leas
                     _when(cur.expires),
                 )
             info = _record(key, token, desc, ttl)
+            _say_no_exclusion(root)
             _write_remote(root, path, info)
             time.sleep(SETTLE_S)
             now = read_lease(root, key)

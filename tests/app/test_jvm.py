@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from pipelines.app import jvm
+from pipelines.core.locks import FileLock
 
 
 def _fake_spark(root: Path, jars: dict[str, bytes]) -> Path:
@@ -120,7 +122,7 @@ def test_giving_the_archive_marks_it_used_and_a_new_archive_removes_stale_ones(t
     recent = made("spark-4.2.0-other.jsa", jvm.STALE_DAYS - 1)  # another Spark here, used lately
     dead_dump = made("spark-4.3.0-new.jsa.abc.tmp", 2)
     running_dump = made("spark-4.3.0-new.jsa.def.tmp", 0.01)
-    lock = made("spark-4.3.0-new.jsa.building", 40)  # locks are _take's
+    lock = made("spark-4.3.0-new.jsa.building", 40)  # the archive's lock: kept (a FileLock's file stays)
     assert sorted(jvm.remove_stale(current)) == sorted([old, dead_dump])
     assert sorted(cache.iterdir()) == sorted([current, recent, running_dump, lock])
 
@@ -129,14 +131,34 @@ def _lock_files(folder: Path) -> list[Path]:
     return list(folder.glob("*.building"))
 
 
-def test_one_writer_at_a_time_and_a_dead_writers_lock_is_taken_over(tmp_path):
-    lock = tmp_path / "a.jsa.building"
-    assert jvm._take(lock)
-    assert not jvm._take(lock)  # this process holds it
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    lock.write_text(str(dead.pid))
-    assert jvm._take(lock) and lock.read_text() == str(os.getpid())
+@pytest.mark.processes
+def test_one_writer_at_a_time_and_a_killed_writers_lock_is_free(tmp_path, monkeypatch):
+    """The archive's lock is the local lock (pipelines.core.locks.FileLock): while another process holds it, no
+    build starts here and a started builder ends at once without writing; once that process is killed, the lock is
+    free (no pid to read back, no file to remove)."""
+    archive = tmp_path / "a.jsa"
+    lock = str(tmp_path / "a.jsa.building")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pipelines.core.locks import FileLock; "
+         "assert FileLock(sys.argv[1]).acquire(wait=False); print('held', flush=True); time.sleep(60)", lock],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        monkeypatch.setenv(jvm.SWITCH, "on")
+        assert jvm.start_background_build(archive) is None
+        r = subprocess.run(
+            [sys.executable, "-m", "pipelines.app.jvm", "--out", str(archive), "--lock", lock],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert r.returncode == 0 and f"another process (pid {holder.pid}) is writing it" in r.stderr
+        assert not archive.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    mine = FileLock(lock)
+    assert mine.acquire(wait=False)
+    mine.release()
 
 
 @pytest.mark.spark

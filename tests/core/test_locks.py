@@ -62,3 +62,27 @@ def test_a_waiting_process_gets_the_lock_when_the_holder_ends(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+CREATE = (
+    "import sys, time; from pipelines.core.locks import exclusive_create; start = float(sys.argv[2]); "
+    "time.sleep(max(0.0, start - time.time())); "
+    "print(exclusive_create(sys.argv[1], (sys.argv[3] * 100000).encode()), flush=True)"
+)
+
+
+def test_of_processes_creating_one_name_at_once_exactly_one_succeeds_and_its_file_is_whole(tmp_path):
+    """The atomic create a node's lease is made with (pipelines.core.locks.exclusive_create): four processes
+    released at the same instant, one creates the file, the others are refused, and the file holds the winner's
+    data whole (never a part, never another's)."""
+    path = str(tmp_path / "sub" / "_lease.json")
+    start = time.time() + 1.5
+    procs = [
+        subprocess.Popen([sys.executable, "-c", CREATE, path, str(start), str(i)], stdout=subprocess.PIPE, text=True)
+        for i in range(4)
+    ]
+    said = [p.communicate(timeout=60)[0].strip() for p in procs]
+    assert sorted(said) == ["False", "False", "False", "True"]
+    winner = str(said.index("True"))
+    assert open(path).read() == winner * 100000
+    assert os.listdir(tmp_path / "sub") == ["_lease.json"]  # no temporary file left

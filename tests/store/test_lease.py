@@ -252,12 +252,17 @@ def test_hold_takes_all_or_none(tmp_path):
     assert read_lease(store, "b").token == other.token
 
 
-def test_best_effort_lease_on_other_filesystems(tmp_path, monkeypatch):
-    """A filesystem that is not LocalFileSystem takes the write / settle / read-back path."""
+def test_best_effort_lease_on_other_filesystems(tmp_path, monkeypatch, caplog):
+    """A filesystem that is not LocalFileSystem takes the write / settle / read-back path, which refuses a second
+    writer it sees, and says once that it cannot exclude one."""
     monkeypatch.setattr(lease_mod, "SETTLE_S", 0.01)
     store = CheckpointStore(str(tmp_path))
     store.fs = pafs.SubTreeFileSystem("/", pafs.LocalFileSystem())
-    first = acquire(store, KEY, "first", ttl=0.3)
+    with caplog.at_level("INFO", logger="pipelines.store.lease"):
+        first = acquire(store, KEY, "first", ttl=0.3)
+        acquire(store, "other-node", "first").release()
+    said = [r.getMessage() for r in caplog.records if "no exclusive create" in r.getMessage()]
+    assert len(said) == 1 and "cannot exclude two that start a node within about" in said[0]
     with pytest.raises(LeaseHeld, match="first"):
         acquire(store, KEY, "second", wait=0)
     second = acquire(store, KEY, "second", wait=2, poll=0.05)  # after the first expired
