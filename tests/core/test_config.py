@@ -315,8 +315,10 @@ def test_overrides():
     assert cfg.spark.conf == {"spark.executor.memory": "2g"}
     with pytest.raises(ConfigError, match=r"--set 'generate.qeuries=1': unknown config key 'generate.qeuries'"):
         load_config(None, ["generate.qeuries=1"])
-    with pytest.raises(ConfigError, match=r"expected KEY=VALUE"):
+    with pytest.raises(ConfigError, match=r"expected KEY=VALUE") as refused:
         load_config(None, ["generate.queries"])
+    example = str(refused.value).split("e.g. --set ")[1]  # the message's example is a key that exists
+    assert load_config(None, [example]).grid.trees == 200
     with pytest.raises(ConfigError, match=r"'work_dir' is a value, not a section"):
         load_config(None, ["work_dir.x=1"])
     with pytest.raises(ConfigError, match=r"generate.queries: expected an integer, got 'many'"):

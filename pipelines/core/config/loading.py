@@ -113,7 +113,7 @@ _KEY = re.compile(r"[A-Za-z0-9_\-]+(?:\.[A-Za-z0-9_\-]+)*")
 def parse_override(text: str) -> tuple[list[str], Any]:
     """``"a.b=value"`` -> (["a", "b"], value read as YAML)."""
     if "=" not in text:
-        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. --set train.trees=200")
+        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. --set grid.trees=200")
     key, raw = text.split("=", 1)
     key = key.strip()
     if not key or any(not p for p in key.split(".")):
