@@ -1,10 +1,11 @@
-"""The command line's flags that set a config key, declared once: (flag, config key, help) per command.
+"""The command line's flags that set a config key: per command, the keys it takes; each flag's name, help and
+choices are its key's declaration (:func:`pipelines.core.config.setting`: ``flag=``, the description), so neither
+is written twice, and the config's messages name the same flag.
 
-A flag's type and default come from the config's field (:class:`pipelines.core.config.Config`), so no default is
-stated twice: the help text shows the config's default, and a flag given on the command line becomes an override
-of its key (``--eta 0.1`` is ``--set train.eta=0.1``), applied after ``--conf`` and ``--set``
-(:func:`pipelines.app.cli.resolve_config`). Flags that name no config key (``--src``, ``--out`` of a step...) are
-declared by their command in :mod:`pipelines.app.cli`.
+A flag's type and default come from the config's field too: the help text shows the config's default, and a flag
+given on the command line becomes an override of its key (``--eta 0.1`` is ``--set train.eta=0.1``), applied after
+``--conf`` and ``--set`` (:func:`pipelines.app.cli.resolve_config`). Flags that name no config key (``--src``,
+``--out`` of a step...) are declared by their command in :mod:`pipelines.app.cli`.
 """
 
 from __future__ import annotations
@@ -16,9 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.core.config import GENERATE_SHAPES, Config
-from udfs.curriculum import PACINGS
-from udfs.curriculum import STRATEGIES as CURRICULUM_STRATEGIES
+from pipelines.core.config import Config, declared
 
 
 @dataclass(frozen=True)
@@ -28,7 +27,7 @@ class Flag:
     flag: str
     key: str
     help: str
-    choices: Sequence[str] | None = None  # argparse's check, where the config's own is not the better message
+    choices: Sequence[str] | None = None  # the key's declared choices (the config checks them, naming the flag)
 
     @property
     def dest(self) -> str:
@@ -36,56 +35,33 @@ class Flag:
         return self.flag.lstrip("-").replace("-", "_")
 
 
-#: Per command, the flags that set a config key.
-FLAGS: dict[str, tuple[Flag, ...]] = {
-    "generate": (
-        Flag("--shape", "generate.shape", "the real dataset whose layout, features and labels to mimic (mslr: "
-             "Fold1..Fold5; istella: full/{train,test}.txt; yahoo: set1.{train,valid,test}.txt)", GENERATE_SHAPES),
-        Flag("--queries", "generate.queries", "number of queries (MSLR-WEB30K: 31531, Istella: 33018, Yahoo: 29921)"),
-        Flag("--seed", "generate.seed", "random seed (same seed, same files)"),
-        Flag("--workers", "generate.workers", "processes (0: one per core)"),
-        Flag("--label-noise", "generate.label_noise", "share of training rows whose label is redrawn uniformly"),
-    ),
-    "ingest": (
-        Flag("--dataset", "dataset", "conf/datasets/<NAME>.yaml: feature count, label range, feature roles"),
-        Flag("--n-features", "ingest.n_features", "number of features (0: the dataset's)"),
-        Flag("--min-label", "ingest.min_label", "smallest valid label (none: the dataset's)"),
-        Flag("--max-label", "ingest.max_label", "largest valid label (none: the dataset's)"),
-        Flag("--strict", "ingest.strict", "fail at the first bad line instead of quarantining it"),
-        Flag("--chunk-bytes", "ingest.chunk_bytes", "nominal text bytes per Spark task"),
-    ),
-    "difficulty": (
-        Flag("--bm25-feature", "difficulty.bm25_feature", "feature id of BM25 (0: the dataset's)"),
-        Flag("--pagerank-feature", "difficulty.pagerank_feature", "feature id of PageRank (0: the dataset's)"),
-    ),
-    "curriculum": (
-        Flag("--strategy", "curriculum.strategy", "ordering strategy: "
-             + ", ".join(n for n, s in CURRICULUM_STRATEGIES.items() if not s.reverse)
-             + ", or anti_<one ordered by a score> (the hardest first)"),  # fmt: skip
-        Flag("--fraction", "curriculum.fraction", "two-stage curriculum: share of the first stage"),
-        Flag("--pacing", "curriculum.pacing", "multi-stage pacing function: " + ", ".join(PACINGS) + " (empty: two "
-             "stages)"),
-        Flag("--stages", "curriculum.stages", "stages of a paced curriculum"),
-        Flag("--delta", "curriculum.delta", "share of the first paced stage"),
-        Flag("--seed", "curriculum.seed", "seed of the random strategy"),
-        Flag("--empty-queries", "difficulty.empty_queries", "queries without a relevant document: last, exclude "
-             "(only in the last stage) or as_metric (scored metric.empty)"),
-    ),
-    "train": (
-        Flag("--path", "train.path", "training path, e.g. mse:200,lambdamart:300 or "
-             "lambdamart@q_bm25:200,lambdamart:300"),
-        Flag("--workers", "train.workers", "barrier tasks (0 = auto: one with all the cores on a local master, one "
-             "per task slot on a cluster)"),
-        Flag("--nthread", "train.nthread", "threads per worker (0: its share of the cores)"),
-        Flag("--device", "train.device", "cpu or cuda"),
-        Flag("--eta", "train.eta", "learning rate"),
-        Flag("--leaves", "train.leaves", "leaves per tree"),
-        Flag("--k", "train.k", "NDCG@k of the LambdaMART deltas"),
-    ),
-    "grid": (Flag("--data", "grid.data", "dataset (empty: <work_dir>/dataset)"),),
-    "report": (Flag("--out", "report.out", "output folder (empty: <work_dir>/report)"),),
-    "run": (Flag("--queries", "generate.queries", "queries to generate"),),
+#: Per command, the config keys it takes as flags.
+KEYS: dict[str, tuple[str, ...]] = {
+    "generate": ("generate.shape", "generate.queries", "generate.seed", "generate.workers", "generate.label_noise"),
+    "ingest": ("dataset", "ingest.n_features", "ingest.min_label", "ingest.max_label", "ingest.strict",
+               "ingest.chunk_bytes"),
+    "difficulty": ("difficulty.bm25_feature", "difficulty.pagerank_feature"),
+    "curriculum": ("curriculum.strategy", "curriculum.fraction", "curriculum.pacing", "curriculum.stages",
+                   "curriculum.delta", "curriculum.seed", "difficulty.empty_queries"),
+    "train": ("train.path", "train.workers", "train.nthread", "train.device", "train.eta", "train.leaves", "train.k"),
+    "grid": ("grid.data",),
+    "report": ("report.out",),
+    "run": ("generate.queries",),
 }  # fmt: skip
+
+
+def flag_of(key: str) -> Flag:
+    """The flag of config key ``key``, from its declaration (which must name one: ``flag=``)."""
+    section, _, name = key.rpartition(".")
+    cls: Any = typing.get_type_hints(Config)[section] if section else Config
+    s = declared(cls).get(name)
+    if s is None or not s.flag:
+        raise KeyError(f"config key {key!r} declares no flag (flag= in pipelines/core/config/schema.py)")
+    return Flag(s.flag, key, s.doc, s.choices)
+
+
+#: Per command, the flags that set a config key.
+FLAGS: dict[str, tuple[Flag, ...]] = {command: tuple(map(flag_of, keys)) for command, keys in KEYS.items()}
 
 
 def _field(key: str) -> tuple[Any, Any]:
@@ -111,11 +87,11 @@ def add(parser: argparse.ArgumentParser, command: str) -> None:
     for f in FLAGS.get(command, ()):
         tp, default = _field(f.key)
         shown = "none" if default is None else json.dumps(default) if isinstance(default, str) else default
-        text = f"{f.help} (sets {f.key}; default {shown})"
+        text = f"{f.help} (sets {f.key}; default {shown})".replace("%", "%%")  # argparse formats help with %
         if _scalar(tp) is bool:
             parser.add_argument(f.flag, dest=f.dest, action="store_true", default=None, help=text)
         else:
-            parser.add_argument(f.flag, dest=f.dest, type=_scalar(tp), choices=f.choices, help=text)
+            parser.add_argument(f.flag, dest=f.dest, type=_scalar(tp), help=text)
 
 
 def overrides(args: argparse.Namespace, command: str) -> list[str]:

@@ -1,4 +1,5 @@
-"""The command line's config flags (``pipelines.app.flags``): one table, types and defaults from the config."""
+"""The command line's config flags (``pipelines.app.flags``): one table of keys per command; each flag's name, help,
+type and default from its key's declaration."""
 
 from __future__ import annotations
 
@@ -50,3 +51,25 @@ def test_no_flag_is_declared_twice_and_every_key_exists():
             flags._field(f.key)  # KeyError for a key the config does not have
     with pytest.raises(KeyError, match="no config key"):
         flags._field("train.etta")
+
+
+def test_every_declared_flag_is_a_command_s_and_its_help_is_the_declaration():
+    """A declaration's ``flag=`` (which the config's messages name) is a flag of some command, and every command's
+    flag is its key's: neither list can name a flag the other lacks."""
+    import typing
+
+    from pipelines.core.config import Config, declared
+
+    sections = {"": Config, **{k: v for k, v in typing.get_type_hints(Config).items() if hasattr(v, "SECTION")}}
+    named = {
+        f"{section}.{name}" if section else name: s.flag
+        for section, cls in sections.items()
+        for name, s in declared(cls).items()
+        if s.flag
+    }
+    taken = {f.key: f.flag for fs in flags.FLAGS.values() for f in fs}
+    assert named == taken
+    eta = flags.flag_of("train.eta")
+    assert (eta.flag, eta.help) == ("--eta", declared(typing.get_type_hints(Config)["train"])["eta"].doc)
+    with pytest.raises(KeyError, match="declares no flag"):
+        flags.flag_of("train.max_bin")

@@ -130,7 +130,7 @@ BAD_CONFIGS = [
      "{p}: ingest.chunk_bytes (--chunk-bytes) must be >= 1 (nominal text bytes per Spark task, e.g. 33554432), got 0"),
     ("grid: [1\n", [], "{p}:2:1: invalid YAML: expected ',' or ']', but got '<stream end>'"),
     # bounds and choices declared with the field (pipelines.core.config.fields.setting)
-    ("", ["train.eta=0"], "{p}: train.eta must be > 0, got 0.0"),
+    ("", ["train.eta=0"], "{p}: train.eta (--eta) must be > 0, got 0.0"),
     ("", ["train.subsample=1.5"], "{p}: train.subsample must be in (0, 1], got 1.5"),
     ("", ["metric.k=0"], "{p}: metric.k must be >= 1, got 0"),
     ("", ["metric.gain=log"], "{p}: metric.gain must be one of exp2, linear, got 'log'"),

@@ -116,15 +116,18 @@ class GenerateConfig(Section):
         600,
         "number of queries to generate (MSLR-WEB30K has 31531)",
         min=1,
+        flag="--queries",
     )
     seed: int = setting(
         2018,
         "random seed: the same seed writes the same files",
+        flag="--seed",
     )
     workers: int = setting(
         0,
         "generator processes; 0 = one per core",
         min=0,
+        flag="--workers",
     )
     shape: str = setting(
         "mslr",
@@ -157,6 +160,7 @@ class IngestConfig(Section):
     strict: bool = setting(
         False,
         "true: fail at the first bad line instead of quarantining it",
+        flag="--strict",
     )
     chunk_bytes: int = setting(
         32 * 1024 * 1024,
@@ -567,16 +571,19 @@ class TrainConfig(Section):
     path: str = setting(
         "mse:40,lambdamart:60",
         "the training path OBJ[@DATA]:TREES,... of `ltr train` (reference: training paths)",
+        flag="--path",
     )
     eta: float = setting(
         0.05,
         "learning rate",
         above=0.0,
+        flag="--eta",
     )
     leaves: int = setting(
         64,
         "leaves per tree, grown best-first (lossguide)",
         min=2,
+        flag="--leaves",
     )
     max_bin: int = setting(
         256,
@@ -614,22 +621,26 @@ class TrainConfig(Section):
         10,
         "NDCG@k of the LambdaMART deltas and of its top-k pairs",
         min=1,
+        flag="--k",
     )
     workers: int = setting(
         0,
         "barrier tasks (XGBoost workers); 0 = one per task slot (cluster), one with all cores (local)",
         min=0,
         why="0: automatic",
+        flag="--workers",
     )
     nthread: int = setting(
         0,
         "threads per worker; 0 = the cores of its share",
         min=0,
         why="0: automatic",
+        flag="--nthread",
     )
     device: str = setting(
         "cpu",
         "cpu or cuda",
+        flag="--device",
     )
     eval_every: int = setting(
         1,
@@ -811,6 +822,7 @@ class GridConfig(Section):
     data: str = setting(
         "",
         "the dataset; empty: <work_dir>/dataset",
+        flag="--data",
     )
     difficulty: str = setting(
         "",
@@ -926,6 +938,7 @@ class ReportConfig(Section):
     out: str = setting(
         "",
         "the report's folder; empty: <work_dir>/report",
+        flag="--out",
     )
     permutations: int = setting(
         10000,
@@ -1042,6 +1055,7 @@ class Config(Section):
         "mslr",
         "the dataset description conf/datasets/<name>.yaml: feature count, label range, feature roles (mslr, "
         "istella, yahoo, letor4...)",
+        flag="--dataset",
     )
     spark: SparkConfig = field(default_factory=SparkConfig)
     generate: GenerateConfig = field(default_factory=GenerateConfig)
