@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 PALETTE = ("#E69F00", "#0072B2", "#009E73", "#CC79A7", "#56B4E9", "#D55E00")
 BASE_COLOUR = "black"  #: LambdaMART
 CONTROL_COLOUR = "#8C8C8C"  #: the random curriculum, a control
-#: The forest plot's classes (:func:`significance`): a significant win, a significant loss, neither.
+#: The forest plot's classes (:func:`forest_class`): a significant win, a significant loss, neither.
 CLASS_COLOUR = {"win": "#0072B2", "loss": "#D55E00", None: "#9A9A9A"}
 CLASS_MARKER = {"win": "o", "loss": "D", None: "o"}
 #: The random curriculum's strategy name (``curriculum.strategy``; ``grid.strategies`` lists it as a curriculum).
@@ -149,9 +149,9 @@ def figure2(records: list[Record], tree: int) -> tuple[dict[str, bytes], dict[st
 
 
 # ------------------------------------------------------------ forest plot
-def significance(row: Mapping[str, Any], primary_test: str) -> str | None:
-    """A forest plot row's colour: :func:`pipelines.report.significance.row_significance` of the comparison ``row``
-    (report.json's, whose difference is ``mean_delta``). ReportError for an unknown test."""
+def forest_class(row: Mapping[str, Any], primary_test: str) -> str | None:
+    """A forest plot row's class (its colour): :func:`pipelines.report.significance.row_significance` of the
+    comparison ``row`` (report.json's, whose difference is ``mean_delta``). ReportError for an unknown test."""
     if primary_test not in TESTS:
         raise ReportError(f"unknown primary test {primary_test!r} (report.primary_test: {', '.join(TESTS)})")
     return row_significance(row, primary_test, "mean_delta")
@@ -189,7 +189,7 @@ def _group_rank(strategy: str, random_strategy: str = RANDOM) -> int:
 def forest_plot(comparisons: list[dict[str, Any]], primary_test: str, metric: str) -> dict[str, bytes]:
     """Every system's difference with LambdaMART (:func:`figure_files`), one row per comparison of ``comparisons``
     (report.json's, in Table 1's order: MSE-t first) under a heading per strategy: the mean difference of
-    ``metric`` and its 95% bootstrap interval (``ci95_bootstrap``), coloured by :func:`significance` under
+    ``metric`` and its 95% bootstrap interval (``ci95_bootstrap``), coloured by :func:`forest_class` under
     ``primary_test`` (blue: a significant win, vermillion: a significant loss, grey: neither), a line at 0,
     and the minimum detectable effect (``mde``, the median over the rows that have one) shaded as ±mde.
 
@@ -244,7 +244,7 @@ def forest_plot(comparisons: list[dict[str, Any]], primary_test: str, metric: st
         if delta is None:
             ax.text(0, y, "not paired", color=CLASS_COLOUR[None], fontsize=7, va="center", ha="center")
             continue
-        cls = significance(row, primary_test)
+        cls = forest_class(row, primary_test)
         colour = CLASS_COLOUR[cls]
         ci = row.get("ci95_bootstrap")
         if ci is not None:

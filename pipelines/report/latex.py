@@ -62,22 +62,15 @@ def letters(t1: list[dict[str, Any]]) -> dict[str, str]:
     return {r["label"]: string.ascii_lowercase[i % 26] for i, r in enumerate(t1)}
 
 
-def significance(row: dict[str, Any], primary_test: str = "randomisation") -> str | None:
-    """``"win"`` or ``"loss"`` when Table 1's ``row`` differs significantly from the baseline by
-    ``primary_test``'s Holm-corrected p-value (:mod:`pipelines.report.significance`), the sign of its mean
-    difference deciding which; None otherwise (the baseline's own row, no test)."""
-    return row_significance(row, primary_test)
-
-
 def table1_tex(t1: list[dict[str, Any]], metric: str, primary_test: str = "randomisation") -> str:
     """Table 1: mean (and sd over folds) per system, the significance mark (by ``primary_test``:
-    ``randomisation`` or ``t``, see :func:`significance`), Δ with its t interval, d_z."""
+    ``randomisation`` or ``t``, :func:`pipelines.report.significance.row_significance`), Δ with its t interval, d_z."""
     mark = letters(t1)
     base = next((r["label"] for r in t1 if r["strategy"] == BASELINE), None)
     test = TESTS[primary_test].name if primary_test in TESTS else primary_test
     rows = []
     for r in t1:
-        sig = significance(r, primary_test) if base and r["label"] != base else None
+        sig = row_significance(r, primary_test) if base and r["label"] != base else None
         sig_tex = ""
         if base and sig:
             sig_tex = rf"\textsuperscript{{{LOSS_MARK if sig == 'loss' else ''}{mark[base]}}}"

@@ -20,8 +20,8 @@ from pipelines.report.figures import (
     figure1,
     figure2,
     figure_files,
+    forest_class,
     forest_plot,
-    significance,
 )
 from pipelines.report.records import ReportError, label_of
 from tests.helpers import record
@@ -145,19 +145,19 @@ def test_figure1_and_figure2_give_both_files():
 
 
 # ------------------------------------------------------------ forest plot
-def test_significance_follows_the_primary_test():
+def test_a_forest_plot_row_s_class_follows_the_primary_test():
     row = {"mean_delta": 0.01, "perm_p_holm": 0.01, "t_p_holm": 0.2}
-    assert significance(row, "randomisation") == "win"
-    assert significance(row, "t") is None
+    assert forest_class(row, "randomisation") == "win"
+    assert forest_class(row, "t") is None
     loss = {"mean_delta": -0.02, "perm_p_holm": 0.3, "t_p_holm": 0.049}
-    assert significance(loss, "t") == "loss"
-    assert significance(loss, "randomisation") is None
-    assert significance({**loss, "t_p_holm": 0.05}, "t") is None  # p < 0.05, strictly
-    assert significance({"mean_delta": 0.0, "perm_p_holm": 0.001}, "randomisation") is None  # no direction
-    assert significance({"mean_delta": None, "perm_p_holm": 0.001}, "randomisation") is None
-    assert significance({"mean_delta": 0.01, "perm_p_holm": None}, "randomisation") is None
+    assert forest_class(loss, "t") == "loss"
+    assert forest_class(loss, "randomisation") is None
+    assert forest_class({**loss, "t_p_holm": 0.05}, "t") is None  # p < 0.05, strictly
+    assert forest_class({"mean_delta": 0.0, "perm_p_holm": 0.001}, "randomisation") is None  # no direction
+    assert forest_class({"mean_delta": None, "perm_p_holm": 0.001}, "randomisation") is None
+    assert forest_class({"mean_delta": 0.01, "perm_p_holm": None}, "randomisation") is None
     with pytest.raises(ReportError, match="primary test"):
-        significance(row, "wilcoxon")
+        forest_class(row, "wilcoxon")
 
 
 def _point_colours(fig: Any) -> list[str]:

@@ -911,3 +911,12 @@ def test_copies_of_one_child_are_reported_once_and_different_results_refused(tmp
     other = _child(tracker, pid, 1, "mse", 2, curve, curve, q, key="other")
     with pytest.raises(ReportError, match=rf"MSE-2: fold 1 has 2 finished runs of different training \(.*{other}"):
         _report(tracker, str(tmp_path / "r3"), pid, permutations=20)
+
+
+def test_the_config_s_primary_tests_are_the_report_s():
+    """``report.primary_test``'s choices are declared with the config (which cannot import the report, a higher
+    layer): they must be the report's paired tests (pipelines.report.significance), no more and no fewer."""
+    from pipelines.core.config import PRIMARY_TESTS, declared
+    from pipelines.report.significance import TESTS
+
+    assert tuple(TESTS) == PRIMARY_TESTS == declared(ReportConfig)["primary_test"].choices
