@@ -16,15 +16,13 @@ TIES = ("input", "worst", "average")
 
 @dataclass(frozen=True)
 class NdcgSpec:
-    """Conventions of an NDCG computation (see the module docstring)."""
+    """Conventions of an NDCG computation (see the module docstring): the cutoff ``k``, the ``gain`` of a label, the
+    value of a query without relevant documents (``empty``) and the order of equal scores (``ties``). Each is
+    described where the config declares it, as ``metric.<name>`` (``pipelines.core.config.schema.METRIC``)."""
 
-    #: the NDCG cutoff k
     k: int = 10
-    #: the gain of a label: exp2 (2^label - 1, as XGBoost and LightGBM) or linear (the label, as trec_eval)
     gain: str = "exp2"
-    #: NDCG of a query without relevant documents (XGBoost: 1.0; trec_eval: 0.0)
     empty: float = 1.0
-    #: order of equal scores: input (document order, as XGBoost), worst or average
     ties: str = "input"
 
     def __post_init__(self) -> None:
