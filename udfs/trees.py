@@ -161,8 +161,8 @@ class Binner:
     for most values: each float32 is mapped to an integer key that orders as the floats do, and a feature's keys
     are cut into buckets (their top 16 bits; fewer where the feature's cuts span more than ``max_buckets``
     buckets). A table gives the count of the feature's cuts before each bucket, and only the cuts inside a
-    value's own bucket (most often none) are compared. A binary search per value took 22 ns a value on 2 cores
-    at paper scale, this about 4 (benchmarks/RESULTS.md, "The worker's binning")."""
+    value's own bucket (most often none) are compared: about five times faster than a binary search per value at
+    paper scale (benchmarks/RESULTS.md, "The worker's binning")."""
 
     def __init__(self, cuts: Cuts, max_buckets: int = _MAX_BUCKETS) -> None:
         indptr, values = cuts

@@ -1,12 +1,10 @@
 """A class-data sharing archive of Spark's classes, so that a driver JVM starts in about half the time.
 
 A Spark driver JVM loads and verifies some 17,000 classes (the JDK's and Spark's 280 jars') before and during its
-first job:
-on a 2-core machine a ``local[2]`` session took 5.7 s and its first job 2.9 s, with ``-XX:TieredStopAtLevel=1
--XX:+UseSerialGC``. HotSpot can map those classes, already parsed and verified, from an archive written by an
-earlier JVM (application class-data sharing, JEP 350): 3.1-3.5 s and 1.4-1.5 s with the archive, the same
-machine (``benchmarks/bench_session.py``). Every step of a study is a Spark application (``ltr run`` one,
-the Airflow DAG one per step and unit), so each pays this once.
+first job. HotSpot can map those classes, already parsed and verified, from an archive written by an earlier JVM
+(application class-data sharing, JEP 350), which halves a session's start and its first job
+(``benchmarks/bench_session.py``; benchmarks/RESULTS.md, "Spark's class archive"). Every step of a study is a
+Spark application (``ltr run`` one, the Airflow DAG one per step and unit), so each pays this once.
 
 Java 19+ writes such an archive by itself (``-XX:+AutoCreateSharedArchive``); Spark 4 runs on Java 17, so
 :func:`build_class_archive` writes it: one ``spark-submit`` of a small job (a DataFrame, Parquet, a pandas UDF)

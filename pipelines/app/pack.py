@@ -20,8 +20,7 @@ Both install the same locked versions from the same wheels, byte-compiled as pip
 that the executors' workers do not compile at import; ``compile_bytecode=False`` skips it). uv does not
 read pip's configuration: ``PIP_FIND_LINKS``
 and ``PIP_INDEX_URL`` are passed on as ``UV_FIND_LINKS`` and ``UV_DEFAULT_INDEX`` where those are unset.
-On this project's 2-core test machine uv installed the locked environment in 34 s and in 68 s
-byte-compiled; ``ltr pack`` with pip took 140 s in all, of which about 28 s for the archive.
+uv is preferred for its speed (benchmarks/RESULTS.md, "CI's budget, again": the install times of both).
 
 The archive holds no Python interpreter: like every virtual environment, its
 ``bin/python`` is a symbolic link to the base interpreter it was made with

@@ -151,9 +151,8 @@ def without_huge_pages() -> Iterator[bool]:
     numpy marks every large new array ``madvise(MADV_HUGEPAGE)``. Where the kernel's THP ``defrag`` setting is
     ``madvise`` (common) and memory is fragmented (a node whose page cache is full of the data it read), the first
     touch of each 2 MiB page waits for the kernel to compact memory. A worker's load writes its codes once, a
-    gigabyte at paper scale: joining them took 2.3-2.8 s with huge pages and 0.6 s without on a 2-core machine
-    with a full page cache, and walking them every tree took the same time both ways (benchmarks/RESULTS.md,
-    "The worker's binning")."""
+    gigabyte at paper scale: joining them is several times slower with huge pages on a machine with a full page
+    cache, and walking them every tree is no faster with them (benchmarks/RESULTS.md, "The worker's binning")."""
     switch = _numpy_huge_page_switch()
     if switch is None:
         yield False

@@ -181,7 +181,8 @@ def spec_of(rec: Record) -> NdcgSpec:
 
 def logged_models(tracker: Tracker) -> dict[str, str]:
     """Run id -> the artifact location of its latest logged model, for every logged model of the experiment
-    (one search: ``mlflow.xgboost.load_model`` per run took 0.7-1.2 s each, most of it resolving the model)."""
+    (one search, not ``mlflow.xgboost.load_model`` per run, most of whose time went to resolving the model:
+    benchmarks/RESULTS.md, "The report's evidence")."""
     out: dict[str, tuple[int, str]] = {}
     token = None
     while True:

@@ -25,7 +25,7 @@ def test_parse_and_shorthand():
 
 
 def test_the_old_name_of_noisy_lambdamart_parses_with_one_deprecation_line(caplog, monkeypatch):
-    """``stochastic_ndcg`` (LambdaMART on noisy scores, misnamed after StochasticRank until issue 55) is an alias:
+    """``stochastic_ndcg`` (LambdaMART on noisy scores, once misnamed after StochasticRank) is an alias:
     the same segment as the new name, and one warning line a process however often it is used."""
     from pipelines.plan import paths
 

@@ -32,7 +32,8 @@ from tests.helpers import files_holding, freeze_if, lower_priority, tiny_study
 
 #: spark: the DAG's spark-submits; deployment: PostgreSQL, an MLflow server, Airflow; slow: minutes. Started after
 #: the other slow modules (the lowest rank), so that it runs beside the light tests: beside the standalone-cluster
-#: module on a slow machine its concurrent-units test passed its 600 s limit (497 s of the study, then the timeout).
+#: module, on a slow machine, its concurrent-units test ran past its limit (benchmarks/RESULTS.md, "What CI's
+#: settings rest on").
 pytestmark = [
     pytest.mark.spark,
     pytest.mark.deployment,
@@ -41,10 +42,10 @@ pytestmark = [
 ]
 
 #: The killer catches fold 1's LambdaMART unit between trees 3 and TREES (in steps: see Killer). 60 trees of 40
-#: queries take well under a second once a worker has its rows; since the workers read their rows without a
-#: shuffle (train.read), the units reach their trees together on a loaded CI machine, and a CI run (2026-11-27)
-#: saw the killer's thread let the unit run from no checkpoint to its last tree between two steps. 200 trees
-#: make that window more than three times longer than the unit's unfrozen time at the same pace.
+#: queries take well under a second once a worker has its rows, and the units reach their trees together (the
+#: workers read their rows without a shuffle), so on a loaded machine the killer's thread could let the unit run
+#: from no checkpoint to its last tree between two steps. 200 trees make that window more than three times longer
+#: than the unit's unfrozen time at the same pace.
 TREES, SWITCH = 200, 10
 STUDY = tiny_study(
     "generate.queries=40",
@@ -127,22 +128,20 @@ class Killer:
     the unit runs in steps: each call freezes the whole tree, reads the node's checkpoints
     (:func:`tests.helpers.freeze_if`), and either kills it (a checkpoint, not the last tree) or lets it go on until
     the next call. So "a checkpoint committed and the unit not finished" is seen in one frozen state, however slowly
-    this thread is scheduled. (Before, the killer froze the unit once it saw a checkpoint: on a loaded CI machine
-    the unit finished in between, at 21 of 30 trees, then 9, then 27.) Each step stops the processes of the last one
-    first (``known``): on 2026-11-27 a CI run saw the unit go from no checkpoint to its 60th tree within one step,
-    the unit running on while the step read every process of the loaded machine (about 2 s from the first checkpoint
-    to the last here, quiet). And the unit's processes get the lowest CPU priority once its driver holds the lease
-    (``lowered``): on 2026-11-27 a run on a busy machine still saw the unit run its 200 trees between two steps,
-    this thread waiting for a core the unit had; at nice 19 the unit yields the core to this thread as it wakes. A
+    this thread is scheduled (a killer that froze the unit once it saw a checkpoint let it finish in between on a
+    loaded machine). Each step stops the processes of the last one first (``known``): else the unit runs on while
+    the step reads every process of a loaded machine, and can reach its last tree within one step. And the unit's
+    processes get the lowest CPU priority once its driver holds the lease (``lowered``): at nice 19 the unit yields
+    the core to this thread as it wakes, where a busy machine would otherwise let it run its 200 trees while this
+    thread waits for a core. A
     try that ends by itself (a loaded machine can fail one) is not the process to freeze any more: the killer looks
     for the next try's (``tasks``), instead of freezing a dead tree while the retry trains unwatched. What every
     step saw is kept (``trace``) and is in the error if the unit still gets away.
 
     Not before the first tree: a stop and continue while XGBoost's workers join their tracker fails their
     ``recv`` with EINTR (Linux does not restart a socket call with a timeout after SIGSTOP/SIGCONT, signal(7)),
-    and XGBoost gives up ("Failed to bootstrap the communication group ... recv Interrupted system call"). On
-    2026-11-27 the steps from the lease on failed the unit's first try that way, and its job-level retry too: the
-    test then killed the second try, and the study took 40 s longer."""
+    and XGBoost gives up ("Failed to bootstrap the communication group ... recv Interrupted system call"): steps
+    from the lease on failed a try that way, and its job-level retry too."""
 
     def __init__(self, work: Path, logs: Path) -> None:
         self.work, self.node, self.done_at, self.killed, self.unit, self.task = work, None, None, 0, None, None
@@ -258,8 +257,7 @@ class Killer:
 
 
 #: The study's own wait (900 s) and then the sequential oracle grid: the suite's 600 s default cut this test in the
-#: oracle's first Spark job on a loaded CI machine (2026-11-27: the study ~450 s beside the resume module's
-#: local-cluster tests, then the oracle at a quarter of its quiet speed); 340-470 s on a quiet 2-core machine.
+#: oracle's first Spark job on a loaded machine (benchmarks/RESULTS.md, "What CI's settings rest on").
 @pytest.mark.timeout(1500)
 def test_concurrent_units_one_run_per_child_and_a_killed_task_resumed_by_airflow(deployment, spark, tmp_path):
     import mlflow
