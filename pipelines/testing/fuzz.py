@@ -329,16 +329,20 @@ _PARAMS = ["", "", "params={'a': 1.0}", "params={'a': float('nan')}", "params=3"
 _FEATURES = ["", "", "features=['f1']", "features=['f9999']", "features=['g1']", "features='f1'", "features=[]",
              "features=['f0']", "features=[1]", "features=None", "features=['f1', 'f1']"]  # fmt: skip
 _KINDS = ["", "", "kind='label_free'", "kind='oracle'", "kind='model'", "kind='dynamic'", "kind=3"]
+#: A component's ``check=`` of its settings: none, one that passes, refuses (ValueError), fails otherwise (any
+#: exception of its code), takes no argument, or is not a function.
+_CHECKS = ["", "", "check=lambda p: None", "check=lambda p: 1 / 0", "check=lambda: None", "check=3",
+           "check=lambda p: (_ for _ in ()).throw(ValueError('a > 0'))", "check=lambda p: p['nope']"]  # fmt: skip
 
 
 @st.composite
 def plugin_sources(draw: Any) -> str:
-    """The text of a plug-in file: one component of a drawn kind, declared with a drawn name and ``params=`` (and
-    for a score ``features=`` and ``kind=``), whose function returns a drawn value, raises a drawn exception or
-    writes into its inputs first; sometimes two components of one name."""
+    """The text of a plug-in file: one component of a drawn kind, declared with a drawn name, ``params=`` and
+    ``check=`` (and for a score ``features=`` and ``kind=``), whose function returns a drawn value, raises a drawn
+    exception or writes into its inputs first; sometimes two components of one name."""
     kind = draw(st.sampled_from(["objective", "difficulty", "pacing"]))
     name = draw(st.sampled_from(_NAMES))
-    opts = [draw(st.sampled_from(_PARAMS))]
+    opts = [draw(st.sampled_from(_PARAMS)), draw(st.sampled_from(_CHECKS))]
     if kind == "difficulty":
         opts += [draw(st.sampled_from(_FEATURES)), draw(st.sampled_from(_KINDS))]
     decl = ", ".join([repr(name), *[o for o in opts if o]])
