@@ -11,6 +11,7 @@ given on the command line becomes an override of its key (``--eta 0.1`` is ``--s
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import typing
 from collections.abc import Sequence
@@ -64,10 +65,16 @@ def flag_of(key: str) -> Flag:
 FLAGS: dict[str, tuple[Flag, ...]] = {command: tuple(map(flag_of, keys)) for command, keys in KEYS.items()}
 
 
+@functools.cache
+def _defaults() -> Config:
+    """The default config, made once (it is frozen): every flag's default is read from it."""
+    return Config()
+
+
 def _field(key: str) -> tuple[Any, Any]:
     """(type, default) of config key ``key`` (``section.name`` or a top-level name), read from the dataclasses."""
     cls: Any = Config
-    default: Any = Config()
+    default: Any = _defaults()
     for part in key.split("."):
         hints = typing.get_type_hints(cls)
         if part not in hints:

@@ -260,12 +260,7 @@ def _bytes(info: LeaseInfo) -> bytes:
     return json.dumps(asdict(info), sort_keys=True).encode()
 
 
-# -- local filesystems: exclusive create (pipelines.core.locks), rename-away takeover ---------------
-def _create_local(path: str, info: LeaseInfo) -> bool:
-    """Create the lease file exclusively with its whole content; False if one exists."""
-    return exclusive_create(path, _bytes(info))
-
-
+# -- local filesystems: exclusive create (pipelines.core.locks.exclusive_create), rename-away takeover ----------
 def _remove_local_if(path: str, key: str, pred: Callable[[LeaseInfo | None], bool]) -> tuple[bool, LeaseInfo | None]:
     """Rename the lease away; if ``pred(info)`` holds, delete it, else put it back.
 
@@ -395,7 +390,7 @@ def _try_take(root: FsRoot, key: str, desc: str, ttl: float, token: str) -> Leas
                         _when(old.expires),
                     )
             info = _record(key, token, desc, ttl)
-            if _create_local(path, info):
+            if exclusive_create(path, _bytes(info)):  # the lease whole, unless one exists
                 return Lease(root, info)
         else:
             if cur is not None:

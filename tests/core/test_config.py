@@ -419,3 +419,12 @@ def test_every_train_setting_is_in_the_model_part_or_the_run_part():
         TrainConfig()
     )
     assert keys.train_inputs(TrainConfig(eta=0.1)) != keys.train_inputs(TrainConfig())
+
+
+def test_selfpaced_by_choices_are_the_kernel_s():
+    """``selfpaced.by``'s choices are declared with the config, which the kernel may not import (its contract), and
+    the kernel's selection names its own (:data:`pipelines.kernel.selfpaced.BY`, keyed code): the two stay equal."""
+    from pipelines.core.config import SelfPacedConfig, declared
+    from pipelines.kernel.selfpaced import BY
+
+    assert declared(SelfPacedConfig)["by"].choices == BY
