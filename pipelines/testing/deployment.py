@@ -249,7 +249,11 @@ class Deployment:
             "basic_auth.ini",
             "[mlflow]\ndefault_permission = NO_PERMISSIONS\n"
             f"database_uri = sqlite:///{self.secrets / 'basic_auth.db'}\nadmin_username = admin\n"
-            "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n",
+            "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+            # a checked (user, password) is trusted for 60 s in each server worker: without it every request
+            # hashes the password again (werkzeug's scrypt): most of the server's CPU under the DAG's tasks
+            # (benchmarks/RESULTS.md, "The MLflow server's password checks")
+            "auth_cache_ttl_seconds = 60\n",
         )
         env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_")}
         env.update(
