@@ -114,10 +114,19 @@ def one_line(e: BaseException) -> str:
     return " ".join(str(e).split())
 
 
-def _fail(label: str, e: BaseException, path: str | None = None) -> PluginError:
+def _files_named(message: str, failed: Source) -> str:
+    """``message`` with the module names of file plug-ins (``ltr_plugin_<stem>``, which the registries name as a
+    component's source) replaced by their files: those that registered a component, and ``failed`` (unloaded
+    again). A clash names the files the user wrote."""
+    files = {s.module: s.ref for s in (*_OWNER.values(), failed) if s.kind == "file"}
+    return re.sub(r"\bltr_plugin_\w+\b", lambda m: files.get(m.group(0), m.group(0)), message)
+
+
+def _fail(source: Source, e: BaseException) -> PluginError:
     """A plug-in that raised while importing: one line with the exception and the line of the plug-in."""
+    label, path = source.label, source.ref if source.kind == "file" else None
     if isinstance(e, ComponentError):
-        return PluginError(f"plugin {label}: {one_line(e)}")
+        return PluginError(f"plugin {label}: {_files_named(one_line(e), source)}")
     where = ""
     frames = traceback.extract_tb(e.__traceback__)
     mine = [f for f in frames if path and os.path.abspath(f.filename) == path] or frames[-1:]
@@ -133,7 +142,6 @@ def _fail(label: str, e: BaseException, path: str | None = None) -> PluginError:
 
 def _import(source: Source) -> None:
     """Import ``source`` in this process (a file from its bytes, a module or an entry point by name)."""
-    path = source.ref if source.kind == "file" else None
     try:
         if source.kind == "file":
             old = sys.modules.get(source.module)
@@ -169,7 +177,7 @@ def _import(source: Source) -> None:
     except KeyboardInterrupt:  # Ctrl-C, wherever it lands: ltr stops as it does for Ctrl-C
         raise
     except BaseException as e:  # anything the plug-in raises, sys.exit() and GeneratorExit too: one line naming it
-        raise _fail(source.label, e, path) from None
+        raise _fail(source, e) from None
     for name, (_, comp) in plugin_components().items():
         if comp.module == source.module:
             _OWNER[name] = source

@@ -338,7 +338,25 @@ def test_a_plugin_taking_a_built_in_name_exits_2_in_one_line_in_a_fresh_process(
                          capture_output=True, text=True, cwd=tmp_path, timeout=120)  # fmt: skip
     err = out.stderr.strip().splitlines()
     assert out.returncode == 2 and len(err) == 1, out.stderr
-    assert f"plugin {path}: objective 'lambdamart' is registered twice: by udfs.objectives.lambdamart and by" in err[0]
+    assert (
+        f"plugin {path}: objective 'lambdamart' is registered twice: by udfs.objectives.lambdamart and by {path};"
+        in err[0]
+    )
+
+
+def test_two_plugin_files_taking_one_name_exit_2_naming_both_files(plugin, capsys):
+    """Each source by the file the user wrote, not by the module name a file plug-in is loaded as."""
+    from pipelines.app.cli import main
+
+    body = (
+        "@difficulty('q_mine', features=())\n"
+        "def q(labels, features, offsets, *, params):\n"
+        "    return offsets[1:] * 1.0\n"
+    )
+    a, b = plugin(body, "a.py"), plugin(body, "b.py")
+    assert main(["plugins", "--check", "--plugin", str(a), "--plugin", str(b)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith(f"plugin {b}: difficulty score 'q_mine' is registered twice: by {a} and by {b}; rename one")
 
 
 def test_a_plugin_that_failed_to_load_leaves_nothing_registered_and_loads_once_fixed(plugin):
