@@ -1,22 +1,27 @@
 """``ltr server start | status | stop``: a Spark Connect server kept for a work_dir, which every later command on that
-work_dir uses (``spark.remote: auto``), as a client that cannot start a JVM; stopped, its processes are gone and the
-next command is classic again."""
+work_dir uses (``spark.remote: auto``), as a client that cannot start a JVM; a grid of its client stopped by SIGTERM
+mid-node and started again; stopped, the server's processes are gone and the next command is classic again."""
 
 from __future__ import annotations
 
 import json
+import os
+import random
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from pipelines.core.config import load_config
+from pipelines.core.proctree import alive, python_workers, signal_pids
 from tests.conftest import CHUNK_BYTES
-from tests.helpers import cli_env, set_args, without_java
+from tests.helpers import cli_env, run_in_steps, set_args, tiny_study, wait_for_file, without_java
 
-#: a server (a JVM of its own) and five ltr processes, one after another
+#: a server (a JVM of its own) and seven ltr processes, one after another
 pytestmark = [pytest.mark.spark, pytest.mark.slow(minutes=1)]
 
 
@@ -30,7 +35,91 @@ def _ltr(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     )
 
 
-def test_a_server_serves_the_commands_of_its_work_dir_until_stopped(small_letor, small_dataset, tmp_path):
+#: The stopped grid's study: LambdaMART-30 and MSE-6 (a shared prefix node, then two continuations: 54 trees, far
+#: more checkpoints than the stop waits for), a checkpoint every 2 trees, on one barrier worker of one thread, so
+#: that its trees equal the shared classic session's bit for bit
+GRID = tiny_study(
+    "grid.experiment=connect-stop",
+    "grid.trees=30",
+    "grid.switch_points=[6]",
+    "grid.strategies=[]",
+    "train.workers=1",
+    "train.nthread=1",
+    "train.checkpoint_every=2",
+    sections=["grid", "train"],
+)
+
+
+def _grid_results(work: Path, dataset: str) -> dict:
+    """Every grid path's model and vali/test curves, from the checkpoints of ``work``."""
+    from pipelines.app.grid import fold_results
+
+    cfg = load_config(None, [f"work_dir={work}", *GRID])
+    return {k: (r.model, r.vali, r.test) for k, r in fold_results(cfg, 1, dataset).items()}
+
+
+def _loaded_xgboost(pid: int) -> bool:
+    """Whether the process ``pid`` has XGBoost's library loaded: a Python worker that trained (an idle worker
+    of the ingest has not)."""
+    try:
+        return "libxgboost" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+def _stop_a_grid_on_the_server_and_resume_it(spark, rec: dict, work: Path, dataset: str, sets: list[str]) -> None:
+    """``ltr grid`` as the server's client, stopped by SIGTERM mid-node: its jobs on the server are interrupted (their
+    Python workers end: nothing trains on after the client), it exits 143 in one line; started again, it resumes
+    from the checkpoints without retraining a finished node, and its trees and curves equal an uninterrupted
+    classic grid's (the shared session's)."""
+    from pipelines.app.grid import run_grid
+
+    grid = [sys.executable, "-m", "pipelines.app.cli", "grid", "--data", dataset, *sets, *set_args(GRID)]
+    proc = subprocess.Popen(
+        grid, env=without_java(), start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    server, ckpt = int(rec["pid"]), work / "checkpoints"
+    frozen: set[int] = set()
+    try:
+        wait_for_file(proc, ckpt, "*/t*/_checkpoint.json", "the grid")
+        want = random.Random(os.getpid()).randint(2, 5)  # committed checkpoints before the stop
+        # the server's tree, not the client, runs the training: it is frozen between the looks
+        frozen = run_in_steps(
+            server,
+            lambda: len(list(ckpt.glob("*/t*/_checkpoint.json"))) + len(list(ckpt.glob("*/trees-*.json"))) >= want,
+        )
+        trainers = {p for p in frozen & set(python_workers(server)) if _loaded_xgboost(p)}  # (not the ingest's)
+        assert trainers, "no Python worker of the server was training"
+        stamps = {p: p.stat().st_mtime_ns for p in ckpt.glob("*/trees-*.json")}
+        signal_pids(frozen - trainers, signal.SIGCONT)  # the server answers; its training workers stay frozen
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        err = err.decode()
+        assert proc.returncode == 143, err[-3000:]
+        assert "ltr grid: stopped (SIGTERM)" in err and "Traceback" not in err, err[-3000:]
+        # the server cancelled the client's jobs: it killed their frozen workers (spark.python.task.killTimeout)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(alive(p) for p in trainers):
+            time.sleep(0.05)
+        assert not [p for p in trainers if alive(p)], "the stopped client's jobs ran on on the server"
+    finally:
+        signal_pids({p for p in frozen if alive(p)}, signal.SIGCONT)
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    resumed = subprocess.run(grid, env=without_java(), capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert re.search(r"grid connect-stop: parent run \w+ \(resumed\)", resumed.stderr), resumed.stderr[-3000:]
+    assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # what was committed was not trained again
+    straight = work.parent / "straight"
+    run_grid(spark, load_config(None, [f"work_dir={straight}", *GRID]), data=dataset)
+    ours, theirs = _grid_results(work, dataset), _grid_results(straight, dataset)
+    assert ours.keys() == theirs.keys() and len(ours) == 2
+    for name in ours:
+        assert ours[name] == theirs[name], name
+
+
+def test_a_server_serves_the_commands_of_its_work_dir_until_stopped(spark, small_letor, small_dataset, tmp_path):
     from pipelines.app.server import _alive, session_config
 
     work = tmp_path / "work"
@@ -57,6 +146,7 @@ def test_a_server_serves_the_commands_of_its_work_dir_until_stopped(small_letor,
         a = json.loads((out / "_manifest.json").read_text())
         b = json.loads((Path(small_dataset) / "_manifest.json").read_text())
         assert a["fingerprint"] == b["fingerprint"] and a["rows"] == b["rows"]
+        _stop_a_grid_on_the_server_and_resume_it(spark, rec, work, str(out), sets)
         assert _ltr("server", "status", *sets).returncode == 0
     finally:
         stopped = _ltr("server", "stop", *sets)
