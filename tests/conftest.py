@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -80,14 +82,35 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder ``name`` under the run's temporary root, filled by ``build(folder)`` once a run: by the first
+    xdist worker that asks for it, while the others wait for it (a lock beside it, :class:`FileLock`), then read it.
+    For the data fixtures that tests only read: each worker built its own copy before, the same bytes twice."""
+    from pipelines.core.locks import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker's basetemp is a folder of the run's root
+        root = root.parent
+    shared = root / "shared"
+    folder, built = shared / name, shared / f"{name}.built"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not built.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # what a worker that failed half-way left
+            folder.mkdir(parents=True)
+            build(folder)
+            built.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def small_letor(tmp_path_factory) -> Path:
     """A small generated MSLR-shaped folder (60 queries), shared by tests that only read it."""
     from pipelines.data.generate import generate
 
-    out = tmp_path_factory.mktemp("letor") / "mslr"
-    generate(str(out), queries=60, seed=11, workers=1)
-    return out
+    def build(folder: Path) -> None:
+        generate(str(folder / "mslr"), queries=60, seed=11, workers=1)
+
+    return built_once(tmp_path_factory, "letor", build) / "mslr"
 
 
 #: ``small_dataset``'s ingest chunk size (bytes)
@@ -98,14 +121,17 @@ CHUNK_BYTES = 600_000
 def small_dataset(spark_holder, small_letor, tmp_path_factory) -> str:
     """``small_letor`` ingested (MSLR rotation, subsets S1..S5), in chunks of 600 kB: 79 Spark tasks, two or more a
     file (smaller chunks cost each xdist worker a Python task's fixed cost per chunk: RESULTS.md, "What CI's
-    settings rest on")."""
+    settings rest on"). Read only, by every test that uses it."""
     from pipelines.core.config import IngestConfig, load_dataset_spec
     from pipelines.data.ingest import ingest
 
-    out = tmp_path_factory.mktemp("ds") / "dataset"
-    spec = load_dataset_spec("mslr")
-    ingest(spark_holder.get(), str(small_letor), str(out), spec, IngestConfig(chunk_bytes=CHUNK_BYTES))
-    return str(out)
+    def build(folder: Path) -> None:
+        spec = load_dataset_spec("mslr")
+        ingest(
+            spark_holder.get(), str(small_letor), str(folder / "dataset"), spec, IngestConfig(chunk_bytes=CHUNK_BYTES)
+        )
+
+    return str(built_once(tmp_path_factory, "ds", build) / "dataset")
 
 
 @pytest.fixture(scope="session")
@@ -115,9 +141,10 @@ def small_difficulty(spark_holder, small_dataset, tmp_path_factory) -> str:
     from pipelines.data.scoring import run_difficulty
     from udfs.metrics import NdcgSpec
 
-    out = tmp_path_factory.mktemp("diff") / "scores"
-    run_difficulty(spark_holder.get(), small_dataset, str(out), DifficultyConfig(), NdcgSpec())
-    return str(out)
+    def build(folder: Path) -> None:
+        run_difficulty(spark_holder.get(), small_dataset, str(folder / "scores"), DifficultyConfig(), NdcgSpec())
+
+    return str(built_once(tmp_path_factory, "diff", build) / "scores")
 
 
 #: Fixtures that start (or need) the shared Spark session.
