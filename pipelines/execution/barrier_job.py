@@ -390,6 +390,7 @@ def run_nodes_distributed(
     tracker_timeout: int = 0,
     lease_token: str | None = None,
     tracker_in_stage: bool = False,
+    driver_bound: bool = False,
 ) -> dict[str, Any]:
     """Train ``nodes`` (plan order) on ``rows`` with ``workers`` barrier tasks: a frame of the fold's rows
     (:func:`training_frame`), which ``arrange`` hands out to the tasks, or where each task reads its own
@@ -401,9 +402,10 @@ def run_nodes_distributed(
 
     Outputs go to ``store`` (checkpoints every ``settings.checkpoint_every`` trees
     and at each node's end); rank 0 reports progress to the driver's event
-    listener at ``events`` (host, port; None: no report). XGBoost's tracker runs in this process, or with
-    ``tracker_in_stage`` in the stage's first task (:func:`tracker_in_stage`). A barrier stage that Spark retries is
-    stopped (its Rabit tracker is spent): the caller starts a new job, which
+    listener at ``events`` (host, port; None: no report); with ``driver_bound`` (a Spark Connect client's job) it
+    stops the job when that connection breaks (:class:`pipelines.execution.events.DriverGone`). XGBoost's
+    tracker runs in this process, or with ``tracker_in_stage`` in the stage's first task (:func:`tracker_in_stage`).
+    A barrier stage that Spark retries is stopped (its Rabit tracker is spent): the caller starts a new job, which
     resumes from the checkpoints. Returns timings.
     """
     from pipelines.core.keys import source_files, worker_identity, worker_roots
@@ -478,7 +480,7 @@ def run_nodes_distributed(
                 where=local_dir(),
             )
         load = time.perf_counter() - t0
-        client = EventClient(*events) if events and ctx.partitionId() == 0 else None
+        client = EventClient(*events, driver_bound=driver_bound) if events and ctx.partitionId() == 0 else None
         collective = args if args is not None else _tracker_in_task(ctx, workers, tracker_timeout)
         try:
             with CommunicatorContext(dmlc_task_id=str(ctx.partitionId()), **collective):

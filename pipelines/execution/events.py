@@ -17,7 +17,12 @@ so it stops at once and the driver starts a new job from the checkpoints.
 
 :class:`EventServer` runs on the driver and hands each event, in order, to a
 callback (progress display, MLflow streaming). Sending is best effort: if the
-driver cannot be reached, training goes on and logs one warning.
+driver cannot be reached, training goes on and logs one warning. But a job of a
+Spark Connect client (``driver_bound``) stops when the connection it had breaks:
+the client's process is gone (a SIGKILL, a lost machine; a SIGTERM interrupts its
+jobs itself), and the job would otherwise train on the server to its end for
+nobody. A client that still runs starts the job again from its checkpoints, as
+after any failed job.
 :class:`ProgressDisplay` shows ``N/M trees`` with rate and time left: a tqdm
 bar on a terminal, plain log lines otherwise.
 """
@@ -34,6 +39,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from pipelines.core.errors import LtrError
 from pipelines.core.spark_progress import rate_and_left
 
 log = logging.getLogger(__name__)
@@ -116,28 +122,46 @@ class EventServer(socketserver.ThreadingTCPServer):
         self._thread.join(timeout=5)
 
 
-class EventClient:
-    """Rank 0's side: connects lazily, sends JSON lines, gives up quietly after one warning."""
+class DriverGone(LtrError):
+    """A Spark Connect client's job lost its connection to the client (:class:`EventClient`, ``driver_bound``)."""
 
-    def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
-        self.host, self.port, self.timeout = host, port, timeout
+
+class EventClient:
+    """Rank 0's side: connects lazily, sends JSON lines, gives up quietly after one warning; with ``driver_bound``
+    (a Spark Connect client's job) it raises :class:`DriverGone` instead once a connection it had breaks."""
+
+    def __init__(self, host: str, port: int, timeout: float = 10.0, driver_bound: bool = False) -> None:
+        self.host, self.port, self.timeout, self.driver_bound = host, port, timeout, driver_bound
         self._sock: socket.socket | None = None
         self._broken = False
+        self._connected = False
 
     def send(self, ev: dict[str, Any]) -> None:
         """Send ``ev`` as one JSON line, connecting on the first call; best effort.
 
         On the first connection or send error, logs one warning and drops this and every later event (the
-        client is broken from then on); nothing is raised.
+        client is broken from then on); nothing is raised, but with ``driver_bound`` a connection that was made
+        and then broke raises :class:`DriverGone` (the driver's process ended: a closed socket answers the first
+        line after its end with a reset, and the next send fails).
         """
         if self._broken:
             return
         try:
             if self._sock is None:
                 self._sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+                self._connected = True
             self._sock.sendall((json.dumps(ev) + "\n").encode())
         except OSError as e:
             self._broken = True
+            if self.driver_bound and self._connected:
+                gone = DriverGone(
+                    f"the Spark Connect client at {self.host}:{self.port} is gone ({e}): this job stops at "
+                    f"{ev.get('ev')} {ev.get('tree', '')} of node {ev.get('node', '?')}, its checkpoints kept"
+                )
+                # said here too: leaving XGBoost's collective, a worker whose tracker (in the client) is gone can
+                # end before its error reaches Spark
+                log.warning("%s", gone)
+                raise gone from None
             log.warning(
                 "progress listener %s:%d unreachable (%s): training goes on without progress reports",
                 self.host,

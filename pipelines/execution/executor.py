@@ -30,7 +30,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.core.config import TrainConfig
-from pipelines.core.connect import label_jobs, use_pool
+from pipelines.core.connect import is_connect, label_jobs, use_pool
 from pipelines.core.errors import LtrError, UserError, relay
 from pipelines.core.signals import STOP
 from pipelines.data.curricula import Curriculum
@@ -324,6 +324,7 @@ def _run_unit(
                     tracker_timeout=how.tracker_timeout,
                     tracker_in_stage=address is None,
                     lease_token=held.token,
+                    driver_bound=is_connect(spark),
                 )
             except Exception as e:
                 _retry_or_raise(e, attempt, plan, nodes, store, how)

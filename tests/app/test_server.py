@@ -1,6 +1,7 @@
 """``ltr server start | status | stop``: a Spark Connect server kept for a work_dir, which every later command on that
 work_dir uses (``spark.remote: auto``), as a client that cannot start a JVM; a grid of its client stopped by SIGTERM
-mid-node and started again; stopped, the server's processes are gone and the next command is classic again."""
+and by SIGKILL mid-node and started again; stopped, the server's processes are gone and the next command is classic
+again."""
 
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ import pytest
 from pipelines.core.config import load_config
 from pipelines.core.proctree import alive, python_workers, signal_pids
 from tests.conftest import CHUNK_BYTES
-from tests.helpers import cli_env, run_in_steps, set_args, tiny_study, wait_for_file, without_java
+from tests.helpers import cli_env, run_in_steps, set_args, tiny_study, without_java
 
-#: a server (a JVM of its own) and seven ltr processes, one after another
+#: a server (a JVM of its own) and eight ltr processes, one after another
 pytestmark = [pytest.mark.spark, pytest.mark.slow(minutes=1)]
 
 
@@ -67,52 +68,81 @@ def _loaded_xgboost(pid: int) -> bool:
         return False
 
 
+def _committed(ckpt: Path) -> int:
+    """Checkpoint files committed under ``ckpt`` (a checkpoint's record and its segment of trees)."""
+    return len(list(ckpt.glob("*/t*/_checkpoint.json"))) + len(list(ckpt.glob("*/trees-*.json")))
+
+
+def _frozen_mid_node(proc: subprocess.Popen, server: int, ckpt: Path, more: int) -> set[int]:
+    """Once the client ``proc``'s job has committed a checkpoint file (not before: a stop while XGBoost's workers
+    join their tracker breaks them), the server's tree in steps until ``more`` files more than before are committed:
+    the frozen pids."""
+    before = _committed(ckpt)
+    deadline = time.monotonic() + 240
+    while _committed(ckpt) == before and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert proc.poll() is None, f"the grid ended before the stop: {proc.stderr.read().decode()[-3000:]}"
+    # the server's tree, not the client, runs the training: it is frozen between the looks
+    return run_in_steps(server, lambda: _committed(ckpt) >= before + more)
+
+
 def _stop_a_grid_on_the_server_and_resume_it(spark, rec: dict, work: Path, dataset: str, sets: list[str]) -> None:
-    """``ltr grid`` as the server's client, stopped by SIGTERM mid-node: its jobs on the server are interrupted (their
-    Python workers end: nothing trains on after the client), it exits 143 in one line; started again, it resumes
-    from the checkpoints without retraining a finished node, and its trees and curves equal an uninterrupted
-    classic grid's (the shared session's)."""
+    """``ltr grid`` as the server's client, stopped mid-node twice, then to its end. Stopped by SIGTERM: its jobs on
+    the server are interrupted (their Python workers end), it exits 143 in one line. Started again and SIGKILLed (a
+    lost client, which tells the server nothing): its job on the server stops at its next trees
+    (:class:`pipelines.execution.events.DriverGone`) instead of training on to its end for nobody. Started again: it
+    resumes from the checkpoints without retraining what was committed, and its trees and curves equal an
+    uninterrupted classic grid's (the shared session's)."""
     from pipelines.app.grid import run_grid
 
+    straight = work.parent / "straight"
+    run_grid(spark, load_config(None, [f"work_dir={straight}", *GRID]), data=dataset)
     grid = [sys.executable, "-m", "pipelines.app.cli", "grid", "--data", dataset, *sets, *set_args(GRID)]
-    proc = subprocess.Popen(
-        grid, env=without_java(), start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
     server, ckpt = int(rec["pid"]), work / "checkpoints"
-    frozen: set[int] = set()
-    try:
-        wait_for_file(proc, ckpt, "*/t*/_checkpoint.json", "the grid")
-        want = random.Random(os.getpid()).randint(2, 5)  # committed checkpoints before the stop
-        # the server's tree, not the client, runs the training: it is frozen between the looks
-        frozen = run_in_steps(
-            server,
-            lambda: len(list(ckpt.glob("*/t*/_checkpoint.json"))) + len(list(ckpt.glob("*/trees-*.json"))) >= want,
+    rng = random.Random(os.getpid())
+    for how in ("SIGTERM", "SIGKILL"):
+        proc = subprocess.Popen(
+            grid, env=without_java(), start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
-        trainers = {p for p in frozen & set(python_workers(server)) if _loaded_xgboost(p)}  # (not the ingest's)
-        assert trainers, "no Python worker of the server was training"
-        stamps = {p: p.stat().st_mtime_ns for p in ckpt.glob("*/trees-*.json")}
-        signal_pids(frozen - trainers, signal.SIGCONT)  # the server answers; its training workers stay frozen
-        os.kill(proc.pid, signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-        err = err.decode()
-        assert proc.returncode == 143, err[-3000:]
-        assert "ltr grid: stopped (SIGTERM)" in err and "Traceback" not in err, err[-3000:]
-        # the server cancelled the client's jobs: it killed their frozen workers (spark.python.task.killTimeout)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(alive(p) for p in trainers):
-            time.sleep(0.05)
-        assert not [p for p in trainers if alive(p)], "the stopped client's jobs ran on on the server"
-    finally:
-        signal_pids({p for p in frozen if alive(p)}, signal.SIGCONT)
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+        frozen: set[int] = set()
+        try:
+            frozen = _frozen_mid_node(proc, server, ckpt, rng.randint(1, 4))
+            trainers = {p for p in frozen & set(python_workers(server)) if _loaded_xgboost(p)}  # (not the ingest's)
+            assert trainers, "no Python worker of the server was training"
+            if how == "SIGTERM":
+                signal_pids(frozen - trainers, signal.SIGCONT)  # the server answers; its training workers stay frozen
+                os.kill(proc.pid, signal.SIGTERM)
+                _, err = proc.communicate(timeout=60)
+                err = err.decode()
+                assert proc.returncode == 143, err[-3000:]
+                assert "ltr grid: stopped (SIGTERM)" in err and "Traceback" not in err, err[-3000:]
+                # the server cancelled the client's jobs: it killed their frozen workers (spark.python.task.killTimeout)
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and any(alive(p) for p in trainers):
+                    time.sleep(0.05)
+                assert not [p for p in trainers if alive(p)], "the stopped client's jobs ran on on the server"
+            else:
+                proc.kill()
+                proc.wait()
+                signal_pids(frozen, signal.SIGCONT)  # the orphaned job goes on: until its next report to the client
+                last, quiet = _committed(ckpt), time.monotonic()
+                while time.monotonic() - quiet < 3:  # until nothing is committed for 3 s
+                    time.sleep(0.1)
+                    if _committed(ckpt) != last:
+                        last, quiet = _committed(ckpt), time.monotonic()
+                log = Path(rec["log"]).read_text(errors="replace")
+                assert "the Spark Connect client at 127.0.0.1:" in log and "is gone" in log, log[-3000:]
+                assert last < _committed(straight / "checkpoints"), "the lost client's job trained on to its end"
+        finally:
+            signal_pids({p for p in frozen if alive(p)}, signal.SIGCONT)
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    stamps = {p: p.stat().st_mtime_ns for p in ckpt.glob("*/trees-*.json")}
     resumed = subprocess.run(grid, env=without_java(), capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert re.search(r"grid connect-stop: parent run \w+ \(resumed\)", resumed.stderr), resumed.stderr[-3000:]
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # what was committed was not trained again
-    straight = work.parent / "straight"
-    run_grid(spark, load_config(None, [f"work_dir={straight}", *GRID]), data=dataset)
     ours, theirs = _grid_results(work, dataset), _grid_results(straight, dataset)
     assert ours.keys() == theirs.keys() and len(ours) == 2
     for name in ours:

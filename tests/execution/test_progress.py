@@ -3,7 +3,12 @@ resumed fold."""
 
 from __future__ import annotations
 
-from pipelines.execution.events import EventClient, EventServer
+import socket
+import time
+
+import pytest
+
+from pipelines.execution.events import DriverGone, EventClient, EventServer
 
 
 def test_events_reach_the_driver_over_tcp():
@@ -23,6 +28,35 @@ def test_events_reach_the_driver_over_tcp():
     dead = EventClient("127.0.0.1", 1, timeout=0.5)
     dead.send({"ev": "tree"})  # unreachable: one warning, training goes on
     dead.send({"ev": "tree"})
+
+
+def _sends_after_the_listener_closed(client: EventClient) -> None:
+    """``client`` connected to a listener whose end is then closed (the driver's process ended); then up to 50
+    events, 10 ms apart (the closed end answers the first with a reset: a later send fails)."""
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        client.port = srv.getsockname()[1]
+        client.send({"ev": "node_start", "node": "n", "tree": 0})
+        conn, _ = srv.accept()
+        conn.close()
+    for t in range(1, 51):
+        client.send({"ev": "tree", "node": "n", "tree": t})
+        time.sleep(0.01)
+
+
+def test_a_connect_clients_job_stops_when_its_connection_breaks_and_only_then():
+    """A Spark Connect client's job (``driver_bound``) stops, in one line, once the connection it had to its client
+    breaks (the client's process is gone); a classic driver's job trains on without reports, and a job that never
+    reached its client (executors that cannot reach it) trains on too."""
+    with pytest.raises(
+        DriverGone,
+        match=r"^the Spark Connect client at 127\.0\.0\.1:\d+ is gone \(.*\): this job stops "
+        r"at tree \d+ of node n, its checkpoints kept$",
+    ):
+        _sends_after_the_listener_closed(EventClient("127.0.0.1", 0, timeout=2, driver_bound=True))
+    _sends_after_the_listener_closed(EventClient("127.0.0.1", 0, timeout=2))  # classic: no error
+    never = EventClient("127.0.0.1", 1, timeout=0.5, driver_bound=True)
+    never.send({"ev": "tree"})  # unreachable from the start: one warning, training goes on
+    never.send({"ev": "tree"})
 
 
 def test_a_failed_job_is_named_in_one_line():
