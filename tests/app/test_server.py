@@ -125,13 +125,16 @@ def _stop_a_grid_on_the_server_and_resume_it(spark, rec: dict, work: Path, datas
                 proc.kill()
                 proc.wait()
                 signal_pids(frozen, signal.SIGCONT)  # the orphaned job goes on: until its next report to the client
+                server_log, deadline = Path(rec["log"]), time.monotonic() + 120
+                while "the Spark Connect client at 127.0.0.1:" not in (log := server_log.read_text(errors="replace")):
+                    assert time.monotonic() < deadline, f"the lost client's job did not stop:\n{log[-3000:]}"
+                    time.sleep(0.1)
+                assert "is gone" in log and "its checkpoints kept" in log, log[-3000:]
                 last, quiet = _committed(ckpt), time.monotonic()
                 while time.monotonic() - quiet < 3:  # until nothing is committed for 3 s
                     time.sleep(0.1)
                     if _committed(ckpt) != last:
                         last, quiet = _committed(ckpt), time.monotonic()
-                log = Path(rec["log"]).read_text(errors="replace")
-                assert "the Spark Connect client at 127.0.0.1:" in log and "is gone" in log, log[-3000:]
                 assert last < _committed(straight / "checkpoints"), "the lost client's job trained on to its end"
         finally:
             signal_pids({p for p in frozen if alive(p)}, signal.SIGCONT)
