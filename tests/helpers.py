@@ -256,3 +256,16 @@ def files_holding(root: Path, *needles: bytes, skip: Path | None = None) -> list
                 continue
             hits += [str(p.relative_to(root)) for n in needles if n in data]
     return hits
+
+
+def committed_files(checkpoints: Path) -> int:
+    """Checkpoint files committed under a checkpoint store's folder: each checkpoint's record and each segment of
+    trees (what a stop mid-node waits for)."""
+    return len(list(checkpoints.glob("*/t*/_checkpoint.json"))) + len(list(checkpoints.glob("*/trees-*.json")))
+
+
+def path_results(cfg, fold: int, data: str) -> dict[str, tuple[bytes, list[float], list[float]]]:
+    """Every grid path's model and vali/test curves of ``fold``, read back from ``cfg``'s checkpoints."""
+    from pipelines.app.grid import fold_results
+
+    return {k: (r.model, r.vali, r.test) for k, r in fold_results(cfg, fold, data).items()}

@@ -134,7 +134,6 @@ class EventClient:
         self.host, self.port, self.timeout, self.driver_bound = host, port, timeout, driver_bound
         self._sock: socket.socket | None = None
         self._broken = False
-        self._connected = False
 
     def send(self, ev: dict[str, Any]) -> None:
         """Send ``ev`` as one JSON line, connecting on the first call; best effort.
@@ -149,11 +148,10 @@ class EventClient:
         try:
             if self._sock is None:
                 self._sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
-                self._connected = True
             self._sock.sendall((json.dumps(ev) + "\n").encode())
         except OSError as e:
             self._broken = True
-            if self.driver_bound and self._connected:
+            if self.driver_bound and self._sock is not None:  # a connection was made, and broke
                 gone = DriverGone(
                     f"the Spark Connect client at {self.host}:{self.port} is gone ({e}): this job stops at "
                     f"{ev.get('ev')} {ev.get('tree', '')} of node {ev.get('node', '?')}, its checkpoints kept"

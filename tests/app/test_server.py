@@ -20,7 +20,7 @@ import pytest
 from pipelines.core.config import load_config
 from pipelines.core.proctree import alive, python_workers, signal_pids
 from tests.conftest import CHUNK_BYTES
-from tests.helpers import cli_env, run_in_steps, set_args, tiny_study, without_java
+from tests.helpers import cli_env, committed_files, path_results, run_in_steps, set_args, tiny_study, without_java
 
 #: a server (a JVM of its own) and eight ltr processes, one after another
 pytestmark = [pytest.mark.spark, pytest.mark.slow(minutes=1)]
@@ -51,14 +51,6 @@ GRID = tiny_study(
 )
 
 
-def _grid_results(work: Path, dataset: str) -> dict:
-    """Every grid path's model and vali/test curves, from the checkpoints of ``work``."""
-    from pipelines.app.grid import fold_results
-
-    cfg = load_config(None, [f"work_dir={work}", *GRID])
-    return {k: (r.model, r.vali, r.test) for k, r in fold_results(cfg, 1, dataset).items()}
-
-
 def _loaded_xgboost(pid: int) -> bool:
     """Whether the process ``pid`` has XGBoost's library loaded: a Python worker that trained (an idle worker
     of the ingest has not)."""
@@ -68,22 +60,17 @@ def _loaded_xgboost(pid: int) -> bool:
         return False
 
 
-def _committed(ckpt: Path) -> int:
-    """Checkpoint files committed under ``ckpt`` (a checkpoint's record and its segment of trees)."""
-    return len(list(ckpt.glob("*/t*/_checkpoint.json"))) + len(list(ckpt.glob("*/trees-*.json")))
-
-
 def _frozen_mid_node(proc: subprocess.Popen, server: int, ckpt: Path, more: int) -> set[int]:
     """Once the client ``proc``'s job has committed a checkpoint file (not before: a stop while XGBoost's workers
     join their tracker breaks them), the server's tree in steps until ``more`` files more than before are committed:
     the frozen pids."""
-    before = _committed(ckpt)
+    before = committed_files(ckpt)
     deadline = time.monotonic() + 240
-    while _committed(ckpt) == before and proc.poll() is None and time.monotonic() < deadline:
+    while committed_files(ckpt) == before and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     assert proc.poll() is None, f"the grid ended before the stop: {proc.stderr.read().decode()[-3000:]}"
     # the server's tree, not the client, runs the training: it is frozen between the looks
-    return run_in_steps(server, lambda: _committed(ckpt) >= before + more)
+    return run_in_steps(server, lambda: committed_files(ckpt) >= before + more)
 
 
 def _stop_a_grid_on_the_server_and_resume_it(spark, rec: dict, work: Path, dataset: str, sets: list[str]) -> None:
@@ -130,12 +117,12 @@ def _stop_a_grid_on_the_server_and_resume_it(spark, rec: dict, work: Path, datas
                     assert time.monotonic() < deadline, f"the lost client's job did not stop:\n{log[-3000:]}"
                     time.sleep(0.1)
                 assert "is gone" in log and "its checkpoints kept" in log, log[-3000:]
-                last, quiet = _committed(ckpt), time.monotonic()
+                last, quiet = committed_files(ckpt), time.monotonic()
                 while time.monotonic() - quiet < 3:  # until nothing is committed for 3 s
                     time.sleep(0.1)
-                    if _committed(ckpt) != last:
-                        last, quiet = _committed(ckpt), time.monotonic()
-                assert last < _committed(straight / "checkpoints"), "the lost client's job trained on to its end"
+                    if committed_files(ckpt) != last:
+                        last, quiet = committed_files(ckpt), time.monotonic()
+                assert last < committed_files(straight / "checkpoints"), "the lost client's job trained on to its end"
         finally:
             signal_pids({p for p in frozen if alive(p)}, signal.SIGCONT)
             if proc.poll() is None:
@@ -146,7 +133,7 @@ def _stop_a_grid_on_the_server_and_resume_it(spark, rec: dict, work: Path, datas
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert re.search(r"grid connect-stop: parent run \w+ \(resumed\)", resumed.stderr), resumed.stderr[-3000:]
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # what was committed was not trained again
-    ours, theirs = _grid_results(work, dataset), _grid_results(straight, dataset)
+    ours, theirs = (path_results(load_config(None, [f"work_dir={w}", *GRID]), 1, dataset) for w in (work, straight))
     assert ours.keys() == theirs.keys() and len(ours) == 2
     for name in ours:
         assert ours[name] == theirs[name], name

@@ -38,7 +38,7 @@ from pipelines.testing.processes import (
     isolated_env,
     stop_process,
 )
-from tests.helpers import python_without_project, set_args, tiny_study, without_java
+from tests.helpers import path_results, python_without_project, set_args, tiny_study, without_java
 
 #: spark: a standalone cluster, spark-submit and ltr subprocesses; slow: minutes, started first
 pytestmark = [pytest.mark.spark, pytest.mark.slow(minutes=6)]
@@ -292,11 +292,9 @@ def _run_args(work: Path, letor: Path) -> list[str]:
 
 def _grid_results(work: Path) -> dict[str, tuple[bytes, list[float], list[float]]]:
     """Every grid path's model and vali/test curves, from the checkpoints."""
-    from pipelines.app.grid import fold_results
     from pipelines.plugins.run_config import load_run_config
 
-    cfg = load_run_config(None, [f"work_dir={work}", *STUDY], [str(PLUGIN)])
-    return {k: (r.model, r.vali, r.test) for k, r in fold_results(cfg, FOLD, str(work / "dataset")).items()}
+    return path_results(load_run_config(None, [f"work_dir={work}", *STUDY], [str(PLUGIN)]), FOLD, str(work / "dataset"))
 
 
 def _child_finals(work: Path) -> dict[str, float]:

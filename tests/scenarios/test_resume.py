@@ -27,7 +27,7 @@ from pipelines.store.results import path_result
 from pipelines.study.design import plan_fold, show_plan
 from pipelines.testing.processes import ROOT
 from pipelines.tracking.runs import Tracker
-from tests.helpers import cli_env, freeze_if, run_in_steps, set_args, tiny_study, wait_for_file
+from tests.helpers import cli_env, committed_files, freeze_if, run_in_steps, set_args, tiny_study, wait_for_file
 
 #: spark: ltr subprocesses besides the shared session; slow: minutes, started first
 pytestmark = [pytest.mark.spark, pytest.mark.slow(minutes=5)]
@@ -121,7 +121,7 @@ def test_kill_9_mid_node_then_restart_gives_identical_results(spark, small_datas
     wait_for_file(proc, ckpt, "*/t*/_checkpoint.json", "the grid")  # the first checkpoint; from there on, in steps
     frozen = run_in_steps(
         proc.pid,
-        lambda: len(list(ckpt.glob("*/t*/_checkpoint.json"))) + len(list(ckpt.glob("*/trees-*.json"))) >= 2 * want,
+        lambda: committed_files(ckpt) >= 2 * want,
     )
     if how == "SIGKILL to the tree":
         _kill_tree(proc)  # the driver, its JVM and PySpark's Python workers, mid-node (frozen since the look)
