@@ -105,6 +105,33 @@ def without_java() -> dict[str, str]:
     return env
 
 
+#: The pure-Python Spark Connect client (no JVM, no ``SparkContext``, no RDDs) of :func:`pyspark_client_python`: the
+#: newest published (the 4.3 client is not), a minor older than the locked PySpark's server, which Connect serves.
+PYSPARK_CLIENT = "pyspark-client==4.2.0"
+
+
+def pyspark_client_python(folder: Path) -> Path:
+    """A virtual environment in ``folder`` with :data:`PYSPARK_CLIENT` in place of PySpark and the project's other
+    libraries (the lock's versions), built by uv from this interpreter; its Python. It cannot import the project
+    (run it with :func:`without_java`'s ``PYTHONPATH``) and has none of PySpark's classic API: a Spark Connect user's
+    environment, in which any classic-only call or import fails."""
+    from importlib.metadata import requires
+
+    uv = Path(sys.executable).parent / "uv"
+    python = folder / "bin" / "python"
+    libraries = [r for r in requires("ltr-curriculum") or [] if "extra ==" not in r and not r.startswith("pyspark")]
+    links = ",".join(os.environ.get("PIP_FIND_LINKS", "").split())
+    for cmd in (
+        [uv, "venv", "-q", "--seed", "-p", sys.executable, folder],  # (--seed: pip, which MLflow asks the version of)
+        [uv, "pip", "install", "-q", "-p", python, "-c", ROOT / "constraints.txt", PYSPARK_CLIENT, *libraries],
+    ):
+        proc = subprocess.run(
+            [str(c) for c in cmd], capture_output=True, text=True, env={**os.environ, "UV_FIND_LINKS": links}
+        )
+        assert proc.returncode == 0, f"{cmd[:3]}: {proc.stderr[-3000:]}"
+    return python
+
+
 #: ``sitecustomize`` of :func:`python_without_project`: the project's packages import from a zip on the path only.
 _ONLY_FROM_ZIPS = """
 import importlib.machinery

@@ -266,8 +266,8 @@ def _workers_differ(spark: Any, url: str, probe: Any, driver: dict[str, str]) ->
     if there is not None and there != driver:
         other = code_differences(there, driver)
         return (
-            f"{where} run other code than this client ({', '.join(other)}: {code_label(there)} there, "
-            f"{code_label(driver)} here)"
+            f"{where} run other code than this client ({', '.join(other)}: {code_label(there, other)} there, "
+            f"{code_label(driver, other)} here)"
         )
     return None
 

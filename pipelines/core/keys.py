@@ -30,7 +30,7 @@ import ast
 import functools
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -330,12 +330,33 @@ def has_source_files(files: Mapping[str, tuple[str, str]]) -> bool:
     return True
 
 
+#: The Spark that computes this process's results where it is not this process's PySpark: a Spark Connect
+#: client's server (:func:`computing_spark`); None: this process's PySpark.
+_server_spark: str | None = None
+
+
+def computing_spark(version: str | None) -> None:
+    """Name the Spark that computes this process's results. A Spark Connect client passes its server's version
+    (``spark.version``): every code identity then holds it as ``pyspark``, not the client's own package's, which
+    only builds plans (a ``pyspark-client`` 4.2 of a 4.3 server gives the keys of that server's classic sessions,
+    and its workers' check compares their PySpark with their own server's). None: this process's PySpark again."""
+    global _server_spark
+    if version != _server_spark:
+        _server_spark = version
+        code_identity.cache_clear()
+        worker_identity.cache_clear()
+
+
 def library_versions() -> dict[str, str]:
-    """Versions of :data:`LIBRARIES` as installed ('' where one is not: planning works without Spark)."""
+    """Versions of :data:`LIBRARIES` as installed ('' where one is not: planning works without Spark); ``pyspark``:
+    the Spark Connect server's where :func:`computing_spark` named one."""
     from importlib.metadata import PackageNotFoundError, version
 
     out = {}
     for lib in LIBRARIES:
+        if lib == "pyspark" and _server_spark:
+            out[lib] = _server_spark
+            continue
         try:
             out[lib] = version(lib)
         except PackageNotFoundError:
@@ -405,9 +426,12 @@ def explain_objectives() -> dict[str, dict[str, Any]]:
     }
 
 
-def code_label(code: Mapping[str, str]) -> str:
-    """A code identity in a few characters, for messages: ``sources a1b2c3d4e5f6 (xgboost 3.2.0)``."""
-    return f"sources {str(code.get('sources', ''))[:12]} (xgboost {code.get('xgboost', '?')})"
+def code_label(code: Mapping[str, str], differing: Iterable[str] = ()) -> str:
+    """A code identity in a few characters, for messages: ``sources a1b2c3d4e5f6 (xgboost 3.2.0)``, with the version
+    of each library of ``differing`` (:func:`code_differences`) too: ``(xgboost 3.2.0, pyspark 4.3.0)``."""
+    libs = ["xgboost", *sorted(k for k in differing if k not in ("sources", "xgboost"))]
+    versions = ", ".join(f"{lib} {code.get(lib, '?')}" for lib in libs)
+    return f"sources {str(code.get('sources', ''))[:12]} ({versions})"
 
 
 # ------------------------------------------------------------ keys of results

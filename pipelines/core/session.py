@@ -10,7 +10,6 @@ import sys
 import warnings
 from pathlib import Path
 
-from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from pipelines.core.config import ConfigError, SparkConfig
@@ -23,6 +22,7 @@ from pipelines.core.connect import (
     remote_url,
     set_log_level,
 )
+from pipelines.core.keys import computing_spark
 from pipelines.core.threads import apply as apply_threads
 from pipelines.core.threads import executor_thread_environment
 
@@ -36,13 +36,21 @@ def launched_by_spark_submit() -> bool:
     return bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
 
 
+def _submit_properties() -> dict[str, str]:
+    """The properties of spark-submit's JVM, which started this process. Imported here, not at the top: the classic
+    API is absent from a pure Spark Connect client (the ``pyspark-client`` package has no ``SparkContext``)."""
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's JVM; SparkConf then sees its properties
+    return dict(SparkConf().getAll())
+
+
 def resolve_master(cfg: SparkConfig) -> str:
     """The master URL: the config's, else spark-submit's ``--master``, else ``local[*]``."""
     if cfg.master:
         return cfg.master
     if launched_by_spark_submit():
-        SparkContext._ensure_initialized()  # connects to spark-submit's JVM; SparkConf then sees its properties
-        return SparkConf().get("spark.master", "local[*]")
+        return _submit_properties().get("spark.master", "local[*]")
     return "local[*]"
 
 
@@ -90,8 +98,7 @@ def external_properties() -> dict[str, str]:
     ``--conf``/flags of ``PYSPARK_SUBMIT_ARGS``.
     """
     if launched_by_spark_submit():
-        SparkContext._ensure_initialized()  # connects to spark-submit's JVM; SparkConf then sees its properties
-        return dict(SparkConf().getAll())
+        return _submit_properties()
     out: dict[str, str] = {}
     conf_dir = os.environ.get("SPARK_CONF_DIR") or (
         os.path.join(os.environ["SPARK_HOME"], "conf") if os.environ.get("SPARK_HOME") else ""
@@ -167,6 +174,7 @@ def build_session(cfg: SparkConfig) -> SparkSession:
     if url:
         return connect_session(cfg, url)
     master = resolve_master(cfg)
+    computing_spark(None)
     apply_threads()  # this process and what it starts (the JVM, a local session's Python workers) inherit them
     if master.startswith("local"):
         os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -247,6 +255,7 @@ def connect_session(cfg: SparkConfig, url: str) -> SparkSession:
             f"the Spark Connect server at {url} runs Spark {spark.version}, older than this client's {client}: "
             "use a server of the same version or newer"
         )
+    computing_spark(spark.version)  # the keys name the server's Spark, which computes, not this client's package
     if url.startswith("sc://"):  # (a server in this process runs this interpreter in its workers)
         check_workers(spark, url, cfg.ship)
     _started(spark, cfg, url)

@@ -253,7 +253,7 @@ def check_same_code(driver: dict[str, str], files: dict[str, tuple[str, str]] | 
         other = code_differences(here, driver)
         raise TrainError(
             f"executor {socket.gethostname()} runs other code than the driver ({', '.join(other)}: "
-            f"{code_label(here)} here, {code_label(driver)} on the driver); ship the driver's "
+            f"{code_label(here, other)} here, {code_label(driver, other)} on the driver); ship the driver's "
             "environment to the executors (ltr pack, spark-submit --archives) or install the same "
             "code and libraries everywhere"
         )

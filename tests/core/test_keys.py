@@ -191,6 +191,26 @@ def test_code_identity_is_the_installed_sources_and_library_versions():
     assert ident["xgboost"] == xgboost.__version__
 
 
+def test_a_connect_client_s_keys_name_its_server_s_spark_not_its_own_package():
+    import pyspark
+
+    node = keys.code_identity("node")
+    assert node["pyspark"] == pyspark.__version__
+    try:
+        keys.computing_spark("4.9.1")  # a server's Spark other than this process's PySpark
+        assert keys.code_identity("node") == {**node, "pyspark": "4.9.1"}
+        assert keys.worker_identity()["pyspark"] == "4.9.1"  # what the server's workers are compared with
+    finally:
+        keys.computing_spark(None)
+    assert keys.code_identity("node") == node
+
+
+def test_a_code_label_shows_the_libraries_that_differ():
+    code = {"sources": "0123456789abcdef0123", "xgboost": "3.2.0", "pyspark": "4.3.0", "numpy": "2.3.1"}
+    assert keys.code_label(code) == "sources 0123456789ab (xgboost 3.2.0)"
+    assert keys.code_label(code, ["pyspark", "sources"]) == "sources 0123456789ab (xgboost 3.2.0, pyspark 4.3.0)"
+
+
 # ------------------------------------------------------------ in a copy of the repository, with git
 def _git(repo: Path, *args: str) -> None:
     subprocess.run(

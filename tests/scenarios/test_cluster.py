@@ -38,7 +38,14 @@ from pipelines.testing.processes import (
     isolated_env,
     stop_process,
 )
-from tests.helpers import path_results, python_without_project, set_args, tiny_study, without_java
+from tests.helpers import (
+    path_results,
+    pyspark_client_python,
+    python_without_project,
+    set_args,
+    tiny_study,
+    without_java,
+)
 
 #: spark: a standalone cluster, spark-submit and ltr subprocesses; slow: minutes, started first
 pytestmark = [pytest.mark.spark, pytest.mark.slow(minutes=6)]
@@ -202,6 +209,13 @@ class ConnectServer:
 
 
 @pytest.fixture(scope="module")
+def client_python(tmp_path_factory):
+    """The Python of a Spark Connect user's environment: ``pyspark-client``, no PySpark
+    (:func:`tests.helpers.pyspark_client_python`)."""
+    return pyspark_client_python(tmp_path_factory.mktemp("client") / "venv")
+
+
+@pytest.fixture(scope="module")
 def connect_server(tmp_path_factory):
     """Started while the cluster's job runs (its JVM's start is the fixed cost a warm server saves); the local
     reference of the cluster's results."""
@@ -313,11 +327,14 @@ def _child_finals(work: Path) -> dict[str, float]:
 
 
 @pytest.mark.timeout(2400)
-def test_jobs_on_a_standalone_cluster_with_the_packed_env_equal_local(packed_env, cluster, connect_server, tmp_path):
+def test_jobs_on_a_standalone_cluster_with_the_packed_env_equal_local(
+    packed_env, cluster, connect_server, client_python, tmp_path
+):
     """The README's main job on the standalone cluster (2 executors, the packed environment) and through Spark
-    Connect on a server of its own on ``local[2]`` (the local reference, and the Connect client: a process that
-    cannot start a JVM, so any classic-only call fails it): the same dataset, scores, curricula, trees, MLflow
-    finals and table 1. The classic local run of the same job is ``tests/app/test_cli.py``'s (``ltr run``)."""
+    Connect on a server of its own on ``local[2]`` (the local reference), from a client of the ``pyspark-client``
+    package, a minor older than the server, in an environment of its own, with no Java to start: any classic-only
+    call or import fails it. The same dataset, scores, curricula, trees, MLflow finals and table 1. The classic
+    local run of the same job is ``tests/app/test_cli.py``'s (``ltr run``)."""
     from pipelines.data.generate import generate
 
     t0 = time.perf_counter()
@@ -330,9 +347,11 @@ def test_jobs_on_a_standalone_cluster_with_the_packed_env_equal_local(packed_env
     assert f"session on {cluster.url} (2 cores" in out  # the cluster, not a local master
     t1 = time.perf_counter()
     connect_server.wait()
+    client_env = without_java()
+    client_env.pop("PYTHONDONTWRITEBYTECODE", None)  # (its libraries' bytecode written once, not compiled each import)
     proc = subprocess.run(
-        [sys.executable, "-m", "pipelines.app.cli", "run", "--remote", connect_server.url, *_run_args(local, letor)],
-        env=without_java(),
+        [client_python, "-m", "pipelines.app.cli", "run", "--remote", connect_server.url, *_run_args(local, letor)],
+        env=client_env,
         capture_output=True,
         text=True,
         timeout=900,
@@ -342,6 +361,11 @@ def test_jobs_on_a_standalone_cluster_with_the_packed_env_equal_local(packed_env
     # the server's workers could not import the project: the client shipped it, and they ran it from there
     assert "cannot import this project (ModuleNotFoundError: No module named 'pipelines'): shipped" in proc.stderr
     assert "the server's workers run this project from the session's artifact ltr-" in proc.stderr
+    # the client's PySpark was the Connect client package alone: no classic API in it
+    probe = subprocess.run(
+        [str(client_python), "-c", "from pyspark import SparkContext"], capture_output=True, text=True, env=client_env
+    )
+    assert "cannot import name 'SparkContext'" in probe.stderr, probe
     log.warning("cluster run %.0f s, Connect run on local[2] %.0f s", t1 - t0, time.perf_counter() - t1)
 
     def doc(work: Path, rel: str) -> dict:
