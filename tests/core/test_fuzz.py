@@ -16,6 +16,7 @@ from tests.helpers import ROOT, cli_env
 CI = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+@pytest.mark.heavy  # (the parser's own tests run on every Python: tests/udfs/test_letor_parse.py)
 @CI
 @given(fuzz.letor_lines())
 def test_letor_lines_are_rows_skipped_or_quarantined_with_their_line(lines):
@@ -46,6 +47,7 @@ def test_config_files_load_or_are_refused_in_one_line(text):
     fuzz.check_config_file(text)
 
 
+@pytest.mark.heavy  # (the plug-in checks' own tests run on every Python: tests/plugins/)
 @settings(CI, max_examples=200)
 @given(fuzz.plugin_sources())
 def test_a_plugin_passes_its_checks_or_is_refused_in_one_line_naming_it(text):

@@ -121,6 +121,7 @@ def test_prefix_reuse_gives_the_same_models_as_separate_training(local_data):
         assert together[p.label].test == alone[p.label].test
 
 
+@pytest.mark.heavy  # (the blend's schedules: tests/udfs/test_objectives.py, on every Python)
 def test_blend_with_a_step_equals_mse_t(local_data):
     paths = [parse_path("blend:12", "blend"), parse_path("mse:5,lambdamart:7", "m")]
     with component_settings(blend={"schedule": "step", "at": 5}):
@@ -144,7 +145,17 @@ def test_python_objectives_equal_builtin(local_data):
     assert sum(map(sum, d["counts"])) == local_data.test.y.size
 
 
-@pytest.mark.parametrize("obj", ["ranknet", "sigmoid_pairwise", "noisy_lambdamart", "stochastic_rank", "blend"])
+@pytest.mark.parametrize(
+    "obj",
+    [
+        "ranknet",
+        "sigmoid_pairwise",
+        "noisy_lambdamart",
+        # (its estimators' own tests, tests/udfs/test_stochastic_rank.py, run on every Python)
+        pytest.param("stochastic_rank", marks=pytest.mark.heavy),
+        "blend",
+    ],
+)
 def test_every_objective_learns(local_data, obj):
     res, _ = train_plan(local_data, build_plan([parse_path(f"{obj}:15", "p")]), _settings())
     r = res["p"]

@@ -151,6 +151,7 @@ def _run(data, root, every, nodes=None, events=None):
     return plan, store
 
 
+@pytest.mark.heavy  # (checkpoints written and resumed: the next test, on every Python)
 def test_checkpoints_do_not_change_the_trees(data, tmp_path):
     """Every objective and a curriculum: checkpoints every 2 trees == none at all."""
     plan, a = _run(data, tmp_path / "a", every=2)
