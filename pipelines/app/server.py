@@ -35,6 +35,18 @@ log = logging.getLogger(__name__)
 #: The Connect server's class (in PySpark's own jars).
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
+#: How soon the server cancels the jobs of a client that is gone (SIGKILLed, its machine lost), which tells it
+#: nothing: a client's stream of results ends every ``senderMaxStreamDuration`` and the client attaches again; an
+#: operation left unattached for ``detachedTimeout`` is abandoned and its jobs cancelled, looked for every
+#: ``maintenanceInterval``. Spark's defaults (2 min, 5 min, 30 s) let a lost client's jobs run up to 7.5 min; these,
+#: about a minute. A client paused for longer than that (a debugger) finds its job cancelled, and starts it again from
+#: its checkpoints. A value set outside the config (spark-defaults.conf) or in ``spark.conf`` wins.
+ORPHAN_LIMITS = {
+    "spark.connect.execute.reattachable.senderMaxStreamDuration": "30s",
+    "spark.connect.execute.manager.detachedTimeout": "30s",
+    "spark.connect.execute.manager.maintenanceInterval": "5s",
+}
+
 
 class ServerError(LtrError):
     """The server could not be started (exit 1; its log names the cause)."""
@@ -136,6 +148,25 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def server_properties(cfg: Config, master: str, port: int, external: dict[str, str]) -> dict[str, str]:
+    """The Spark properties ``ltr server start`` gives the server: a classic session's of ``cfg``
+    (:func:`pipelines.core.session.session_properties`), :data:`ORPHAN_LIMITS` where neither the config nor
+    ``external`` (:func:`pipelines.core.session.external_properties`) sets them, its address (loopback, ``port``) and
+    name."""
+    from pipelines.core.session import session_properties
+
+    props = session_properties(cfg.spark, master, external)
+    props = {**{k: v for k, v in ORPHAN_LIMITS.items() if k not in external}, **props}
+    props.update(
+        {
+            "spark.connect.grpc.binding.address": "127.0.0.1",
+            "spark.connect.grpc.binding.port": str(port),
+            "spark.app.name": f"{cfg.spark.app_name}-server",
+        }
+    )
+    return props
+
+
 def start(cfg: Config, port: int = 0, wait: float = 180.0) -> dict[str, Any]:
     """Start the server of ``cfg.work_dir`` (or find it running); its record.
 
@@ -148,7 +179,7 @@ def start(cfg: Config, port: int = 0, wait: float = 180.0) -> dict[str, Any]:
     """
     import pyspark
 
-    from pipelines.core.session import external_properties, session_properties
+    from pipelines.core.session import external_properties
 
     where = server_dir(cfg.work_dir)
     if where is None:
@@ -161,17 +192,9 @@ def start(cfg: Config, port: int = 0, wait: float = 180.0) -> dict[str, Any]:
     port = port or _free_port()
     where.mkdir(parents=True, exist_ok=True)
     master = cfg.spark.master or "local[*]"
-    props = session_properties(cfg.spark, master, external_properties())
-    props.update(
-        {
-            "spark.connect.grpc.binding.address": "127.0.0.1",
-            "spark.connect.grpc.binding.port": str(port),
-            "spark.app.name": f"{cfg.spark.app_name}-server",
-        }
-    )
     home = Path(pyspark.__file__).resolve().parent
     cmd = [str(home / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--master", master]
-    for k, v in props.items():
+    for k, v in server_properties(cfg, master, port, external_properties()).items():
         cmd += ["--conf", f"{k}={v}"]
     # the Python of the server's workers: its PYSPARK_PYTHON (spark.pyspark.python alone did not reach them)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}

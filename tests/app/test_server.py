@@ -210,3 +210,21 @@ def test_a_command_exits_75_while_the_work_dirs_server_starts_and_runs_classic_o
         proc.wait()
     assert session_config(cfg).remote == ""  # its process is gone: classic
     assert main(["server", "status", "--set", f"work_dir={work}"]) == 3
+
+
+def test_the_server_cancels_a_lost_client_s_jobs_within_about_a_minute_unless_told_otherwise():
+    """``ltr server start``'s properties: Spark's limits on an operation no client attaches to, shortened (a lost
+    client's jobs of any kind are cancelled by the server within about a minute, not 7.5), unless spark-defaults.conf
+    (``external``) or the config's ``spark.conf`` set them; the address is loopback."""
+    from pipelines.app.server import ORPHAN_LIMITS, server_properties
+
+    detached = "spark.connect.execute.manager.detachedTimeout"
+    props = server_properties(load_config(None, []), "local[2]", 15002, {})
+    assert {k: props[k] for k in ORPHAN_LIMITS} == ORPHAN_LIMITS
+    assert props["spark.connect.grpc.binding.address"] == "127.0.0.1" and props["spark.scheduler.mode"] == "FAIR"
+    limits = [int(v.removesuffix("s")) for v in ORPHAN_LIMITS.values()]
+    assert sum(limits) <= 90  # the stream's end, the detached operation's wait, the next look
+    mine = server_properties(load_config(None, [f"spark.conf.{detached}=10m"]), "local[2]", 15002, {})
+    assert mine[detached] == "10m"
+    outside = server_properties(load_config(None, []), "local[2]", 15002, {detached: "2m"})
+    assert detached not in outside  # spark-submit reads it from spark-defaults.conf itself
