@@ -166,6 +166,17 @@ def python_without_project(folder: Path) -> Path:
     return script
 
 
+def python_without_libraries(folder: Path) -> Path:
+    """A Python (a script in ``folder``) that runs this interpreter without its site-packages (``-S``): neither the
+    project nor its libraries (pyarrow, XGBoost ...) import, PySpark's own modules still do (from the paths Spark
+    gives its workers). What a server's workers are where nothing of this project's is installed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "python"
+    script.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    script.chmod(0o755)
+    return script
+
+
 def lower_priority(pids: Iterable[int], done: set[int]) -> None:
     """Give every thread of each of ``pids`` not in ``done`` the lowest CPU priority (nice 19), and add them to
     ``done``. Linux's nice belongs to a thread (setpriority on a pid reaches its main thread only), so each

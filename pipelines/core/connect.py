@@ -205,13 +205,54 @@ def ship_project(spark: Any) -> str:
         return os.path.basename(path)
 
 
-def check_workers(spark: Any, url: str, ship: str = "auto") -> None:
+#: The folder a shipped environment (``spark.ship_env``) is unpacked as, in the session's folder on each executor.
+ENV_ALIAS = "ltr-env"
+
+
+def env_archive(path: str) -> str:
+    """``spark.ship_env``'s archive, checked before anything is sent: an existing ``.tar.gz`` or ``.tgz`` file (what
+    ``ltr pack`` writes); its absolute path.
+
+    Raises
+    ------
+    ConfigError
+        No such file, or not such an archive.
+    """
+    full = os.path.abspath(os.path.expanduser(path))
+    if not path.endswith((".tar.gz", ".tgz")):
+        raise ConfigError(f"spark.ship_env {path}: expected an `ltr pack` archive (.tar.gz or .tgz)")
+    if not os.path.isfile(full):
+        raise ConfigError(f"spark.ship_env {path}: no such file (`ltr pack --out {path}` builds one)")
+    return full
+
+
+def ship_env(spark: Any, path: str) -> None:
+    """Ship the environment ``path`` (:func:`env_archive`) to the session as an archive artifact, unpacked as
+    :data:`ENV_ALIAS` in the session's folder on each executor, and make its ``bin/python`` the Python of the
+    session's tasks (``spark.sql.execution.pyspark.python``, a session property): PySpark's way to bring a Python
+    environment to a Connect server."""
+    import time
+
+    full = env_archive(path)
+    t0 = time.perf_counter()
+    spark.addArtifacts(f"{full}#{ENV_ALIAS}", archive=True)
+    spark.conf.set("spark.sql.execution.pyspark.python", f"{ENV_ALIAS}/bin/python")
+    log.info(
+        "Spark Connect: shipped the environment %s (%.0f MiB) to the session in %.1f s; its Python runs the tasks",
+        path,
+        os.path.getsize(full) / 2**20,
+        time.perf_counter() - t0,
+    )
+
+
+def check_workers(spark: Any, url: str, ship: str = "auto", env: str = "") -> None:
     """Before any job of a session on the Spark Connect server at ``url``: one task in the server's Python workers
     imports the project and compares its code with this client's (:func:`pipelines.core.keys.worker_identity`, as
     every barrier task does). ``ship`` (``spark.ship``): ``always`` ships the project's code to the session first
     (:func:`ship_project`); ``auto`` ships it when the workers cannot import the project or run other code, and
     looks again; ``never`` ships nothing. A server whose workers still cannot import the project, or run other code,
-    is refused in one line naming their Python and what differs.
+    is refused in one line naming their Python and what differs. ``env`` (``spark.ship_env``): an ``ltr pack``
+    archive shipped first (:func:`ship_env`), whose Python then runs the tasks, the probe's too.
 
     Raises
     ------
@@ -222,6 +263,8 @@ def check_workers(spark: Any, url: str, ship: str = "auto") -> None:
 
     driver = dict(worker_identity())
     probe = _probe(driver, source_files(worker_roots()))
+    if env:
+        ship_env(spark, env)
     shipped = None
     if ship == "always":
         shipped = ship_project(spark)
@@ -240,10 +283,11 @@ def check_workers(spark: Any, url: str, ship: str = "auto") -> None:
         fix = "spark.ship is never: install this project and its libraries where the server's workers run"
     else:
         fix = "install this project and its libraries where the server's workers run"
-    raise ConfigError(
-        f"{why}: {fix} (`ltr pack` builds such an environment; spark.pyspark.python names it), or start the server "
-        "from this environment (`ltr server start`)"
-    )
+    if env:
+        how = f"the environment spark.ship_env {env} was shipped and differs: build it again with `ltr pack` here"
+    else:
+        how = "`ltr pack` builds such an environment; spark.ship_env ships it to the session"
+    raise ConfigError(f"{why}: {fix} ({how}), or start the server from this environment (`ltr server start`)")
 
 
 def _workers_differ(spark: Any, url: str, probe: Any, driver: dict[str, str]) -> str | None:
@@ -256,7 +300,11 @@ def _workers_differ(spark: Any, url: str, probe: Any, driver: dict[str, str]) ->
     try:
         rows = spark.range(1, numPartitions=1).mapInArrow(probe, "doc string").collect()
     except Exception as e:  # the task's own failure, as Spark reports it (a missing pyarrow, a worker that died)
-        first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        # the worker's exception (its traceback's last line, "ModuleNotFoundError: No module named 'pyarrow'"),
+        # else the first line of the message
+        raised = [line for line in lines if re.match(r"[\w.]*(Error|Exception)\b.*: ", line)]
+        first = raised[-1] if raised else (lines[0] if lines else type(e).__name__)
         return f"the Python workers of the Spark Connect server at {url} cannot run this client's tasks ({first[:300]})"
     doc = json.loads(rows[0]["doc"])
     where = f"the Python workers of the Spark Connect server at {url} ({doc['python']})"

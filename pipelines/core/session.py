@@ -175,6 +175,11 @@ def build_session(cfg: SparkConfig) -> SparkSession:
         return connect_session(cfg, url)
     master = resolve_master(cfg)
     computing_spark(None)
+    if cfg.ship_env:
+        log.warning(
+            "spark.ship_env is for Spark Connect sessions: a classic session's executors get an environment with "
+            "spark-submit --archives ENV#env --conf spark.pyspark.python=./env/bin/python (how-to: cluster)"
+        )
     apply_threads()  # this process and what it starts (the JVM, a local session's Python workers) inherit them
     if master.startswith("local"):
         os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -257,7 +262,9 @@ def connect_session(cfg: SparkConfig, url: str) -> SparkSession:
         )
     computing_spark(spark.version)  # the keys name the server's Spark, which computes, not this client's package
     if url.startswith("sc://"):  # (a server in this process runs this interpreter in its workers)
-        check_workers(spark, url, cfg.ship)
+        check_workers(spark, url, cfg.ship, cfg.ship_env)
+    elif cfg.ship_env:
+        log.warning("spark.ship_env is not shipped to a server in this process: its workers run this interpreter")
     _started(spark, cfg, url)
     return spark
 

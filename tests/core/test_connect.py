@@ -187,3 +187,29 @@ def test_the_project_is_shipped_to_workers_that_cannot_import_it_and_refused_in_
     assert f"run other code than this client (sources: sources {real['sources'][:12]} (xgboost " in str(e.value)
     assert "there, sources ffffffffffff (xgboost" in str(e.value) and "even with the project shipped" in str(e.value)
     assert len(other.shipped) == 1
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("env.zip", "spark.ship_env {p}: expected an `ltr pack` archive (.tar.gz or .tgz)"),
+        ("missing.tar.gz", "spark.ship_env {p}: no such file (`ltr pack --out {p}` builds one)"),
+    ],
+)
+def test_an_environment_to_ship_that_is_not_an_archive_is_refused_in_one_line_before_anything_is_sent(
+    tmp_path, name, message
+):
+    from pipelines.core.connect import env_archive, ship_env
+
+    (tmp_path / "env.zip").write_bytes(b"PK")
+    path = str(tmp_path / name)
+
+    class Refuses:  # a session that must not be reached
+        def addArtifacts(self, *a, **k):  # noqa: N802 - PySpark's name
+            raise AssertionError("sent before the check")
+
+    with pytest.raises(ConfigError) as e:
+        ship_env(Refuses(), path)
+    assert str(e.value) == message.format(p=path)
+    (tmp_path / "env.tgz").write_bytes(b"")
+    assert env_archive(str(tmp_path / "env.tgz")) == str(tmp_path / "env.tgz")

@@ -41,6 +41,7 @@ from pipelines.testing.processes import (
 from tests.helpers import (
     path_results,
     pyspark_client_python,
+    python_without_libraries,
     python_without_project,
     set_args,
     tiny_study,
@@ -166,12 +167,13 @@ def cluster(tmp_path_factory):
 class ConnectServer:
     """A Spark Connect server in a process of its own (``spark-submit --class ...SparkConnectServer``, as
     ``sbin/start-connect-server.sh`` runs it) on ``local[2]`` and a free loopback port; its Python workers run the
-    project's interpreter and libraries but cannot import the project (:func:`tests.helpers.python_without_project`):
-    a client ships it to them (``spark.ship: auto``). :meth:`stop` ends its process tree."""
+    project's interpreter without its libraries or the project (:func:`tests.helpers.python_without_libraries`):
+    a client ships both, an environment (``spark.ship_env``) and the project's code (``spark.ship: auto``).
+    :meth:`stop` ends its process tree."""
 
     def __init__(self, root: Path) -> None:
         self.port, self.log = free_port(), root / "connect-server.log"
-        python = str(python_without_project(root / "python"))
+        python = str(python_without_libraries(root / "python"))
         # the Python of the server's UDF workers: with spark.pyspark.python alone they ran the machine's python3
         env = {**isolated_env(root), "PYSPARK_PYTHON": python}
         with open(self.log, "wb") as f:
@@ -294,6 +296,25 @@ def _on_cluster(cluster: StandaloneCluster, archive: Path, job: str, args: list[
     return out
 
 
+def _env_archive(root: Path) -> tuple[Path, Path]:
+    """An environment for ``spark.ship_env`` in the layout of ``ltr pack``'s archives (``bin/python`` at its root),
+    light enough for every CI run: its ``bin/python`` runs this interpreter with its libraries but without the
+    project (:func:`tests.helpers.python_without_project`, so the project's code is still shipped on its own), and
+    leaves a mark in a folder at each start: proof that the server's tasks ran the shipped environment. (The packed
+    environment itself is what the cluster's run ships, with ``--archives``.) The archive and the marks' folder."""
+    import tarfile
+
+    marks = root / "marks"
+    marks.mkdir(parents=True)
+    python = root / "python"
+    python.write_text(f'#!/bin/sh\ntouch "{marks}/$$"\nexec {python_without_project(root / "bare")} "$@"\n')
+    python.chmod(0o755)
+    archive = root / "env.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(python, "bin/python")
+    return archive, marks
+
+
 #: A file plug-in (the example ListNet): the driver reads it, each executor runs the same bytes (the packed
 #: environment does not hold it), and its path trains there as the built-ins' do.
 PLUGIN = ROOT / "examples" / "plugins" / "listnet.py"
@@ -347,10 +368,12 @@ def test_jobs_on_a_standalone_cluster_with_the_packed_env_equal_local(
     assert f"session on {cluster.url} (2 cores" in out  # the cluster, not a local master
     t1 = time.perf_counter()
     connect_server.wait()
+    env, marks = _env_archive(tmp_path / "env")
     client_env = without_java()
     client_env.pop("PYTHONDONTWRITEBYTECODE", None)  # (its libraries' bytecode written once, not compiled each import)
+    run = ["run", "--remote", connect_server.url, *_run_args(local, letor), "--set", f"spark.ship_env={env}"]
     proc = subprocess.run(
-        [client_python, "-m", "pipelines.app.cli", "run", "--remote", connect_server.url, *_run_args(local, letor)],
+        [client_python, "-m", "pipelines.app.cli", *run],
         env=client_env,
         capture_output=True,
         text=True,
@@ -358,7 +381,10 @@ def test_jobs_on_a_standalone_cluster_with_the_packed_env_equal_local(
     )
     assert proc.returncode == 0, proc.stderr[-6000:]
     assert f"Spark Connect session on {connect_server.url} (2 cores" in proc.stderr, proc.stderr[-3000:]
-    # the server's workers could not import the project: the client shipped it, and they ran it from there
+    # the server's workers had neither the libraries nor the project: the client shipped an environment, whose
+    # Python ran the tasks, and the project's code
+    assert f"shipped the environment {env}" in proc.stderr, proc.stderr[-3000:]
+    assert any(marks.iterdir()), "no task of the server ran the shipped environment's Python"
     assert "cannot import this project (ModuleNotFoundError: No module named 'pipelines'): shipped" in proc.stderr
     assert "the server's workers run this project from the session's artifact ltr-" in proc.stderr
     # the client's PySpark was the Connect client package alone: no classic API in it

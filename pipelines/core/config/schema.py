@@ -69,6 +69,12 @@ class SparkConfig(Section):
         "they cannot import it or run other code; always; never: refuse such a server) (how-to: Spark Connect)",
         choices=SHIP,
     )
+    ship_env: str = setting(
+        "",
+        "Spark Connect: an `ltr pack` archive (.tar.gz, .tgz) this client ships to its session on the server, whose "
+        "Python tasks then run the archive's bin/python: for a server whose workers lack this project's libraries "
+        "(how-to: Spark Connect)",
+    )
     app_name: str = setting(
         "ltr",
         "the Spark application's name (Spark UI, cluster manager)",
