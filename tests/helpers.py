@@ -132,6 +132,15 @@ def pyspark_client_python(folder: Path) -> Path:
     return python
 
 
+def shell_script(path: Path, *lines: str) -> Path:
+    """An executable ``sh`` script at ``path`` (its folder made) of ``lines``: a stand-in for a Python of another
+    environment, which ends by ``exec``-ing a real one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(["#!/bin/sh", *lines]) + "\n")
+    path.chmod(0o755)
+    return path
+
+
 #: ``sitecustomize`` of :func:`python_without_project`: the project's packages import from a zip on the path only.
 _ONLY_FROM_ZIPS = """
 import importlib.machinery
@@ -157,12 +166,10 @@ def python_without_project(folder: Path) -> Path:
     """A Python (a script in ``folder``) that runs this interpreter with its libraries but cannot import this project
     from the checkout (its ``sitecustomize`` lets the packages import from a zip on the path only): what a Spark
     server's workers are where the project is not installed; a ``pyfile`` artifact on their path still imports."""
-    folder.mkdir(parents=True, exist_ok=True)
+    script = shell_script(
+        folder / "python", f'export PYTHONPATH="{folder}${{PYTHONPATH:+:$PYTHONPATH}}"', f'exec {sys.executable} "$@"'
+    )
     (folder / "sitecustomize.py").write_text(_ONLY_FROM_ZIPS)
-    script = folder / "python"
-    path = f'export PYTHONPATH="{folder}${{PYTHONPATH:+:$PYTHONPATH}}"'
-    script.write_text(f'#!/bin/sh\n{path}\nexec {sys.executable} "$@"\n')
-    script.chmod(0o755)
     return script
 
 
@@ -170,11 +177,7 @@ def python_without_libraries(folder: Path) -> Path:
     """A Python (a script in ``folder``) that runs this interpreter without its site-packages (``-S``): neither the
     project nor its libraries (pyarrow, XGBoost ...) import, PySpark's own modules still do (from the paths Spark
     gives its workers). What a server's workers are where nothing of this project's is installed."""
-    folder.mkdir(parents=True, exist_ok=True)
-    script = folder / "python"
-    script.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
-    script.chmod(0o755)
-    return script
+    return shell_script(folder / "python", f'exec {sys.executable} -S "$@"')
 
 
 def lower_priority(pids: Iterable[int], done: set[int]) -> None:

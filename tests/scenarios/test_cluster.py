@@ -44,6 +44,7 @@ from tests.helpers import (
     python_without_libraries,
     python_without_project,
     set_args,
+    shell_script,
     tiny_study,
     without_java,
 )
@@ -306,9 +307,7 @@ def _env_archive(root: Path) -> tuple[Path, Path]:
 
     marks = root / "marks"
     marks.mkdir(parents=True)
-    python = root / "python"
-    python.write_text(f'#!/bin/sh\ntouch "{marks}/$$"\nexec {python_without_project(root / "bare")} "$@"\n')
-    python.chmod(0o755)
+    python = shell_script(root / "python", f'touch "{marks}/$$"', f'exec {python_without_project(root / "bare")} "$@"')
     archive = root / "env.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(python, "bin/python")
