@@ -60,7 +60,8 @@ def _ltr(*args: str) -> list[str]:
     return [sys.executable, "-m", "pipelines.app.cli", *args]
 
 
-def _reference(kind: str, data: Path, trees: int, out: Path) -> list[str]:
+def reference_command(kind: str, data: Path, trees: int, out: Path) -> list[str]:
+    """The command line of one reference run (:func:`reference`) in a process of its own."""
     return [sys.executable, "-m", "benchmarks.bench_scale", "--reference", kind, str(data), str(trees), str(out)]
 
 
@@ -112,7 +113,12 @@ def run_point(shape: str, scale: float, args: argparse.Namespace, results: dict[
     if not args.no_references:
         for kind in ("lightgbm", "xgb_train"):
             out = d / f"{kind}.json"
-            stage(kind, _reference(kind, data, args.trees, out), out, extra=lambda out=out: json.loads(out.read_text()))
+            stage(
+                kind,
+                reference_command(kind, data, args.trees, out),
+                out,
+                extra=lambda out=out: json.loads(out.read_text()),
+            )
 
 
 def _manifest(data: Path) -> dict[str, Any]:
