@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -231,8 +232,6 @@ def ship_env(spark: Any, path: str) -> None:
     :data:`ENV_ALIAS` in the session's folder on each executor, and make its ``bin/python`` the Python of the
     session's tasks (``spark.sql.execution.pyspark.python``, a session property): PySpark's way to bring a Python
     environment to a Connect server."""
-    import time
-
     full = env_archive(path)
     t0 = time.perf_counter()
     spark.addArtifacts(f"{full}#{ENV_ALIAS}", archive=True)
@@ -354,8 +353,6 @@ def task_slots(spark: Any, wait: float = 60.0) -> int | None:
     ``spark.executor.instances`` x ``spark.executor.cores``; None where it does not say (a cluster that scales
     its executors): the caller then needs ``train.workers``.
     """
-    import time
-
     task_cpus = int(conf_value(spark, "spark.task.cpus", "1") or "1")
     sc = context(spark)
     if sc is None:
