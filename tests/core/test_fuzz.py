@@ -23,24 +23,28 @@ def test_letor_lines_are_rows_skipped_or_quarantined_with_their_line(lines):
     fuzz.check_letor_block(lines)
 
 
+@pytest.mark.heavy  # (the parser's own tests run on every Python: tests/udfs/test_letor_parse.py)
 @CI
 @given(fuzz.letor_rows())
 def test_a_letor_line_written_from_values_reads_back_as_those_values(row):
     fuzz.check_letor_roundtrip(row)
 
 
+@pytest.mark.heavy  # (the path parser's own tests run on every Python: tests/plan/test_paths.py)
 @settings(CI, max_examples=300)
 @given(fuzz.path_texts())
 def test_a_path_parses_and_round_trips_or_is_refused_in_one_line(text):
     fuzz.check_path(text)
 
 
+@pytest.mark.heavy  # (the override walker's own tests run on every Python: tests/core/test_config.py)
 @CI
 @given(fuzz.overrides())
 def test_set_overrides_load_or_are_refused_in_one_line(sets):
     fuzz.check_overrides(sets)
 
 
+@pytest.mark.heavy  # (the config loader's own tests run on every Python: tests/core/test_config.py)
 @settings(CI, max_examples=60)
 @given(fuzz.config_files())
 def test_config_files_load_or_are_refused_in_one_line(text):
