@@ -15,6 +15,7 @@ install:
 	UV_FIND_LINKS="$${PIP_FIND_LINKS:-}" $(BIN)/uv pip install -p $(BIN)/python --compile-bytecode \
 	  --config-settings-package "pyspark:--build-option=--compression=stored" \
 	  -c constraints.txt -e ".[test,airflow,deploy,docs]"
+	@touch $(VENV)/.installed  # the install's end, which .ci/run's other Pythons wait for before theirs
 
 check: lint format imports types test
 
