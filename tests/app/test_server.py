@@ -60,17 +60,29 @@ def _loaded_xgboost(pid: int) -> bool:
         return False
 
 
-def _frozen_mid_node(proc: subprocess.Popen, server: int, ckpt: Path, more: int) -> set[int]:
+def _frozen_mid_node(proc: subprocess.Popen, server: int, ckpt: Path, more: int, log: Path) -> set[int]:
     """Once the client ``proc``'s job has committed a checkpoint file (not before: a stop while XGBoost's workers
     join their tracker breaks them), the server's tree in steps until ``more`` files more than before are committed:
-    the frozen pids."""
+    the frozen pids. (``log``: the server's, told on a failure.)"""
     before = committed_files(ckpt)
     deadline = time.monotonic() + 240
     while committed_files(ckpt) == before and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert proc.poll() is None, f"the grid ended before the stop: {proc.stderr.read().decode()[-3000:]}"
+    if proc.poll() is not None:
+        server_log = log.read_text(errors="replace")[-3000:]
+        raise AssertionError(f"the grid ended before the stop: {proc.stderr.read().decode()[-3000:]}\n{server_log}")
     # the server's tree, not the client, runs the training: it is frozen between the looks
     return run_in_steps(server, lambda: committed_files(ckpt) >= before + more)
+
+
+def _settled(ckpt: Path, quiet: float = 3.0) -> int:
+    """The checkpoint files committed under ``ckpt`` once none more is committed for ``quiet`` s."""
+    last, since = committed_files(ckpt), time.monotonic()
+    while time.monotonic() - since < quiet:
+        time.sleep(0.1)
+        if committed_files(ckpt) != last:
+            last, since = committed_files(ckpt), time.monotonic()
+    return last
 
 
 def _stop_a_grid_on_the_server_and_resume_it(spark, rec: dict, work: Path, dataset: str, sets: list[str]) -> None:
@@ -85,7 +97,7 @@ def _stop_a_grid_on_the_server_and_resume_it(spark, rec: dict, work: Path, datas
     straight = work.parent / "straight"
     run_grid(spark, load_config(None, [f"work_dir={straight}", *GRID]), data=dataset)
     grid = [sys.executable, "-m", "pipelines.app.cli", "grid", "--data", dataset, *sets, *set_args(GRID)]
-    server, ckpt = int(rec["pid"]), work / "checkpoints"
+    server, ckpt, total = int(rec["pid"]), work / "checkpoints", committed_files(straight / "checkpoints")
     rng = random.Random(os.getpid())
     for how in ("SIGTERM", "SIGKILL"):
         proc = subprocess.Popen(
@@ -93,14 +105,14 @@ def _stop_a_grid_on_the_server_and_resume_it(spark, rec: dict, work: Path, datas
         )
         frozen: set[int] = set()
         try:
-            frozen = _frozen_mid_node(proc, server, ckpt, rng.randint(1, 4))
+            frozen = _frozen_mid_node(proc, server, ckpt, rng.randint(1, 4), Path(rec["log"]))
             trainers = {p for p in frozen & set(python_workers(server)) if _loaded_xgboost(p)}  # (not the ingest's)
             assert trainers, "no Python worker of the server was training"
             if how == "SIGTERM":
                 signal_pids(frozen - trainers, signal.SIGCONT)  # the server answers; its training workers stay frozen
                 os.kill(proc.pid, signal.SIGTERM)
                 _, err = proc.communicate(timeout=60)
-                err = err.decode()
+                err, at_exit = err.decode(), committed_files(ckpt)
                 assert proc.returncode == 143, err[-3000:]
                 assert "ltr grid: stopped (SIGTERM)" in err and "Traceback" not in err, err[-3000:]
                 # the server cancelled the client's jobs: it killed their frozen workers (spark.python.task.killTimeout)
@@ -108,6 +120,10 @@ def _stop_a_grid_on_the_server_and_resume_it(spark, rec: dict, work: Path, datas
                 while time.monotonic() < deadline and any(alive(p) for p in trainers):
                     time.sleep(0.05)
                 assert not [p for p in trainers if alive(p)], "the stopped client's jobs ran on on the server"
+                # and no job of the stopped client trains on: nothing is committed after its exit
+                assert _settled(ckpt) == at_exit, (
+                    "the stopped client's job trained on:\n" + Path(rec["log"]).read_text(errors="replace")[-3000:]
+                )
             else:
                 proc.kill()
                 proc.wait()
@@ -117,12 +133,7 @@ def _stop_a_grid_on_the_server_and_resume_it(spark, rec: dict, work: Path, datas
                     assert time.monotonic() < deadline, f"the lost client's job did not stop:\n{log[-3000:]}"
                     time.sleep(0.1)
                 assert "is gone" in log and "its checkpoints kept" in log, log[-3000:]
-                last, quiet = committed_files(ckpt), time.monotonic()
-                while time.monotonic() - quiet < 3:  # until nothing is committed for 3 s
-                    time.sleep(0.1)
-                    if committed_files(ckpt) != last:
-                        last, quiet = committed_files(ckpt), time.monotonic()
-                assert last < committed_files(straight / "checkpoints"), "the lost client's job trained on to its end"
+                assert _settled(ckpt) < total, f"the lost client's job trained on to its end:\n{log[-3000:]}"
         finally:
             signal_pids({p for p in frozen if alive(p)}, signal.SIGCONT)
             if proc.poll() is None:
