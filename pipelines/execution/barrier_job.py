@@ -448,6 +448,8 @@ def run_nodes_distributed(
             training query.
         SplitQueryError
             When a query's rows are on more than one worker.
+        DriverGone
+            When the Spark Connect client whose job this is has ended (``driver_bound``).
         """
         from pyspark import BarrierTaskContext
         from xgboost.collective import CommunicatorContext
@@ -455,7 +457,7 @@ def run_nodes_distributed(
         from pipelines.execution.events import EventClient
 
         ctx = BarrierTaskContext.get()
-        fresh = EventClient(*events).hello(job, ctx.partitionId()) if events else None
+        fresh = EventClient(*events, driver_bound=driver_bound).hello(job, ctx.partitionId()) if events else None
         if ctx.attemptNumber() > 0 or fresh is False:
             raise StaleAttemptError(
                 "Spark retried the barrier stage, whose XGBoost tracker is spent: "

@@ -21,8 +21,12 @@ driver cannot be reached, training goes on and logs one warning. But a job of a
 Spark Connect client (``driver_bound``) stops when the connection it had breaks:
 the client's process is gone (a SIGKILL, a lost machine; a SIGTERM interrupts its
 jobs itself), and the job would otherwise train on the server to its end for
-nobody. A client that still runs starts the job again from its checkpoints, as
-after any failed job.
+nobody. It stops too when its first connection is refused: its tasks joined the
+XGBoost tracker in that same process, so nothing listening there means the client
+has ended since (an interrupt that reaches the server between an operation's start
+and its Spark job's submission ends the operation but not the job, which then
+outlives its client). A client that still runs starts the job again from its
+checkpoints, as after any failed job.
 :class:`ProgressDisplay` shows ``N/M trees`` with rate and time left: a tqdm
 bar on a terminal, plain log lines otherwise.
 """
@@ -128,7 +132,8 @@ class DriverGone(LtrError):
 
 class EventClient:
     """Rank 0's side: connects lazily, sends JSON lines, gives up quietly after one warning; with ``driver_bound``
-    (a Spark Connect client's job) it raises :class:`DriverGone` instead once a connection it had breaks."""
+    (a Spark Connect client's job) it raises :class:`DriverGone` instead once a connection it had breaks or its
+    first connection is refused."""
 
     def __init__(self, host: str, port: int, timeout: float = 10.0, driver_bound: bool = False) -> None:
         self.host, self.port, self.timeout, self.driver_bound = host, port, timeout, driver_bound
@@ -141,7 +146,9 @@ class EventClient:
         On the first connection or send error, logs one warning and drops this and every later event (the
         client is broken from then on); nothing is raised, but with ``driver_bound`` a connection that was made
         and then broke raises :class:`DriverGone` (the driver's process ended: a closed socket answers the first
-        line after its end with a reset, and the next send fails).
+        line after its end with a reset, and the next send fails), and so does a first connection refused (the
+        host answered, and nothing listens where the client's listener was). A first connection that times out
+        or finds no route (the client's machine unreachable from here) still trains on without reports.
         """
         if self._broken:
             return
@@ -151,7 +158,8 @@ class EventClient:
             self._sock.sendall((json.dumps(ev) + "\n").encode())
         except OSError as e:
             self._broken = True
-            if self.driver_bound and self._sock is not None:  # a connection was made, and broke
+            # a connection that was made and broke, or none where the listener was: the client is gone
+            if self.driver_bound and (self._sock is not None or isinstance(e, ConnectionRefusedError)):
                 gone = DriverGone(
                     f"the Spark Connect client at {self.host}:{self.port} is gone ({e}): this job stops at "
                     f"{ev.get('ev')} {ev.get('tree', '')} of node {ev.get('node', '?')}, its checkpoints kept"
@@ -169,12 +177,23 @@ class EventClient:
 
     def hello(self, job: str, partition: int) -> bool | None:
         """Ask the driver whether this task is the first attempt of its partition in ``job``
-        (None: the driver cannot be reached, so nobody can tell)."""
+        (None: the driver cannot be reached, so nobody can tell). With ``driver_bound``, a refused connection
+        raises :class:`DriverGone` (the client is gone: its job stops before it loads any data)."""
         try:
             with socket.create_connection((self.host, self.port), timeout=self.timeout) as sock:
                 sock.sendall((json.dumps({"ev": "hello", "job": job, "partition": partition}) + "\n").encode())
                 reply = sock.makefile("r").readline()
             return bool(json.loads(reply)["fresh"])
+        except ConnectionRefusedError as e:
+            if self.driver_bound:
+                gone = DriverGone(
+                    f"the Spark Connect client at {self.host}:{self.port} is gone ({e}): this job stops before "
+                    f"partition {partition} starts, its checkpoints kept"
+                )
+                log.warning("%s", gone)
+                raise gone from None
+            log.warning("progress listener %s:%d unreachable (%s)", self.host, self.port, e)
+            return None
         except (OSError, ValueError, KeyError) as e:
             log.warning("progress listener %s:%d unreachable (%s)", self.host, self.port, e)
             return None

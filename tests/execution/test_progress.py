@@ -43,10 +43,10 @@ def _sends_after_the_listener_closed(client: EventClient) -> None:
         time.sleep(0.01)
 
 
-def test_a_connect_clients_job_stops_when_its_connection_breaks_and_only_then():
+def test_a_connect_clients_job_stops_when_its_client_is_gone_and_only_then():
     """A Spark Connect client's job (``driver_bound``) stops, in one line, once the connection it had to its client
-    breaks (the client's process is gone); a classic driver's job trains on without reports, and a job that never
-    reached its client (executors that cannot reach it) trains on too."""
+    breaks, or when its first connection is refused (the client's process is gone); a classic driver's job trains on
+    without reports, and a job whose client does not answer (a connect that times out) trains on too."""
     with pytest.raises(
         DriverGone,
         match=r"^the Spark Connect client at 127\.0\.0\.1:\d+ is gone \(.*\): this job stops "
@@ -54,9 +54,25 @@ def test_a_connect_clients_job_stops_when_its_connection_breaks_and_only_then():
     ):
         _sends_after_the_listener_closed(EventClient("127.0.0.1", 0, timeout=2, driver_bound=True))
     _sends_after_the_listener_closed(EventClient("127.0.0.1", 0, timeout=2))  # classic: no error
-    never = EventClient("127.0.0.1", 1, timeout=0.5, driver_bound=True)
-    never.send({"ev": "tree"})  # unreachable from the start: one warning, training goes on
-    never.send({"ev": "tree"})
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        port = srv.getsockname()[1]  # a port where the client's listener was: nothing listens there now
+    with pytest.raises(DriverGone, match=r"is gone \(.*refused.*\): this job stops at node_start 0 of node n, its"):
+        EventClient("127.0.0.1", port, timeout=2, driver_bound=True).send({"ev": "node_start", "node": "n", "tree": 0})
+    EventClient("127.0.0.1", port, timeout=2).send({"ev": "tree"})  # classic: one warning, training goes on
+    # a task's check-in before it loads its data: the same
+    with pytest.raises(DriverGone, match=r"is gone \(.*refused.*\): this job stops before partition 1 starts, its"):
+        EventClient("127.0.0.1", port, timeout=2, driver_bound=True).hello("job", 1)
+    assert EventClient("127.0.0.1", port, timeout=2).hello("job", 1) is None  # classic: nobody can tell
+    # a client that does not answer (a listener whose backlog is full drops the next connection's SYN: the connect
+    # times out, as to a machine beyond a firewall that drops): one warning, training goes on
+    with socket.create_server(("127.0.0.1", 0), backlog=0) as full:
+        waiting = socket.create_connection(full.getsockname(), timeout=2)  # the one the backlog holds
+        try:
+            silent = EventClient(*full.getsockname(), timeout=0.3, driver_bound=True)
+            silent.send({"ev": "tree"})
+            silent.send({"ev": "tree"})
+        finally:
+            waiting.close()
 
 
 def test_a_failed_job_is_named_in_one_line():
