@@ -160,20 +160,24 @@ class EventClient:
             self._broken = True
             # a connection that was made and broke, or none where the listener was: the client is gone
             if self.driver_bound and (self._sock is not None or isinstance(e, ConnectionRefusedError)):
-                gone = DriverGone(
-                    f"the Spark Connect client at {self.host}:{self.port} is gone ({e}): this job stops at "
-                    f"{ev.get('ev')} {ev.get('tree', '')} of node {ev.get('node', '?')}, its checkpoints kept"
-                )
-                # said here too: leaving XGBoost's collective, a worker whose tracker (in the client) is gone can
-                # end before its error reaches Spark
-                log.warning("%s", gone)
-                raise gone from None
+                raise self._gone(e, f"at {ev.get('ev')} {ev.get('tree', '')} of node {ev.get('node', '?')}") from None
             log.warning(
                 "progress listener %s:%d unreachable (%s): training goes on without progress reports",
                 self.host,
                 self.port,
                 e,
             )
+
+    def _gone(self, e: OSError, where: str) -> DriverGone:
+        """The :class:`DriverGone` of this client's lost connection (``e``), the job stopping ``where``; said in the
+        log here too: leaving XGBoost's collective, a worker whose tracker (in the client) is gone can end before
+        its error reaches Spark."""
+        gone = DriverGone(
+            f"the Spark Connect client at {self.host}:{self.port} is gone ({e}): this job stops {where}, "
+            "its checkpoints kept"
+        )
+        log.warning("%s", gone)
+        return gone
 
     def hello(self, job: str, partition: int) -> bool | None:
         """Ask the driver whether this task is the first attempt of its partition in ``job``
@@ -184,17 +188,9 @@ class EventClient:
                 sock.sendall((json.dumps({"ev": "hello", "job": job, "partition": partition}) + "\n").encode())
                 reply = sock.makefile("r").readline()
             return bool(json.loads(reply)["fresh"])
-        except ConnectionRefusedError as e:
-            if self.driver_bound:
-                gone = DriverGone(
-                    f"the Spark Connect client at {self.host}:{self.port} is gone ({e}): this job stops before "
-                    f"partition {partition} starts, its checkpoints kept"
-                )
-                log.warning("%s", gone)
-                raise gone from None
-            log.warning("progress listener %s:%d unreachable (%s)", self.host, self.port, e)
-            return None
         except (OSError, ValueError, KeyError) as e:
+            if self.driver_bound and isinstance(e, ConnectionRefusedError):
+                raise self._gone(e, f"before partition {partition} starts") from None
             log.warning("progress listener %s:%d unreachable (%s)", self.host, self.port, e)
             return None
 
