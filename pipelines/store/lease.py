@@ -21,7 +21,10 @@ An owner that was presumed dead finds out at its next :meth:`Lease.renew`
 commit of a checkpoint are fenced by the token (``lease_token=`` of
 :class:`pipelines.store.checkpoints.CheckpointStore`'s writers), which is what
 keeps a late writer out in the end, but for a window: the check and the write
-after it are not one atomic step.
+after it are not one atomic step. The fence also refuses the token of a lease
+that is no longer live (expired, or its owner on this machine gone) before
+anyone takes it over: a job that outlived its driver (a Spark Connect client
+that ended while the server ran its job on) stops at its next write.
 
 Expiry compares ``time.time()`` of different hosts: their clocks must agree to
 well within ``ttl`` (NTP does).
@@ -162,6 +165,24 @@ class LeaseLost(BusyError):
             "writing the node (its lease expired, e.g. the process was stalled longer than the lease "
             "ttl, and another process took the node over)"
         )
+
+    @classmethod
+    def lapsed(cls, key: str, ours: LeaseInfo, what: str) -> LeaseLost:
+        """Our lease of node ``key`` still names us but is not live: its owner on this machine is gone, or it
+        expired without renewal (:meth:`LeaseInfo.expired`). Nobody renews it, and anyone may take it over."""
+        err = cls.__new__(cls)
+        err.key, err.holder = key, ours
+        if _dead_here(ours.host, ours.pid, ours.machine):
+            why = f"its owner, {ours.owner()}, is gone"
+        else:
+            why = (
+                f"it expired at {_when(ours.expires)} without renewal (its owner, {ours.owner()}, is gone or "
+                f"was stalled longer than the lease ttl of {ours.ttl:g} s)"
+            )
+        RuntimeError.__init__(
+            err, f"lost the lease of node {key} {what}: {why}; this process must stop writing the node"
+        )
+        return err
 
     @classmethod
     def from_task(cls, message: str) -> LeaseLost:
@@ -579,7 +600,13 @@ def _release_quietly(lease: Lease) -> None:
 
 
 def verify_token(root: FsRoot, key: str, token: str) -> None:
-    """Raise :class:`LeaseLost` unless the lease of node ``key`` names ``token`` (the fence of commits)."""
+    """Raise :class:`LeaseLost` unless the lease of node ``key`` names ``token`` and is live (the fence of a
+    training task's writes). A lease that names ``token`` but expired, or whose owner on this machine is gone, is
+    refused too (:meth:`LeaseLost.lapsed`): nothing renews it, anyone may take the node over, and the job writing
+    under it has outlived its driver (a Spark Connect client that ended while its job still ran on the server:
+    without this the job trained on to its last tree)."""
     cur = _read_ours(root, key)
     if cur is None or cur.token != token:
         raise LeaseLost(key, cur, "before committing a checkpoint")
+    if cur.expired():
+        raise LeaseLost.lapsed(key, cur, "before committing a checkpoint")

@@ -176,14 +176,26 @@ def test_a_stalled_owners_lease_expires_and_is_taken_over(tmp_path, caplog):
 
 
 def test_a_killed_owner_on_this_host_is_taken_over_at_once(tmp_path, caplog):
-    """A lease whose owner process on this host is gone (kill -9 of a driver) is not waited out."""
+    """A lease whose owner process on this host is gone (kill -9 of a driver) is not waited out; and until another
+    process takes it, the gone owner's jobs cannot write under it (a job that outlived its driver: a Spark Connect
+    client's, on a server that ran on)."""
     store = CheckpointStore(str(tmp_path))
     out = SPAWN.Queue()
     child = SPAWN.Process(target=_holder, args=(str(tmp_path), 600.0, out))
     child.start()
-    out.get(timeout=30)
+    token = out.get(timeout=30)
+    store.commit(KEY, 2, {"shards": 0}, lease_token=token)  # the owner alive: its job commits
     signal_pids([child.pid], signal.SIGKILL)
     child.join(10)
+    with pytest.raises(
+        LeaseLost,
+        match=f"lost the lease of node {KEY} before committing a checkpoint: its owner, host .* pid {child.pid} "
+        "\\(doomed holder\\), is gone; this process must stop writing the node",
+    ):
+        store.commit(KEY, 4, {"shards": 0}, lease_token=token)
+    with pytest.raises(LeaseLost, match="is gone"):
+        store.write_shard(KEY, 4, 0, {"margin": np.zeros(3, np.float32)}, lease_token=token)
+    assert store.trees(KEY) == [2]
     with caplog.at_level(logging.WARNING, logger="pipelines.store.lease"):
         new = acquire(store, KEY, "successor", wait=0)  # its ttl has 10 minutes left
     assert new.check() and any(f"pid {child.pid}" in r.getMessage() for r in caplog.records)
@@ -234,6 +246,8 @@ def test_without_heartbeat_a_held_lease_expires(tmp_path):
     store = CheckpointStore(str(tmp_path))
     with hold(store, ["a"], "grid", ttl=0.45, heartbeat=False) as held:
         time.sleep(0.6)
+        with pytest.raises(LeaseLost, match="before committing a checkpoint: it expired at .* without renewal"):
+            store.commit("a", 2, {"shards": 0}, lease_token=held.token)  # still ours, but nothing renews it
         other = acquire(store, "a", "intruder", wait=0)
         with pytest.raises(LeaseLost):
             held.renew()
