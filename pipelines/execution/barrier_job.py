@@ -61,6 +61,7 @@ from pipelines.kernel.loop import Settings, run_nodes
 from pipelines.kernel.matrices import FEATURES_COL, SPLIT_COL, SPLITS, WorkerData, from_batches, local_dir, matrix_cuts
 from pipelines.plan.trie import Node
 from pipelines.store.checkpoints import CheckpointStore
+from pipelines.store.lease import LeaseLost
 from pipelines.worker.rows import FoldRows
 from udfs import schema
 from udfs.metrics import NdcgSpec
@@ -489,7 +490,13 @@ def run_nodes_distributed(
                 comm = XgbComm()
                 check_queries(comm, data)
                 events_to = client.send if client else None
-                timing = run_nodes(data, nodes, settings, store, comm, events_to, ref, lease_token)
+                try:
+                    timing = run_nodes(data, nodes, settings, store, comm, events_to, ref, lease_token)
+                except LeaseLost as e:
+                    # said in the log here too (as DriverGone is): leaving XGBoost's collective, a worker whose
+                    # tracker was in a driver that is gone fails to reach it, and that error replaces this one
+                    log.warning("%s", e)
+                    raise
         finally:
             if client:
                 client.close()
