@@ -170,8 +170,6 @@ class LeaseLost(BusyError):
     def lapsed(cls, key: str, ours: LeaseInfo, what: str) -> LeaseLost:
         """Our lease of node ``key`` still names us but is not live: its owner on this machine is gone, or it
         expired without renewal (:meth:`LeaseInfo.expired`). Nobody renews it, and anyone may take it over."""
-        err = cls.__new__(cls)
-        err.key, err.holder = key, ours
         if _dead_here(ours.host, ours.pid, ours.machine):
             why = f"its owner, {ours.owner()}, is gone"
         else:
@@ -179,17 +177,21 @@ class LeaseLost(BusyError):
                 f"it expired at {_when(ours.expires)} without renewal (its owner, {ours.owner()}, is gone or "
                 f"was stalled longer than the lease ttl of {ours.ttl:g} s)"
             )
-        RuntimeError.__init__(
-            err, f"lost the lease of node {key} {what}: {why}; this process must stop writing the node"
+        return cls._said(
+            f"lost the lease of node {key} {what}: {why}; this process must stop writing the node", key, ours
         )
-        return err
 
     @classmethod
     def from_task(cls, message: str) -> LeaseLost:
         """The error raised in a Spark task, re-raised on the driver from its one-line message."""
+        return cls._said(message, "", None)
+
+    @classmethod
+    def _said(cls, message: str, key: str, holder: LeaseInfo | None) -> LeaseLost:
+        """A :class:`LeaseLost` whose message is ``message`` as it stands (not :meth:`__init__`'s sentence)."""
         err = cls.__new__(cls)
         RuntimeError.__init__(err, message)
-        err.key, err.holder = "", None
+        err.key, err.holder = key, holder
         return err
 
 
